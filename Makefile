@@ -1,0 +1,42 @@
+# spoolmq — the two commands a fresh machine needs:
+#   make run    install and start the server on ./data
+#   make test   install everything and run lint, types, layer contracts and the tests
+SHELL := /bin/bash
+PYTHON ?= python3
+UV := $(shell command -v uv 2>/dev/null)
+ifeq ($(UV),)
+UV := $(PYTHON) -m uv
+endif
+STORE_DIR ?= ./data
+
+.PHONY: run test install bootstrap lint typecheck contracts pytest bench clean
+
+bootstrap:
+	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv
+
+install: bootstrap
+	$(UV) sync --frozen
+
+run: install
+	$(UV) run spoolmq demo --store-dir $(STORE_DIR)
+
+lint: install
+	$(UV) run ruff format --check .
+	$(UV) run ruff check .
+
+typecheck: install
+	$(UV) run mypy
+
+contracts: install
+	$(UV) run lint-imports
+
+pytest: install
+	$(UV) run pytest
+
+test: lint typecheck contracts pytest
+
+bench: install
+	$(UV) run python bench/store_bench.py
+
+clean:
+	rm -rf .venv .mypy_cache .ruff_cache .pytest_cache

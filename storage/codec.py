@@ -1,0 +1,603 @@
+"""Byte layouts of the store: the CommitLog record (RocketMQ format v1) and the ConsumeQueue unit.
+
+CommitLog record, big-endian, IPv4 born and store hosts (each IPv6 host adds 12 bytes)::
+
+    offset size field
+         0    4 TOTALSIZE             whole record, this field included
+         4    4 MAGICCODE             0xDAA320A7 (v1)
+         8    4 BODYCRC               zlib.crc32(body) & 0x7FFFFFFF
+        12    4 QUEUEID
+        16    4 FLAG
+        20    8 QUEUEOFFSET           logical offset in the ConsumeQueue
+        28    8 PHYSICALOFFSET        offset of this record in the CommitLog
+        36    4 SYSFLAG               0x10 / 0x20: born / store host is IPv6
+        40    8 BORNTIMESTAMP
+        48  8|20 BORNHOST             address + int port
+        56    8 STORETIMESTAMP
+        64  8|20 STOREHOSTADDRESS
+        72    4 RECONSUMETIMES
+        76    8 PREPARED TRANSACTION OFFSET
+        84  4+n BODY LENGTH + BODY
+      88+n  1+t TOPIC LENGTH (byte) + TOPIC
+    89+n+t  2+p PROPERTIES LENGTH (short) + PROPERTIES   name\\x01value\\x02...
+
+The fixed overhead is 91 bytes: topic ``FooBar`` with a 32-byte body and 29 bytes of
+properties is a 158-byte record. At the end of a file that cannot take the next record a
+BLANK is written: ``[int remaining][int 0xCBD43194]``.
+
+ConsumeQueue unit, 20 bytes::
+
+         0    8 commit log offset
+         8    4 size
+        12    8 tags code             Java String.hashCode of TAGS (delivery time for delays)
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import mmap
+import re
+import struct
+import zlib
+from dataclasses import dataclass, field
+from enum import Enum
+from functools import lru_cache
+from typing import Final
+
+from storage.errors import (
+    InvalidTopicError,
+    MessageTooLargeError,
+    PropertiesTooLargeError,
+)
+
+Buffer = bytes | bytearray | memoryview | mmap.mmap
+"""Anything records are read from or packed into."""
+
+MESSAGE_MAGIC_CODE: Final = -626843481  # 0xDAA320A7
+MESSAGE_MAGIC_CODE_V2: Final = -626843477  # 0xDAA320AB (two-byte topic length)
+BLANK_MAGIC_CODE: Final = -875286124  # 0xCBD43194
+END_FILE_MIN_BLANK_LENGTH: Final = 8
+BLANK_STRUCT: Final = struct.Struct(">ii")
+
+CRC_MASK: Final = 0x7FFFFFFF
+MAX_TOPIC_LENGTH: Final = 127
+MAX_PROPERTIES_LENGTH: Final = 32767
+TOPIC_PATTERN: Final = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+NAME_VALUE_SEPARATOR: Final = "\x01"
+PROPERTY_SEPARATOR: Final = "\x02"
+
+# sysFlag bits (MessageSysFlag).
+COMPRESSED_FLAG: Final = 0x1
+MULTI_TAGS_FLAG: Final = 0x2
+TRANSACTION_TYPE_MASK: Final = 0xC
+TRANSACTION_NOT_TYPE: Final = 0x0
+TRANSACTION_PREPARED_TYPE: Final = 0x4
+TRANSACTION_COMMIT_TYPE: Final = 0x8
+TRANSACTION_ROLLBACK_TYPE: Final = 0xC
+BORNHOST_V6_FLAG: Final = 0x10
+STOREHOSTADDRESS_V6_FLAG: Final = 0x20
+
+# Property names (MessageConst).
+PROPERTY_KEYS: Final = "KEYS"
+PROPERTY_TAGS: Final = "TAGS"
+PROPERTY_UNIQ_KEY: Final = "UNIQ_KEY"
+PROPERTY_DELAY: Final = "DELAY"
+PROPERTY_RETRY_TOPIC: Final = "RETRY_TOPIC"
+PROPERTY_REAL_TOPIC: Final = "REAL_TOPIC"
+PROPERTY_REAL_QID: Final = "REAL_QID"
+PROPERTY_ORIGIN_MESSAGE_ID: Final = "ORIGIN_MESSAGE_ID"
+PROPERTY_MAX_RECONSUME_TIMES: Final = "MAX_RECONSUME_TIMES"
+KEY_SEPARATOR: Final = " "
+
+# Everything before the born host: TOTALSIZE .. BORNTIMESTAMP.
+_HEAD = ">iiiiiqqiq"
+HEAD_STRUCT: Final = struct.Struct(_HEAD)
+QUEUE_OFFSET_POSITION: Final = struct.calcsize(">iiiii")  # 20
+PHYSICAL_OFFSET_POSITION: Final = QUEUE_OFFSET_POSITION + 8  # 28
+SYSFLAG_POSITION: Final = PHYSICAL_OFFSET_POSITION + 8  # 36
+BORN_HOST_POSITION: Final = HEAD_STRUCT.size  # 48
+
+CQ_UNIT_STRUCT: Final = struct.Struct(">qiq")
+CQ_UNIT_SIZE: Final = CQ_UNIT_STRUCT.size  # 20
+
+
+def _host_format(v6: bool) -> str:
+    return "16si" if v6 else "4si"
+
+
+def _record_struct(born_v6: bool, store_v6: bool) -> struct.Struct:
+    """Header from TOTALSIZE up to and including BODY LENGTH, for the given host widths."""
+    return struct.Struct(
+        _HEAD  # TOTALSIZE .. BORNTIMESTAMP
+        + _host_format(born_v6)  # BORNHOST
+        + "q"  # STORETIMESTAMP
+        + _host_format(store_v6)  # STOREHOSTADDRESS
+        + "i"  # RECONSUMETIMES
+        + "q"  # PREPARED TRANSACTION OFFSET
+        + "i"  # BODY LENGTH
+    )
+
+
+_RECORD_STRUCTS: Final = {
+    (born, store): _record_struct(born, store) for born in (False, True) for store in (False, True)
+}
+RECORD_HEADER_V4: Final = _RECORD_STRUCTS[(False, False)]  # 88 bytes
+FIXED_OVERHEAD_V4: Final = RECORD_HEADER_V4.size + 1 + 2  # 91
+
+
+def record_header_struct(sys_flag: int) -> struct.Struct:
+    """The header layout selected by the host-width bits of ``sys_flag``."""
+    return _RECORD_STRUCTS[
+        (bool(sys_flag & BORNHOST_V6_FLAG), bool(sys_flag & STOREHOSTADDRESS_V6_FLAG))
+    ]
+
+
+def store_timestamp_position(sys_flag: int) -> int:
+    """Byte position of STORETIMESTAMP: 56 for an IPv4 born host, 68 for IPv6."""
+    return BORN_HOST_POSITION + (20 if sys_flag & BORNHOST_V6_FLAG else 8)
+
+
+# --------------------------------------------------------------------------- hashes, CRC
+
+
+def body_crc(body: bytes) -> int:
+    """CRC-32 of the body masked to 31 bits, as RocketMQ's ``UtilAll.crc32``."""
+    return zlib.crc32(body) & CRC_MASK
+
+
+@lru_cache(maxsize=8192)
+def java_string_hash(value: str) -> int:
+    """Java ``String.hashCode``: ``h = 31*h + c`` over UTF-16 code units, as a signed int32.
+
+    >>> java_string_hash("TAG1"), java_string_hash("TagA")
+    (2567159, 2598919)
+    """
+    h = 0
+    data = value.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+def tags_code(tags: str | None) -> int:
+    """The ConsumeQueue tags code of a TAGS value: its Java hash, 0 when there is no tag."""
+    if not tags:
+        return 0
+    return java_string_hash(tags)
+
+
+def to_int32(value: int) -> int:
+    """The low 32 bits of ``value`` as a signed int (how filters compare a tags code)."""
+    value &= 0xFFFFFFFF
+    return value - 0x100000000 if value & 0x80000000 else value
+
+
+# --------------------------------------------------------------------------- properties
+
+
+def encode_properties(properties: dict[str, str]) -> bytes:
+    """``name\\x01value\\x02`` per entry, with the trailing separator (RocketMQ ≤ 4.9.0, ≥ 5.2)."""
+    if not properties:
+        return b""
+    return "".join(
+        [f"{name}\x01{value}\x02" for name, value in properties.items() if value is not None]
+    ).encode()
+
+
+def decode_properties(data: bytes | str) -> dict[str, str]:
+    """Parse properties; tolerates a missing trailing separator, drops empty names and values."""
+    text = data.decode("utf-8", errors="replace") if isinstance(data, bytes | bytearray) else data
+    result: dict[str, str] = {}
+    for segment in text.split(PROPERTY_SEPARATOR):
+        name, sep, value = segment.partition(NAME_VALUE_SEPARATOR)
+        if sep and name and value:
+            result[name] = value
+    return result
+
+
+# --------------------------------------------------------------------------- hosts and ids
+
+
+@lru_cache(maxsize=256)
+def encode_host(host: str) -> bytes:
+    """The 4 or 16 address bytes of an IP literal."""
+    return ipaddress.ip_address(host).packed
+
+
+def decode_host(address: bytes) -> str:
+    return str(ipaddress.ip_address(address))
+
+
+def encode_msg_id(store_host: str, store_port: int, physical_offset: int) -> str:
+    """RocketMQ's offsetMsgId: hex of store address + port + physical offset, uppercase.
+
+    >>> encode_msg_id("127.0.0.1", 10911, 0)
+    '7F00000100002A9F0000000000000000'
+    """
+    address = encode_host(store_host)
+    return (address + struct.pack(">iq", store_port, physical_offset)).hex().upper()
+
+
+@dataclass(frozen=True, slots=True)
+class MessageId:
+    """A decoded offsetMsgId."""
+
+    store_host: str
+    store_port: int
+    physical_offset: int
+
+
+def decode_msg_id(msg_id: str) -> MessageId:
+    """Decode an offsetMsgId (32 hex chars for IPv4, 56 for IPv6); ``ValueError`` if malformed."""
+    if len(msg_id) not in (32, 56):
+        raise ValueError(f"a message id has 32 or 56 hex characters, not {len(msg_id)}")
+    raw = bytes.fromhex(msg_id)
+    address_length = 4 if len(raw) == 16 else 16
+    port, offset = struct.unpack_from(">iq", raw, address_length)
+    return MessageId(decode_host(raw[:address_length]), port, offset)
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def validate_topic(topic: str) -> bytes:
+    """Check a topic name and return its UTF-8 bytes; ``InvalidTopicError`` if it is not valid."""
+    if not topic or len(topic) > MAX_TOPIC_LENGTH or not TOPIC_PATTERN.match(topic):
+        raise InvalidTopicError(
+            f"invalid topic name {topic[:140]!r}: use 1 to {MAX_TOPIC_LENGTH} characters "
+            "from a-z A-Z 0-9 _ - % |"
+        )
+    return topic.encode()
+
+
+# --------------------------------------------------------------------------- messages in
+
+
+@dataclass(slots=True)
+class Message:
+    """A message to append, as the producer gives it."""
+
+    topic: str
+    body: bytes
+    queue_id: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    flag: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: tuple[str, int] = ("127.0.0.1", 0)
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+
+
+class EncodedMessage:
+    """A message checked and encoded outside the put path; only offsets and time remain.
+
+    ``write_into`` packs the whole record into a buffer in one go, filling in the queue
+    offset, physical offset and store time that are known only inside the append.
+    """
+
+    __slots__ = (
+        "body",
+        "born_address",
+        "born_port",
+        "born_timestamp",
+        "crc",
+        "flag",
+        "keys",
+        "prepared_transaction_offset",
+        "properties",
+        "properties_bytes",
+        "queue_id",
+        "reconsume_times",
+        "size",
+        "struct",
+        "sys_flag",
+        "tags_code",
+        "topic",
+        "topic_bytes",
+        "uniq_key",
+    )
+
+    def __init__(self, message: Message, store_v6: bool, max_body_size: int) -> None:
+        body = message.body
+        if len(body) > max_body_size:
+            raise MessageTooLargeError(
+                f"message body is {len(body)} bytes, over the limit of {max_body_size}"
+            )
+        self.topic = message.topic
+        self.topic_bytes = validate_topic(message.topic)
+        properties = message.properties
+        self.properties = properties
+        self.properties_bytes = encode_properties(properties)
+        if len(self.properties_bytes) > MAX_PROPERTIES_LENGTH:
+            raise PropertiesTooLargeError(
+                f"message properties are {len(self.properties_bytes)} bytes encoded, "
+                f"over the limit of {MAX_PROPERTIES_LENGTH}"
+            )
+        born_address = encode_host(message.born_host[0])
+        sys_flag = message.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
+        if len(born_address) == 16:
+            sys_flag |= BORNHOST_V6_FLAG
+        if store_v6:
+            sys_flag |= STOREHOSTADDRESS_V6_FLAG
+        self.sys_flag = sys_flag
+        self.struct = record_header_struct(sys_flag)
+        self.body = body
+        self.crc = zlib.crc32(body) & CRC_MASK
+        self.queue_id = message.queue_id
+        self.flag = message.flag
+        self.born_timestamp = message.born_timestamp
+        self.born_address = born_address
+        self.born_port = message.born_host[1]
+        self.reconsume_times = message.reconsume_times
+        self.prepared_transaction_offset = message.prepared_transaction_offset
+        self.tags_code = tags_code(properties.get(PROPERTY_TAGS))
+        self.keys = properties.get(PROPERTY_KEYS)
+        self.uniq_key = properties.get(PROPERTY_UNIQ_KEY)
+        self.size = (
+            self.struct.size
+            + len(body)
+            + 1
+            + len(self.topic_bytes)
+            + 2
+            + len(self.properties_bytes)
+        )
+
+    @property
+    def is_dispatchable(self) -> bool:
+        """Prepared and rolled-back transaction messages never reach a ConsumeQueue."""
+        kind = self.sys_flag & TRANSACTION_TYPE_MASK
+        return kind in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
+
+    def write_into(
+        self,
+        buffer: bytearray | memoryview | mmap.mmap,
+        position: int,
+        queue_offset: int,
+        physical_offset: int,
+        store_timestamp: int,
+        store_address: bytes,
+        store_port: int,
+    ) -> None:
+        """Pack the full record at ``position`` of ``buffer``."""
+        body = self.body
+        self.struct.pack_into(
+            buffer,
+            position,
+            self.size,
+            MESSAGE_MAGIC_CODE,
+            self.crc,
+            self.queue_id,
+            self.flag,
+            queue_offset,
+            physical_offset,
+            self.sys_flag,
+            self.born_timestamp,
+            self.born_address,
+            self.born_port,
+            store_timestamp,
+            store_address,
+            store_port,
+            self.reconsume_times,
+            self.prepared_transaction_offset,
+            len(body),
+        )
+        p = position + self.struct.size
+        end = p + len(body)
+        buffer[p:end] = body
+        topic = self.topic_bytes
+        buffer[end] = len(topic)
+        p = end + 1
+        end = p + len(topic)
+        buffer[p:end] = topic
+        props = self.properties_bytes
+        buffer[end : end + 2] = len(props).to_bytes(2, "big")
+        p = end + 2
+        buffer[p : p + len(props)] = props
+
+
+def encode_message(
+    message: Message,
+    queue_offset: int = 0,
+    physical_offset: int = 0,
+    store_timestamp: int = 0,
+    store_host: tuple[str, int] = ("127.0.0.1", 10911),
+    max_body_size: int = 4 * 1024 * 1024,
+) -> bytes:
+    """Encode one complete record (a convenience for tests and tools)."""
+    store_address = encode_host(store_host[0])
+    encoded = EncodedMessage(message, len(store_address) == 16, max_body_size)
+    buffer = bytearray(encoded.size)
+    encoded.write_into(
+        buffer, 0, queue_offset, physical_offset, store_timestamp, store_address, store_host[1]
+    )
+    return bytes(buffer)
+
+
+# --------------------------------------------------------------------------- records out
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A record decoded from the CommitLog."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    size: int
+    body: bytes
+    properties: dict[str, str]
+    flag: int
+    sys_flag: int
+    body_crc: int
+    born_timestamp: int
+    born_host: tuple[str, int]
+    store_timestamp: int
+    store_host: tuple[str, int]
+    reconsume_times: int
+    prepared_transaction_offset: int
+
+    @property
+    def msg_id(self) -> str:
+        return encode_msg_id(self.store_host[0], self.store_host[1], self.physical_offset)
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        return [k for k in self.properties.get(PROPERTY_KEYS, "").split(KEY_SEPARATOR) if k]
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(PROPERTY_UNIQ_KEY)
+
+
+class RecordKind(Enum):
+    """What a scan finds at a position of the CommitLog."""
+
+    MESSAGE = "message"  # a complete, valid record
+    BLANK = "blank"  # end-of-file filler: go to the next file
+    END = "end"  # zero magic or a short tail: the end of written data
+    CORRUPT = "corrupt"  # impossible length, unknown magic or CRC mismatch
+
+
+@dataclass(frozen=True, slots=True)
+class RecordCheck:
+    """The outcome of checking one record: its kind, size and, for messages, a reason-free view."""
+
+    kind: RecordKind
+    size: int
+    reason: str = ""
+
+
+_MAGIC_AT = struct.Struct(">ii")
+_INT = struct.Struct(">i")
+_SHORT = struct.Struct(">h")
+
+
+def _layout_end(buffer: Buffer, position: int, limit: int) -> int | None:
+    """Where the record at ``position`` ends according to its own field lengths, or None."""
+    if position + BORN_HOST_POSITION > limit:
+        return None
+    sys_flag = _INT.unpack_from(buffer, position + SYSFLAG_POSITION)[0]
+    header = record_header_struct(sys_flag)
+    p = position + header.size
+    if p > limit:
+        return None
+    body_length = _INT.unpack_from(buffer, p - 4)[0]
+    if body_length < 0:
+        return -1
+    p += body_length
+    if p + 1 > limit:
+        return None
+    p += 1 + buffer[p]
+    if p + 2 > limit:
+        return None
+    properties_length = _SHORT.unpack_from(buffer, p)[0]
+    if properties_length < 0:
+        return -1
+    return int(p + 2 + properties_length)
+
+
+def check_record(
+    buffer: Buffer, position: int, limit: int, check_crc: bool
+) -> RecordCheck:
+    """Check the record at ``position``; ``limit`` is the end of readable data in ``buffer``.
+
+    A short tail or a zero magic is the normal end of the log (END); only an impossible
+    length, an unknown magic or a CRC mismatch is CORRUPT.
+    """
+    if position + 8 > limit:
+        return RecordCheck(RecordKind.END, 0)
+    total_size, magic = _MAGIC_AT.unpack_from(buffer, position)
+    if magic == BLANK_MAGIC_CODE:
+        return RecordCheck(RecordKind.BLANK, 0)
+    if magic == 0 and total_size == 0:
+        return RecordCheck(RecordKind.END, 0)
+    if magic != MESSAGE_MAGIC_CODE:
+        return RecordCheck(RecordKind.CORRUPT, 0, f"unknown magic code {magic & 0xFFFFFFFF:#010x}")
+    if total_size < FIXED_OVERHEAD_V4:
+        return RecordCheck(RecordKind.CORRUPT, 0, f"impossible record size {total_size}")
+    if position + total_size > limit:
+        return RecordCheck(RecordKind.END, 0, "record is cut short")
+    end = _layout_end(buffer, position, position + total_size)
+    if end != position + total_size:
+        return RecordCheck(
+            RecordKind.CORRUPT, total_size, f"TOTALSIZE {total_size} does not match the fields"
+        )
+    if check_crc:
+        stored = _INT.unpack_from(buffer, position + 8)[0]
+        sys_flag = _INT.unpack_from(buffer, position + SYSFLAG_POSITION)[0]
+        header = record_header_struct(sys_flag)
+        body_length = _INT.unpack_from(buffer, position + header.size - 4)[0]
+        start = position + header.size
+        crc = zlib.crc32(buffer[start : start + body_length]) & CRC_MASK
+        if crc != stored:
+            return RecordCheck(RecordKind.CORRUPT, total_size, "body CRC mismatch")
+    return RecordCheck(RecordKind.MESSAGE, total_size)
+
+
+def decode_record(buffer: Buffer, position: int = 0) -> StoredMessage:
+    """Decode the complete, valid record at ``position``."""
+    sys_flag = _INT.unpack_from(buffer, position + SYSFLAG_POSITION)[0]
+    header = record_header_struct(sys_flag)
+    (
+        size,
+        _magic,
+        crc,
+        queue_id,
+        flag,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        born_timestamp,
+        born_address,
+        born_port,
+        store_timestamp,
+        store_address,
+        store_port,
+        reconsume_times,
+        prepared_offset,
+        body_length,
+    ) = header.unpack_from(buffer, position)
+    p = position + header.size
+    body = bytes(buffer[p : p + body_length])
+    p += body_length
+    topic_length = buffer[p]
+    topic = bytes(buffer[p + 1 : p + 1 + topic_length]).decode()
+    p += 1 + topic_length
+    properties_length = _SHORT.unpack_from(buffer, p)[0]
+    properties = decode_properties(bytes(buffer[p + 2 : p + 2 + properties_length]))
+    return StoredMessage(
+        topic=topic,
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        physical_offset=physical_offset,
+        size=size,
+        body=body,
+        properties=properties,
+        flag=flag,
+        sys_flag=sys_flag,
+        body_crc=crc,
+        born_timestamp=born_timestamp,
+        born_host=(decode_host(born_address), born_port),
+        store_timestamp=store_timestamp,
+        store_host=(decode_host(store_address), store_port),
+        reconsume_times=reconsume_times,
+        prepared_transaction_offset=prepared_offset,
+    )
+
+
+def read_store_timestamp(buffer: Buffer, position: int = 0) -> int:
+    """STORETIMESTAMP of the record at ``position`` (its place depends on the born host width)."""
+    sys_flag = _INT.unpack_from(buffer, position + SYSFLAG_POSITION)[0]
+    return int(struct.unpack_from(">q", buffer, position + store_timestamp_position(sys_flag))[0])
+
+
+def blank_record(remaining: int) -> bytes:
+    """The 8-byte end-of-file filler."""
+    return BLANK_STRUCT.pack(remaining, BLANK_MAGIC_CODE)

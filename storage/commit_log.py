@@ -1,0 +1,328 @@
+"""CommitLog: one append-only log of every topic's records, in fixed-size MappedFiles.
+
+Appends assign the queue offset of each (topic, queue) and the physical offset inside the
+append. A record that does not fit in the rest of a file (``size + 8 > remaining``) is
+preceded by an 8-byte BLANK that fills the file, and goes to the next file; a batch never
+straddles two files.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from storage.codec import (
+    BLANK_MAGIC_CODE,
+    BLANK_STRUCT,
+    END_FILE_MIN_BLANK_LENGTH,
+    MESSAGE_MAGIC_CODE,
+    EncodedMessage,
+    RecordCheck,
+    RecordKind,
+    check_record,
+    encode_host,
+    read_store_timestamp,
+)
+from storage.errors import MessageTooLargeError, StoreNotWriteableError
+from storage.mapped_file import MappedFile
+from storage.mapped_file_queue import MappedFileQueue
+
+_TOTAL_SIZE = struct.Struct(">i")
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Where one record went."""
+
+    physical_offset: int
+    size: int
+    queue_offset: int
+    store_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScannedRecord:
+    """One position of a CommitLog scan."""
+
+    offset: int
+    check: RecordCheck
+    data: bytes
+
+
+class CommitLog:
+    """The shared log: append, read by physical offset, scan, recover."""
+
+    def __init__(self, directory: Path, file_size: int, store_host: tuple[str, int]) -> None:
+        self.queue = MappedFileQueue(directory, file_size)
+        self.file_size = file_size
+        self.store_host = store_host
+        self.store_address = encode_host(store_host[0])
+        self.store_v6 = len(self.store_address) == 16
+        self.topic_queue_table: dict[tuple[str, int], int] = {}
+        # The largest record (or batch) a file can take next to its end-of-file blank.
+        self.max_append_size = file_size - END_FILE_MIN_BLANK_LENGTH
+
+    # ------------------------------------------------------------------ append
+
+    def append(self, message: EncodedMessage, store_timestamp: int) -> AppendResult:
+        """Append one encoded record; rolls to a new file when it does not fit."""
+        size = message.size
+        if size > self.max_append_size:
+            raise MessageTooLargeError(
+                f"record of {size} bytes does not fit in a CommitLog file of {self.file_size}"
+            )
+        mapped = self._file_with_room(size)
+        key = (message.topic, message.queue_id)
+        dispatchable = message.is_dispatchable
+        queue_offset = self.topic_queue_table.get(key, 0) if dispatchable else 0
+        position = mapped.wrote_position
+        physical_offset = mapped.file_from_offset + position
+        message.write_into(
+            mapped.buffer,
+            position,
+            queue_offset,
+            physical_offset,
+            store_timestamp,
+            self.store_address,
+            self.store_host[1],
+        )
+        mapped.wrote_position = position + size
+        mapped.store_timestamp = store_timestamp
+        if dispatchable:
+            self.topic_queue_table[key] = queue_offset + 1
+        return AppendResult(physical_offset, size, queue_offset, store_timestamp)
+
+    def append_batch(
+        self, messages: list[EncodedMessage], store_timestamp: int
+    ) -> list[AppendResult]:
+        """Append records of one (topic, queue) with consecutive queue offsets, in one file."""
+        total = sum(m.size for m in messages)
+        if total > self.max_append_size:
+            raise MessageTooLargeError(
+                f"batch of {total} bytes does not fit in a CommitLog file of {self.file_size}"
+            )
+        mapped = self._file_with_room(total)
+        results = []
+        for message in messages:
+            results.append(self._append_in(mapped, message, store_timestamp))
+        return results
+
+    def _append_in(
+        self, mapped: MappedFile, message: EncodedMessage, store_timestamp: int
+    ) -> AppendResult:
+        key = (message.topic, message.queue_id)
+        queue_offset = self.topic_queue_table.get(key, 0)
+        position = mapped.wrote_position
+        physical_offset = mapped.file_from_offset + position
+        message.write_into(
+            mapped.buffer,
+            position,
+            queue_offset,
+            physical_offset,
+            store_timestamp,
+            self.store_address,
+            self.store_host[1],
+        )
+        mapped.wrote_position = position + message.size
+        mapped.store_timestamp = store_timestamp
+        self.topic_queue_table[key] = queue_offset + 1
+        return AppendResult(physical_offset, message.size, queue_offset, store_timestamp)
+
+    def _file_with_room(self, size: int) -> MappedFile:
+        """The last file if ``size`` plus a blank fits, else a fresh file after a BLANK."""
+        mapped = self._last_file()
+        remaining = mapped.remaining
+        if size + END_FILE_MIN_BLANK_LENGTH > remaining:
+            BLANK_STRUCT.pack_into(
+                mapped.buffer, mapped.wrote_position, remaining, BLANK_MAGIC_CODE
+            )
+            mapped.wrote_position = mapped.file_size
+            mapped = self._last_file()
+        return mapped
+
+    def _last_file(self) -> MappedFile:
+        try:
+            mapped = self.queue.get_last_mapped_file(0)
+        except OSError as exc:
+            raise StoreNotWriteableError(f"cannot create a CommitLog file: {exc}") from exc
+        if mapped is None:  # pragma: no cover - get_last_mapped_file creates
+            raise StoreNotWriteableError("no CommitLog file to append to")
+        return mapped
+
+    # ------------------------------------------------------------------ read
+
+    @property
+    def min_offset(self) -> int:
+        """Start of the first file that still holds a record; -1 when empty."""
+        first = self.queue.first_file()
+        if first is None:
+            return -1
+        return first.file_from_offset
+
+    @property
+    def max_offset(self) -> int:
+        return self.queue.max_offset
+
+    def read(self, physical_offset: int, size: int) -> bytes | None:
+        """``size`` bytes at ``physical_offset``, or None if not (or no longer) there."""
+        mapped = self.queue.find_by_offset(physical_offset)
+        if mapped is None:
+            return None
+        try:
+            return mapped.read(physical_offset - mapped.file_from_offset, size)
+        except ValueError:  # the file was unmapped by the cleaner
+            return None
+
+    def read_record(self, physical_offset: int) -> bytes | None:
+        """The whole record starting at ``physical_offset`` (size taken from its TOTALSIZE)."""
+        head = self.read(physical_offset, 8)
+        if head is None:
+            return None
+        total_size, magic = BLANK_STRUCT.unpack(head)
+        if magic != MESSAGE_MAGIC_CODE or total_size <= 8:
+            return None
+        return self.read(physical_offset, total_size)
+
+    def store_time_of(self, physical_offset: int, size: int) -> int:
+        data = self.read(physical_offset, size)
+        if data is None:
+            return -1
+        return read_store_timestamp(data)
+
+    def scan(self, from_offset: int, to_offset: int | None = None) -> Iterator[ScannedRecord]:
+        """Records from ``from_offset`` to the end of readable data (or ``to_offset``).
+
+        Blanks are stepped over; the scan stops at the end of data or at corruption, and
+        yields that last END or CORRUPT position too so callers can report it.
+        """
+        offset = max(from_offset, self.queue.min_offset)
+        end = self.max_offset if to_offset is None else min(to_offset, self.max_offset)
+        while offset < end:
+            mapped = self.queue.find_by_offset(offset)
+            if mapped is None:
+                return
+            position = offset - mapped.file_from_offset
+            limit = mapped.read_position
+            check = check_record(mapped.buffer, position, limit, check_crc=False)
+            if check.kind is RecordKind.BLANK:
+                offset = self.queue.roll_next_file(offset)
+                continue
+            if check.kind is not RecordKind.MESSAGE:
+                if position >= limit and mapped.is_full:
+                    offset = self.queue.roll_next_file(offset)
+                    continue
+                yield ScannedRecord(offset, check, b"")
+                return
+            data = mapped.buffer[position : position + check.size]
+            yield ScannedRecord(offset, check, data)
+            offset += check.size
+
+    # ------------------------------------------------------------------ recovery
+
+    def load(self) -> None:
+        self.queue.load()
+
+    def recover_normally(self, check_crc: bool) -> tuple[int, list[str]]:
+        """Scan the last three files; returns the end of the last valid record and findings."""
+        files = self.queue.files
+        if not files:
+            return 0, []
+        start = max(0, len(files) - 3)
+        return self._recover_from(start, check_crc, None)
+
+    def recover_abnormally(
+        self,
+        min_timestamp: int,
+        check_crc: bool,
+        dispatch: Callable[[int, bytes], None],
+    ) -> tuple[int, list[str]]:
+        """Scan from the newest file that starts before ``min_timestamp``, dispatching records."""
+        files = self.queue.files
+        if not files:
+            return 0, []
+        start = 0
+        for index in range(len(files) - 1, -1, -1):
+            if self._first_record_before(files[index], min_timestamp):
+                start = index
+                break
+        return self._recover_from(start, check_crc, dispatch)
+
+    def _first_record_before(self, mapped: MappedFile, min_timestamp: int) -> bool:
+        magic = struct.unpack_from(">i", mapped.buffer, 4)[0]
+        if magic != MESSAGE_MAGIC_CODE:
+            return False
+        stored = read_store_timestamp(mapped.buffer, 0)
+        return stored != 0 and stored <= min_timestamp
+
+    def _recover_from(
+        self, start: int, check_crc: bool, dispatch: Callable[[int, bytes], None] | None
+    ) -> tuple[int, list[str]]:
+        files = self.queue.files
+        findings: list[str] = []
+        process_offset = files[start].file_from_offset
+        for mapped in files[start:]:
+            position, finding = self._scan_file(mapped, check_crc, dispatch)
+            process_offset = mapped.file_from_offset + position
+            if finding:
+                findings.append(finding)
+                break
+            if position < self.file_size:
+                break
+        self.queue.flushed_where = process_offset
+        self.queue.truncate_dirty_files(process_offset)
+        return process_offset, findings
+
+    def _scan_file(
+        self,
+        mapped: MappedFile,
+        check_crc: bool,
+        dispatch: Callable[[int, bytes], None] | None,
+    ) -> tuple[int, str]:
+        """Valid bytes from the start of ``mapped`` and, if it ended badly, why."""
+        buffer = mapped.buffer
+        position = 0
+        while position < self.file_size:
+            check = check_record(buffer, position, self.file_size, check_crc)
+            if check.kind is RecordKind.MESSAGE:
+                if dispatch is not None:
+                    dispatch(
+                        mapped.file_from_offset + position, buffer[position : position + check.size]
+                    )
+                position += check.size
+                continue
+            if check.kind is RecordKind.BLANK:
+                return self.file_size, ""
+            if check.kind is RecordKind.CORRUPT:
+                return position, (
+                    f"commitlog {mapped.path.name}: {check.reason} at offset "
+                    f"{mapped.file_from_offset + position}; truncated there"
+                )
+            if _has_data_after(buffer, position, self.file_size):
+                return position, (
+                    f"commitlog {mapped.path.name}: torn record at offset "
+                    f"{mapped.file_from_offset + position}; truncated there"
+                )
+            return position, ""
+        return position, ""
+
+    def rebuild_topic_queue_table(self, table: dict[tuple[str, int], int]) -> None:
+        self.topic_queue_table = dict(table)
+
+    def flush(self, least_pages: int) -> bool:
+        return self.queue.flush(least_pages)
+
+    @property
+    def flushed_where(self) -> int:
+        return self.queue.flushed_where
+
+    def close(self) -> None:
+        self.queue.close()
+
+
+def _has_data_after(buffer: mmap.mmap, position: int, limit: int) -> bool:
+    """Whether anything but zeros follows ``position`` in the next page (a torn write)."""
+    window = buffer[position : min(limit, position + 4096)]
+    return window.count(0) != len(window)

@@ -1,0 +1,293 @@
+"""ConsumeQueue: the 20-byte-unit index of one (topic, queue id) into the CommitLog.
+
+Logical offset ``n`` is unit ``n``: byte ``n*20`` of the queue, in file
+``floor(n*20 / file_size)``. The max offset is exclusive (the next unit to write).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+from storage.codec import CQ_UNIT_SIZE, CQ_UNIT_STRUCT
+from storage.mapped_file import MappedFile
+from storage.mapped_file_queue import MappedFileQueue
+
+PRE_BLANK_UNIT: Final = CQ_UNIT_STRUCT.pack(0, 0x7FFFFFFF, 0)
+_pack_unit = CQ_UNIT_STRUCT.pack
+_unpack_unit = CQ_UNIT_STRUCT.unpack_from
+
+Unit = tuple[int, int, int]
+"""(commit log offset, size, tags code)"""
+
+
+class ConsumeQueue:
+    """One queue's index: put units at logical offsets, read them back, recover, truncate."""
+
+    def __init__(self, root: Path, topic: str, queue_id: int, units_per_file: int) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.units_per_file = units_per_file
+        self.file_size = units_per_file * CQ_UNIT_SIZE
+        self.queue = MappedFileQueue(root / topic / str(queue_id), self.file_size)
+        self.max_physic_offset = -1
+        self.min_logic_offset = 0  # bytes
+        self.last_store_timestamp = 0
+
+    def __repr__(self) -> str:
+        return f"ConsumeQueue({self.topic}, {self.queue_id})"
+
+    # ------------------------------------------------------------------ offsets
+
+    @property
+    def min_offset(self) -> int:
+        return self.min_logic_offset // CQ_UNIT_SIZE
+
+    @property
+    def max_offset(self) -> int:
+        return self.queue.max_offset // CQ_UNIT_SIZE
+
+    @property
+    def message_total(self) -> int:
+        return self.max_offset - self.min_offset
+
+    def roll_next_file(self, index: int) -> int:
+        return index + self.units_per_file - index % self.units_per_file
+
+    # ------------------------------------------------------------------ write
+
+    def put(self, physical_offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
+        """Write the unit for ``queue_offset``; already-present units are skipped (idempotent).
+
+        Returns True when the unit is in place (written now or before).
+        """
+        if physical_offset + size <= self.max_physic_offset:
+            return True
+        expect = queue_offset * CQ_UNIT_SIZE
+        mapped = self.queue.get_last_mapped_file(expect)
+        if mapped is None:
+            return False
+        if mapped.first_create_in_queue and queue_offset != 0 and mapped.wrote_position == 0:
+            self._pre_blank_fill(mapped, expect)
+        current = mapped.file_from_offset + mapped.wrote_position
+        if expect < current:
+            return True
+        if expect > current:
+            # A hole: RocketMQ logs "[BUG] logic queue order maybe wrong" and appends anyway.
+            # Filling it keeps unit positions equal to logical offsets.
+            self._fill_hole(mapped, expect)
+            mapped = self.queue.get_last_mapped_file(expect)
+            if mapped is None:
+                return False
+        mapped.append(_pack_unit(physical_offset, size, tags_code))
+        self.max_physic_offset = physical_offset + size
+        return True
+
+    def _pre_blank_fill(self, mapped: MappedFile, expect: int) -> None:
+        """First file of a queue that starts at a non-zero offset: pad with blank units."""
+        self.min_logic_offset = expect
+        fill = expect % self.file_size
+        mapped.write_at(0, PRE_BLANK_UNIT * (fill // CQ_UNIT_SIZE))
+        mapped.set_positions(fill)
+
+    def _fill_hole(self, mapped: MappedFile, expect: int) -> None:
+        while True:
+            current = mapped.file_from_offset + mapped.wrote_position
+            if current >= expect:
+                return
+            gap = min(expect - current, mapped.remaining)
+            mapped.append(PRE_BLANK_UNIT * (gap // CQ_UNIT_SIZE))
+            if mapped.is_full:
+                nxt = self.queue.get_last_mapped_file(expect)
+                if nxt is None:
+                    return
+                mapped = nxt
+
+    # ------------------------------------------------------------------ read
+
+    def get_units(self, start_index: int, max_bytes: int | None = None) -> tuple[bytes, int] | None:
+        """Raw units from ``start_index`` to the end of readable data in *that file only*.
+
+        Returns (bytes, start_index) or None when the index is below the min offset or not
+        readable.
+        """
+        offset = start_index * CQ_UNIT_SIZE
+        if offset < self.min_logic_offset:
+            return None
+        mapped = self.queue.find_by_offset(offset)
+        if mapped is None:
+            return None
+        data = mapped.select(offset % self.file_size, max_bytes)
+        if data is None:
+            return None
+        return data, start_index
+
+    def get_unit(self, index: int) -> Unit | None:
+        """The unit at logical offset ``index``, or None."""
+        offset = index * CQ_UNIT_SIZE
+        if offset < self.min_logic_offset:
+            return None
+        mapped = self.queue.find_by_offset(offset)
+        if mapped is None:
+            return None
+        data = mapped.read(offset % self.file_size, CQ_UNIT_SIZE)
+        if data is None:
+            return None
+        physical, size, code = _unpack_unit(data)
+        return int(physical), int(size), int(code)
+
+    def offset_by_time(
+        self, timestamp_ms: int, store_time_of: Callable[[int, int], int], min_physic_offset: int
+    ) -> int:
+        """The logical offset of the first message stored at or after ``timestamp_ms``.
+
+        Binary search over units by the store time read from the CommitLog
+        (``store_time_of(physical_offset, size)``, -1 when gone). When no message is that
+        late, the max offset; when every message is later, the min offset.
+        """
+        low, high = self.min_offset, self.max_offset - 1
+        if high < low:
+            return self.max_offset
+        result = self.max_offset
+        while low <= high:
+            middle = (low + high) // 2
+            unit = self.get_unit(middle)
+            if unit is None or unit[0] < min_physic_offset:
+                low = middle + 1
+                continue
+            stored = store_time_of(unit[0], unit[1])
+            if stored < 0 or stored < timestamp_ms:
+                low = middle + 1
+            else:
+                result = middle
+                high = middle - 1
+        return result
+
+    # ------------------------------------------------------------------ recovery
+
+    def load(self) -> None:
+        self.queue.load()
+
+    def recover(self) -> None:
+        """Walk the last three files until the first invalid unit; cut the queue there."""
+        files = self.queue.files
+        if not files:
+            return
+        index = max(0, len(files) - 3)
+        process_offset = files[index].file_from_offset
+        max_physic = -1
+        for mapped in files[index:]:
+            valid, last = self._scan_valid_units(mapped)
+            process_offset = mapped.file_from_offset + valid
+            if last is not None:
+                max_physic = last
+            if valid < self.file_size:
+                break
+        self.max_physic_offset = max_physic
+        self.queue.flushed_where = process_offset
+        self.queue.truncate_dirty_files(process_offset)
+
+    def _scan_valid_units(self, mapped: MappedFile) -> tuple[int, int | None]:
+        """Bytes of valid units from the file start, and the end physical offset of the last."""
+        buffer = mapped.buffer
+        position = 0
+        last: int | None = None
+        while position < self.file_size:
+            offset, size, _ = _unpack_unit(buffer, position)
+            if offset < 0 or size <= 0:
+                break
+            if size != 0x7FFFFFFF:
+                last = offset + size
+            position += CQ_UNIT_SIZE
+        return position, last
+
+    def truncate_dirty(self, physical_offset: int) -> None:
+        """Drop every unit pointing at or beyond ``physical_offset`` (CommitLog's valid end)."""
+        while True:
+            mapped = self.queue.last_file()
+            if mapped is None:
+                break
+            buffer = mapped.buffer
+            position = 0
+            keep_end = 0
+            whole_file_beyond = False
+            while position < mapped.read_position:
+                offset, size, _ = _unpack_unit(buffer, position)
+                if position == 0 and size != 0x7FFFFFFF and offset >= physical_offset:
+                    whole_file_beyond = True
+                    break
+                if offset >= 0 and size == 0x7FFFFFFF:
+                    position += CQ_UNIT_SIZE
+                    keep_end = position
+                    continue
+                if size <= 0 or offset >= physical_offset:
+                    break
+                position += CQ_UNIT_SIZE
+                keep_end = position
+                self.max_physic_offset = offset + size
+            if whole_file_beyond:
+                self.queue.delete_last_file()
+                continue
+            mapped.set_positions(keep_end)
+            self.queue.flushed_where = min(
+                self.queue.flushed_where, mapped.file_from_offset + keep_end
+            )
+            break
+        if not self.queue.files:
+            self.max_physic_offset = -1
+        self._refresh_max_physic_offset()
+
+    def _refresh_max_physic_offset(self) -> None:
+        last_index = self.max_offset - 1
+        if last_index < self.min_offset:
+            self.max_physic_offset = -1 if not self.queue.files else self.max_physic_offset
+            return
+        unit = self.get_unit(last_index)
+        if unit is not None and unit[1] != 0x7FFFFFFF:
+            self.max_physic_offset = unit[0] + unit[1]
+
+    def correct_min_offset(self, min_physic_offset: int) -> None:
+        """Point the min offset at the first unit whose message is still in the CommitLog."""
+        first = self.queue.first_file()
+        if first is None:
+            return
+        buffer = first.buffer
+        position = max(0, self.min_logic_offset - first.file_from_offset)
+        while position < first.read_position:
+            offset, size, _ = _unpack_unit(buffer, position)
+            if size != 0x7FFFFFFF and offset >= min_physic_offset:
+                self.min_logic_offset = first.file_from_offset + position
+                return
+            position += CQ_UNIT_SIZE
+        if first.read_position == self.file_size and len(self.queue.files) == 1:
+            self.min_logic_offset = first.file_end_offset
+        elif len(self.queue.files) == 1:
+            self.min_logic_offset = first.file_from_offset + first.read_position
+
+    def delete_expired_files(self, min_physic_offset: int) -> int:
+        """Delete leading files whose last unit points below the CommitLog's min offset."""
+        verdicts = []
+        for mapped in self.queue.files[:-1]:
+            last = mapped.read(mapped.read_position - CQ_UNIT_SIZE, CQ_UNIT_SIZE)
+            if last is None:
+                verdicts.append(False)
+                continue
+            offset, size, _ = _unpack_unit(last)
+            verdicts.append(size != 0x7FFFFFFF and offset + size <= min_physic_offset)
+        deleted = self.queue.delete_files_below(verdicts)
+        first = self.queue.first_file()
+        if first is not None and self.min_logic_offset < first.file_from_offset:
+            self.min_logic_offset = first.file_from_offset
+        return deleted
+
+    def flush(self, least_pages: int) -> bool:
+        return self.queue.flush(least_pages)
+
+    def close(self) -> None:
+        self.queue.close()
+
+    def destroy(self) -> None:
+        self.queue.destroy()
+        self.max_physic_offset = -1
+        self.min_logic_offset = 0

@@ -1,0 +1,189 @@
+"""MappedFile: one fixed-size, memory-mapped file named by the offset it starts at.
+
+A MappedFile keeps three positions, relative to its start: ``wrote`` (bytes appended),
+``committed`` (equal to ``wrote``: there is no separate write buffer) and ``flushed``
+(bytes forced to disk). Readers see bytes up to the read position, which is ``committed``.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+OS_PAGE_SIZE: Final = 4096
+FILE_NAME_WIDTH: Final = 20
+
+
+def offset_to_file_name(offset: int) -> str:
+    """The 20-digit, zero-padded decimal name of a file starting at ``offset``."""
+    return f"{offset:0{FILE_NAME_WIDTH}d}"
+
+
+def _reserve(fd: int, size: int) -> None:
+    """Give a new file its full size with real blocks where the filesystem can.
+
+    Writing through a mapping into a sparse file on a full disk kills the process with
+    SIGBUS; reserving the blocks up front turns that into an ENOSPC ``OSError`` here.
+    """
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+        os.ftruncate(fd, size)
+
+
+class MappedFile:
+    """A pre-sized file mapped into memory; appends are memory copies."""
+
+    def __init__(self, path: Path, file_size: int, *, create: bool = False) -> None:
+        self.path = path
+        self.file_size = file_size
+        self.file_from_offset = int(path.name)
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        fd = os.open(path, flags, 0o644)
+        try:
+            if create:
+                _reserve(fd, file_size)
+            self.buffer = mmap.mmap(fd, file_size, access=mmap.ACCESS_WRITE)
+        except BaseException:
+            if create:
+                path.unlink(missing_ok=True)
+            raise
+        finally:
+            os.close(fd)
+        self.wrote_position = 0
+        self.flushed_position = 0
+        self.store_timestamp = 0
+        self.first_create_in_queue = False
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"MappedFile({self.path.name}, wrote={self.wrote_position})"
+
+    # ------------------------------------------------------------------ positions
+
+    @property
+    def read_position(self) -> int:
+        return self.wrote_position
+
+    @property
+    def committed_position(self) -> int:
+        return self.wrote_position
+
+    @property
+    def file_end_offset(self) -> int:
+        return self.file_from_offset + self.file_size
+
+    @property
+    def remaining(self) -> int:
+        return self.file_size - self.wrote_position
+
+    @property
+    def is_full(self) -> bool:
+        return self.wrote_position == self.file_size
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def set_positions(self, position: int) -> None:
+        """Set wrote and flushed positions together (used by load, recovery and truncation)."""
+        self.wrote_position = position
+        self.flushed_position = position
+
+    # ------------------------------------------------------------------ write
+
+    def append(self, data: bytes | bytearray | memoryview) -> bool:
+        """Copy ``data`` at the write position; False (nothing written) if it does not fit."""
+        start = self.wrote_position
+        end = start + len(data)
+        if end > self.file_size:
+            return False
+        self.buffer[start:end] = data
+        self.wrote_position = end
+        return True
+
+    def append_with(self, size: int, write: Callable[[mmap.mmap, int], None]) -> bool:
+        """Let ``write(buffer, position)`` fill ``size`` bytes at the write position."""
+        start = self.wrote_position
+        if start + size > self.file_size:
+            return False
+        write(self.buffer, start)
+        self.wrote_position = start + size
+        return True
+
+    def write_at(self, position: int, data: bytes) -> None:
+        """Overwrite bytes below the write position (pre-blank fill, tests)."""
+        self.buffer[position : position + len(data)] = data
+
+    # ------------------------------------------------------------------ read
+
+    def read(self, position: int, size: int) -> bytes | None:
+        """``size`` bytes at ``position`` if they are all readable, else None."""
+        if position < 0 or position + size > self.read_position:
+            return None
+        return self.buffer[position : position + size]
+
+    def select(self, position: int, limit: int | None = None) -> bytes | None:
+        """Bytes from ``position`` to the read position (at most ``limit``), else None."""
+        end = self.read_position
+        if position < 0 or position >= end:
+            return None
+        if limit is not None:
+            end = min(end, position + limit)
+        return self.buffer[position:end]
+
+    # ------------------------------------------------------------------ flush
+
+    def is_able_to_flush(self, least_pages: int) -> bool:
+        flushed = self.flushed_position
+        write = self.read_position
+        if self.is_full:
+            return write > flushed
+        if least_pages > 0:
+            return write // OS_PAGE_SIZE - flushed // OS_PAGE_SIZE >= least_pages
+        return write > flushed
+
+    def flush(self, least_pages: int) -> int:
+        """Force dirty pages to disk when the page rule allows; returns the flushed position.
+
+        Safe to call from a flusher thread while the owner appends: the read position is
+        captured before the msync and only that much is reported as flushed.
+        """
+        if not self.is_able_to_flush(least_pages):
+            return self.flushed_position
+        with self._lock:
+            if self._closed:
+                return self.flushed_position
+            target = self.read_position
+            start = self.flushed_position - self.flushed_position % mmap.PAGESIZE
+            if target > start:
+                self.buffer.flush(start, target - start)
+            self.flushed_position = max(self.flushed_position, target)
+        return self.flushed_position
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def last_modified(self) -> float:
+        return self.path.stat().st_mtime
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self.buffer.close()
+
+    def destroy(self) -> None:
+        """Unmap and delete the file."""
+        self.close()
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
