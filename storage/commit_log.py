@@ -8,6 +8,7 @@ straddles two files.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import struct
 from collections.abc import Callable, Iterator
@@ -147,7 +148,10 @@ class CommitLog:
         try:
             mapped = self.queue.get_last_mapped_file(0)
         except OSError as exc:
-            raise StoreNotWriteableError(f"cannot create a CommitLog file: {exc}") from exc
+            reason = "disk full" if exc.errno == errno.ENOSPC else "file error"
+            raise StoreNotWriteableError(
+                f"{reason}: cannot create a CommitLog file: {exc}"
+            ) from exc
         if mapped is None:  # pragma: no cover - get_last_mapped_file creates
             raise StoreNotWriteableError("no CommitLog file to append to")
         return mapped

@@ -11,8 +11,10 @@ The store is synchronous and has one writer: the owner calls put/get/flush from 
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -57,6 +59,14 @@ from storage.errors import (
     StoreLockedError,
     StoreNotWriteableError,
 )
+from storage.flush_service import (
+    CleanService,
+    CommitLogFlusher,
+    ConsumeQueueFlusher,
+    GroupCommitService,
+    ServiceThread,
+)
+from storage.retention import DISK_FULL_REASON, RetentionConfig, StoreCleaner
 
 PRE_BLANK_SIZE: Final = 0x7FFFFFFF
 
@@ -82,6 +92,16 @@ class StoreConfig:
     max_transfer_count_in_disk: int = 8
     access_message_in_memory_max_ratio: int = 40
     message_delay_levels: str = DEFAULT_DELAY_LEVELS
+    sync_flush_timeout_ms: int = 5000
+    flush_interval_commit_log_ms: int = 500
+    flush_commit_log_least_pages: int = 4
+    flush_commit_log_thorough_interval_ms: int = 10_000
+    flush_interval_consume_queue_ms: int = 1000
+    flush_consume_queue_least_pages: int = 2
+    flush_consume_queue_thorough_interval_ms: int = 60_000
+    clean_resource_interval_ms: int = 10_000
+    clean_first_delay_ms: int = 60_000
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
 
 
 class PutStatus(Enum):
@@ -212,6 +232,11 @@ class MessageStore:
         self.writeable = True
         self.not_writeable_reason = ""
         self._pending_dispatch: deque[DispatchRequest] = deque()
+        self.flush_listeners: list[Callable[[int], None]] = []
+        self.cleaner = StoreCleaner(self, config.retention)
+        self.group_commit: GroupCommitService | None = None
+        self._services: list[ServiceThread] = []
+        self._needs_reput = False
         self._lock_fd: int | None = None
         self._closed = True
         self._memory_limit = _physical_memory() * config.access_message_in_memory_max_ratio // 100
@@ -242,6 +267,43 @@ class MessageStore:
             self._release_files()
             raise
 
+    def start_services(self) -> None:
+        """Start the flushers (or group commit in SYNC_FLUSH) and the cleaner threads."""
+        if self._services:
+            return
+        config = self.config
+        if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+            self.group_commit = GroupCommitService(self)
+            commit_log_service: ServiceThread = self.group_commit
+        else:
+            commit_log_service = CommitLogFlusher(
+                self,
+                config.flush_interval_commit_log_ms / 1000,
+                config.flush_commit_log_least_pages,
+                config.flush_commit_log_thorough_interval_ms / 1000,
+            )
+        self._services = [
+            commit_log_service,
+            ConsumeQueueFlusher(
+                self,
+                config.flush_interval_consume_queue_ms / 1000,
+                config.flush_consume_queue_least_pages,
+                config.flush_consume_queue_thorough_interval_ms / 1000,
+            ),
+            CleanService(
+                self, config.clean_resource_interval_ms / 1000, config.clean_first_delay_ms / 1000
+            ),
+        ]
+        for service in self._services:
+            service.start()
+
+    def stop_services(self) -> None:
+        """Stop every background thread; each does its final flush."""
+        services, self._services = self._services, []
+        for service in services:
+            service.stop()
+        self.group_commit = None
+
     @property
     def abort_path(self) -> Path:
         return self.root / "abort"
@@ -264,6 +326,7 @@ class MessageStore:
         """Flush everything; remove ``abort`` only when nothing is left to dispatch."""
         if self._closed:
             return
+        self.stop_services()
         self._closed = True
         self.dispatch_pending(self.commit_log.max_offset)
         self.commit_log.queue.flush_all()
@@ -336,15 +399,20 @@ class MessageStore:
 
     def _reput(self) -> None:
         """Dispatch every record the ConsumeQueues do not cover yet."""
-        start = max(
-            [q.max_physic_offset for q in self._all_consume_queues()] + [0],
-        )
-        start = max(start, self.commit_log.min_offset)
-        for scanned in self.commit_log.scan(start):
+        start = max([q.max_physic_offset for q in self._all_consume_queues()] + [0])
+        self._reput_from(start, notify=False)
+
+    def _reput_from(self, start: int, notify: bool = True) -> None:
+        offset = max(start, self.commit_log.min_offset, 0)
+        self._pending_dispatch.clear()
+        for scanned in self.commit_log.scan(offset):
             if scanned.check.kind is not RecordKind.MESSAGE:
                 break
-            self._dispatch(self._request_from_record(scanned.offset, scanned.data), notify=False)
-        self.reput_from_offset = self.commit_log.max_offset
+            request = self._request_from_record(scanned.offset, scanned.data)
+            if not self._dispatch(request, notify=notify):
+                return
+            offset = request.end_offset
+        self.reput_from_offset = max(offset, self.commit_log.max_offset)
 
     def _recover_topic_queue_table(self) -> None:
         table: dict[tuple[str, int], int] = {}
@@ -425,7 +493,7 @@ class MessageStore:
         try:
             appended = self.commit_log.append_batch(encoded, now)
         except StoreNotWriteableError as exc:
-            self._mark_not_writeable(str(exc))
+            self.mark_not_writeable(str(exc))
             raise
         return [self._after_append(e, r) for e, r in zip(encoded, appended, strict=True)]
 
@@ -441,7 +509,7 @@ class MessageStore:
         try:
             return self.commit_log.append(encoded, now)
         except StoreNotWriteableError as exc:
-            self._mark_not_writeable(str(exc))
+            self.mark_not_writeable(str(exc))
             raise
 
     def _after_append(self, encoded: EncodedMessage, result: AppendResult) -> PutResult:
@@ -457,8 +525,7 @@ class MessageStore:
         )
         if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             self._pending_dispatch.append(request)
-        else:
-            self._dispatch(request, notify=True)
+        elif not self._needs_reput and self._dispatch(request, notify=True):
             self.reput_from_offset = request.end_offset
         host, port = self.config.store_host
         return PutResult(
@@ -474,26 +541,40 @@ class MessageStore:
     def _check_writeable(self) -> None:
         if self._closed:
             raise StoreClosedError("the store is closed")
+        if self._needs_reput:
+            self.reput_if_needed()
         if not self.writeable:
             raise StoreNotWriteableError(f"store is not writeable: {self.not_writeable_reason}")
 
-    def _mark_not_writeable(self, reason: str) -> None:
+    def mark_not_writeable(self, reason: str) -> None:
         self.writeable = False
         self.not_writeable_reason = reason
 
     def mark_writeable(self) -> None:
+        """Accept writes again; records left undispatched by a failure are re-dispatched."""
         self.writeable = True
         self.not_writeable_reason = ""
 
+    def reput_if_needed(self) -> None:
+        """After a dispatch failure: dispatch what the ConsumeQueues miss (owner thread)."""
+        if self._needs_reput and self.writeable:
+            self._needs_reput = False
+            self._reput_from(self.reput_from_offset)
+
     # ================================================================== dispatch
 
-    def _dispatch(self, request: DispatchRequest, notify: bool) -> None:
+    def _dispatch(self, request: DispatchRequest, notify: bool) -> bool:
+        """Index one record; False (store marked not writeable) when a file cannot be made."""
         if request.is_dispatchable:
             queue = self.find_consume_queue(request.topic, request.queue_id, create=True)
             assert queue is not None
-            queue.put(
-                request.physical_offset, request.size, request.tags_code, request.queue_offset
-            )
+            try:
+                queue.put(
+                    request.physical_offset, request.size, request.tags_code, request.queue_offset
+                )
+            except OSError as exc:
+                self._dispatch_failed(exc)
+                return False
             queue.last_store_timestamp = request.store_timestamp
             if self.checkpoint is not None:
                 self.checkpoint.logics_msg_timestamp = request.store_timestamp
@@ -504,14 +585,25 @@ class MessageStore:
                 listener(
                     request.topic, request.queue_id, request.queue_offset + 1, request.tags_code
                 )
+        return True
+
+    def _dispatch_failed(self, exc: OSError) -> None:
+        if exc.errno == errno.ENOSPC:
+            reason = f"{DISK_FULL_REASON}: cannot write a ConsumeQueue file"
+        else:
+            reason = f"cannot write a ConsumeQueue file: {exc}"
+        self.mark_not_writeable(reason)
+        self._needs_reput = True
 
     def dispatch_pending(self, up_to_offset: int) -> int:
         """Dispatch appended records that end at or below ``up_to_offset`` (SYNC_FLUSH)."""
         pending = self._pending_dispatch
         count = 0
-        while pending and pending[0].end_offset <= up_to_offset:
+        while pending and pending[0].end_offset <= up_to_offset and not self._needs_reput:
             request = pending.popleft()
-            self._dispatch(request, notify=True)
+            if not self._dispatch(request, notify=True):
+                pending.appendleft(request)
+                break
             self.reput_from_offset = request.end_offset
             count += 1
         return count
@@ -710,13 +802,59 @@ class MessageStore:
     # ================================================================== flush
 
     def flush_commit_log(self, least_pages: int = 0) -> int:
-        """Force CommitLog pages to disk (callable off the owner thread); the flushed offset."""
+        """Force CommitLog pages to disk (callable off the owner thread); the flushed offset.
+
+        Flush listeners hear of every advance, on the flushing thread.
+        """
+        before = self.commit_log.flushed_where
         self.commit_log.flush(least_pages)
         if least_pages == 0 and self.checkpoint is not None:
             stamp = self.commit_log.queue.store_timestamp
             if stamp:
                 self.checkpoint.physic_msg_timestamp = stamp
-        return self.commit_log.flushed_where
+        flushed = self.commit_log.flushed_where
+        if flushed != before:
+            for listener in self.flush_listeners:
+                listener(flushed)
+        return flushed
+
+    def request_flush(self, end_offset: int, on_done: Callable[[], None]) -> None:
+        """SYNC_FLUSH: call ``on_done`` (on the flush thread) once ``end_offset`` is on disk.
+
+        With ASYNC_FLUSH, or when no services run, ``on_done`` is called at once.
+        """
+        group_commit = self.group_commit
+        if group_commit is None or group_commit.stopped:
+            on_done()
+            return
+        group_commit.submit(end_offset, on_done)
+
+    def wait_flushed(self, end_offset: int, timeout: float | None = None) -> bool:
+        """Block until ``end_offset`` is on disk (for synchronous callers). False on timeout.
+
+        The caller then dispatches with ``dispatch_pending(commit_log.flushed_where)``.
+        """
+        if self.group_commit is None:
+            self.flush_commit_log(0)
+            return self.commit_log.flushed_where >= end_offset
+        done = threading.Event()
+        self.request_flush(end_offset, done.set)
+        if timeout is None:
+            timeout = self.config.sync_flush_timeout_ms / 1000
+        return done.wait(timeout)
+
+    # ================================================================== retention
+
+    def clean_once(self) -> int:
+        """One pass of disk checks and file expiry (the clean service calls this)."""
+        return self.cleaner.run_once()
+
+    def after_commit_log_deleted(self) -> None:
+        """Drop ConsumeQueue files below the new CommitLog min offset; fix min offsets."""
+        min_physical = self.commit_log.min_offset
+        for queue in self._all_consume_queues():
+            queue.delete_expired_files(min_physical)
+            queue.correct_min_offset(min_physical)
 
     def flush_consume_queues(self, least_pages: int = 0) -> None:
         """Force ConsumeQueue pages; on a thorough flush also the checkpoint."""

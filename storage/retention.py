@@ -1,0 +1,113 @@
+"""Retention and disk space: expire old files, refuse writes on a full disk.
+
+RocketMQ's rules (reference §1, §4.2):
+
+- CommitLog files older than ``file_reserved_time`` (72 h) are deleted at the hours of
+  ``delete_when`` ("04"), or whenever disk use passes ``disk_max_used_space_ratio`` (75 %);
+  above ``disk_space_clean_forcibly_ratio`` (85 %) files go even when not expired.
+- Never the last file; at most 10 files per pass; stop at the first file that stays.
+- Then ConsumeQueue files whose last unit points below the new CommitLog min offset go too,
+  and every queue's min offset is corrected.
+- At ``disk_space_warning_level_ratio`` (90 %), or after ENOSPC, the store refuses writes
+  ("not writeable: disk full") and keeps serving reads; once space is back it accepts
+  writes again.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from storage.message_store import MessageStore
+
+DISK_FULL_REASON: Final = "disk full"
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionConfig:
+    """When files expire and how full the disk may get."""
+
+    file_reserved_time_hours: float = 72
+    delete_when: str = "04"
+    disk_max_used_space_ratio: int = 75
+    disk_space_clean_forcibly_ratio: int = 85
+    disk_space_warning_level_ratio: int = 90
+    clean_file_forcibly_enable: bool = True
+
+
+DiskUsage = Callable[[Path], tuple[int, int, int]]
+"""(total, used, free) bytes of the filesystem holding a path, as ``shutil.disk_usage``."""
+
+
+def disk_use_ratio(usage: tuple[int, int, int]) -> float:
+    total, used, _ = usage
+    return used / total if total else 0.0
+
+
+def is_time_to_delete(delete_when: str, hour: int) -> bool:
+    """Whether ``hour`` is one of the ``;``-separated hours of ``delete_when``."""
+    return any(part.strip().isdigit() and int(part) == hour for part in delete_when.split(";"))
+
+
+class StoreCleaner:
+    """One pass of retention and disk checks over a store (called by the clean service)."""
+
+    def __init__(
+        self,
+        store: MessageStore,
+        config: RetentionConfig,
+        disk_usage: DiskUsage = shutil.disk_usage,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.disk_usage = disk_usage
+        self.clock = clock
+        self.manual_delete_passes = 0
+        self.last_ratio = 0.0
+
+    def run_once(self) -> int:
+        """Check the disk, delete what has expired; the number of CommitLog files deleted."""
+        ratio = disk_use_ratio(self.disk_usage(self.store.root))
+        self.last_ratio = ratio
+        self._update_writeable(ratio)
+        deleted = self._delete_expired_commit_log(ratio)
+        if deleted:
+            self.store.after_commit_log_deleted()
+        return deleted
+
+    def delete_now(self, passes: int = 1) -> None:
+        """Ask the next passes to delete expired files whatever the hour."""
+        self.manual_delete_passes = passes
+
+    def _update_writeable(self, ratio: float) -> None:
+        store = self.store
+        warning = self.config.disk_space_warning_level_ratio / 100
+        if ratio >= warning:
+            if store.writeable:
+                store.mark_not_writeable(
+                    f"{DISK_FULL_REASON} ({ratio:.0%} used, limit {warning:.0%})"
+                )
+        elif not store.writeable and store.not_writeable_reason.startswith(DISK_FULL_REASON):
+            store.mark_writeable()
+
+    def _delete_expired_commit_log(self, ratio: float) -> int:
+        config = self.config
+        now_ms = int(self.clock() * 1000)
+        hour = time.localtime(now_ms / 1000).tm_hour
+        time_up = is_time_to_delete(config.delete_when, hour)
+        space_full = ratio >= config.disk_max_used_space_ratio / 100
+        forcibly = ratio >= config.disk_space_clean_forcibly_ratio / 100
+        manual = self.manual_delete_passes > 0
+        if not (time_up or space_full or forcibly or manual):
+            return 0
+        if manual:
+            self.manual_delete_passes -= 1
+        clean_now = config.clean_file_forcibly_enable and forcibly
+        expired_ms = int(config.file_reserved_time_hours * 3600 * 1000)
+        return self.store.commit_log.queue.delete_expired_by_time(expired_ms, clean_now, now_ms)
