@@ -1,0 +1,166 @@
+"""Flushers and group commit, on real files; fdatasync is counted (and slowed) where needed."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from storage import FlushDiskType, GetMessageStatus, Message, MessageStore, StoreConfig
+from storage.checkpoint import StoreCheckpoint
+
+
+class SyncCounter:
+    """Wraps os.fdatasync: counts calls and can add latency."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.calls = 0
+        self.delay = delay
+        self._real: Callable[[int], None] = os.fdatasync
+        self._lock = threading.Lock()
+
+    def __call__(self, fd: int) -> None:
+        with self._lock:
+            self.calls += 1
+        if self.delay:
+            time.sleep(self.delay)
+        self._real(fd)
+
+
+@pytest.fixture
+def syncs(monkeypatch: pytest.MonkeyPatch) -> Iterator[SyncCounter]:
+    counter = SyncCounter()
+    monkeypatch.setattr(os, "fdatasync", counter)
+    yield counter
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return condition()
+
+
+def sync_store(path: Path) -> MessageStore:
+    config = StoreConfig(
+        commit_log_file_size=64 * 1024,
+        consume_queue_units_per_file=100,
+        flush_disk_type=FlushDiskType.SYNC_FLUSH,
+    )
+    store = MessageStore.open(path, config)
+    store.start_services()
+    return store
+
+
+def test_async_flusher_forces_the_commit_log_in_the_background(
+    tmp_path: Path, syncs: SyncCounter
+) -> None:
+    config = StoreConfig(
+        commit_log_file_size=1024 * 1024,
+        flush_interval_commit_log_ms=20,
+        flush_commit_log_thorough_interval_ms=100,
+    )
+    with MessageStore.open(tmp_path, config) as store:
+        store.start_services()
+        result = store.put_message(Message("T", b"x" * 100))
+        assert wait_until(lambda: store.commit_log.flushed_where >= result.end_offset)
+        assert syncs.calls >= 1
+
+
+def test_async_flusher_waits_for_four_dirty_pages_between_thorough_flushes(
+    tmp_path: Path, syncs: SyncCounter
+) -> None:
+    config = StoreConfig(
+        commit_log_file_size=1024 * 1024,
+        flush_interval_commit_log_ms=10,
+        flush_commit_log_thorough_interval_ms=60_000,
+    )
+    with MessageStore.open(tmp_path, config) as store:
+        store.start_services()
+        store.put_message(Message("T", b"x" * 100))
+        time.sleep(0.2)
+        assert store.commit_log.flushed_where == 0, "one page is below the 4-page threshold"
+        store.put_message(Message("T", b"y" * 5 * 4096))
+        assert wait_until(lambda: store.commit_log.flushed_where > 0)
+
+
+def test_group_commit_shares_one_flush_among_many_waiting_puts(
+    tmp_path: Path, syncs: SyncCounter
+) -> None:
+    syncs.delay = 0.05
+    store = sync_store(tmp_path)
+    try:
+        done = threading.Semaphore(0)
+        results = [store.put_message(Message("T", b"m" * 200, queue_id=i % 4)) for i in range(200)]
+        for result in results:
+            store.request_flush(result.end_offset, done.release)
+        for _ in results:
+            assert done.acquire(timeout=10)
+        assert syncs.calls <= 10, f"{syncs.calls} flushes for 200 puts"
+        assert store.commit_log.flushed_where >= results[-1].end_offset
+    finally:
+        store.close()
+
+
+def test_sync_flush_makes_a_message_visible_only_after_its_flush(
+    tmp_path: Path, syncs: SyncCounter
+) -> None:
+    store = sync_store(tmp_path)
+    try:
+        result = store.put_message(Message("T", b"durable"))
+        before = store.get_message("g", "T", 0, 0)
+        assert before.status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
+        assert store.wait_flushed(result.end_offset, timeout=10)
+        store.dispatch_pending(store.commit_log.flushed_where)
+        after = store.get_message("g", "T", 0, 0)
+        assert after.status is GetMessageStatus.FOUND
+        assert after.messages[0].body == b"durable"
+    finally:
+        store.close()
+
+
+def test_a_flush_that_does_not_finish_in_time_is_a_timeout_and_the_message_stays(
+    tmp_path: Path, syncs: SyncCounter
+) -> None:
+    syncs.delay = 0.5
+    store = sync_store(tmp_path)
+    try:
+        result = store.put_message(Message("T", b"slow disk"))
+        assert not store.wait_flushed(result.end_offset, timeout=0.05)
+        assert wait_until(lambda: store.commit_log.flushed_where >= result.end_offset)
+        store.dispatch_pending(store.commit_log.flushed_where)
+        assert store.get_message("g", "T", 0, 0).messages[0].body == b"slow disk"
+    finally:
+        store.close()
+
+
+def test_stopping_services_flushes_everything(tmp_path: Path) -> None:
+    config = StoreConfig(commit_log_file_size=1024 * 1024, flush_interval_commit_log_ms=60_000)
+    store = MessageStore.open(tmp_path, config)
+    store.start_services()
+    result = store.put_message(Message("T", b"z" * 300))
+    store.stop_services()
+    assert store.commit_log.flushed_where >= result.end_offset
+    store.close()
+
+
+def test_checkpoint_records_flush_times_and_survives_reopen(tmp_path: Path) -> None:
+    with MessageStore.open(tmp_path, StoreConfig(commit_log_file_size=64 * 1024)) as store:
+        result = store.put_message(Message("T", b"stamp"))
+        store.flush_all()
+        assert store.checkpoint is not None
+        assert store.checkpoint.physic_msg_timestamp == result.store_timestamp
+        assert store.checkpoint.logics_msg_timestamp == result.store_timestamp
+    checkpoint = StoreCheckpoint(tmp_path / "checkpoint")
+    try:
+        assert checkpoint.physic_msg_timestamp == result.store_timestamp
+        assert checkpoint.min_timestamp == result.store_timestamp - 3000
+        assert (tmp_path / "checkpoint").stat().st_size == 4096
+    finally:
+        checkpoint.close()
