@@ -243,7 +243,8 @@ def decode_msg_id(msg_id: str) -> MessageId:
 
 def validate_topic(topic: str) -> bytes:
     """Check a topic name and return its UTF-8 bytes; ``InvalidTopicError`` if it is not valid."""
-    if not topic or len(topic) > MAX_TOPIC_LENGTH or not TOPIC_PATTERN.match(topic):
+    # fullmatch, not match: ``$`` also matches before a trailing newline ("abc\n").
+    if not topic or len(topic) > MAX_TOPIC_LENGTH or not TOPIC_PATTERN.fullmatch(topic):
         raise InvalidTopicError(
             f"invalid topic name {topic[:140]!r}: use 1 to {MAX_TOPIC_LENGTH} characters "
             "from a-z A-Z 0-9 _ - % |"
@@ -503,9 +504,7 @@ def _layout_end(buffer: Buffer, position: int, limit: int) -> int | None:
     return int(p + 2 + properties_length)
 
 
-def check_record(
-    buffer: Buffer, position: int, limit: int, check_crc: bool
-) -> RecordCheck:
+def check_record(buffer: Buffer, position: int, limit: int, check_crc: bool) -> RecordCheck:
     """Check the record at ``position``; ``limit`` is the end of readable data in ``buffer``.
 
     A short tail or a zero magic is the normal end of the log (END); only an impossible

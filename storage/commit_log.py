@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import mmap
 import struct
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,43 @@ from storage.errors import MessageTooLargeError, StoreNotWriteableError
 from storage.mapped_file import MappedFile
 from storage.mapped_file_queue import MappedFileQueue
 
-_TOTAL_SIZE = struct.Struct(">i")
+_INT = struct.Struct(">i")
+_SHORT = struct.Struct(">h")
+_HEAD_V4 = struct.Struct(">iiiiiqqi")  # TOTALSIZE .. SYSFLAG
+
+RecoveredRecordSink = Callable[[int, int, bytes, int, "mmap.mmap | bytes"], None]
+"""Called for each valid record during recovery: (physical offset, size, topic bytes,
+queue id, buffer). For the common layout the buffer is the file's mapping and the record
+sits at ``physical offset - file start``; otherwise topic is ``b""``, queue id -1 and the
+buffer holds exactly the record."""
+
+
+def _valid_v4_record(
+    buffer: mmap.mmap, position: int, limit: int, check_crc: bool
+) -> tuple[int, int, int] | None:
+    """(size, queue id, body end) of a valid IPv4/IPv4 v1 record at ``position``, else None.
+
+    None sends the caller down the general ``check_record`` path, which also classifies
+    what it found (END, BLANK, CORRUPT).
+    """
+    if position + 91 > limit:
+        return None
+    total, magic, crc, queue_id, _, _, _, sys_flag = _HEAD_V4.unpack_from(buffer, position)
+    end = position + total
+    if magic != MESSAGE_MAGIC_CODE or sys_flag & 0x30 or total < 91 or end > limit:
+        return None
+    body_end = position + 88 + _INT.unpack_from(buffer, position + 84)[0]
+    if body_end + 3 > end or body_end < position + 88:
+        return None
+    properties_at = body_end + 1 + buffer[body_end]
+    if (
+        properties_at + 2 > end
+        or properties_at + 2 + _SHORT.unpack_from(buffer, properties_at)[0] != end
+    ):
+        return None
+    if check_crc and zlib.crc32(buffer[position + 88 : body_end]) & 0x7FFFFFFF != crc:
+        return None
+    return total, queue_id, body_end
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,7 +278,7 @@ class CommitLog:
         self,
         min_timestamp: int,
         check_crc: bool,
-        dispatch: Callable[[int, bytes], None],
+        dispatch: RecoveredRecordSink,
     ) -> tuple[int, list[str]]:
         """Scan from the newest file that starts before ``min_timestamp``, dispatching records."""
         files = self.queue.files
@@ -262,7 +299,7 @@ class CommitLog:
         return stored != 0 and stored <= min_timestamp
 
     def _recover_from(
-        self, start: int, check_crc: bool, dispatch: Callable[[int, bytes], None] | None
+        self, start: int, check_crc: bool, dispatch: RecoveredRecordSink | None
     ) -> tuple[int, list[str]]:
         files = self.queue.files
         findings: list[str] = []
@@ -283,31 +320,45 @@ class CommitLog:
         self,
         mapped: MappedFile,
         check_crc: bool,
-        dispatch: Callable[[int, bytes], None] | None,
+        dispatch: RecoveredRecordSink | None,
     ) -> tuple[int, str]:
-        """Valid bytes from the start of ``mapped`` and, if it ended badly, why."""
+        """Valid bytes from the start of ``mapped`` and, if it ended badly, why.
+
+        The common layout (IPv4 hosts) is checked inline — TOTALSIZE against the field
+        lengths, then the body CRC — because recovery walks every record of a large log;
+        anything else goes through the general ``check_record``.
+        """
         buffer = mapped.buffer
+        file_size = self.file_size
+        base = mapped.file_from_offset
         position = 0
-        while position < self.file_size:
-            check = check_record(buffer, position, self.file_size, check_crc)
+        while position < file_size:
+            valid = _valid_v4_record(buffer, position, file_size, check_crc)
+            if valid is not None:
+                size, queue_id, body_end = valid
+                if dispatch is not None:
+                    topic = buffer[body_end + 1 : body_end + 1 + buffer[body_end]]
+                    dispatch(base + position, size, topic, queue_id, buffer)
+                position += size
+                continue
+            check = check_record(buffer, position, file_size, check_crc)
             if check.kind is RecordKind.MESSAGE:
                 if dispatch is not None:
-                    dispatch(
-                        mapped.file_from_offset + position, buffer[position : position + check.size]
-                    )
+                    record = buffer[position : position + check.size]
+                    dispatch(base + position, check.size, b"", -1, record)
                 position += check.size
                 continue
             if check.kind is RecordKind.BLANK:
-                return self.file_size, ""
+                return file_size, ""
             if check.kind is RecordKind.CORRUPT:
                 return position, (
                     f"commitlog {mapped.path.name}: {check.reason} at offset "
-                    f"{mapped.file_from_offset + position}; truncated there"
+                    f"{base + position}; truncated there"
                 )
-            if _has_data_after(buffer, position, self.file_size):
+            if _has_data_after(buffer, position, file_size):
                 return position, (
                     f"commitlog {mapped.path.name}: torn record at offset "
-                    f"{mapped.file_from_offset + position}; truncated there"
+                    f"{base + position}; truncated there"
                 )
             return position, ""
         return position, ""

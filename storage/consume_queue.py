@@ -6,6 +6,7 @@ Logical offset ``n`` is unit ``n``: byte ``n*20`` of the queue, in file
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
@@ -14,7 +15,8 @@ from storage.codec import CQ_UNIT_SIZE, CQ_UNIT_STRUCT
 from storage.mapped_file import MappedFile
 from storage.mapped_file_queue import MappedFileQueue
 
-PRE_BLANK_UNIT: Final = CQ_UNIT_STRUCT.pack(0, 0x7FFFFFFF, 0)
+PRE_BLANK_SIZE: Final = 0x7FFFFFFF
+PRE_BLANK_UNIT: Final = CQ_UNIT_STRUCT.pack(0, PRE_BLANK_SIZE, 0)
 _pack_unit = CQ_UNIT_STRUCT.pack
 _unpack_unit = CQ_UNIT_STRUCT.unpack_from
 
@@ -189,63 +191,68 @@ class ConsumeQueue:
         self.queue.truncate_dirty_files(process_offset)
 
     def _scan_valid_units(self, mapped: MappedFile) -> tuple[int, int | None]:
-        """Bytes of valid units from the file start, and the end physical offset of the last."""
+        """Bytes of valid units from the file start, and the end physical offset of the last.
+
+        Units are written in order, so the valid ones form a prefix: a binary search finds
+        the first invalid unit (offset < 0 or size <= 0) in log time.
+        """
         buffer = mapped.buffer
-        position = 0
-        last: int | None = None
-        while position < self.file_size:
+        low, high = 0, self.units_per_file
+        while low < high:
+            middle = (low + high) // 2
+            offset, size, _ = _unpack_unit(buffer, middle * CQ_UNIT_SIZE)
+            if offset >= 0 and size > 0:
+                low = middle + 1
+            else:
+                high = middle
+        position = low * CQ_UNIT_SIZE
+        return position, self._last_physical_end(buffer, position)
+
+    def _last_physical_end(self, buffer: mmap.mmap, end: int) -> int | None:
+        """End offset of the last real (not pre-blank) unit before byte ``end``."""
+        position = end - CQ_UNIT_SIZE
+        while position >= 0:
             offset, size, _ = _unpack_unit(buffer, position)
-            if offset < 0 or size <= 0:
-                break
-            if size != 0x7FFFFFFF:
-                last = offset + size
-            position += CQ_UNIT_SIZE
-        return position, last
+            if size != PRE_BLANK_SIZE:
+                return int(offset + size)
+            position -= CQ_UNIT_SIZE
+        return None
 
     def truncate_dirty(self, physical_offset: int) -> None:
         """Drop every unit pointing at or beyond ``physical_offset`` (CommitLog's valid end)."""
         while True:
             mapped = self.queue.last_file()
             if mapped is None:
-                break
-            buffer = mapped.buffer
-            position = 0
-            keep_end = 0
-            whole_file_beyond = False
-            while position < mapped.read_position:
-                offset, size, _ = _unpack_unit(buffer, position)
-                if position == 0 and size != 0x7FFFFFFF and offset >= physical_offset:
-                    whole_file_beyond = True
-                    break
-                if offset >= 0 and size == 0x7FFFFFFF:
-                    position += CQ_UNIT_SIZE
-                    keep_end = position
-                    continue
-                if size <= 0 or offset >= physical_offset:
-                    break
-                position += CQ_UNIT_SIZE
-                keep_end = position
-                self.max_physic_offset = offset + size
-            if whole_file_beyond:
+                self.max_physic_offset = -1
+                return
+            keep = self._units_below(mapped, physical_offset)
+            if keep == 0 and mapped.read_position > 0 and not self._starts_with_pre_blank(mapped):
                 self.queue.delete_last_file()
                 continue
-            mapped.set_positions(keep_end)
-            self.queue.flushed_where = min(
-                self.queue.flushed_where, mapped.file_from_offset + keep_end
-            )
-            break
-        if not self.queue.files:
-            self.max_physic_offset = -1
-        self._refresh_max_physic_offset()
-
-    def _refresh_max_physic_offset(self) -> None:
-        last_index = self.max_offset - 1
-        if last_index < self.min_offset:
-            self.max_physic_offset = -1 if not self.queue.files else self.max_physic_offset
+            mapped.set_positions(keep)
+            self.queue.flushed_where = min(self.queue.flushed_where, mapped.file_from_offset + keep)
+            last = self._last_physical_end(mapped.buffer, keep)
+            if last is not None:
+                self.max_physic_offset = last
+            elif len(self.queue.files) == 1:
+                self.max_physic_offset = -1
             return
-        unit = self.get_unit(last_index)
-        if unit is not None and unit[1] != 0x7FFFFFFF:
-            self.max_physic_offset = unit[0] + unit[1]
+
+    def _units_below(self, mapped: MappedFile, physical_offset: int) -> int:
+        """Bytes of the leading units (pre-blank or pointing below ``physical_offset``)."""
+        buffer = mapped.buffer
+        low, high = 0, mapped.read_position // CQ_UNIT_SIZE
+        while low < high:
+            middle = (low + high) // 2
+            offset, size, _ = _unpack_unit(buffer, middle * CQ_UNIT_SIZE)
+            if size == PRE_BLANK_SIZE or (size > 0 and offset < physical_offset):
+                low = middle + 1
+            else:
+                high = middle
+        return low * CQ_UNIT_SIZE
+
+    def _starts_with_pre_blank(self, mapped: MappedFile) -> bool:
+        return bool(mapped.read_position) and _unpack_unit(mapped.buffer, 0)[1] == PRE_BLANK_SIZE
 
     def correct_min_offset(self, min_physic_offset: int) -> None:
         """Point the min offset at the first unit whose message is still in the CommitLog."""

@@ -41,7 +41,8 @@ class ServiceThread:
         self._thread.start()
 
     def wakeup(self) -> None:
-        self._wake.set()
+        if not self._wake.is_set():  # a plain read; set() takes a lock
+            self._wake.set()
 
     def stop(self) -> None:
         """Stop the loop, run the final ``on_stop`` work, wait for the thread."""
@@ -136,8 +137,12 @@ class GroupCommitService(ServiceThread):
     def run_once(self) -> None:
         with self._lock:
             requests, self._requests = self._requests, []
+        # Flush everything written so far, not just what was asked for: puts that arrived
+        # during the previous flush are served by this one.
+        target = self.store.commit_log.max_offset
         if requests:
-            self._flush_until(max(r.next_offset for r in requests))
+            target = max(target, max(r.next_offset for r in requests))
+        self._flush_until(target)
         flushed = self.store.commit_log.flushed_where
         waiting = []
         for request in requests:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import mmap
 import os
 import threading
 import time
@@ -237,6 +238,7 @@ class MessageStore:
         self.group_commit: GroupCommitService | None = None
         self._services: list[ServiceThread] = []
         self._needs_reput = False
+        self._recovery_queue_cache: dict[tuple[bytes, int], ConsumeQueue | None] = {}
         self._lock_fd: int | None = None
         self._closed = True
         self._memory_limit = _physical_memory() * config.access_message_in_memory_max_ratio // 100
@@ -394,8 +396,35 @@ class MessageStore:
             for queue in self._all_consume_queues():
                 queue.truncate_dirty(end)
 
-    def _dispatch_recovered(self, physical_offset: int, data: bytes) -> None:
-        self._dispatch(self._request_from_record(physical_offset, data), notify=False)
+    def _dispatch_recovered(
+        self,
+        physical_offset: int,
+        size: int,
+        topic: bytes,
+        queue_id: int,
+        buffer: mmap.mmap | bytes,
+    ) -> None:
+        """Dispatch a record found by abnormal recovery unless its queue already has it.
+
+        Most records are already indexed; checking the queue first avoids decoding them.
+        """
+        if queue_id < 0:
+            self._dispatch(self._request_from_record(physical_offset, bytes(buffer)), notify=False)
+            return
+        key = (topic, queue_id)
+        cache = self._recovery_queue_cache
+        if key in cache:
+            queue = cache[key]
+        else:
+            queue = cache[key] = self.find_consume_queue(topic.decode(), queue_id)
+        if queue is not None and physical_offset + size <= queue.max_physic_offset:
+            return
+        position = physical_offset % self.config.commit_log_file_size
+        record = buffer[position : position + size]
+        request = self._request_from_record(physical_offset, record)
+        self._dispatch(request, notify=False)
+        if queue is None:
+            cache[key] = self.find_consume_queue(request.topic, request.queue_id)
 
     def _reput(self) -> None:
         """Dispatch every record the ConsumeQueues do not cover yet."""

@@ -1,0 +1,104 @@
+"""Durability: let puts await their flush without blocking the event loop.
+
+With SYNC_FLUSH a put is acknowledged only once its bytes are on disk, and only then
+dispatched (made visible to pulls). The store's group-commit thread flushes everything
+written so far whenever it is woken; each advance of the flushed offset reaches the loop
+as one callback, which dispatches what is now durable and resolves every waiter at or
+below it. A put that is not flushed within ``sync_flush_timeout`` is answered
+FLUSH_DISK_TIMEOUT (the message stays stored and is dispatched once flushed).
+
+With ASYNC_FLUSH ``wait`` returns at once: the background flusher forces pages later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+
+from storage import FlushDiskType, MessageStore
+
+_SWEEP_INTERVAL = 0.1
+
+
+class DurabilityTracker:
+    """Loop-side registry of puts waiting for the group commit."""
+
+    def __init__(self, store: MessageStore, timeout: float | None = None) -> None:
+        self.store = store
+        self.sync = store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        self.timeout = timeout if timeout is not None else store.config.sync_flush_timeout_ms / 1000
+        self._waiting: collections.deque[tuple[int, float, asyncio.Future[bool]]] = (
+            collections.deque()
+        )
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._sweeper: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        """Hook into the store's flush notifications; call on the event loop."""
+        self._loop = asyncio.get_running_loop()
+        if self.sync:
+            self.store.flush_listeners.append(self._flushed_from_thread)
+
+    def stop(self) -> None:
+        """Answer every waiter (the store's final flush has run by now)."""
+        if self._flushed_from_thread in self.store.flush_listeners:
+            self.store.flush_listeners.remove(self._flushed_from_thread)
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        self._on_flushed(self.store.commit_log.flushed_where)
+        while self._waiting:
+            _, _, future = self._waiting.popleft()
+            if not future.done():
+                future.set_result(False)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    async def wait(self, end_offset: int) -> bool:
+        """True once ``end_offset`` is on disk; False after the flush timeout."""
+        if not self.sync:
+            return True
+        if self.store.commit_log.flushed_where >= end_offset and not self._waiting:
+            self.store.dispatch_pending(end_offset)
+            return True
+        loop = self._loop or asyncio.get_running_loop()
+        future: asyncio.Future[bool] = loop.create_future()
+        self._waiting.append((end_offset, time.monotonic() + self.timeout, future))
+        group_commit = self.store.group_commit
+        if group_commit is not None:
+            group_commit.wakeup()
+        self._arm_sweeper(loop)
+        return await future
+
+    def _flushed_from_thread(self, flushed: int) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._on_flushed, flushed)
+
+    def _on_flushed(self, flushed: int) -> None:
+        """On the loop: dispatch what is durable, then wake its waiters."""
+        self.store.dispatch_pending(flushed)
+        waiting = self._waiting
+        while waiting and waiting[0][0] <= flushed:
+            future = waiting.popleft()[2]
+            if not future.done():
+                future.set_result(True)
+
+    def _arm_sweeper(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._sweeper is None:
+            self._sweeper = loop.call_later(_SWEEP_INTERVAL, self._sweep)
+
+    def _sweep(self) -> None:
+        """Answer waiters whose deadline passed; they stay stored and dispatch later."""
+        self._sweeper = None
+        now = time.monotonic()
+        for _, deadline, future in self._waiting:
+            if deadline <= now and not future.done():
+                future.set_result(False)
+        while self._waiting and self._waiting[0][2].done():
+            self._waiting.popleft()
+        if self._waiting and self._loop is not None:
+            self._arm_sweeper(self._loop)
