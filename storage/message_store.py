@@ -33,6 +33,7 @@ from storage.codec import (
     PROPERTY_UNIQ_KEY,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
     EncodedMessage,
     Message,
@@ -67,6 +68,7 @@ from storage.flush_service import (
     GroupCommitService,
     ServiceThread,
 )
+from storage.index_service import IndexService
 from storage.retention import DISK_FULL_REASON, RetentionConfig, StoreCleaner
 
 PRE_BLANK_SIZE: Final = 0x7FFFFFFF
@@ -103,6 +105,14 @@ class StoreConfig:
     clean_resource_interval_ms: int = 10_000
     clean_first_delay_ms: int = 60_000
     retention: RetentionConfig = field(default_factory=RetentionConfig)
+    message_index_enable: bool = True
+    # RocketMQ's defaults are 5,000,000 slots and 20,000,000 entries (a 420 MB file); the
+    # layout is the same, the default file is a tenth of that.
+    max_hash_slot_num: int = 500_000
+    max_index_num: int = 2_000_000
+    # After an unclean exit the index is rebuilt from the CommitLog. True: before open()
+    # returns; False: the owner calls catch_up_index() in chunks while serving.
+    index_catch_up_on_open: bool = True
 
 
 class PutStatus(Enum):
@@ -225,6 +235,11 @@ class MessageStore:
         self.consume_queue_root = root / "consumequeue"
         self.consume_queues: dict[str, dict[int, ConsumeQueue]] = {}
         self.checkpoint: StoreCheckpoint | None = None
+        self.index_service: IndexService | None = None
+        # The index is complete up to this CommitLog offset; while it lags behind the
+        # dispatched offset, dispatch leaves indexing to catch_up_index().
+        self.index_reput_offset = 0
+        self._index_caught_up = False
         self.arrival_listeners: list[ArrivalListener] = []
         self.dispatchers: list[Callable[[DispatchRequest], None]] = []
         self.reput_from_offset = 0
@@ -260,9 +275,18 @@ class MessageStore:
             self.commit_log.load()
             self._load_consume_queues()
             self.checkpoint = StoreCheckpoint(self.root / "checkpoint")
+            if self.config.message_index_enable:
+                self.index_service = IndexService(
+                    self.root / "index",
+                    self.config.max_hash_slot_num,
+                    self.config.max_index_num,
+                    self.checkpoint,
+                )
+                self.index_service.load(self.last_exit_ok)
             self._recover()
             self._reput()
             self._recover_topic_queue_table()
+            self._start_index_catch_up()
             self.abort_path.touch()
             self._closed = False
         except BaseException:
@@ -342,6 +366,8 @@ class MessageStore:
             self.abort_path.unlink(missing_ok=True)
 
     def _release_files(self) -> None:
+        if self.index_service is not None:
+            self.index_service.close()
         self.commit_log.close()
         for queue in self._all_consume_queues():
             queue.close()
@@ -395,6 +421,20 @@ class MessageStore:
         elif max_cq_physical >= end:
             for queue in self._all_consume_queues():
                 queue.truncate_dirty(end)
+
+    def _start_index_catch_up(self) -> None:
+        index = self.index_service
+        if index is None:
+            return
+        last = index.end_phy_offset
+        start = max(last, self.commit_log.min_offset, 0)
+        if last >= 0:
+            record = self.commit_log.read_record(last)
+            start = max(start, last + len(record)) if record is not None else start
+        self.index_reput_offset = start
+        self._index_caught_up = start >= self.reput_from_offset
+        if self.config.index_catch_up_on_open:
+            self.catch_up_index()
 
     def _dispatch_recovered(
         self,
@@ -607,6 +647,8 @@ class MessageStore:
             queue.last_store_timestamp = request.store_timestamp
             if self.checkpoint is not None:
                 self.checkpoint.logics_msg_timestamp = request.store_timestamp
+        if self._index_caught_up:
+            self._index(request)
         for dispatcher in self.dispatchers:
             dispatcher(request)
         if notify and request.is_dispatchable:
@@ -614,6 +656,45 @@ class MessageStore:
                 listener(
                     request.topic, request.queue_id, request.queue_offset + 1, request.tags_code
                 )
+        return True
+
+    def _index(self, request: DispatchRequest) -> None:
+        index = self.index_service
+        if index is None:
+            return
+        if request.sys_flag & TRANSACTION_TYPE_MASK != TRANSACTION_ROLLBACK_TYPE:
+            index.build_index(
+                request.topic,
+                request.physical_offset,
+                request.store_timestamp,
+                request.keys,
+                request.uniq_key,
+            )
+        self.index_reput_offset = request.end_offset
+
+    @property
+    def index_behind_bytes(self) -> int:
+        """How much dispatched CommitLog the index has not covered yet."""
+        if self.index_service is None or self._index_caught_up:
+            return 0
+        return max(0, self.reput_from_offset - self.index_reput_offset)
+
+    def catch_up_index(self, max_records: int | None = None) -> bool:
+        """Index dispatched records the index lacks (owner thread); True once caught up."""
+        if self.index_service is None or self._index_caught_up:
+            return True
+        target = self.reput_from_offset
+        budget = max_records
+        for scanned in self.commit_log.scan(self.index_reput_offset, target):
+            if scanned.check.kind is not RecordKind.MESSAGE:
+                break
+            if budget is not None:
+                if budget == 0:
+                    return False
+                budget -= 1
+            self._index(self._request_from_record(scanned.offset, scanned.data))
+        self.index_reput_offset = target
+        self._index_caught_up = True
         return True
 
     def _dispatch_failed(self, exc: OSError) -> None:
@@ -754,18 +835,24 @@ class MessageStore:
         max_physical = self.commit_log.max_offset
         memory_limit = self._memory_limit
         codes = None if tag_filter is None else tag_filter.codes
-        read = self.commit_log.read
+        find_file = self.commit_log.queue.find_by_offset
+        count_in_disk = config.max_transfer_count_in_disk
         messages: list[StoredMessage] = []
         status = GetMessageStatus.NO_MATCHED_MESSAGE
         total = 0
         scanned = 0
         in_disk = False
+        # Records are decoded straight from the mapping of the CommitLog file of the
+        # previous unit (a batch nearly always stays in one file): no lookup and no copy
+        # of the record per message.
+        buffer: mmap.mmap | None = None
+        file_start = readable_end = 0
         for physical, size, code in CQ_UNIT_STRUCT.iter_unpack(data):
             in_disk = max_physical - physical > memory_limit
             if messages and (
                 len(messages) >= max_messages
                 or total + size > (disk_cap if in_disk else memory_cap)
-                or (in_disk and len(messages) >= config.max_transfer_count_in_disk)
+                or (in_disk and len(messages) >= count_in_disk)
             ):
                 break
             scanned += 1
@@ -773,12 +860,25 @@ class MessageStore:
                 continue
             if codes is not None and to_int32(code) not in codes:
                 continue
-            record = read(physical, size)
-            if record is None:
+            if buffer is None or physical < file_start or physical + size > readable_end:
+                mapped = find_file(physical)
+                if mapped is None:
+                    buffer = None
+                else:
+                    buffer = mapped.buffer
+                    file_start = mapped.file_from_offset
+                    readable_end = file_start + mapped.read_position
+            message = None
+            if buffer is not None and physical + size <= readable_end:
+                try:
+                    message = decode_record(buffer, physical - file_start)
+                except ValueError:  # the file was unmapped by the cleaner
+                    buffer = None
+            if message is None:
                 if not messages:
                     status = GetMessageStatus.MESSAGE_WAS_REMOVING
                 continue
-            messages.append(decode_record(record))
+            messages.append(message)
             total += size
             status = GetMessageStatus.FOUND
         return GetMessageResult(status, offset + scanned, min_offset, max_offset, messages, in_disk)
@@ -805,6 +905,27 @@ class MessageStore:
         if message is None or message.physical_offset != decoded.physical_offset:
             return None
         return message
+
+    def query_message(
+        self, topic: str, key: str, max_num: int = 32, begin: int = 0, end: int | None = None
+    ) -> list[StoredMessage]:
+        """Messages of ``topic`` whose KEYS or UNIQ_KEY is ``key``, stored in [begin, end].
+
+        The index compares hashes only; the real key is re-checked here. At most 64,
+        oldest first.
+        """
+        if self.index_service is None:
+            return []
+        end = _now_ms() + 1000 if end is None else end
+        offsets = self.index_service.query(topic, key, max_num, begin, end)
+        found = []
+        for offset in sorted(set(offsets)):
+            message = self.look_message_by_offset(offset)
+            if message is None or message.topic != topic:
+                continue
+            if key in message.keys or message.uniq_key == key:
+                found.append(message)
+        return found
 
     def store_time_of(self, physical_offset: int, size: int) -> int:
         return self.commit_log.store_time_of(physical_offset, size)
@@ -884,12 +1005,16 @@ class MessageStore:
         for queue in self._all_consume_queues():
             queue.delete_expired_files(min_physical)
             queue.correct_min_offset(min_physical)
+        if self.index_service is not None:
+            self.index_service.delete_expired(min_physical)
 
     def flush_consume_queues(self, least_pages: int = 0) -> None:
         """Force ConsumeQueue pages; on a thorough flush also the checkpoint."""
         logics = self.checkpoint.logics_msg_timestamp if self.checkpoint is not None else 0
         for queue in self._all_consume_queues():
             queue.flush(least_pages)
+        if least_pages == 0 and self.index_service is not None:
+            self.index_service.flush()
         if least_pages == 0 and self.checkpoint is not None:
             # The value captured before the flush: never ahead of what is on disk.
             current = self.checkpoint.logics_msg_timestamp

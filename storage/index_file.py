@@ -1,0 +1,185 @@
+"""IndexFile: a hash index from message keys to CommitLog offsets (reference §7).
+
+One file, ``<root>/index/<yyyyMMddHHmmssSSS>``, big-endian::
+
+    header (40 bytes)
+         0  8  beginTimestamp     store time of the first entry
+         8  8  endTimestamp       store time of the last entry
+        16  8  beginPhyOffset
+        24  8  endPhyOffset
+        32  4  hashSlotCount      slots in use
+        36  4  indexCount         next entry number; starts at 1 (entry 0 is never used)
+    slots   hashSlotNum x int     number of the newest entry in the slot (0 = empty)
+    entries maxIndexNum x 20 bytes
+         0  4  keyHash            abs(Java hashCode(key)), MIN_VALUE -> 0
+         4  8  phyOffset
+        12  4  timeDiff           seconds since beginTimestamp
+        16  4  prevIndex          previous entry in the same slot (a linked list)
+
+Lookups compare hashes only; callers re-check the real key.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from pathlib import Path
+from typing import Final
+
+from storage.codec import java_string_hash
+from storage.mapped_file import _reserve
+
+INDEX_HEADER: Final = struct.Struct(
+    ">q"  # beginTimestamp
+    "q"  # endTimestamp
+    "q"  # beginPhyOffset
+    "q"  # endPhyOffset
+    "i"  # hashSlotCount
+    "i"  # indexCount
+)
+INDEX_HEADER_SIZE: Final = INDEX_HEADER.size  # 40
+HASH_SLOT_SIZE: Final = 4
+INDEX_ENTRY: Final = struct.Struct(
+    ">i"  # keyHash
+    "q"  # phyOffset
+    "i"  # timeDiff (seconds)
+    "i"  # prevIndex
+)
+INDEX_ENTRY_SIZE: Final = INDEX_ENTRY.size  # 20
+_SLOT = struct.Struct(">i")
+_INT_MAX: Final = 0x7FFFFFFF
+
+
+def index_key_hash(key: str) -> int:
+    """``abs(String.hashCode(key))`` with Java's ``abs(MIN_VALUE)`` (still negative) as 0."""
+    value = java_string_hash(key)
+    return 0 if value == -0x80000000 else abs(value)
+
+
+def index_file_size(hash_slot_num: int, max_index_num: int) -> int:
+    return INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + max_index_num * INDEX_ENTRY_SIZE
+
+
+class IndexFile:
+    """One mapped index file; entries are appended until ``max_index_num - 1`` are in."""
+
+    def __init__(
+        self, path: Path, hash_slot_num: int, max_index_num: int, *, create: bool = False
+    ) -> None:
+        self.path = path
+        self.hash_slot_num = hash_slot_num
+        self.max_index_num = max_index_num
+        self.file_size = index_file_size(hash_slot_num, max_index_num)
+        fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0), 0o644)
+        try:
+            if create:
+                _reserve(fd, self.file_size)
+            elif os.fstat(fd).st_size != self.file_size:
+                raise ValueError(f"{path}: index file is not {self.file_size} bytes")
+            self.buffer = mmap.mmap(fd, self.file_size, access=mmap.ACCESS_WRITE)
+        except BaseException:
+            if create:
+                path.unlink(missing_ok=True)
+            raise
+        finally:
+            os.close(fd)
+        header = [int(v) for v in INDEX_HEADER.unpack_from(self.buffer, 0)]
+        self.begin_timestamp: int = header[0]
+        self.end_timestamp: int = header[1]
+        self.begin_phy_offset: int = header[2]
+        self.end_phy_offset: int = header[3]
+        self.hash_slot_count: int = header[4]
+        self.index_count: int = header[5]
+        if self.index_count <= 0:
+            self.index_count = 1
+
+    def __repr__(self) -> str:
+        return f"IndexFile({self.path.name}, entries={self.index_count - 1})"
+
+    @property
+    def is_full(self) -> bool:
+        return self.index_count >= self.max_index_num
+
+    def _write_header(self) -> None:
+        INDEX_HEADER.pack_into(
+            self.buffer,
+            0,
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        )
+
+    def put(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
+        """Add one key; False when the file is full."""
+        if self.is_full:
+            return False
+        key_hash = index_key_hash(key)
+        slot_at = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
+        previous = _SLOT.unpack_from(self.buffer, slot_at)[0]
+        if previous <= 0 or previous > self.index_count:
+            previous = 0
+        if self.index_count <= 1:
+            self.begin_phy_offset = phy_offset
+            self.begin_timestamp = store_timestamp
+        time_diff = 0
+        if self.begin_timestamp > 0:
+            time_diff = min(_INT_MAX, max(0, (store_timestamp - self.begin_timestamp) // 1000))
+        entry_at = self._entry_position(self.index_count)
+        INDEX_ENTRY.pack_into(self.buffer, entry_at, key_hash, phy_offset, time_diff, previous)
+        _SLOT.pack_into(self.buffer, slot_at, self.index_count)
+        if previous == 0:
+            self.hash_slot_count += 1
+        self.index_count += 1
+        self.end_phy_offset = phy_offset
+        self.end_timestamp = store_timestamp
+        self._write_header()
+        return True
+
+    def _entry_position(self, number: int) -> int:
+        return INDEX_HEADER_SIZE + self.hash_slot_num * HASH_SLOT_SIZE + number * INDEX_ENTRY_SIZE
+
+    def overlaps(self, begin: int, end: int) -> bool:
+        return self.begin_timestamp <= end and self.end_timestamp >= begin
+
+    def select_phy_offsets(self, key: str, max_num: int, begin: int, end: int) -> list[int]:
+        """Offsets of entries whose hash matches ``key`` and whose time is in [begin, end]."""
+        if self.index_count <= 1:
+            return []
+        key_hash = index_key_hash(key)
+        slot_at = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
+        number = _SLOT.unpack_from(self.buffer, slot_at)[0]
+        found: list[int] = []
+        seen: set[int] = set()
+        while 0 < number < self.index_count and len(found) < max_num and number not in seen:
+            seen.add(number)
+            entry_hash, phy_offset, time_diff, previous = INDEX_ENTRY.unpack_from(
+                self.buffer, self._entry_position(number)
+            )
+            stamp = self.begin_timestamp + time_diff * 1000
+            if stamp < begin:
+                break
+            if entry_hash == key_hash and stamp <= end:
+                found.append(phy_offset)
+            if previous == number:
+                break
+            number = previous
+        return found
+
+    def flush(self) -> None:
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        if not self.buffer.closed:
+            self.buffer.close()
+
+    def destroy(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)

@@ -1,0 +1,145 @@
+"""IndexService: the index files of a store, built at dispatch, queried by key and time.
+
+Every dispatched message is indexed under ``topic#UNIQ_KEY`` and ``topic#k`` for each key
+``k`` of its KEYS property. A full file is flushed and a new one started; the checkpoint's
+``indexMsgTimestamp`` records the end time of the last full, flushed file. After an
+unclean exit, files newer than that are dropped and rebuilt by recovery.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Final
+
+from storage.checkpoint import StoreCheckpoint
+from storage.codec import KEY_SEPARATOR
+from storage.index_file import IndexFile
+
+MAX_MSGS_NUM_BATCH: Final = 64
+
+
+def index_file_name(timestamp_ms: int) -> str:
+    """``yyyyMMddHHmmssSSS`` in local time, as RocketMQ names index files."""
+    seconds, millis = divmod(timestamp_ms, 1000)
+    return time.strftime("%Y%m%d%H%M%S", time.localtime(seconds)) + f"{millis:03d}"
+
+
+class IndexService:
+    """Creates, fills, queries and expires index files."""
+
+    def __init__(
+        self,
+        directory: Path,
+        hash_slot_num: int,
+        max_index_num: int,
+        checkpoint: StoreCheckpoint,
+    ) -> None:
+        self.directory = directory
+        self.hash_slot_num = hash_slot_num
+        self.max_index_num = max_index_num
+        self.checkpoint = checkpoint
+        self.files: list[IndexFile] = []
+
+    def load(self, last_exit_ok: bool) -> None:
+        """Open every index file; after an unclean exit drop those newer than the checkpoint."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        files = []
+        for path in sorted(p for p in self.directory.iterdir() if p.name.isdigit()):
+            index = IndexFile(path, self.hash_slot_num, self.max_index_num)
+            if not last_exit_ok and index.end_timestamp > self.checkpoint.index_msg_timestamp:
+                index.destroy()
+                continue
+            files.append(index)
+        self.files = files
+
+    @property
+    def end_phy_offset(self) -> int:
+        """Physical offset of the last indexed message; -1 when nothing is indexed."""
+        for index in reversed(self.files):
+            if index.index_count > 1:
+                return index.end_phy_offset
+        return -1
+
+    def build_index(
+        self,
+        topic: str,
+        physical_offset: int,
+        store_timestamp: int,
+        keys: str | None,
+        uniq_key: str | None,
+    ) -> None:
+        """Index one message unless an earlier dispatch already did."""
+        if physical_offset <= self.end_phy_offset:
+            return
+        if uniq_key:
+            self._put(f"{topic}#{uniq_key}", physical_offset, store_timestamp)
+        if keys:
+            for key in keys.split(KEY_SEPARATOR):
+                if key:
+                    self._put(f"{topic}#{key}", physical_offset, store_timestamp)
+
+    def _put(self, key: str, physical_offset: int, store_timestamp: int) -> None:
+        index = self._writable_file(store_timestamp)
+        if not index.put(key, physical_offset, store_timestamp):
+            self._seal(index)
+            self._new_file(store_timestamp, index).put(key, physical_offset, store_timestamp)
+
+    def _writable_file(self, now_ms: int) -> IndexFile:
+        if self.files and not self.files[-1].is_full:
+            return self.files[-1]
+        previous = self.files[-1] if self.files else None
+        if previous is not None:
+            self._seal(previous)
+        return self._new_file(now_ms, previous)
+
+    def _new_file(self, now_ms: int, previous: IndexFile | None) -> IndexFile:
+        stamp = max(now_ms, int(time.time() * 1000))
+        path = self.directory / index_file_name(stamp)
+        while path.exists():
+            stamp += 1
+            path = self.directory / index_file_name(stamp)
+        index = IndexFile(path, self.hash_slot_num, self.max_index_num, create=True)
+        if previous is not None:
+            # A new file starts where the previous one ended (RocketMQ).
+            index.begin_phy_offset = index.end_phy_offset = previous.end_phy_offset
+            index.begin_timestamp = index.end_timestamp = previous.end_timestamp
+        self.files.append(index)
+        return index
+
+    def _seal(self, index: IndexFile) -> None:
+        """A full file: flush it and record its end time in the checkpoint."""
+        index.flush()
+        self.checkpoint.index_msg_timestamp = index.end_timestamp
+        self.checkpoint.flush()
+
+    def query(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
+        """Physical offsets of messages indexed under ``topic#key`` in [begin, end], newest
+        files first, at most ``max_num`` (capped at 64)."""
+        max_num = min(max_num, MAX_MSGS_NUM_BATCH)
+        full_key = f"{topic}#{key}"
+        found: list[int] = []
+        for index in reversed(self.files):
+            if len(found) >= max_num:
+                break
+            if index.overlaps(begin, end):
+                found.extend(index.select_phy_offsets(full_key, max_num - len(found), begin, end))
+            if index.begin_timestamp < begin:
+                break
+        return found
+
+    def delete_expired(self, min_physical_offset: int) -> int:
+        """Drop files (never the last) whose entries all point below the CommitLog min."""
+        doomed = [i for i in self.files[:-1] if i.end_phy_offset < min_physical_offset]
+        for index in doomed:
+            index.destroy()
+        self.files = [i for i in self.files if i not in doomed]
+        return len(doomed)
+
+    def flush(self) -> None:
+        if self.files:
+            self.files[-1].flush()
+
+    def close(self) -> None:
+        for index in self.files:
+            index.close()

@@ -1,0 +1,115 @@
+"""IndexFile and key lookups through the store."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from storage import Message, MessageStore, StoreConfig
+from storage.codec import java_string_hash
+from storage.index_file import IndexFile, index_key_hash
+
+
+def small_config(**overrides: object) -> StoreConfig:
+    values: dict[str, object] = {
+        "commit_log_file_size": 64 * 1024,
+        "consume_queue_units_per_file": 50,
+        "max_hash_slot_num": 100,
+        "max_index_num": 400,
+    }
+    values.update(overrides)
+    return StoreConfig(**values)  # type: ignore[arg-type]
+
+
+def test_index_file_takes_max_minus_one_entries(tmp_path: Path) -> None:
+    index = IndexFile(tmp_path / "20261121000000000", 100, 400, create=True)
+    now = int(time.time() * 1000)
+    accepted = [index.put(str(i), i * 100, now) for i in range(400)]
+    assert accepted == [True] * 399 + [False]
+    assert index.select_phy_offsets("60", 10, 0, now + 1) == [6000]
+    index.close()
+    reopened = IndexFile(tmp_path / "20261121000000000", 100, 400)
+    assert reopened.index_count == 400
+    assert reopened.select_phy_offsets("398", 10, 0, now + 1) == [39800]
+    reopened.close()
+
+
+def test_index_key_hash_is_abs_of_the_java_hash() -> None:
+    assert index_key_hash("TAG1") == 2567159
+    assert index_key_hash("polygenelubricants") == 0  # Java hashCode is Integer.MIN_VALUE
+    assert java_string_hash("polygenelubricants") == -(2**31)
+    assert index_key_hash("a" * 7) == abs(java_string_hash("a" * 7))
+
+
+def test_query_by_key_and_by_uniq_key(tmp_path: Path) -> None:
+    with MessageStore.open(tmp_path, small_config()) as store:
+        for i in range(30):
+            store.put_message(
+                Message(
+                    "Orders",
+                    f"order {i}".encode(),
+                    queue_id=i % 4,
+                    properties={"KEYS": f"order-{i} customer-{i % 3}", "UNIQ_KEY": f"U{i:031d}"},
+                )
+            )
+        store.put_message(
+            Message("Other", b"same key, other topic", properties={"KEYS": "order-5"})
+        )
+        assert [m.body for m in store.query_message("Orders", "order-5")] == [b"order 5"]
+        by_customer = store.query_message("Orders", "customer-1")
+        assert [m.body for m in by_customer] == [f"order {i}".encode() for i in range(1, 30, 3)]
+        assert [m.body for m in store.query_message("Orders", f"U{7:031d}")] == [b"order 7"]
+        assert store.query_message("Orders", "nobody") == []
+
+
+def test_hash_collisions_are_filtered_by_the_real_key(tmp_path: Path) -> None:
+    assert java_string_hash("Aa") == java_string_hash("BB")
+    with MessageStore.open(tmp_path, small_config()) as store:
+        store.put_message(Message("T", b"Aa", properties={"KEYS": "Aa"}))
+        store.put_message(Message("T", b"BB", properties={"KEYS": "BB"}))
+        assert [m.body for m in store.query_message("T", "Aa")] == [b"Aa"]
+        assert [m.body for m in store.query_message("T", "BB")] == [b"BB"]
+
+
+def test_query_respects_the_time_range_and_the_cap_of_64(tmp_path: Path) -> None:
+    with MessageStore.open(tmp_path, small_config(max_index_num=2000)) as store:
+        results = [
+            store.put_message(Message("T", b"x", properties={"KEYS": "hot"})) for _ in range(100)
+        ]
+        assert len(store.query_message("T", "hot", max_num=1000)) == 64
+        first = results[0].store_timestamp
+        assert store.query_message("T", "hot", begin=0, end=first - 1000) == []
+
+
+def test_full_index_files_roll_and_queries_span_them(tmp_path: Path) -> None:
+    with MessageStore.open(tmp_path, small_config(max_index_num=20)) as store:
+        for i in range(100):
+            store.put_message(Message("T", str(i).encode(), properties={"KEYS": f"k{i}"}))
+        assert store.index_service is not None
+        assert len(store.index_service.files) >= 5
+        assert store.checkpoint is not None and store.checkpoint.index_msg_timestamp > 0
+        for i in (0, 37, 99):
+            assert [m.body for m in store.query_message("T", f"k{i}")] == [str(i).encode()]
+
+
+@pytest.mark.parametrize("catch_up_on_open", [True, False])
+def test_index_is_rebuilt_after_an_unclean_exit(tmp_path: Path, catch_up_on_open: bool) -> None:
+    with MessageStore.open(tmp_path, small_config(max_index_num=2000)) as store:
+        for i in range(200):
+            store.put_message(Message("T", str(i).encode(), properties={"KEYS": f"k{i}"}))
+    (tmp_path / "abort").touch()
+    config = small_config(max_index_num=2000, index_catch_up_on_open=catch_up_on_open)
+    with MessageStore.open(tmp_path, config) as store:
+        if not catch_up_on_open:
+            assert store.index_behind_bytes > 0
+            assert store.query_message("T", "k150") == []
+            while not store.catch_up_index(max_records=50):
+                pass
+        assert store.index_behind_bytes == 0
+        assert [m.body for m in store.query_message("T", "k150")] == [b"150"]
+        later = store.put_message(Message("T", b"later", properties={"KEYS": "k-later"}))
+        assert [m.physical_offset for m in store.query_message("T", "k-later")] == [
+            later.physical_offset
+        ]
