@@ -49,6 +49,7 @@ from typing import Final
 
 from storage.errors import (
     InvalidTopicError,
+    MessageRejectedError,
     MessageTooLargeError,
     PropertiesTooLargeError,
 )
@@ -207,11 +208,11 @@ def to_int32(value: int) -> int:
 
 def encode_properties(properties: dict[str, str]) -> bytes:
     """``name\\x01value\\x02`` per entry, with the trailing separator (RocketMQ ≤ 4.9.0, ≥ 5.2)."""
-    if not properties:
-        return b""
-    return "".join(
-        [f"{name}\x01{value}\x02" for name, value in properties.items() if value is not None]
-    ).encode()
+    text = ""
+    for name, value in properties.items():  # a plain loop: faster than join for a few entries
+        if value is not None:
+            text += f"{name}\x01{value}\x02"
+    return text.encode()
 
 
 def decode_properties(data: bytes | bytearray | memoryview | str) -> dict[str, str]:
@@ -234,10 +235,17 @@ def encode_host(host: str) -> bytes:
     return ipaddress.ip_address(host).packed
 
 
-@lru_cache(maxsize=256)
+_HOST_NAMES: dict[bytes, str] = {}
+
+
 def decode_host(address: bytes) -> str:
-    """The IP literal of 4 or 16 address bytes (cached: a store sees few distinct hosts)."""
-    return str(ipaddress.ip_address(address))
+    """The IP literal of 4 or 16 address bytes (memoised: a store sees few distinct hosts)."""
+    name = _HOST_NAMES.get(address)
+    if name is None:
+        name = str(ipaddress.ip_address(address))
+        if len(_HOST_NAMES) < 4096:
+            _HOST_NAMES[address] = name
+    return name
 
 
 def encode_msg_id(store_host: str, store_port: int, physical_offset: int) -> str:
@@ -264,6 +272,8 @@ def decode_msg_id(msg_id: str) -> MessageId:
     if len(msg_id) not in (32, 56):
         raise ValueError(f"a message id has 32 or 56 hex characters, not {len(msg_id)}")
     raw = bytes.fromhex(msg_id)
+    if len(raw) * 2 != len(msg_id):  # fromhex skips whitespace
+        raise ValueError("a message id has hex digits only")
     address_length = 4 if len(raw) == 16 else 16
     port, offset = struct.unpack_from(">iq", raw, address_length)
     return MessageId(decode_host(raw[:address_length]), port, offset)
@@ -272,6 +282,17 @@ def decode_msg_id(msg_id: str) -> MessageId:
 # --------------------------------------------------------------------------- validation
 
 
+@lru_cache(maxsize=4096)
+def _checked_topic(topic: str) -> tuple[bytes, bytes]:
+    """The topic's UTF-8 bytes and its TOPIC LENGTH (one byte, v1) + TOPIC field.
+
+    ``InvalidTopicError`` if the name is not valid (errors are not cached).
+    """
+    topic_bytes = validate_topic(topic)
+    return topic_bytes, bytes((len(topic_bytes),)) + topic_bytes
+
+
+@lru_cache(maxsize=4096)
 def validate_topic(topic: str) -> bytes:
     """Check a topic name and return its UTF-8 bytes; ``InvalidTopicError`` if it is not valid."""
     # fullmatch, not match: ``$`` also matches before a trailing newline ("abc\n").
@@ -326,6 +347,7 @@ class EncodedMessage:
         "struct",
         "sys_flag",
         "tags_code",
+        "tail",
         "topic",
         "topic_bytes",
         "uniq_key",
@@ -333,48 +355,57 @@ class EncodedMessage:
 
     def __init__(self, message: Message, store_v6: bool, max_body_size: int) -> None:
         body = message.body
-        if len(body) > max_body_size:
+        body_length = len(body)
+        if body_length > max_body_size:
             raise MessageTooLargeError(
-                f"message body is {len(body)} bytes, over the limit of {max_body_size}"
+                f"message body is {body_length} bytes, over the limit of {max_body_size}"
             )
-        self.topic = message.topic
-        self.topic_bytes = validate_topic(message.topic)
+        topic = message.topic
+        topic_bytes, topic_field = _checked_topic(topic)
         properties = message.properties
-        self.properties = properties
-        self.properties_bytes = encode_properties(properties)
-        if len(self.properties_bytes) > MAX_PROPERTIES_LENGTH:
+        try:
+            properties_bytes = encode_properties(properties)
+        except UnicodeEncodeError as exc:  # e.g. a lone surrogate ("\ud800" in JSON)
+            raise MessageRejectedError(
+                f"message properties are not valid Unicode: {exc.reason}"
+            ) from None
+        if len(properties_bytes) > MAX_PROPERTIES_LENGTH:
             raise PropertiesTooLargeError(
-                f"message properties are {len(self.properties_bytes)} bytes encoded, "
+                f"message properties are {len(properties_bytes)} bytes encoded, "
                 f"over the limit of {MAX_PROPERTIES_LENGTH}"
             )
-        born_address = encode_host(message.born_host[0])
-        sys_flag = message.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
+        born_host, born_port = message.born_host
+        born_address = encode_host(born_host)
+        sys_flag = message.sys_flag & ~_HOST_V6_BITS
         if len(born_address) == 16:
             sys_flag |= BORNHOST_V6_FLAG
         if store_v6:
             sys_flag |= STOREHOSTADDRESS_V6_FLAG
+        header = _HEADER_BY_HOST_BITS[sys_flag & _HOST_V6_BITS]
+        tags = properties.get(PROPERTY_TAGS)
+        # Plain locals first, attributes once: this runs for every message put.
+        self.topic = topic
+        self.topic_bytes = topic_bytes
+        self.properties = properties
+        self.properties_bytes = properties_bytes
         self.sys_flag = sys_flag
-        self.struct = record_header_struct(sys_flag)
+        self.struct = header
         self.body = body
         self.crc = zlib.crc32(body) & CRC_MASK
         self.queue_id = message.queue_id
         self.flag = message.flag
         self.born_timestamp = message.born_timestamp
         self.born_address = born_address
-        self.born_port = message.born_host[1]
+        self.born_port = born_port
         self.reconsume_times = message.reconsume_times
         self.prepared_transaction_offset = message.prepared_transaction_offset
-        self.tags_code = tags_code(properties.get(PROPERTY_TAGS))
+        self.tags_code = java_string_hash(tags) if tags else 0  # = tags_code(tags)
         self.keys = properties.get(PROPERTY_KEYS)
         self.uniq_key = properties.get(PROPERTY_UNIQ_KEY)
-        self.size = (
-            self.struct.size
-            + len(body)
-            + 1
-            + len(self.topic_bytes)
-            + 2
-            + len(self.properties_bytes)
-        )
+        self.size = header.size + body_length + 3 + len(topic_bytes) + len(properties_bytes)
+        # Everything after the body, ready to copy: TOPIC LENGTH + TOPIC + PROPERTIES LENGTH
+        # + PROPERTIES.
+        self.tail = b"".join((topic_field, _SHORT.pack(len(properties_bytes)), properties_bytes))
 
     @property
     def is_dispatchable(self) -> bool:
@@ -418,15 +449,7 @@ class EncodedMessage:
         p = position + self.struct.size
         end = p + len(body)
         buffer[p:end] = body
-        topic = self.topic_bytes
-        buffer[end] = len(topic)
-        p = end + 1
-        end = p + len(topic)
-        buffer[p:end] = topic
-        props = self.properties_bytes
-        buffer[end : end + 2] = len(props).to_bytes(2, "big")
-        p = end + 2
-        buffer[p : p + len(props)] = props
+        buffer[end : position + self.size] = self.tail
 
 
 def encode_message(
@@ -623,9 +646,9 @@ def decode_record(buffer: Buffer, position: int = 0) -> StoredMessage:
         sys_flag,
         crc,
         born_timestamp,
-        (decode_host(born_address), born_port),
+        (_HOST_NAMES.get(born_address) or decode_host(born_address), born_port),
         store_timestamp,
-        (decode_host(store_address), store_port),
+        (_HOST_NAMES.get(store_address) or decode_host(store_address), store_port),
         reconsume_times,
         prepared_offset,
     )

@@ -71,7 +71,7 @@ def _valid_v4_record(
     return total, queue_id, body_end
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: ~1 µs less per put (see StoredMessage)
 class AppendResult:
     """Where one record went."""
 
@@ -112,7 +112,11 @@ class CommitLog:
             raise MessageTooLargeError(
                 f"record of {size} bytes does not fit in a CommitLog file of {self.file_size}"
             )
-        mapped = self._file_with_room(size)
+        files = self.queue.files
+        if files and size + END_FILE_MIN_BLANK_LENGTH <= self.file_size - files[-1].wrote_position:
+            mapped = files[-1]  # the common case: room in the last file
+        else:
+            mapped = self._file_with_room(size)
         key = (message.topic, message.queue_id)
         dispatchable = message.is_dispatchable
         queue_offset = self.topic_queue_table.get(key, 0) if dispatchable else 0

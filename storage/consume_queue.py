@@ -18,6 +18,7 @@ from storage.mapped_file_queue import MappedFileQueue
 PRE_BLANK_SIZE: Final = 0x7FFFFFFF
 PRE_BLANK_UNIT: Final = CQ_UNIT_STRUCT.pack(0, PRE_BLANK_SIZE, 0)
 _pack_unit = CQ_UNIT_STRUCT.pack
+_pack_unit_into = CQ_UNIT_STRUCT.pack_into
 _unpack_unit = CQ_UNIT_STRUCT.unpack_from
 
 Unit = tuple[int, int, int]
@@ -67,6 +68,15 @@ class ConsumeQueue:
         if physical_offset + size <= self.max_physic_offset:
             return True
         expect = queue_offset * CQ_UNIT_SIZE
+        files = self.queue.files
+        if files:  # the common case: the next unit of a started, not full, last file
+            last = files[-1]
+            position = last.wrote_position
+            if 0 < position < self.file_size and last.file_from_offset + position == expect:
+                _pack_unit_into(last.buffer, position, physical_offset, size, tags_code)
+                last.wrote_position = position + CQ_UNIT_SIZE
+                self.max_physic_offset = physical_offset + size
+                return True
         mapped = self.queue.get_last_mapped_file(expect)
         if mapped is None:
             return False

@@ -162,6 +162,11 @@ class MappedFileQueue:
 
     def flush(self, least_pages: int) -> bool:
         """Flush the file holding ``flushed_where``; True when nothing moved (as RocketMQ)."""
+        first = self.first_file()
+        if first is not None and self.flushed_where < first.file_from_offset:
+            # The files it pointed into were deleted (retention): go on from the first left,
+            # else no flush would ever find a file again.
+            self.flushed_where = first.file_from_offset
         mapped = self.find_by_offset(self.flushed_where, self.flushed_where == 0)
         if mapped is None:
             return True

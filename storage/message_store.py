@@ -11,6 +11,7 @@ The store is synchronous and has one writer: the owner calls put/get/flush from 
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import fcntl
 import mmap
@@ -29,6 +30,8 @@ from storage.codec import (
     CQ_UNIT_STRUCT,
     PROPERTY_DELAY,
     PROPERTY_KEYS,
+    PROPERTY_REAL_QID,
+    PROPERTY_REAL_TOPIC,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     TRANSACTION_COMMIT_TYPE,
@@ -51,6 +54,7 @@ from storage.consume_queue import ConsumeQueue
 from storage.delay_levels import (
     DEFAULT_DELAY_LEVELS,
     SCHEDULE_TOPIC,
+    delay_level_to_queue_id,
     deliver_timestamp,
     parse_delay_levels,
 )
@@ -120,7 +124,7 @@ class PutStatus(Enum):
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: ~1 µs less per put (see StoredMessage)
 class PutResult:
     """One stored message: its id and where it went."""
 
@@ -193,7 +197,7 @@ class TagFilter:
         return self.tags is None or (tags is not None and tags in self.tags)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: ~1 µs less per put (see StoredMessage)
 class DispatchRequest:
     """What the ConsumeQueue (and arrival listeners) need of one record."""
 
@@ -257,6 +261,8 @@ class MessageStore:
         self._lock_fd: int | None = None
         self._closed = True
         self._memory_limit = _physical_memory() * config.access_message_in_memory_max_ratio // 100
+        # Every msgId of this store is this prefix (store address and port) + 16 hex digits.
+        self._msg_id_prefix = encode_msg_id(config.store_host[0], config.store_host[1], 0)[:-16]
 
     # ================================================================== lifecycle
 
@@ -542,10 +548,41 @@ class MessageStore:
     def put_message(self, message: Message) -> PutResult:
         """Validate, append and (in ASYNC_FLUSH) dispatch one message."""
         self._check_writeable()
-        encoded = self._encode(message)
-        now = _now_ms()
-        result = self._append(encoded, now)
+        encoded = self._encode(self._redirect_delayed(message))
+        try:  # = self._append(encoded, _now_ms()), inlined on the hot path
+            result = self.commit_log.append(encoded, time.time_ns() // 1_000_000)
+        except StoreNotWriteableError as exc:
+            self.mark_not_writeable(str(exc))
+            raise
         return self._after_append(encoded, result)
+
+    def _redirect_delayed(self, message: Message) -> Message:
+        """A message with ``DELAY`` > 0 goes to the schedule topic, queue ``level - 1``,
+        remembering its real topic and queue (reference §8). The level is clamped to the
+        table; transaction halves are never delayed."""
+        delay = message.properties.get(PROPERTY_DELAY)
+        if delay is None or message.topic == SCHEDULE_TOPIC:
+            return message
+        kind = message.sys_flag & TRANSACTION_TYPE_MASK
+        if kind not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+            return message
+        try:
+            level = int(delay)
+        except ValueError:
+            raise MessageRejectedError(f"DELAY must be a delay level, not {delay!r}") from None
+        if level <= 0:
+            return message
+        level = min(level, len(self.delay_levels))
+        properties = dict(message.properties)
+        properties[PROPERTY_DELAY] = str(level)
+        properties[PROPERTY_REAL_TOPIC] = message.topic
+        properties[PROPERTY_REAL_QID] = str(message.queue_id)
+        return dataclasses.replace(
+            message,
+            topic=SCHEDULE_TOPIC,
+            queue_id=delay_level_to_queue_id(level),
+            properties=properties,
+        )
 
     def put_messages(self, messages: list[Message]) -> list[PutResult]:
         """Append a batch of one topic and queue atomically, with consecutive queue offsets."""
@@ -553,6 +590,18 @@ class MessageStore:
         if not messages:
             return []
         first = messages[0]
+        try:
+            delayed = any(int(m.properties.get(PROPERTY_DELAY, "0") or 0) > 0 for m in messages)
+        except ValueError:
+            raise MessageRejectedError("DELAY must be a delay level (an integer)") from None
+        if delayed:
+            raise MessageRejectedError(
+                "a batch cannot be delayed; send delayed messages one by one"
+            )
+        # RocketMQ answers MESSAGE_ILLEGAL too (reference §2.9): a prepared message would
+        # take a queue offset that is never dispatched, leaving a hole in the ConsumeQueue.
+        if any(m.sys_flag & TRANSACTION_TYPE_MASK for m in messages):
+            raise MessageRejectedError("a batch cannot hold transactional messages")
         if any(m.topic != first.topic or m.queue_id != first.queue_id for m in messages):
             raise MessageRejectedError(
                 "every message of a batch must have the same topic and queue"
@@ -582,29 +631,36 @@ class MessageStore:
             raise
 
     def _after_append(self, encoded: EncodedMessage, result: AppendResult) -> PutResult:
-        request = self._make_request(
-            encoded.topic,
+        topic = encoded.topic
+        physical_offset = result.physical_offset
+        store_timestamp = result.store_timestamp
+        # The encoder already has the tags code, keys and uniq key of the properties.
+        request = DispatchRequest(
+            topic,
             encoded.queue_id,
-            result.physical_offset,
+            physical_offset,
             result.size,
-            encoded.properties,
-            result.store_timestamp,
+            encoded.tags_code
+            if topic != SCHEDULE_TOPIC
+            else self._tags_code_of(topic, encoded.properties, store_timestamp),
+            store_timestamp,
             result.queue_offset,
+            encoded.keys,
+            encoded.uniq_key,
             encoded.sys_flag,
         )
         if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             self._pending_dispatch.append(request)
         elif not self._needs_reput and self._dispatch(request, notify=True):
-            self.reput_from_offset = request.end_offset
-        host, port = self.config.store_host
+            self.reput_from_offset = physical_offset + result.size
         return PutResult(
-            msg_id=encode_msg_id(host, port, result.physical_offset),
-            topic=encoded.topic,
-            queue_id=encoded.queue_id,
-            queue_offset=result.queue_offset,
-            physical_offset=result.physical_offset,
-            size=result.size,
-            store_timestamp=result.store_timestamp,
+            self._msg_id_prefix + f"{physical_offset:016X}",  # = encode_msg_id(host, port, offset)
+            topic,
+            encoded.queue_id,
+            result.queue_offset,
+            physical_offset,
+            result.size,
+            store_timestamp,
         )
 
     def _check_writeable(self) -> None:
@@ -634,9 +690,12 @@ class MessageStore:
 
     def _dispatch(self, request: DispatchRequest, notify: bool) -> bool:
         """Index one record; False (store marked not writeable) when a file cannot be made."""
-        if request.is_dispatchable:
-            queue = self.find_consume_queue(request.topic, request.queue_id, create=True)
-            assert queue is not None
+        dispatchable = request.is_dispatchable
+        if dispatchable:
+            queues = self.consume_queues.get(request.topic)  # = find_consume_queue(create=True)
+            queue = queues.get(request.queue_id) if queues is not None else None
+            if queue is None:
+                queue = self._new_consume_queue(request.topic, request.queue_id)
             try:
                 queue.put(
                     request.physical_offset, request.size, request.tags_code, request.queue_offset
@@ -647,11 +706,11 @@ class MessageStore:
             queue.last_store_timestamp = request.store_timestamp
             if self.checkpoint is not None:
                 self.checkpoint.logics_msg_timestamp = request.store_timestamp
-        if self._index_caught_up:
+        if self.index_service is not None and self._index_caught_up:
             self._index(request)
         for dispatcher in self.dispatchers:
             dispatcher(request)
-        if notify and request.is_dispatchable:
+        if notify and dispatchable:
             for listener in self.arrival_listeners:
                 listener(
                     request.topic, request.queue_id, request.queue_offset + 1, request.tags_code
@@ -832,55 +891,58 @@ class MessageStore:
         if max_bytes is not None:
             memory_cap = min(memory_cap, max_bytes)
         disk_cap = min(memory_cap, config.max_transfer_bytes_in_disk)
-        max_physical = self.commit_log.max_offset
-        memory_limit = self._memory_limit
+        # A unit is "in disk" when maxPhyOffset - offsetPy > memory limit (reference §10.3).
+        disk_threshold = self.commit_log.max_offset - self._memory_limit
         codes = None if tag_filter is None else tag_filter.codes
         find_file = self.commit_log.queue.find_by_offset
         count_in_disk = config.max_transfer_count_in_disk
         messages: list[StoredMessage] = []
-        status = GetMessageStatus.NO_MATCHED_MESSAGE
-        total = 0
-        scanned = 0
-        in_disk = False
+        append = messages.append
+        count = total = scanned = 0
+        removed = in_disk = False
         # Records are decoded straight from the mapping of the CommitLog file of the
         # previous unit (a batch nearly always stays in one file): no lookup and no copy
-        # of the record per message.
-        buffer: mmap.mmap | None = None
+        # of the record per message. ``readable_end`` 0 forces a lookup.
+        buffer: mmap.mmap | bytes = b""
         file_start = readable_end = 0
         for physical, size, code in CQ_UNIT_STRUCT.iter_unpack(data):
-            in_disk = max_physical - physical > memory_limit
-            if messages and (
-                len(messages) >= max_messages
+            in_disk = physical < disk_threshold
+            if count and (
+                count >= max_messages
                 or total + size > (disk_cap if in_disk else memory_cap)
-                or (in_disk and len(messages) >= count_in_disk)
+                or (in_disk and count >= count_in_disk)
             ):
                 break
             scanned += 1
-            if size == PRE_BLANK_SIZE:
+            if size == PRE_BLANK_SIZE or (codes is not None and to_int32(code) not in codes):
                 continue
-            if codes is not None and to_int32(code) not in codes:
-                continue
-            if buffer is None or physical < file_start or physical + size > readable_end:
+            if physical < file_start or physical + size > readable_end:
                 mapped = find_file(physical)
                 if mapped is None:
-                    buffer = None
-                else:
-                    buffer = mapped.buffer
-                    file_start = mapped.file_from_offset
-                    readable_end = file_start + mapped.read_position
-            message = None
-            if buffer is not None and physical + size <= readable_end:
-                try:
-                    message = decode_record(buffer, physical - file_start)
-                except ValueError:  # the file was unmapped by the cleaner
-                    buffer = None
-            if message is None:
-                if not messages:
-                    status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                    removed = True  # no longer in the CommitLog
+                    continue
+                buffer = mapped.buffer
+                file_start = mapped.file_from_offset
+                readable_end = file_start + mapped.read_position
+                if physical + size > readable_end:
+                    removed = True  # not (or no longer) readable
+                    readable_end = 0
+                    continue
+            try:
+                message = decode_record(buffer, physical - file_start)
+            except ValueError:  # the file was unmapped by the cleaner
+                removed = True
+                readable_end = 0
                 continue
-            messages.append(message)
+            append(message)
+            count += 1
             total += size
+        if count:
             status = GetMessageStatus.FOUND
+        elif removed:  # a removed message before any found one
+            status = GetMessageStatus.MESSAGE_WAS_REMOVING
+        else:
+            status = GetMessageStatus.NO_MATCHED_MESSAGE
         return GetMessageResult(status, offset + scanned, min_offset, max_offset, messages, in_disk)
 
     # ================================================================== lookups

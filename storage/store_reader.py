@@ -1,0 +1,550 @@
+"""Read-only access to a store directory, for tools that run beside the server.
+
+Everything here opens files with ``"rb"`` (plain reads, ``os.pread`` or a read-only ``mmap``)
+and never takes the store lock, never writes, and never uses :class:`MessageStore`: the server
+may be appending while a tool reads. That shapes every reader:
+
+* CommitLog files are read up to the last complete record. :func:`storage.codec.check_record`
+  decides: MESSAGE goes on, BLANK ends the file, END (zeros or a record cut short) and
+  CORRUPT stop the walk for that file. A torn tail or a short last file is never an error.
+* A record never straddles two files, so a byte range of one file is cut at record
+  boundaries by walking TOTALSIZE from the file start or from a boundary already known
+  (:func:`next_boundary`).
+* ConsumeQueue offsets follow RocketMQ: the min offset is the first unit that is not a
+  pre-blank filler and still points into the CommitLog; the max offset is the number of
+  valid units, ending at the first unit with a negative offset or a size <= 0 (the last file
+  is partly zeros).
+* Config files are read through :func:`storage.json_file.load_json` (with its ``.bak``
+  fallback and RocketMQ's unquoted integer keys).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from storage.codec import (
+    CQ_UNIT_SIZE,
+    CQ_UNIT_STRUCT,
+    MESSAGE_MAGIC_CODE,
+    PHYSICAL_OFFSET_POSITION,
+    Buffer,
+    RecordKind,
+    StoredMessage,
+    check_record,
+    decode_record,
+    read_store_timestamp,
+)
+from storage.errors import ConfigFileError
+from storage.json_file import load_json
+
+COMMIT_LOG_DIR: Final = "commitlog"
+CONSUME_QUEUE_DIR: Final = "consumequeue"
+CONFIG_DIR: Final = "config"
+PRE_BLANK_SIZE: Final = 0x7FFFFFFF
+"""Size field of the filler units that pad a queue's first file when it starts past 0."""
+TOPIC_GROUP_SEPARATOR: Final = "@"
+
+# Enough bytes to reach STORETIMESTAMP of any record (68 + 8 with an IPv6 born host).
+_HEAD_BYTES: Final = 96
+_MAGIC_AT: Final = struct.Struct(">ii")
+_LONG: Final = struct.Struct(">q")
+# ConsumeQueue units are read in chunks of this many when walking (4096 units = 80 KiB).
+_UNIT_CHUNK: Final = 4096
+
+Unit = tuple[int, int, int]
+"""A ConsumeQueue unit: (commit log offset, size, tags code)."""
+
+
+# --------------------------------------------------------------------------- files
+
+
+@dataclass(frozen=True, slots=True)
+class StoreFile:
+    """One fixed-size store file, named by the offset it starts at."""
+
+    path: Path
+    start_offset: int
+    size: int  # bytes on disk when listed (a short last file is possible)
+
+    @property
+    def end_offset(self) -> int:
+        """The offset just past the file's last byte."""
+        return self.start_offset + self.size
+
+
+def _list_files(directory: Path) -> list[StoreFile]:
+    """Files named by a decimal offset, sorted by offset; vanished files are left out."""
+    try:
+        entries = list(directory.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    files = []
+    for path in entries:
+        if not path.name.isdigit():
+            continue
+        try:
+            stat = path.stat()
+        except FileNotFoundError:  # deleted by the server's cleaner meanwhile
+            continue
+        if path.is_file():
+            files.append(StoreFile(path, int(path.name), stat.st_size))
+    files.sort(key=lambda f: f.start_offset)
+    return files
+
+
+def commit_log_files(store_dir: Path) -> list[StoreFile]:
+    """The CommitLog files of a store directory, oldest first."""
+    return _list_files(Path(store_dir) / COMMIT_LOG_DIR)
+
+
+def commit_log_min_offset(store_dir: Path) -> int:
+    """Start offset of the first CommitLog file; -1 when there is none."""
+    files = commit_log_files(store_dir)
+    return files[0].start_offset if files else -1
+
+
+@contextmanager
+def map_read_only(path: Path) -> Iterator[Buffer]:
+    """Map ``path`` read-only for the duration of the block (``b""`` for an empty file)."""
+    with open(path, "rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        if size == 0:
+            yield b""
+            return
+        view = mmap.mmap(file.fileno(), size, access=mmap.ACCESS_READ)
+        try:
+            yield view
+        finally:
+            view.close()
+
+
+def buffer_size(buffer: Buffer) -> int:
+    """Number of bytes in a mapped file or bytes-like buffer."""
+    if isinstance(buffer, mmap.mmap):
+        return buffer.size()
+    return len(buffer)
+
+
+# --------------------------------------------------------------------------- CommitLog walks
+
+
+@dataclass(frozen=True, slots=True)
+class Boundary:
+    """A position reached by a walk: a record starts there (MESSAGE) or the walk stopped.
+
+    ``kind`` is BLANK when the file ended with its end-of-file filler, END at the end of
+    written data (zeros, a record cut short, the end of the buffer) and CORRUPT at an
+    impossible record; ``reason`` says why for CORRUPT.
+    """
+
+    position: int
+    kind: RecordKind
+    reason: str = ""
+
+    @property
+    def is_record(self) -> bool:
+        """Whether a complete record starts at ``position``."""
+        return self.kind is RecordKind.MESSAGE
+
+
+def next_boundary(buffer: Buffer, known: int, target: int, limit: int | None = None) -> Boundary:
+    """The first record boundary at or after ``target``, walking from the boundary ``known``.
+
+    ``known`` must be a record boundary (0, the start of every file, always is). The walk
+    follows TOTALSIZE with :func:`check_record` and stops early at a BLANK, END or CORRUPT
+    position, which is returned instead. ``limit`` is the end of readable data (default: the
+    whole buffer).
+    """
+    end = buffer_size(buffer) if limit is None else limit
+    position = known
+    while True:
+        check = check_record(buffer, position, end, check_crc=False)
+        if check.kind is not RecordKind.MESSAGE:
+            return Boundary(position, check.kind, check.reason)
+        if position >= target:
+            return Boundary(position, RecordKind.MESSAGE)
+        position += check.size
+
+
+def scan_records(
+    buffer: Buffer,
+    start: int = 0,
+    end: int | None = None,
+    limit: int | None = None,
+    check_crc: bool = False,
+) -> Iterator[tuple[int, int]]:
+    """``(position, size)`` of every complete record that starts in ``[start, end)``.
+
+    ``start`` must be a record boundary. The scan stops at the first BLANK, END or CORRUPT
+    position (use :func:`scan_stop` to learn which); ``end`` defaults to the end of data.
+    """
+    data_end = buffer_size(buffer) if limit is None else limit
+    stop_at = data_end if end is None else min(end, data_end)
+    position = start
+    while position < stop_at:
+        check = check_record(buffer, position, data_end, check_crc)
+        if check.kind is not RecordKind.MESSAGE:
+            return
+        yield position, check.size
+        position += check.size
+
+
+def scan_stop(buffer: Buffer, start: int = 0, limit: int | None = None) -> Boundary:
+    """Where a walk from the boundary ``start`` stops: the end of the file's valid records."""
+    end = buffer_size(buffer) if limit is None else limit
+    return next_boundary(buffer, start, end + 1, end)
+
+
+@dataclass(frozen=True, slots=True)
+class CommitLogRecord:
+    """A decoded record and the absolute CommitLog offset it was read at."""
+
+    commit_log_offset: int
+    message: StoredMessage
+
+
+def read_records(
+    file: StoreFile, start: int = 0, end: int | None = None, check_crc: bool = False
+) -> Iterator[CommitLogRecord]:
+    """Decode the complete records of one CommitLog file that start in ``[start, end)``.
+
+    Positions are relative to the file; ``start`` must be a record boundary. A file that
+    vanished (deleted by the server's cleaner) yields nothing.
+    """
+    try:
+        with map_read_only(file.path) as buffer:
+            for position, _size in scan_records(buffer, start, end, check_crc=check_crc):
+                yield CommitLogRecord(file.start_offset + position, decode_record(buffer, position))
+    except FileNotFoundError:
+        return
+
+
+def iter_store_records(store_dir: Path, check_crc: bool = False) -> Iterator[CommitLogRecord]:
+    """Every complete record of a store, in CommitLog order (the pure-Python reference)."""
+    for file in commit_log_files(store_dir):
+        yield from read_records(file, check_crc=check_crc)
+
+
+def first_store_timestamp(file: StoreFile) -> int | None:
+    """STORETIMESTAMP of the file's first record, or None when it holds none yet."""
+    try:
+        with open(file.path, "rb") as handle:
+            head = handle.read(_HEAD_BYTES)
+    except FileNotFoundError:
+        return None
+    return _store_timestamp_of_head(head, file.start_offset)
+
+
+def store_timestamp_at(buffer: Buffer, position: int, limit: int | None = None) -> int | None:
+    """STORETIMESTAMP of the record at ``position`` of a mapped file, None if none is there."""
+    end = buffer_size(buffer) if limit is None else limit
+    if position + _HEAD_BYTES > end:
+        head = bytes(buffer[position:end])
+    else:
+        head = bytes(buffer[position : position + _HEAD_BYTES])
+    return _store_timestamp_of_head(head, None)
+
+
+def _store_timestamp_of_head(head: bytes, physical_offset: int | None) -> int | None:
+    """Store time from the first bytes of a record; checks magic (and offset when given)."""
+    if len(head) < _HEAD_BYTES:
+        return None
+    _total, magic = _MAGIC_AT.unpack_from(head, 0)
+    if magic != MESSAGE_MAGIC_CODE:
+        return None
+    if physical_offset is not None:
+        stored_offset = _LONG.unpack_from(head, PHYSICAL_OFFSET_POSITION)[0]
+        if stored_offset != physical_offset:
+            return None
+    return read_store_timestamp(head, 0)
+
+
+def read_commit_log(store_dir: Path, physical_offset: int, size: int) -> bytes | None:
+    """``size`` bytes at an absolute CommitLog offset, or None when not (or no longer) there."""
+    for file in commit_log_files(store_dir):
+        if file.start_offset <= physical_offset < file.end_offset:
+            position = physical_offset - file.start_offset
+            if position + size > file.size:
+                return None
+            try:
+                fd = os.open(file.path, os.O_RDONLY)
+            except FileNotFoundError:
+                return None
+            try:
+                data = os.pread(fd, size, position)
+            finally:
+                os.close(fd)
+            return data if len(data) == size else None
+    return None
+
+
+def store_timestamp_at_offset(store_dir: Path, physical_offset: int) -> int | None:
+    """STORETIMESTAMP of the record at an absolute CommitLog offset, or None."""
+    head = read_commit_log(store_dir, physical_offset, _HEAD_BYTES)
+    if head is None:
+        return None
+    return _store_timestamp_of_head(head, physical_offset)
+
+
+# --------------------------------------------------------------------------- ConsumeQueue
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOffsets:
+    """A queue's logical offsets: ``min_offset`` is the first readable, ``max_offset`` the next
+    to be written (exclusive)."""
+
+    topic: str
+    queue_id: int
+    min_offset: int
+    max_offset: int
+
+    @property
+    def message_count(self) -> int:
+        """Messages still readable in the queue."""
+        return self.max_offset - self.min_offset
+
+
+def consume_queue_topics(store_dir: Path) -> list[str]:
+    """Topics that have a ConsumeQueue directory, sorted."""
+    root = Path(store_dir) / CONSUME_QUEUE_DIR
+    try:
+        return sorted(p.name for p in root.iterdir() if p.is_dir())
+    except FileNotFoundError:
+        return []
+
+
+def consume_queue_ids(store_dir: Path, topic: str) -> list[int]:
+    """Queue ids of a topic that have a ConsumeQueue directory, sorted."""
+    root = Path(store_dir) / CONSUME_QUEUE_DIR / topic
+    try:
+        return sorted(int(p.name) for p in root.iterdir() if p.is_dir() and p.name.isdigit())
+    except FileNotFoundError:
+        return []
+
+
+def consume_queue_files(store_dir: Path, topic: str, queue_id: int) -> list[StoreFile]:
+    """The ConsumeQueue files of one queue, oldest first (names are byte offsets)."""
+    return _list_files(Path(store_dir) / CONSUME_QUEUE_DIR / topic / str(queue_id))
+
+
+def _read_units(path: Path, first_unit: int, count: int) -> bytes:
+    """Raw bytes of ``count`` units from unit ``first_unit`` of a file (short at its end)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return b""
+    try:
+        return os.pread(fd, count * CQ_UNIT_SIZE, first_unit * CQ_UNIT_SIZE)
+    finally:
+        os.close(fd)
+
+
+def _unit_at(path: Path, index: int) -> Unit | None:
+    """The unit at ``index`` of one file, or None past its end."""
+    data = _read_units(path, index, 1)
+    if len(data) < CQ_UNIT_SIZE:
+        return None
+    offset, size, code = CQ_UNIT_STRUCT.unpack(data)
+    return int(offset), int(size), int(code)
+
+
+def _is_valid_unit(unit: Unit | None) -> bool:
+    """RocketMQ's recovery rule: offset >= 0 and size > 0 (pre-blank units pass)."""
+    return unit is not None and unit[0] >= 0 and unit[1] > 0
+
+
+def _valid_units_in_file(file: StoreFile) -> int:
+    """How many leading units of a file are valid; units are valid then zeros (binary search)."""
+    total = file.size // CQ_UNIT_SIZE
+    if total == 0 or not _is_valid_unit(_unit_at(file.path, 0)):
+        return 0
+    if _is_valid_unit(_unit_at(file.path, total - 1)):
+        return total
+    low, high = 0, total - 1  # unit low is valid, unit high is not
+    while high - low > 1:
+        middle = (low + high) // 2
+        if _is_valid_unit(_unit_at(file.path, middle)):
+            low = middle
+        else:
+            high = middle
+    return high
+
+
+def _max_offset(files: list[StoreFile]) -> int:
+    """Total units up to the first invalid one (the queue's max offset)."""
+    if not files:
+        return 0
+    end_bytes = files[0].start_offset
+    for file in files:
+        valid = _valid_units_in_file(file)
+        end_bytes = file.start_offset + valid * CQ_UNIT_SIZE
+        if valid < file.size // CQ_UNIT_SIZE:
+            break
+    return end_bytes // CQ_UNIT_SIZE
+
+
+def _min_offset(files: list[StoreFile], max_offset: int, commit_log_min: int) -> int:
+    """The first unit that is not pre-blank and points at or past ``commit_log_min``."""
+    for file in files:
+        first_index = file.start_offset // CQ_UNIT_SIZE
+        units = file.size // CQ_UNIT_SIZE
+        for chunk_start in range(0, units, _UNIT_CHUNK):
+            index = first_index + chunk_start
+            if index >= max_offset:
+                return max_offset
+            data = _read_units(file.path, chunk_start, min(_UNIT_CHUNK, units - chunk_start))
+            for offset, size, _code in CQ_UNIT_STRUCT.iter_unpack(data[: len(data) // 20 * 20]):
+                if index >= max_offset or offset < 0 or size <= 0:
+                    return max_offset
+                if size != PRE_BLANK_SIZE and offset >= commit_log_min:
+                    return index
+                index += 1
+    return max_offset
+
+
+def queue_offsets(
+    store_dir: Path, topic: str, queue_id: int, commit_log_min: int | None = None
+) -> QueueOffsets:
+    """Min and max logical offsets of one queue, read from its files.
+
+    ``commit_log_min`` is the CommitLog's min offset (read from the store when not given);
+    units pointing below it refer to deleted records and are not readable.
+    """
+    files = consume_queue_files(store_dir, topic, queue_id)
+    if commit_log_min is None:
+        commit_log_min = commit_log_min_offset(store_dir)
+    max_offset = _max_offset(files)
+    min_offset = _min_offset(files, max_offset, commit_log_min)
+    return QueueOffsets(topic, queue_id, min_offset, max_offset)
+
+
+def all_queue_offsets(store_dir: Path) -> list[QueueOffsets]:
+    """Offsets of every queue of every topic of a store, sorted by topic and queue id."""
+    commit_log_min = commit_log_min_offset(store_dir)
+    return [
+        queue_offsets(store_dir, topic, queue_id, commit_log_min)
+        for topic in consume_queue_topics(store_dir)
+        for queue_id in consume_queue_ids(store_dir, topic)
+    ]
+
+
+def read_unit(store_dir: Path, topic: str, queue_id: int, offset: int) -> Unit | None:
+    """The unit at a logical offset of a queue; None when there is no valid unit there."""
+    if offset < 0:
+        return None
+    byte_offset = offset * CQ_UNIT_SIZE
+    for file in consume_queue_files(store_dir, topic, queue_id):
+        if file.start_offset <= byte_offset < file.end_offset:
+            unit = _unit_at(file.path, (byte_offset - file.start_offset) // CQ_UNIT_SIZE)
+            return unit if _is_valid_unit(unit) else None
+    return None
+
+
+def store_timestamp_at_queue_offset(
+    store_dir: Path, topic: str, queue_id: int, offset: int
+) -> int | None:
+    """Store time (ms) of the message at a queue offset, via its unit and the CommitLog.
+
+    None when the offset holds no unit, a pre-blank unit, or a unit whose record is gone.
+    """
+    unit = read_unit(store_dir, topic, queue_id, offset)
+    if unit is None or unit[1] == PRE_BLANK_SIZE:
+        return None
+    return store_timestamp_at_offset(store_dir, unit[0])
+
+
+# --------------------------------------------------------------------------- config files
+
+
+def read_config(store_dir: Path, file_name: str) -> object | None:
+    """A config file of ``<store>/config/`` decoded (``.bak`` fallback); None when absent."""
+    return load_json(Path(store_dir) / CONFIG_DIR / file_name)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerOffsets:
+    """consumerOffset.json: per (topic, group), each queue's next offset and last commit time."""
+
+    offsets: dict[tuple[str, str], dict[int, int]] = field(default_factory=dict)
+    commit_times: dict[tuple[str, str], dict[int, int]] = field(default_factory=dict)
+
+    def groups(self) -> list[str]:
+        """Every group with a committed offset, sorted."""
+        return sorted({group for _topic, group in self.offsets})
+
+    def topics_of(self, group: str) -> list[str]:
+        """Topics on which ``group`` committed an offset, sorted."""
+        return sorted(topic for topic, g in self.offsets if g == group)
+
+
+def read_consumer_offsets(store_dir: Path) -> ConsumerOffsets:
+    """``config/consumerOffset.json`` of a store (empty when the file does not exist).
+
+    Raises ConfigFileError when the file (and its backup) cannot be read or has a wrong shape.
+    """
+    path = Path(store_dir) / CONFIG_DIR / "consumerOffset.json"
+    data = load_json(path)
+    if data is None:
+        return ConsumerOffsets()
+    root = _object(data, path, "the top level")
+    return ConsumerOffsets(
+        offsets=_topic_group_table(root.get("offsetTable", {}), path, "offsetTable"),
+        commit_times=_topic_group_table(root.get("commitTimeTable", {}), path, "commitTimeTable"),
+    )
+
+
+def read_subscription_groups(store_dir: Path) -> dict[str, dict[str, object]]:
+    """``subscriptionGroupTable`` of ``config/subscriptionGroup.json``: group -> its fields."""
+    return _named_table(store_dir, "subscriptionGroup.json", "subscriptionGroupTable")
+
+
+def read_topic_configs(store_dir: Path) -> dict[str, dict[str, object]]:
+    """``topicConfigTable`` of ``config/topics.json``: topic -> its fields."""
+    return _named_table(store_dir, "topics.json", "topicConfigTable")
+
+
+def _named_table(store_dir: Path, file_name: str, key: str) -> dict[str, dict[str, object]]:
+    path = Path(store_dir) / CONFIG_DIR / file_name
+    data = load_json(path)
+    if data is None:
+        return {}
+    table = _object(_object(data, path, "the top level").get(key, {}), path, key)
+    return {name: _object(entry, path, f"{key}[{name!r}]") for name, entry in table.items()}
+
+
+def _topic_group_table(
+    value: object, path: Path, what: str
+) -> dict[tuple[str, str], dict[int, int]]:
+    table: dict[tuple[str, str], dict[int, int]] = {}
+    for key, queues in _object(value, path, what).items():
+        topic, separator, group = key.partition(TOPIC_GROUP_SEPARATOR)
+        if not (topic and separator and group):
+            continue  # RocketMQ skips keys it cannot split in two
+        entries = _object(queues, path, f"{what}[{key!r}]")
+        table[(topic, group)] = {
+            _integer(queue_id, path, what): _integer(offset, path, what)
+            for queue_id, offset in entries.items()
+        }
+    return table
+
+
+def _object(value: object, path: Path, what: str) -> dict[str, object]:
+    if not isinstance(value, dict):
+        raise ConfigFileError(f"config file {path}: {what} must be a JSON object")
+    return value
+
+
+def _integer(value: object, path: Path, what: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lstrip("-").isdigit() and value.isascii():
+        return int(value)
+    raise ConfigFileError(f"config file {path}: {what} holds {value!r} where an integer belongs")

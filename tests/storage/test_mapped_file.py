@@ -1,0 +1,188 @@
+"""MappedFile: naming, append, reads up to the read position, the flush page rule."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from storage.mapped_file import OS_PAGE_SIZE, MappedFile, offset_to_file_name
+
+PAGES = 8
+FILE_SIZE = PAGES * OS_PAGE_SIZE
+
+
+@pytest.fixture
+def mapped(tmp_path: Path) -> Iterator[MappedFile]:
+    mf = MappedFile(tmp_path / offset_to_file_name(FILE_SIZE * 3), FILE_SIZE, create=True)
+    yield mf
+    mf.close()
+
+
+@pytest.mark.parametrize(
+    ("offset", "name"),
+    [
+        pytest.param(0, "00000000000000000000", id="zero"),
+        pytest.param(1073741824, "00000000001073741824", id="second-1GiB-file"),
+        pytest.param(6_000_000, "00000000000006000000", id="second-cq-file"),
+        pytest.param(2**63 - 1, "09223372036854775807", id="max-long"),
+    ],
+)
+def test_file_names_are_20_digit_offsets(offset: int, name: str) -> None:
+    assert offset_to_file_name(offset) == name
+    assert len(name) == 20
+
+
+def test_new_file_has_full_size_and_starts_at_its_name(mapped: MappedFile) -> None:
+    assert mapped.path.stat().st_size == FILE_SIZE
+    assert mapped.file_from_offset == FILE_SIZE * 3
+    assert mapped.file_end_offset == FILE_SIZE * 4
+    assert (mapped.wrote_position, mapped.flushed_position, mapped.read_position) == (0, 0, 0)
+    assert not mapped.is_full
+    assert mapped.remaining == FILE_SIZE
+
+
+def test_creating_an_existing_file_fails_and_keeps_it(tmp_path: Path) -> None:
+    path = tmp_path / offset_to_file_name(0)
+    first = MappedFile(path, 4096, create=True)
+    first.append(b"keep")
+    first.close()
+    with pytest.raises(FileExistsError):
+        MappedFile(path, 4096, create=True)
+    assert path.read_bytes()[:4] == b"keep"
+
+
+def test_append_advances_and_data_reaches_the_file(mapped: MappedFile) -> None:
+    assert mapped.append(b"abc")
+    assert mapped.append(bytearray(b"de"))
+    assert mapped.append(memoryview(b"f"))
+    assert mapped.wrote_position == 6
+    assert mapped.read(0, 6) == b"abcdef"
+    mapped.flush(0)
+    with open(mapped.path, "rb") as f:
+        assert f.read(6) == b"abcdef"
+
+
+def test_append_refuses_what_does_not_fit_and_writes_nothing(mapped: MappedFile) -> None:
+    assert mapped.append(b"x" * (FILE_SIZE - 10))
+    assert not mapped.append(b"y" * 11)
+    assert mapped.wrote_position == FILE_SIZE - 10
+    assert mapped.buffer[FILE_SIZE - 10 :] == bytes(10)
+    assert mapped.append(b"z" * 10)
+    assert mapped.is_full
+    assert mapped.remaining == 0
+    assert not mapped.append(b"!")
+
+
+def test_append_with_lets_a_writer_fill_in_place(mapped: MappedFile) -> None:
+    def write(buffer: object, position: int) -> None:
+        mapped.buffer[position : position + 4] = b"WXYZ"
+
+    assert mapped.append_with(4, write)
+    assert mapped.read(0, 4) == b"WXYZ"
+    mapped.append(b"x" * (FILE_SIZE - 6))
+    assert not mapped.append_with(4, write)
+    assert mapped.wrote_position == FILE_SIZE - 2
+
+
+def test_read_only_up_to_the_read_position(mapped: MappedFile) -> None:
+    mapped.append(b"0123456789")
+    assert mapped.read(0, 10) == b"0123456789"
+    assert mapped.read(4, 6) == b"456789"
+    assert mapped.read(4, 7) is None  # one byte beyond what was written
+    assert mapped.read(10, 1) is None
+    assert mapped.read(-1, 2) is None
+
+
+def test_select_returns_position_to_read_position(mapped: MappedFile) -> None:
+    mapped.append(b"0123456789")
+    assert mapped.select(0) == b"0123456789"
+    assert mapped.select(7) == b"789"
+    assert mapped.select(2, 3) == b"234"
+    assert mapped.select(8, 100) == b"89"  # limit never reaches past the read position
+    assert mapped.select(10) is None
+    assert mapped.select(11) is None
+    assert mapped.select(-1) is None
+
+
+def test_write_at_overwrites_below_the_write_position(mapped: MappedFile) -> None:
+    mapped.append(b"aaaa")
+    mapped.write_at(1, b"bb")
+    assert mapped.read(0, 4) == b"abba"
+
+
+# ---------------------------------------------------------------- flush(least_pages)
+
+
+def test_flush_with_least_pages_waits_for_enough_dirty_pages(mapped: MappedFile) -> None:
+    mapped.append(b"x" * (3 * OS_PAGE_SIZE + 100))
+    assert not mapped.is_able_to_flush(4)
+    assert mapped.flush(4) == 0
+    assert mapped.flushed_position == 0
+    mapped.append(b"x" * OS_PAGE_SIZE)  # now 4 whole dirty pages
+    assert mapped.is_able_to_flush(4)
+    assert mapped.flush(4) == 4 * OS_PAGE_SIZE + 100
+    assert mapped.flushed_position == 4 * OS_PAGE_SIZE + 100
+
+
+def test_flush_counts_pages_not_bytes(mapped: MappedFile) -> None:
+    # The rule compares page numbers: flushed at byte 100 (page 0), written to byte
+    # 4*4096-1 (page 3) is 3 pages; one more byte reaches page 4.
+    mapped.append(b"x" * 100)
+    mapped.flush(0)
+    mapped.append(b"x" * (4 * OS_PAGE_SIZE - 100 - 1))
+    assert not mapped.is_able_to_flush(4)
+    mapped.append(b"x")
+    assert mapped.is_able_to_flush(4)
+
+
+def test_flush_zero_flushes_any_dirty_byte(mapped: MappedFile) -> None:
+    assert not mapped.is_able_to_flush(0)
+    assert mapped.flush(0) == 0
+    mapped.append(b"x")
+    assert mapped.is_able_to_flush(0)
+    assert mapped.flush(0) == 1
+    assert not mapped.is_able_to_flush(0)
+
+
+def test_a_full_file_flushes_whatever_least_pages_says(mapped: MappedFile) -> None:
+    mapped.append(b"x" * (FILE_SIZE - OS_PAGE_SIZE))
+    mapped.flush(0)
+    mapped.append(b"y" * OS_PAGE_SIZE)
+    assert mapped.is_full
+    assert mapped.is_able_to_flush(100)
+    assert mapped.flush(100) == FILE_SIZE
+
+
+# ---------------------------------------------------------------- lifecycle
+
+
+def test_reopen_existing_file_sees_its_bytes(tmp_path: Path) -> None:
+    path = tmp_path / offset_to_file_name(4096)
+    first = MappedFile(path, 4096, create=True)
+    first.append(b"persisted")
+    first.flush(0)
+    first.close()
+    second = MappedFile(path, 4096)
+    try:
+        assert second.file_from_offset == 4096
+        second.set_positions(9)
+        assert second.read(0, 9) == b"persisted"
+        assert second.flushed_position == 9
+    finally:
+        second.close()
+
+
+def test_close_is_idempotent_and_flush_after_close_is_harmless(mapped: MappedFile) -> None:
+    mapped.append(b"x")
+    mapped.close()
+    mapped.close()
+    assert mapped.closed
+    assert mapped.flush(0) == 0
+
+
+def test_destroy_removes_the_file(mapped: MappedFile) -> None:
+    mapped.destroy()
+    assert not mapped.path.exists()
+    mapped.destroy()  # a second destroy is harmless
