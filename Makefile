@@ -18,7 +18,7 @@ install: bootstrap
 	$(UV) sync --frozen
 
 run: install
-	$(UV) run spoolmq demo --store-dir $(STORE_DIR)
+	$(UV) run spoolmq serve --store-dir $(STORE_DIR)
 
 lint: install
 	$(UV) run ruff format --check .

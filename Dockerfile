@@ -1,0 +1,57 @@
+# syntax=docker/dockerfile:1
+# spoolmq: one broker process (one uvicorn worker) on the /data volume.
+#
+#   docker build -t spoolmq .
+#   docker run -p 8080:8080 -v spoolmq-data:/data spoolmq
+#
+# Settings come from SPOOLMQ_* variables or flags after the image name
+# (docker run spoolmq serve --host 0.0.0.0 --store-dir /data --max-parked-pulls 20000).
+FROM python:3.11-slim AS base
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    UV_COMPILE_BYTECODE=1 \
+    UV_LINK_MODE=copy \
+    UV_PYTHON_DOWNLOADS=never \
+    UV_PROJECT_ENVIRONMENT=/app/.venv
+
+RUN pip install --no-cache-dir uv
+
+WORKDIR /app
+
+# Dependencies only, from the lock file: this layer is rebuilt only when they change.
+COPY pyproject.toml uv.lock README.md ./
+RUN --mount=type=cache,target=/root/.cache/uv \
+    uv sync --frozen --no-dev --no-install-project
+
+# Then the project itself.
+COPY app ./app
+COPY services ./services
+COPY storage ./storage
+COPY spark_jobs ./spark_jobs
+RUN --mount=type=cache,target=/root/.cache/uv \
+    uv sync --frozen --no-dev
+
+RUN groupadd --system --gid 10001 spoolmq \
+    && useradd --system --uid 10001 --gid spoolmq --home-dir /app --shell /usr/sbin/nologin spoolmq \
+    && mkdir -p /data \
+    && chown spoolmq:spoolmq /data
+
+ENV PATH="/app/.venv/bin:$PATH" \
+    SPOOLMQ_STORE_DIR=/data \
+    SPOOLMQ_HOST=0.0.0.0 \
+    SPOOLMQ_PORT=8080
+
+USER spoolmq
+VOLUME ["/data"]
+EXPOSE 8080
+
+# Liveness with the standard library only (no curl in a slim image).
+HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
+    CMD ["python", "-c", "import os, sys, urllib.request; port = os.environ.get('SPOOLMQ_PORT', '8080'); sys.exit(0 if urllib.request.urlopen(f'http://127.0.0.1:{port}/healthz', timeout=4).status == 200 else 1)"]
+
+# SIGTERM (docker stop) shuts down gracefully: parked long-polls are answered, offsets and
+# configs persisted, the store closed. Give it time: docker stop --time 30.
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["spoolmq"]
+CMD ["serve", "--host", "0.0.0.0", "--store-dir", "/data"]

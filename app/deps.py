@@ -1,0 +1,34 @@
+"""Dependencies shared by the routes."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from services import Broker
+
+
+async def get_broker(request: Request) -> Broker:
+    """The app's broker (created by ``create_app``); async, so no worker thread is used."""
+    broker: Broker = request.app.state.broker
+    return broker
+
+
+BrokerDep = Annotated[Broker, Depends(get_broker)]
+
+
+def disconnect_watch(request: Request) -> Callable[[], Awaitable[None]]:
+    """A factory of awaitables that finish when the client of ``request`` disconnects.
+
+    Long-polls park on it too, so a client that goes away leaves no waiter behind.
+    """
+
+    async def wait_for_disconnect() -> None:
+        while True:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                return
+
+    return wait_for_disconnect

@@ -1,0 +1,210 @@
+"""The one place that maps errors to HTTP: ``application/problem+json`` with a stable ``code``.
+
+Domain errors (:mod:`services.errors`, :mod:`storage.errors`) carry an HTTP-agnostic ``code``;
+:data:`STATUS_BY_CODE` turns it into a status. Errors of the HTTP shell itself (malformed JSON,
+an oversized body, a bad body encoding) are :class:`ApiError` with their own status.
+A client mistake is never a 5xx: only unexpected exceptions and an unavailable store are.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from http import HTTPStatus
+from typing import Any, Final
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+from starlette.routing import Match
+
+from services.errors import BrokerUnavailableError, ServiceError, TooManyWaitersError
+from storage.errors import StorageError
+
+log = logging.getLogger(__name__)
+
+PROBLEM_MEDIA_TYPE: Final = "application/problem+json"
+
+STATUS_BY_CODE: Final[Mapping[str, int]] = {
+    # services
+    "NOT_FOUND": 404,
+    "TOPIC_NOT_FOUND": 404,
+    "GROUP_NOT_FOUND": 404,
+    "QUEUE_NOT_FOUND": 404,
+    "MESSAGE_NOT_FOUND": 404,
+    "INVALID_REQUEST": 400,
+    "INVALID_GROUP_NAME": 400,
+    "INVALID_MESSAGE_ID": 400,
+    "INVALID_OFFSET": 422,
+    "INVALID_PROPERTY": 422,
+    "INVALID_TOPIC_CONFIG": 422,
+    "BATCH_REJECTED": 422,
+    "FORBIDDEN": 403,
+    "SYSTEM_TOPIC": 403,
+    "TOPIC_NOT_WRITEABLE": 403,
+    "TOPIC_NOT_READABLE": 403,
+    "CONSUME_DISABLED": 403,
+    "TOO_MANY_WAITERS": 429,
+    "BROKER_UNAVAILABLE": 503,
+    # storage
+    "MESSAGE_ILLEGAL": 400,
+    "INVALID_TOPIC_NAME": 400,
+    "MESSAGE_TOO_LARGE": 413,
+    "PROPERTIES_TOO_LARGE": 413,
+    "STORE_NOT_WRITEABLE": 503,
+    "STORE_CLOSED": 503,
+    # the HTTP shell
+    "MALFORMED_JSON": 400,
+    "INVALID_BODY_ENCODING": 422,
+    "PARAMETER_NOT_ALLOWED": 422,
+    "VALIDATION_FAILED": 422,
+    "REQUEST_TOO_LARGE": 413,
+    "ROUTE_NOT_FOUND": 404,
+    "METHOD_NOT_ALLOWED": 405,
+    "INTERNAL_ERROR": 500,
+}
+"""Status of every stable code; a code missing here is a 500 (a bug, logged)."""
+
+
+class ApiError(Exception):
+    """An error of the HTTP shell itself (not a domain rule)."""
+
+    def __init__(self, code: str, detail: str, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+        self.headers = dict(headers or {})
+
+
+def problem_body(
+    status: int,
+    code: str,
+    detail: str,
+    instance: str,
+    request_id: str,
+    errors: list[dict[str, Any]] | None = None,
+) -> bytes:
+    body: dict[str, Any] = {
+        "type": f"urn:spoolmq:problem:{code.lower().replace('_', '-')}",
+        "title": _title(status),
+        "status": status,
+        "detail": detail,
+        "code": code,
+        "instance": instance,
+        "request_id": request_id,
+    }
+    if errors is not None:
+        body["errors"] = errors
+    return orjson.dumps(body)
+
+
+def problem_response(
+    request: Request,
+    code: str,
+    detail: str,
+    *,
+    status: int | None = None,
+    headers: Mapping[str, str] | None = None,
+    errors: list[dict[str, Any]] | None = None,
+) -> Response:
+    status = status or STATUS_BY_CODE.get(code, 500)
+    request_id = request.scope.get("state", {}).get("request_id", "")
+    content = problem_body(status, code, detail, request.url.path, request_id, errors)
+    return Response(content, status, headers=dict(headers or {}), media_type=PROBLEM_MEDIA_TYPE)
+
+
+def _title(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
+# ==================================================================== handlers
+
+
+async def _service_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ServiceError)
+    headers = {}
+    if isinstance(exc, TooManyWaitersError | BrokerUnavailableError):
+        headers["Retry-After"] = str(exc.retry_after_s)
+    return _domain_problem(request, exc.code, str(exc), headers)
+
+
+async def _storage_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StorageError)
+    headers = {"Retry-After": "5"} if STATUS_BY_CODE.get(exc.code) == 503 else {}
+    return _domain_problem(request, exc.code, str(exc), headers)
+
+
+def _domain_problem(
+    request: Request, code: str, detail: str, headers: Mapping[str, str]
+) -> Response:
+    if code not in STATUS_BY_CODE:
+        log.error("no HTTP status for error code %s (%s)", code, detail)
+    return problem_response(request, code, detail, headers=headers)
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return problem_response(request, exc.code, exc.detail, headers=exc.headers)
+
+
+async def _validation_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    raw = exc.errors()
+    if any(e.get("type") == "json_invalid" for e in raw):
+        return problem_response(request, "MALFORMED_JSON", "the request body is not valid JSON")
+    errors = [field_error(e) for e in raw]
+    detail = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors[:5])
+    return problem_response(request, "VALIDATION_FAILED", detail, errors=errors)
+
+
+def field_error(error: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "loc": [p if isinstance(p, int) else str(p) for p in error.get("loc", ())],
+        "msg": str(error.get("msg", "")),
+        "type": str(error.get("type", "")),
+    }
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    status = exc.status_code
+    code = {404: "ROUTE_NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "REQUEST_TOO_LARGE"}.get(
+        status, "MALFORMED_JSON" if status == 400 else f"HTTP_{status}"
+    )
+    detail = str(exc.detail) if exc.detail else _title(status)
+    headers = dict(exc.headers or {})
+    if status == 404:
+        detail = f"no route matches {request.method} {request.url.path}"
+    elif status == 405:
+        # Starlette names only the first matching route's methods; list every route's.
+        allowed = _allowed_methods(request)
+        headers["Allow"] = ", ".join(allowed)
+        detail = f"{request.method} is not allowed here; use {', '.join(allowed)}"
+    return problem_response(request, code, detail, status=status, headers=headers)
+
+
+_METHODS: Final = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route answers on this path (probed through the public matches())."""
+    allowed = []
+    for method in _METHODS:
+        probe = {**request.scope, "method": method}
+        if any(route.matches(probe)[0] is Match.FULL for route in request.app.router.routes):
+            allowed.append(method)
+    return allowed
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register the handlers; Starlette's MRO lookup routes every subclass to its base's."""
+    app.add_exception_handler(ServiceError, _service_error)
+    app.add_exception_handler(StorageError, _storage_error)
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)

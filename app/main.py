@@ -1,0 +1,105 @@
+"""The FastAPI application: ``create_app()`` builds it around one :class:`services.Broker`.
+
+The broker starts in the background (opening and recovering a big store takes a while), so
+``/healthz`` answers at once and ``/readyz`` turns 200 when recovery is done. Shutdown answers
+parked long-polls, persists offsets and configs, and closes the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from fastapi import FastAPI
+
+from app.errors import install_error_handlers
+from app.middleware import HttpShellMiddleware
+from app.openapi import build_openapi
+from app.routes import docs, groups, health, messages, topics
+from app.routes.fast import fast_routes
+from app.settings import Settings, get_settings
+from services import Broker
+
+log = logging.getLogger("spoolmq")
+
+StartFailureHook = Callable[[BaseException], None]
+
+DESCRIPTION = """\
+An HTTP message queue on Apache RocketMQ's storage design: one append-only CommitLog, a
+ConsumeQueue per (topic, queue), long-polling pulls, consumer offsets.
+
+Errors are `application/problem+json` with a stable `code`; every response carries
+`X-Request-Id`. Limits: request bodies up to 4 MiB (413 beyond, refused before reading),
+batches up to 1000 messages, long-polls up to 30000 ms, pulls up to 1024 messages.
+"""
+
+TAGS: list[dict[str, Any]] = [
+    {"name": "messages", "description": "Send, pull and look up messages."},
+    {"name": "topics", "description": "Topic configs and queue offsets."},
+    {"name": "groups", "description": "Consumer groups: configs, group pulls, offsets, lag."},
+    {"name": "health", "description": "Liveness, readiness, metrics."},
+]
+
+
+def _version() -> str:
+    try:
+        return version("spoolmq")
+    except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        return "0.0.0"
+
+
+def create_app(
+    settings: Settings | None = None, *, on_start_failure: StartFailureHook | None = None
+) -> FastAPI:
+    """Build the app; the broker opens the store when the app's lifespan starts."""
+    settings = settings or get_settings()
+    broker = Broker(settings.broker_config())
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        start = asyncio.create_task(_start(broker, on_start_failure), name="broker-start")
+        try:
+            yield
+        finally:
+            await asyncio.wait({start})  # an open in progress cannot be interrupted
+            await broker.stop()
+
+    app = FastAPI(
+        title="spoolmq",
+        version=_version(),
+        description=DESCRIPTION,
+        openapi_tags=TAGS,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.broker = broker
+    app.state.settings = settings
+    install_error_handlers(app)
+    app.add_middleware(HttpShellMiddleware, max_request_bytes=settings.max_request_bytes)
+    for module in (messages, topics, groups, health, docs):
+        app.include_router(module.router)
+    app.router.routes[0:0] = fast_routes()
+    app.mount("/static", docs.static_files(), name="static")
+    app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
+    return app
+
+
+async def _start(broker: Broker, on_failure: StartFailureHook | None) -> None:
+    try:
+        await broker.start()
+    except Exception as exc:
+        log.error("spoolmq could not start: %s", exc)
+        if on_failure is not None:
+            on_failure(exc)
+        return
+    # Everything built so far (app, routes, schemas, the opened store) lives as long as the
+    # process: keep it out of the collector's generations so full collections stay short and
+    # do not show up as long-poll wake-up latency.
+    gc.collect()
+    gc.freeze()

@@ -1,0 +1,106 @@
+"""Prometheus text exposition (format 0.0.4) of the broker's counters and gauges."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from services import Broker, BrokerState
+
+Sample = tuple[str, int | float]
+"""(label set such as ``{topic="T"}`` or "", value)"""
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _per_topic(counter: Mapping[str, int]) -> list[Sample]:
+    return [(f'{{topic="{_escape(topic)}"}}', count) for topic, count in sorted(counter.items())]
+
+
+class _Page:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def family(self, name: str, kind: str, help_text: str, samples: Iterable[Sample]) -> None:
+        self.lines.append(f"# HELP {name} {help_text}")
+        self.lines.append(f"# TYPE {name} {kind}")
+        self.lines.extend(f"{name}{labels} {value}" for labels, value in samples)
+
+    def one(self, name: str, kind: str, help_text: str, value: int | float) -> None:
+        self.family(name, kind, help_text, [("", value)])
+
+
+def render_metrics(broker: Broker, disk_used_bytes: int) -> str:
+    """The metrics page; the store gauges only while the broker runs."""
+    m = broker.metrics
+    page = _Page()
+    page.one("spoolmq_up", "gauge", "1 when the broker is running.", int(broker.running))
+    page.family(
+        "spoolmq_messages_in_total", "counter", "Messages stored.", _per_topic(m.messages_in)
+    )
+    page.family("spoolmq_bytes_in_total", "counter", "Body bytes stored.", _per_topic(m.bytes_in))
+    page.family(
+        "spoolmq_messages_out_total", "counter", "Messages pulled.", _per_topic(m.messages_out)
+    )
+    page.family("spoolmq_bytes_out_total", "counter", "Body bytes pulled.", _per_topic(m.bytes_out))
+    histogram = m.pull_duration
+    name = "spoolmq_pull_duration_seconds"
+    page.lines.append(f"# HELP {name} Time to answer a pull, long-poll wait included.")
+    page.lines.append(f"# TYPE {name} histogram")
+    for bound, count in histogram.cumulative():
+        page.lines.append(f'{name}_bucket{{le="{bound:g}"}} {count}')
+    page.lines.append(f'{name}_bucket{{le="+Inf"}} {histogram.count}')
+    page.lines.append(f"{name}_sum {histogram.total:.6f}")
+    page.lines.append(f"{name}_count {histogram.count}")
+    waiters = broker.waiters
+    page.one("spoolmq_long_polls_parked", "gauge", "Pulls parked for messages.", waiters.parked)
+    page.one(
+        "spoolmq_long_polls_rejected_total",
+        "counter",
+        "Pulls refused with 429 at the parked cap.",
+        waiters.rejected,
+    )
+    page.one(
+        "spoolmq_long_polls_woken_total",
+        "counter",
+        "Parked pulls woken by arrivals.",
+        waiters.woken,
+    )
+    page.one(
+        "spoolmq_offset_persists_total",
+        "counter",
+        "Periodic writes of consumerOffset.json.",
+        broker.offset_persist_count,
+    )
+    if broker.state is BrokerState.RUNNING:
+        g = broker.store_gauges()
+        page.one(
+            "spoolmq_commitlog_max_offset_bytes",
+            "gauge",
+            "End of written data in the CommitLog.",
+            g.commit_log_max_offset,
+        )
+        page.one(
+            "spoolmq_commitlog_min_offset_bytes",
+            "gauge",
+            "Start of the oldest CommitLog file.",
+            g.commit_log_min_offset,
+        )
+        page.one(
+            "spoolmq_flush_lag_bytes",
+            "gauge",
+            "CommitLog bytes written but not yet forced to disk.",
+            g.flush_lag_bytes,
+        )
+        page.one(
+            "spoolmq_dispatch_behind_bytes",
+            "gauge",
+            "CommitLog bytes not yet in a ConsumeQueue.",
+            g.dispatch_behind_bytes,
+        )
+        page.one(
+            "spoolmq_store_writeable", "gauge", "1 when the store accepts writes.", int(g.writeable)
+        )
+    page.one("spoolmq_disk_used_bytes", "gauge", "Disk blocks used by the store.", disk_used_bytes)
+    return "\n".join(page.lines) + "\n"

@@ -1,0 +1,183 @@
+"""The pure-ASGI shell around every request: request ids, the body-size cap, path decoding, 500s.
+
+* ``X-Request-Id``: the client's (when it is a sane token) or a new one, on every response —
+  problem responses included — and in ``scope["state"]["request_id"]``.
+* Body cap: a ``Content-Length`` over the limit is answered with 413 before a byte of the body
+  is read; a chunked body is counted while the app reads it and refused once it passes the
+  limit. 413 answers close the connection, so the rest of the body is never read.
+* A path segment that decodes to something holding ``/`` (``..%2F``) keeps it as U+2215
+  (division slash):
+  the route still matches, and the handler refuses the name as invalid.
+* An unexpected exception becomes a 500 problem that still carries the request id.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import re
+import secrets
+from typing import Final
+from urllib.parse import unquote
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.errors import PROBLEM_MEDIA_TYPE, problem_body
+
+log = logging.getLogger(__name__)
+
+_REQUEST_ID: Final = re.compile(rb"^[A-Za-z0-9._:/+=@-]{1,128}$")
+_SLASH_STANDIN: Final = "\u2215"
+_ID_PREFIX: Final = secrets.token_hex(8)
+_ID_COUNTER: Final = itertools.count(secrets.randbelow(1 << 32))
+
+
+class _BodyTooLargeError(Exception):
+    """Raised from receive() once a streamed body passes the cap."""
+
+
+class HttpShellMiddleware:
+    def __init__(self, app: ASGIApp, max_request_bytes: int) -> None:
+        self.app = app
+        self.max_request_bytes = max_request_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = _request_id(scope)
+        scope.setdefault("state", {})["request_id"] = request_id
+        id_header = (b"x-request-id", request_id.encode())
+        _keep_encoded_slashes(scope)
+        limit = self.max_request_bytes
+        declared = _content_length(scope)
+        if declared is not None and declared > limit:
+            await _send_too_large(scope, send, id_header, limit, declared)
+            return
+        exchange = _Exchange(receive, send, id_header, limit, scope["path"])
+        try:
+            await self.app(scope, exchange.receive, exchange.send)
+        except Exception:
+            if exchange.started:
+                raise
+            if exchange.too_large:
+                await _send_too_large(scope, send, id_header, limit, None)
+                return
+            log.exception("unhandled error in %s %s", scope["method"], scope["path"])
+            body = problem_body(
+                500, "INTERNAL_ERROR", "the server failed; see its log", scope["path"], request_id
+            )
+            await _send_problem(send, 500, body, id_header)
+
+
+class _Exchange:
+    """Wraps receive (counting body bytes) and send (adding the request id)."""
+
+    __slots__ = (
+        "_receive",
+        "_send",
+        "id_header",
+        "limit",
+        "path",
+        "received",
+        "started",
+        "too_large",
+    )
+
+    def __init__(
+        self, receive: Receive, send: Send, id_header: tuple[bytes, bytes], limit: int, path: str
+    ) -> None:
+        self.path = path
+        self._receive = receive
+        self._send = send
+        self.id_header = id_header
+        self.limit = limit
+        self.received = 0
+        self.started = False
+        self.too_large = False
+
+    async def receive(self) -> Message:
+        message = await self._receive()
+        if message["type"] == "http.request":
+            self.received += len(message.get("body", b""))
+            if self.received > self.limit:
+                self.too_large = True
+                raise _BodyTooLargeError
+        return message
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            if self.too_large:
+                # The app turned the aborted read into some error answer: make it a 413.
+                self.started = True
+                body = _too_large_body(self.limit, None, self.path, self.id_header[1].decode())
+                await _send_problem(self._send, 413, body, self.id_header, close=True)
+                return
+            self.started = True
+            message["headers"] = [*message.get("headers", ()), self.id_header]
+        elif self.too_large:
+            return  # the body of the answer replaced above
+        await self._send(message)
+
+
+def _request_id(scope: Scope) -> str:
+    for name, value in scope["headers"]:
+        if name == b"x-request-id":
+            if _REQUEST_ID.match(value):
+                return bytes(value).decode()
+            break
+    # A random per-process prefix and a counter: unique, and cheaper than os.urandom per request.
+    return f"{_ID_PREFIX}{next(_ID_COUNTER) & 0xFFFFFFFFFFFFFFFF:016x}"
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def _keep_encoded_slashes(scope: Scope) -> None:
+    raw = scope.get("raw_path")
+    if not raw or b"%2" not in raw.upper():
+        return
+    path = raw.split(b"?", 1)[0].decode("latin-1")
+    if "%2f" not in path.lower():
+        return
+    segments = [unquote(s).replace("/", _SLASH_STANDIN) for s in path.split("/")]
+    scope["path"] = "/".join(segments)
+
+
+def _too_large_body(limit: int, declared: int | None, path: str, request_id: str) -> bytes:
+    size = f"{declared} bytes" if declared is not None else "more than that"
+    return problem_body(
+        413,
+        "REQUEST_TOO_LARGE",
+        f"the request body may be at most {limit} bytes; this one is {size}",
+        path,
+        request_id,
+    )
+
+
+async def _send_too_large(
+    scope: Scope, send: Send, id_header: tuple[bytes, bytes], limit: int, declared: int | None
+) -> None:
+    body = _too_large_body(limit, declared, scope["path"], id_header[1].decode())
+    await _send_problem(send, 413, body, id_header, close=True)
+
+
+async def _send_problem(
+    send: Send, status: int, body: bytes, id_header: tuple[bytes, bytes], close: bool = False
+) -> None:
+    headers = [
+        (b"content-type", PROBLEM_MEDIA_TYPE.encode()),
+        (b"content-length", str(len(body)).encode()),
+        id_header,
+    ]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,238 @@
+"""Messages: send (JSON or raw body), pull from one queue, look one up by id."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Path, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+from starlette.responses import Response
+
+from app.deps import BrokerDep, disconnect_watch
+from app.errors import ApiError
+from app.responses import OrjsonResponse, problems
+from app.routes.params import BodyEncodingQuery, QueueIdPath, TopicPath
+from app.routes.query import parse_query, query_parameters
+from app.schemas import (
+    KeyQuery,
+    MessageListResponse,
+    MessageOut,
+    PullQuery,
+    PullResponse,
+    RawSendQuery,
+    SendBatch,
+    SendMessage,
+    SendResponse,
+    message_out,
+    pull_out,
+    send_response_out,
+)
+from app.settings import MAX_REQUEST_BYTES
+from services import Broker, OutgoingMessage, PullOptions
+
+router = APIRouter(tags=["messages"])
+
+SEND_REQUEST_BODY: dict[str, Any] = {
+    "required": True,
+    "description": (
+        "A JSON message (`SendMessage`) or batch (`SendBatch`, atomic, one queue, consecutive "
+        "offsets). Any other content type is the raw body of one message, described by the "
+        f"query parameters (`curl --data-binary @file`). At most {MAX_REQUEST_BYTES} bytes."
+    ),
+    "content": {
+        "application/json": {
+            "schema": {
+                "oneOf": [
+                    {"$ref": "#/components/schemas/SendMessage"},
+                    {"$ref": "#/components/schemas/SendBatch"},
+                ]
+            }
+        },
+        "application/octet-stream": {
+            "schema": {"type": "string", "format": "binary", "maxLength": MAX_REQUEST_BYTES}
+        },
+    },
+}
+
+
+@router.post(
+    "/v1/topics/{topic}/messages",
+    operation_id="sendMessages",
+    summary="Send one message or an atomic batch",
+    status_code=201,
+    response_model=SendResponse,
+    responses=problems(400, 403, 404, 413, 422, 503),
+    openapi_extra={
+        "requestBody": SEND_REQUEST_BODY,
+        "parameters": query_parameters(RawSendQuery),
+    },
+)
+async def send_messages(topic: TopicPath, request: Request) -> Response:
+    broker: Broker = request.app.state.broker
+    query = parse_query(request, RawSendQuery)
+    body = await request.body()
+    batch_queue_id: int | None = None
+    batch_sharding_key: str | None = None
+    if _is_json(request.headers.get("content-type", "")):
+        if query.given():
+            raise ApiError(
+                "PARAMETER_NOT_ALLOWED",
+                "tags, keys, property, queue_id and sharding_key query parameters describe a "
+                "raw body; with JSON put them in the message",
+            )
+        parsed = _parse_send_json(body)
+        if isinstance(parsed, SendBatch):
+            messages = [
+                _outgoing(m, ("body", "messages", i)) for i, m in enumerate(parsed.messages)
+            ]
+            batch_queue_id, batch_sharding_key = parsed.queue_id, parsed.sharding_key
+        else:
+            messages = [_outgoing(parsed, ("body",))]
+    else:
+        messages = [
+            OutgoingMessage(
+                body=body,
+                tags=query.tags,
+                keys=tuple(query.keys or ()),
+                properties=_parse_properties(query.properties or []),
+                queue_id=query.queue_id,
+                sharding_key=query.sharding_key,
+            )
+        ]
+    client = request.client
+    receipts = await broker.send.send(
+        topic,
+        messages,
+        batch_queue_id=batch_queue_id,
+        batch_sharding_key=batch_sharding_key,
+        born_host=(client.host, client.port) if client else ("127.0.0.1", 0),
+    )
+    return OrjsonResponse(send_response_out(topic, receipts), status_code=201)
+
+
+def _is_json(content_type: str) -> bool:
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
+
+
+def _parse_send_json(body: bytes) -> SendMessage | SendBatch:
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise ApiError("MALFORMED_JSON", "the request body is not valid JSON") from None
+    model: type[SendMessage] | type[SendBatch] = SendMessage
+    if isinstance(data, dict) and "messages" in data:
+        model = SendBatch
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+        raise RequestValidationError(errors) from None
+
+
+def _outgoing(message: SendMessage, loc: tuple[str | int, ...]) -> OutgoingMessage:
+    try:
+        if message.body_encoding == "base64":
+            body = base64.b64decode(message.body, validate=True)
+        else:
+            body = message.body.encode()
+    except (binascii.Error, ValueError) as exc:
+        where = ".".join(map(str, loc))
+        raise ApiError(
+            "INVALID_BODY_ENCODING", f"{where}.body is not valid {message.body_encoding}: {exc}"
+        ) from None
+    return OutgoingMessage(
+        body=body,
+        tags=message.tags,
+        keys=tuple(message.keys),
+        properties=message.properties,
+        queue_id=message.queue_id,
+        sharding_key=message.sharding_key,
+    )
+
+
+def _parse_properties(items: list[str]) -> dict[str, str]:
+    properties = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise ApiError(
+                "PARAMETER_NOT_ALLOWED", f"a property parameter is name=value, not {item!r}"
+            )
+        properties[name] = value
+    return properties
+
+
+@router.get(
+    "/v1/topics/{topic}/queues/{queue_id}/messages",
+    operation_id="pullMessages",
+    summary="Pull from one queue, long-polling when there is nothing",
+    response_model=PullResponse,
+    responses=problems(400, 403, 404, 422, 429, 503),
+    openapi_extra={"parameters": query_parameters(PullQuery)},
+)
+async def pull_messages(topic: TopicPath, queue_id: QueueIdPath, request: Request) -> Response:
+    broker: Broker = request.app.state.broker
+    query = parse_query(request, PullQuery)
+    wait_ms = query.wait_ms
+    pulled = await broker.pull.pull_queue(
+        topic,
+        queue_id,
+        query.offset,
+        PullOptions(query.max_messages, query.max_bytes, query.tags, wait_ms),
+        group=query.group,
+        commit_offset=query.commit_offset,
+        abandon=disconnect_watch(request) if wait_ms else None,
+    )
+    return OrjsonResponse(pull_out(pulled, query.body_encoding))
+
+
+@router.get(
+    "/v1/topics/{topic}/messages",
+    operation_id="queryMessagesByKey",
+    summary="Messages of a topic with a business key (KEYS) or a UNIQ_KEY",
+    description="Found through the IndexFile, oldest first; an unknown key is an empty list.",
+    response_model=MessageListResponse,
+    responses=problems(400, 404, 422, 503),
+    openapi_extra={"parameters": query_parameters(KeyQuery)},
+)
+async def query_messages_by_key(topic: TopicPath, request: Request) -> Response:
+    broker: Broker = request.app.state.broker
+    query = parse_query(request, KeyQuery)
+    found = broker.messages.by_key(
+        topic,
+        query.key,
+        max_messages=query.max_messages,
+        begin=query.begin_timestamp,
+        end=query.end_timestamp,
+    )
+    return OrjsonResponse(
+        {"topic": topic, "messages": [message_out(m, query.body_encoding) for m in found]}
+    )
+
+
+@router.get(
+    "/v1/messages/{msg_id}",
+    operation_id="getMessage",
+    summary="One message by its msg_id",
+    response_model=MessageOut,
+    responses=problems(400, 404, 422, 503),
+)
+async def get_message(
+    msg_id: Annotated[
+        str,
+        Path(
+            description="The offsetMsgId a send returned (32 hex characters; 56 for IPv6).",
+            json_schema_extra={"pattern": "^([0-9A-Fa-f]{32}|[0-9A-Fa-f]{56})$"},
+        ),
+    ],
+    broker: BrokerDep,
+    body_encoding: BodyEncodingQuery = "auto",
+) -> Response:
+    return OrjsonResponse(message_out(broker.messages.by_id(msg_id), body_encoding))

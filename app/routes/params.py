@@ -1,0 +1,41 @@
+"""Path and query parameters shared by several routes, with their documented bounds.
+
+Names are documented with their pattern but checked by the services, so that a bad topic
+name is INVALID_TOPIC_NAME (400) whether it comes in the path or in a body.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import Path, Query
+
+from app.schemas import GROUP_MAX_LENGTH, MAX_QUEUES, TOPIC_MAX_LENGTH, TOPIC_PATTERN
+
+TopicPath = Annotated[
+    str,
+    Path(
+        description=(
+            f"Topic name: 1 to {TOPIC_MAX_LENGTH} of `a-z A-Z 0-9 _ - % |`; "
+            "percent-encode `%` and `|` in the URL (`%25RETRY%25g`)."
+        ),
+        json_schema_extra={"pattern": TOPIC_PATTERN, "maxLength": TOPIC_MAX_LENGTH},
+    ),
+]
+GroupPath = Annotated[
+    str,
+    Path(
+        description=f"Consumer group name: 1 to {GROUP_MAX_LENGTH} of `a-z A-Z 0-9 _ - % |`.",
+        json_schema_extra={"pattern": TOPIC_PATTERN, "maxLength": GROUP_MAX_LENGTH},
+    ),
+]
+QueueIdPath = Annotated[
+    int, Path(ge=0, lt=MAX_QUEUES, description="Queue id, below the topic's queue count.")
+]
+BodyEncodingQuery = Annotated[
+    Literal["auto", "base64"],
+    Query(
+        description="`auto`: bodies that are valid UTF-8 as text, others as base64; "
+        "`base64`: every body as base64."
+    ),
+]

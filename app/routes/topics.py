@@ -1,0 +1,82 @@
+"""Topics: config CRUD and per-queue offsets."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from starlette.responses import Response
+
+from app.deps import BrokerDep
+from app.responses import problems
+from app.routes.params import TopicPath
+from app.schemas import (
+    TopicDetailOut,
+    TopicIn,
+    TopicListResponse,
+    topic_detail_out,
+    topic_out,
+)
+
+router = APIRouter(tags=["topics"])
+
+
+@router.get(
+    "/v1/topics",
+    operation_id="listTopics",
+    summary="Every topic config",
+    response_model=TopicListResponse,
+    responses=problems(503),
+)
+async def list_topics(broker: BrokerDep) -> TopicListResponse:
+    return TopicListResponse(topics=[topic_out(t) for t in broker.topics.all()])
+
+
+@router.get(
+    "/v1/topics/{topic}",
+    operation_id="getTopic",
+    summary="A topic config with each queue's min/max offset and last store time",
+    response_model=TopicDetailOut,
+    responses=problems(400, 404, 422, 503),
+)
+async def get_topic(topic: TopicPath, broker: BrokerDep) -> TopicDetailOut:
+    topics = broker.topics
+    config = topics.get(topic)
+    return topic_detail_out(config, topics.queue_stats(config))
+
+
+@router.put(
+    "/v1/topics/{topic}",
+    operation_id="putTopic",
+    summary="Create or replace a topic config",
+    response_model=TopicDetailOut,
+    responses={
+        201: {"model": TopicDetailOut, "description": "Created"},
+        **problems(400, 403, 413, 422, 503),
+    },
+)
+async def put_topic(
+    topic: TopicPath, body: TopicIn, broker: BrokerDep, response: Response
+) -> TopicDetailOut:
+    topics = broker.topics
+    config, created = await topics.put(
+        topic,
+        read_queue_nums=body.read_queue_nums,
+        write_queue_nums=body.write_queue_nums,
+        perm=body.perm,
+        order=body.order,
+    )
+    if created:
+        response.status_code = 201
+    return topic_detail_out(config, topics.queue_stats(config))
+
+
+@router.delete(
+    "/v1/topics/{topic}",
+    operation_id="deleteTopic",
+    summary="Delete a topic config, its queues and every group's offsets on it",
+    status_code=204,
+    response_class=Response,
+    responses=problems(400, 403, 404, 422, 503),
+)
+async def delete_topic(topic: TopicPath, broker: BrokerDep) -> Response:
+    await broker.topics.delete(topic)
+    return Response(status_code=204)

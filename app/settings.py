@@ -1,0 +1,210 @@
+"""Settings: the only module that reads the environment (``SPOOLMQ_*`` variables).
+
+Precedence: defaults, then environment variables, then explicit values (CLI flags, tests).
+Every store size and limit of :class:`storage.StoreConfig` has a field of the same name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from services import (
+    BrokerConfig,
+    FlushDiskType,
+    GroupPolicy,
+    RetentionConfig,
+    SendLimits,
+    StoreConfig,
+    TopicPolicy,
+)
+
+MIB = 1024 * 1024
+MAX_WAIT_MS = 30_000
+"""Longest long-poll a pull may ask for (documented in the OpenAPI schema)."""
+MAX_PULL_MESSAGES = 1024
+MAX_REQUEST_BYTES = 4 * MIB
+"""Default cap on a request body; larger requests are refused before they are read."""
+
+
+class Settings(BaseSettings):
+    """Server, store and API limits. Each field is also ``SPOOLMQ_<FIELD>`` and ``--field``."""
+
+    model_config = SettingsConfigDict(env_prefix="SPOOLMQ_", extra="ignore", frozen=True)
+
+    # ---------------------------------------------------------------- server
+    store_dir: Path = Field(
+        default=Path("./data"), description="store directory (created if missing)"
+    )
+    host: str = Field(default="127.0.0.1", description="address to listen on")
+    port: int = Field(
+        default=8080, ge=0, le=65535, description="port to listen on (0: any free port)"
+    )
+    flush: Literal["async", "sync"] = Field(
+        default="async",
+        description="ASYNC_FLUSH acks after the page-cache write, SYNC_FLUSH after fsync",
+    )
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
+        default="info", description="log level"
+    )
+    access_log: bool = Field(default=False, description="log every request")
+    graceful_shutdown_s: float = Field(
+        default=10.0, gt=0, description="how long shutdown waits for requests in flight"
+    )
+
+    # ---------------------------------------------------------------- store sizes and limits
+    commit_log_file_size: int = Field(
+        default=1024 * MIB, ge=64 * 1024, description="bytes per CommitLog file"
+    )
+    consume_queue_units_per_file: int = Field(
+        default=300_000, ge=16, description="20-byte units per ConsumeQueue file"
+    )
+    max_message_size: int = Field(
+        default=4 * MIB, ge=1, description="largest message body in bytes"
+    )
+    max_queues_per_topic: int = Field(
+        default=1024, ge=1, description="highest queue count of a topic"
+    )
+    check_crc_on_recover: bool = Field(default=True, description="check body CRCs during recovery")
+    max_transfer_bytes_in_memory: int = Field(
+        default=256 * 1024, ge=1, description="pull byte cap for messages in memory"
+    )
+    max_transfer_bytes_in_disk: int = Field(
+        default=64 * 1024, ge=1, description="pull byte cap for messages only on disk"
+    )
+    max_transfer_count_in_disk: int = Field(
+        default=8, ge=1, description="pull count cap for messages only on disk"
+    )
+    access_message_in_memory_max_ratio: int = Field(
+        default=40,
+        ge=1,
+        le=100,
+        description="percent of RAM counted as 'in memory' behind the log end",
+    )
+    sync_flush_timeout_ms: int = Field(
+        default=5000, ge=1, description="SYNC_FLUSH: how long a send waits for its fsync"
+    )
+    flush_interval_commit_log_ms: int = Field(
+        default=500, ge=1, description="ASYNC_FLUSH: ms between CommitLog flushes"
+    )
+    flush_commit_log_least_pages: int = Field(
+        default=4, ge=0, description="dirty 4 KiB pages before a CommitLog flush"
+    )
+    flush_commit_log_thorough_interval_ms: int = Field(
+        default=10_000, ge=1, description="ms after which the CommitLog is flushed regardless"
+    )
+    flush_interval_consume_queue_ms: int = Field(
+        default=1000, ge=1, description="ms between ConsumeQueue flushes"
+    )
+    flush_consume_queue_least_pages: int = Field(
+        default=2, ge=0, description="dirty pages before a ConsumeQueue flush"
+    )
+    flush_consume_queue_thorough_interval_ms: int = Field(
+        default=60_000, ge=1, description="ms after which ConsumeQueues are flushed regardless"
+    )
+    clean_resource_interval_ms: int = Field(
+        default=10_000, ge=1, description="ms between expired-file clean-ups"
+    )
+    clean_first_delay_ms: int = Field(
+        default=60_000, ge=0, description="ms before the first clean-up"
+    )
+    file_reserved_time_hours: float = Field(
+        default=72, gt=0, description="hours a CommitLog file is kept"
+    )
+    delete_when: str = Field(
+        default="04", description="hours of the day (e.g. 04;16) when expired files are deleted"
+    )
+    disk_max_used_space_ratio: int = Field(
+        default=75, ge=10, le=95, description="disk use percent that triggers deleting files"
+    )
+    disk_space_clean_forcibly_ratio: int = Field(
+        default=85, ge=10, le=100, description="disk use percent that forces deletion"
+    )
+    disk_space_warning_level_ratio: int = Field(
+        default=90, ge=10, le=100, description="disk use percent that stops writes"
+    )
+    clean_file_forcibly_enable: bool = Field(
+        default=True, description="delete unexpired files when the disk is nearly full"
+    )
+    message_index_enable: bool = Field(
+        default=True, description="index message keys and ids (IndexFile)"
+    )
+    max_hash_slot_num: int = Field(default=500_000, ge=1, description="IndexFile hash slots")
+    max_index_num: int = Field(default=2_000_000, ge=1, description="IndexFile entries per file")
+    index_catch_up_on_open: bool = Field(
+        default=True, description="rebuild the index before serving after an unclean exit"
+    )
+    message_delay_levels: str = Field(
+        default="1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
+        description="delay level table",
+    )
+
+    # ---------------------------------------------------------------- broker
+    auto_create_topics: bool = Field(
+        default=True, description="a send to an unknown topic creates it"
+    )
+    auto_create_groups: bool = Field(
+        default=True, description="a pull by an unknown group creates it"
+    )
+    default_topic_queue_nums: int = Field(
+        default=8, ge=1, description="queues of an auto-created topic"
+    )
+    max_parked_pulls: int = Field(
+        default=10_000, ge=0, description="parked long-polls before pulls get 429"
+    )
+    long_poll_max_ms: int = Field(
+        default=MAX_WAIT_MS,
+        ge=0,
+        le=MAX_WAIT_MS,
+        description="longest long-poll the server grants (longer wait_ms are cut to it)",
+    )
+    offset_persist_interval_s: float = Field(
+        default=5.0, gt=0, description="seconds between consumerOffset.json writes"
+    )
+
+    # ---------------------------------------------------------------- HTTP limits
+    max_request_bytes: int = Field(
+        default=MAX_REQUEST_BYTES, ge=1024, description="largest request body in bytes (413 beyond)"
+    )
+    max_batch_messages: int = Field(default=1000, ge=1, description="most messages in one batch")
+    max_batch_bytes: int = Field(
+        default=4 * MIB, ge=1, description="largest sum of bodies in one batch"
+    )
+
+    def store_config(self) -> StoreConfig:
+        """The StoreConfig (and its RetentionConfig) with every field this class shares."""
+        flush = FlushDiskType.SYNC_FLUSH if self.flush == "sync" else FlushDiskType.ASYNC_FLUSH
+        return StoreConfig(
+            **self._shared(StoreConfig),
+            flush_disk_type=flush,
+            retention=RetentionConfig(**self._shared(RetentionConfig)),
+        )
+
+    def _shared(self, config: type[Any]) -> dict[str, Any]:
+        names = type(self).model_fields
+        return {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(config) if f.name in names
+        }
+
+    def broker_config(self) -> BrokerConfig:
+        return BrokerConfig(
+            store_dir=self.store_dir,
+            store=self.store_config(),
+            topics=TopicPolicy(self.auto_create_topics, self.default_topic_queue_nums),
+            groups=GroupPolicy(self.auto_create_groups),
+            send=SendLimits(self.max_batch_messages, self.max_batch_bytes),
+            max_parked_pulls=self.max_parked_pulls,
+            max_wait_ms=self.long_poll_max_ms,
+            offset_persist_interval_s=self.offset_persist_interval_s,
+        )
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process's settings, read from the environment once."""
+    return Settings()

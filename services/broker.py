@@ -1,0 +1,306 @@
+"""Broker: the composition root that owns the store, the config files and background tasks.
+
+Lifecycle::
+
+    NEW ──start()──► STARTING ──► RUNNING ──stop()──► STOPPING ──► STOPPED
+                         └──(open or load fails)──► FAILED
+
+``start()`` opens the store (lock, load, recover) and loads the config files in a worker thread,
+so the event loop keeps answering ``/healthz`` during a long recovery. ``stop()`` answers every
+parked long-poll, persists offsets and configs, and closes the store (which removes ``abort``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+
+from services.errors import BrokerUnavailableError
+from services.groups import GroupPolicy, GroupService
+from services.long_poll import WaiterRegistry
+from services.messages import MessageQueryService
+from services.metrics import Metrics
+from services.offsets import OffsetPersister, OffsetService
+from services.pull import PullService
+from services.send import SendLimits, SendService
+from services.topics import TopicPolicy, TopicService
+from storage import Message, MessageStore, PutResult, StoreConfig
+from storage.config_managers import (
+    ConsumerOffsetManager,
+    SubscriptionGroupManager,
+    TopicConfigManager,
+)
+
+log = logging.getLogger(__name__)
+
+
+class BrokerState(Enum):
+    NEW = "new"
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """Everything the broker needs, passed in by the app (which reads settings)."""
+
+    store_dir: Path
+    store: StoreConfig = field(default_factory=StoreConfig)
+    topics: TopicPolicy = field(default_factory=TopicPolicy)
+    groups: GroupPolicy = field(default_factory=GroupPolicy)
+    send: SendLimits = field(default_factory=SendLimits)
+    max_parked_pulls: int = 10_000  # beyond this a pull that would park is refused
+    max_wait_ms: int = 30_000  # longer long-polls are cut to this
+    retry_after_s: int = 1  # what a refused pull is told
+    offset_persist_interval_s: float = 5.0
+
+
+class Broker:
+    """One store directory behind the services."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.state = BrokerState.NEW
+        self.failure: BaseException | None = None
+        self.metrics = Metrics()
+        self.waiters = WaiterRegistry(config.max_parked_pulls, config.retry_after_s)
+        config_dir = config.store_dir / "config"
+        self.topic_configs = TopicConfigManager(config_dir)
+        self.group_configs = SubscriptionGroupManager(config_dir)
+        self.consumer_offsets = ConsumerOffsetManager(config_dir)
+        self._offset_persister = OffsetPersister(
+            self.consumer_offsets, config.offset_persist_interval_s
+        )
+        self._store: MessageStore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
+        self._services: _Services | None = None
+
+    # ================================================================== lifecycle
+
+    async def start(self) -> None:
+        """Open the store and load the configs (in a worker thread), then start tasks."""
+        if self.state is not BrokerState.NEW:
+            raise RuntimeError(f"a broker starts once; this one is {self.state.value}")
+        self.state = BrokerState.STARTING
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        try:
+            store = await asyncio.to_thread(self._open)
+        except BaseException as exc:
+            self.failure = exc
+            self.state = BrokerState.FAILED
+            raise
+        self._store = store
+        self._services = _Services.build(self, store)
+        store.arrival_listeners.append(self._on_arrival)
+        # Storage background services (flush threads, SYNC_FLUSH group commit) start here:
+        # the lead engineer wires ``store.start_services()`` into this spot.
+        self._offset_persister.start()
+        self.state = BrokerState.RUNNING
+        log.info("broker running on %s", self.config.store_dir)
+
+    def _open(self) -> MessageStore:
+        store = MessageStore.open(self.config.store_dir, self.config.store)
+        try:
+            for manager in (self.topic_configs, self.group_configs, self.consumer_offsets):
+                manager.load()
+        except BaseException:
+            store.close()
+            raise
+        return store
+
+    def begin_shutdown(self) -> None:
+        """Answer every parked long-poll now and refuse new parks (the server is stopping)."""
+        self.waiters.close()
+
+    async def stop(self) -> None:
+        """Answer parked pulls, persist offsets and configs, close the store."""
+        if self.state is not BrokerState.RUNNING:
+            if self.state is BrokerState.STARTING:
+                log.warning("stopping a broker that never finished starting")
+            return
+        self.state = BrokerState.STOPPING
+        self.begin_shutdown()
+        await asyncio.sleep(0)  # let woken pulls write their answers
+        await self._offset_persister.stop()
+        # Storage background services stop here (``store.stop_services()``), before close:
+        # the lead engineer wires it into this spot.
+        store = self.store
+        await asyncio.to_thread(self._close, store)
+        self.state = BrokerState.STOPPED
+        log.info("broker stopped; store %s closed", self.config.store_dir)
+
+    def _close(self, store: MessageStore) -> None:
+        try:
+            for manager in (self.topic_configs, self.group_configs, self.consumer_offsets):
+                manager.persist_if_dirty()
+        finally:
+            store.close()
+
+    # ================================================================== access
+
+    @property
+    def running(self) -> bool:
+        return self.state is BrokerState.RUNNING
+
+    @property
+    def store(self) -> MessageStore:
+        if self._store is None:
+            raise BrokerUnavailableError(f"the broker is {self.state.value}: no store yet")
+        return self._store
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            raise RuntimeError("the broker has not been started")
+        return self._loop
+
+    @property
+    def services(self) -> _Services:
+        """The services, once RUNNING; BrokerUnavailableError before and after."""
+        if self.state is not BrokerState.RUNNING or self._services is None:
+            raise BrokerUnavailableError(f"the broker is {self.state.value}")
+        return self._services
+
+    @property
+    def send(self) -> SendService:
+        return self.services.send
+
+    @property
+    def pull(self) -> PullService:
+        return self.services.pull
+
+    @property
+    def topics(self) -> TopicService:
+        return self.services.topics
+
+    @property
+    def groups(self) -> GroupService:
+        return self.services.groups
+
+    @property
+    def offsets(self) -> OffsetService:
+        return self.services.offsets
+
+    @property
+    def messages(self) -> MessageQueryService:
+        return self.services.messages
+
+    @property
+    def offset_persist_count(self) -> int:
+        return self._offset_persister.persist_count
+
+    # ================================================================== gauges
+
+    def store_gauges(self) -> StoreGauges:
+        """The store's positions right now (call on the event loop thread)."""
+        store = self.store
+        commit_log = store.commit_log
+        max_offset = commit_log.max_offset
+        flushed = commit_log.flushed_where
+        return StoreGauges(
+            commit_log_min_offset=max(0, commit_log.min_offset),
+            commit_log_max_offset=max_offset,
+            flushed_offset=flushed,
+            flush_lag_bytes=max(0, max_offset - flushed),
+            dispatch_behind_bytes=store.dispatch_behind_bytes,
+            writeable=store.writeable,
+        )
+
+    def disk_used_bytes(self) -> int:
+        """Bytes of disk the store directory takes (blocks, not sizes); blocking: use a thread."""
+        total = 0
+        stack = [self.config.store_dir]
+        while stack:
+            try:
+                entries = list(os.scandir(stack.pop()))
+            except OSError:
+                continue
+            for entry in entries:
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(Path(entry.path))
+                    else:
+                        total += entry.stat(follow_symlinks=False).st_blocks * 512
+                except OSError:
+                    continue
+        return total
+
+    # ================================================================== put path
+
+    async def put(self, messages: list[Message]) -> list[PutResult]:
+        """Append one message or one atomic batch, then wait until it is durable."""
+        store = self.store
+        if len(messages) == 1:
+            results = [store.put_message(messages[0])]
+        else:
+            results = store.put_messages(messages)
+        return await self._await_durable(results)
+
+    async def _await_durable(self, results: list[PutResult]) -> list[PutResult]:
+        """Where SYNC_FLUSH group commit will wait for the flush; ASYNC_FLUSH returns at once."""
+        return results
+
+    # ================================================================== arrivals
+
+    def _on_arrival(self, topic: str, queue_id: int, max_offset: int, tags_code: int) -> None:
+        """Store arrival listener: wake the long-polls of (topic, queue_id)."""
+        del max_offset
+        if threading.get_ident() == self._loop_thread:
+            self.waiters.notify(topic, queue_id, tags_code)
+        elif self._loop is not None:
+            self._loop.call_soon_threadsafe(self.waiters.notify, topic, queue_id, tags_code)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreGauges:
+    """Positions of the store for the metrics page."""
+
+    commit_log_min_offset: int
+    commit_log_max_offset: int
+    flushed_offset: int
+    flush_lag_bytes: int  # written but not yet forced to disk
+    dispatch_behind_bytes: int  # appended but not yet in a ConsumeQueue
+    writeable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Services:
+    topics: TopicService
+    groups: GroupService
+    offsets: OffsetService
+    send: SendService
+    pull: PullService
+    messages: MessageQueryService
+
+    @classmethod
+    def build(cls, broker: Broker, store: MessageStore) -> _Services:
+        config = broker.config
+        topics = TopicService(store, broker.topic_configs, broker.consumer_offsets, config.topics)
+        groups = GroupService(broker.group_configs, broker.consumer_offsets, config.groups)
+        offsets = OffsetService(store, broker.consumer_offsets, topics, groups)
+        return cls(
+            topics=topics,
+            groups=groups,
+            offsets=offsets,
+            send=SendService(topics, broker.put, broker.metrics, config.send),
+            pull=PullService(
+                store,
+                topics,
+                groups,
+                offsets,
+                broker.waiters,
+                broker.metrics,
+                max_wait_ms=config.max_wait_ms,
+            ),
+            messages=MessageQueryService(store, topics),
+        )

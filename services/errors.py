@@ -1,0 +1,160 @@
+"""Errors raised by the services layer.
+
+The tree::
+
+    ServiceError
+    ├── NotFoundError
+    │   ├── TopicNotFoundError          the topic has no config (and auto-creation is off)
+    │   ├── GroupNotFoundError          the consumer group has no config and no offsets
+    │   ├── QueueNotFoundError          the queue id is outside the topic's queue count
+    │   └── MessageNotFoundError        no message has this id (or it has expired)
+    ├── InvalidRequestError
+    │   ├── InvalidGroupNameError       group name breaks ``^[%|a-zA-Z0-9_-]+$`` or is too long
+    │   ├── InvalidMessageIdError       a message id is not 32 or 56 hex characters
+    │   ├── InvalidOffsetError          an offset outside what the queue can hold
+    │   ├── InvalidPropertyError        a reserved or malformed message property, tag or key
+    │   ├── InvalidTopicConfigError     queue counts or perm outside what the store allows
+    │   └── BatchRejectedError          a batch is empty, too long, too big or spans queues
+    ├── ForbiddenError
+    │   ├── SystemTopicError            system topics are not written or changed directly
+    │   ├── TopicNotWriteableError      the topic's perm has no write bit
+    │   ├── TopicNotReadableError       the topic's perm has no read bit
+    │   └── ConsumeDisabledError        the group's consume_enable is false
+    ├── TooManyWaitersError             the cap on parked long-polls is reached; retry later
+    └── BrokerUnavailableError          the broker is starting, stopping or failed
+
+Each class carries a stable ``code`` (the same vocabulary as :mod:`storage.errors`); the
+HTTP layer maps codes to statuses in one place. Services never know a status code.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class ServiceError(Exception):
+    """Base class of every services error."""
+
+    code: ClassVar[str] = "SERVICE_ERROR"
+
+
+class NotFoundError(ServiceError):
+    """Something the request names does not exist."""
+
+    code: ClassVar[str] = "NOT_FOUND"
+
+
+class TopicNotFoundError(NotFoundError):
+    """The topic has no config."""
+
+    code: ClassVar[str] = "TOPIC_NOT_FOUND"
+
+
+class GroupNotFoundError(NotFoundError):
+    """The consumer group has no config and no committed offsets."""
+
+    code: ClassVar[str] = "GROUP_NOT_FOUND"
+
+
+class QueueNotFoundError(NotFoundError):
+    """The queue id is not below the topic's read (or write) queue count."""
+
+    code: ClassVar[str] = "QUEUE_NOT_FOUND"
+
+
+class MessageNotFoundError(NotFoundError):
+    """No message has this id, or its CommitLog file is gone."""
+
+    code: ClassVar[str] = "MESSAGE_NOT_FOUND"
+
+
+class InvalidRequestError(ServiceError):
+    """The request is well-formed but breaks a domain rule."""
+
+    code: ClassVar[str] = "INVALID_REQUEST"
+
+
+class InvalidGroupNameError(InvalidRequestError):
+    """The group name is empty, too long or has characters outside the allowed set."""
+
+    code: ClassVar[str] = "INVALID_GROUP_NAME"
+
+
+class InvalidMessageIdError(InvalidRequestError):
+    """A message id must be 32 (IPv4 broker) or 56 (IPv6 broker) hex characters."""
+
+    code: ClassVar[str] = "INVALID_MESSAGE_ID"
+
+
+class InvalidOffsetError(InvalidRequestError):
+    """An offset is negative or beyond the queue's max offset."""
+
+    code: ClassVar[str] = "INVALID_OFFSET"
+
+
+class InvalidPropertyError(InvalidRequestError):
+    """A property name is reserved, or a property, tag or key has a forbidden character."""
+
+    code: ClassVar[str] = "INVALID_PROPERTY"
+
+
+class InvalidTopicConfigError(InvalidRequestError):
+    """Queue counts or perm bits outside what the store allows."""
+
+    code: ClassVar[str] = "INVALID_TOPIC_CONFIG"
+
+
+class BatchRejectedError(InvalidRequestError):
+    """A batch is empty, over the count or byte limit, or its messages name different queues."""
+
+    code: ClassVar[str] = "BATCH_REJECTED"
+
+
+class ForbiddenError(ServiceError):
+    """The operation is not allowed on this resource."""
+
+    code: ClassVar[str] = "FORBIDDEN"
+
+
+class SystemTopicError(ForbiddenError):
+    """System topics (``SCHEDULE_TOPIC_XXXX``) are written by the broker only."""
+
+    code: ClassVar[str] = "SYSTEM_TOPIC"
+
+
+class TopicNotWriteableError(ForbiddenError):
+    """The topic's perm has no write bit."""
+
+    code: ClassVar[str] = "TOPIC_NOT_WRITEABLE"
+
+
+class TopicNotReadableError(ForbiddenError):
+    """The topic's perm has no read bit."""
+
+    code: ClassVar[str] = "TOPIC_NOT_READABLE"
+
+
+class ConsumeDisabledError(ForbiddenError):
+    """The group's ``consume_enable`` is false."""
+
+    code: ClassVar[str] = "CONSUME_DISABLED"
+
+
+class TooManyWaitersError(ServiceError):
+    """The number of parked long-polls is at its cap; the client should retry later."""
+
+    code: ClassVar[str] = "TOO_MANY_WAITERS"
+
+    def __init__(self, message: str, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class BrokerUnavailableError(ServiceError):
+    """The broker is not running: still starting, stopping, or failed to start."""
+
+    code: ClassVar[str] = "BROKER_UNAVAILABLE"
+
+    def __init__(self, message: str, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s

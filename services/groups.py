@@ -1,0 +1,97 @@
+"""Consumer group rules: names, configs (subscriptionGroup.json), auto-creation."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass
+from typing import Final
+
+from services.errors import ConsumeDisabledError, GroupNotFoundError, InvalidGroupNameError
+from storage.config_managers import (
+    ConsumerOffsetManager,
+    SubscriptionGroupConfig,
+    SubscriptionGroupManager,
+)
+
+GROUP_PATTERN: Final = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+MAX_GROUP_LENGTH: Final = 120
+"""So that ``%RETRY%<group>`` and ``%DLQ%<group>`` stay within the 127-character topic limit."""
+
+
+def check_group_name(group: str) -> str:
+    """The group name itself; InvalidGroupNameError when it is not valid."""
+    if not group or len(group) > MAX_GROUP_LENGTH or not GROUP_PATTERN.match(group):
+        raise InvalidGroupNameError(
+            f"invalid group name {group[:140]!r}: use 1 to {MAX_GROUP_LENGTH} characters "
+            "from a-z A-Z 0-9 _ - % |"
+        )
+    return group
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPolicy:
+    """How unknown groups are treated."""
+
+    auto_create: bool = True  # a pull or commit by an unknown group creates its config
+
+
+class GroupService:
+    """Reads and changes subscription group configs."""
+
+    def __init__(
+        self,
+        manager: SubscriptionGroupManager,
+        offsets: ConsumerOffsetManager,
+        policy: GroupPolicy,
+    ) -> None:
+        self._manager = manager
+        self._offsets = offsets
+        self._policy = policy
+
+    def get(self, group: str) -> SubscriptionGroupConfig:
+        """The group's config; GroupNotFoundError when there is none."""
+        config = self._manager.get(check_group_name(group))
+        if config is None:
+            raise GroupNotFoundError(f"consumer group {group!r} does not exist")
+        return config
+
+    def exists(self, group: str) -> bool:
+        """Whether the group has a config or committed offsets."""
+        check_group_name(group)
+        return self._manager.get(group) is not None or group in self._offsets.groups()
+
+    def all(self) -> list[SubscriptionGroupConfig]:
+        return self._manager.all()
+
+    async def for_use(self, group: str) -> SubscriptionGroupConfig:
+        """The config of a group that pulls or commits, auto-created when allowed."""
+        config = self._manager.get(check_group_name(group))
+        if config is not None:
+            return config
+        if not self._policy.auto_create:
+            raise GroupNotFoundError(
+                f"consumer group {group!r} does not exist and auto-creation is turned off"
+            )
+        return await asyncio.to_thread(self._manager.get_or_create, group)
+
+    async def for_consume(self, group: str) -> SubscriptionGroupConfig:
+        """Like :meth:`for_use`, and the group must be allowed to consume."""
+        config = await self.for_use(group)
+        if not config.consume_enable:
+            raise ConsumeDisabledError(f"consumer group {group!r} has consuming turned off")
+        return config
+
+    async def put(self, config: SubscriptionGroupConfig) -> bool:
+        """Create or replace a group's config; returns whether it was created."""
+        check_group_name(config.group_name)
+        created = self._manager.get(config.group_name) is None
+        await asyncio.to_thread(self._manager.put, config)
+        return created
+
+    async def delete(self, group: str) -> None:
+        """Forget the group's config and its committed offsets."""
+        if not self.exists(group):
+            raise GroupNotFoundError(f"consumer group {group!r} does not exist")
+        await asyncio.to_thread(self._manager.delete, group)
+        self._offsets.remove_group(group)

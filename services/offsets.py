@@ -1,0 +1,180 @@
+"""Consumer offsets: where a group starts, commits, the lag report and periodic persistence.
+
+Offsets are "next offset to consume" per (group, topic, queue) in consumerOffset.json
+(reference §10.6). Commits change memory only; :class:`OffsetPersister` writes the file every
+few seconds when something changed, and once more at shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from services.errors import InvalidOffsetError
+from services.groups import GroupService, check_group_name
+from services.topics import TopicService
+from storage import MessageStore
+from storage.config_managers import (
+    CONSUME_FROM_LATEST,
+    ConsumerOffsetManager,
+    SubscriptionGroupConfig,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommit:
+    """One offset to commit."""
+
+    topic: str
+    queue_id: int
+    offset: int  # next offset to consume
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLag:
+    """One queue's committed offset against the store."""
+
+    queue_id: int
+    committed_offset: int  # next offset the group will consume
+    min_offset: int
+    max_offset: int
+    lag: int  # messages between the committed offset and the max offset
+    last_commit_timestamp: int  # ms; 0 when unknown
+
+
+@dataclass(frozen=True, slots=True)
+class TopicLag:
+    topic: str
+    queues: list[QueueLag]
+
+    @property
+    def total_lag(self) -> int:
+        return sum(q.lag for q in self.queues)
+
+
+class OffsetService:
+    """Commits, start positions and lag of consumer groups."""
+
+    def __init__(
+        self,
+        store: MessageStore,
+        manager: ConsumerOffsetManager,
+        topics: TopicService,
+        groups: GroupService,
+    ) -> None:
+        self._store = store
+        self._manager = manager
+        self._topics = topics
+        self._groups = groups
+
+    def position(self, group: SubscriptionGroupConfig, topic: str, queue_id: int) -> int:
+        """Where the group reads next; a first read resolves ``consume_from`` and commits it.
+
+        Committing the resolved start pins it: with ``latest`` a later pull must not jump past
+        messages that arrived after the first one.
+        """
+        name = group.group_name
+        committed = self._manager.query_offset(name, topic, queue_id)
+        if committed >= 0:
+            return committed
+        store = self._store
+        timestamp = group.consume_from_timestamp
+        if timestamp is not None:
+            start = store.offset_by_time(topic, queue_id, timestamp)
+        elif group.consume_from == CONSUME_FROM_LATEST:
+            start = store.max_offset_in_queue(topic, queue_id)
+        else:
+            start = store.min_offset_in_queue(topic, queue_id)
+        self._manager.commit_offset(name, topic, queue_id, start)
+        return start
+
+    def move(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Store a corrected position (after OFFSET_MOVED) without the client's checks."""
+        self._manager.commit_offset(group, topic, queue_id, offset)
+
+    async def commit(self, group: str, commits: Sequence[OffsetCommit]) -> None:
+        """Validate every commit first, then store them all."""
+        check_group_name(group)
+        for commit in commits:
+            self._check(commit)
+        await self._groups.for_use(group)
+        for commit in commits:
+            self._manager.commit_offset(group, commit.topic, commit.queue_id, commit.offset)
+
+    def _check(self, commit: OffsetCommit) -> None:
+        config = self._topics.get(commit.topic)
+        self._topics.check_read_queue(config, commit.queue_id)
+        max_offset = self._store.max_offset_in_queue(commit.topic, commit.queue_id)
+        if not 0 <= commit.offset <= max_offset:
+            raise InvalidOffsetError(
+                f"offset {commit.offset} is outside 0 to {max_offset} "
+                f"(the max offset of {commit.topic}/{commit.queue_id})"
+            )
+
+    def report(self, group: str, topic: str | None = None) -> list[TopicLag]:
+        """Committed offset, min/max offset and lag of every queue the group committed."""
+        if not self._groups.exists(group):
+            self._groups.get(group)  # raises GroupNotFoundError
+        store = self._store
+        report = []
+        for key in self._manager.topic_groups():
+            if key.group != group or (topic is not None and key.topic != topic):
+                continue
+            times = self._manager.commit_times_of(group, key.topic)
+            queues = []
+            for queue_id, committed in self._manager.offsets_of(group, key.topic).items():
+                max_offset = store.max_offset_in_queue(key.topic, queue_id)
+                queues.append(
+                    QueueLag(
+                        queue_id=queue_id,
+                        committed_offset=committed,
+                        min_offset=store.min_offset_in_queue(key.topic, queue_id),
+                        max_offset=max_offset,
+                        lag=max(0, max_offset - committed),
+                        last_commit_timestamp=times.get(queue_id, 0),
+                    )
+                )
+            report.append(TopicLag(key.topic, queues))
+        return report
+
+
+class OffsetPersister:
+    """Writes consumerOffset.json every ``interval_s`` when it changed, and at stop()."""
+
+    def __init__(self, manager: ConsumerOffsetManager, interval_s: float = 5.0) -> None:
+        self._manager = manager
+        self._interval_s = interval_s
+        self._task: asyncio.Task[None] | None = None
+        self.persist_count = 0
+        self.failures = 0
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="offset-persister")
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval_s)
+            await self.persist()
+
+    async def persist(self) -> None:
+        try:
+            if await asyncio.to_thread(self._manager.persist_if_dirty):
+                self.persist_count += 1
+        except OSError:
+            self.failures += 1
+            log.exception("could not persist consumer offsets; will retry")
+
+    async def stop(self) -> None:
+        """Stop the periodic task and persist whatever is left."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+        await self.persist()

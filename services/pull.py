@@ -1,0 +1,392 @@
+"""Pull: read a queue (or every queue of a topic for a group), long-polling when there is nothing.
+
+Statuses follow RocketMQ's GetMessageStatus (reference §10.3). A pull parks only when it found
+nothing new: ``OFFSET_OVERFLOW_ONE``, or an empty / not yet created queue read from offset 0
+(RocketMQ answers both with PULL_NOT_FOUND, the long-poll case). A tag-filtered scan that
+matched nothing moves on from ``next_begin_offset`` while wait time is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from services.errors import InvalidRequestError
+from services.groups import GroupService
+from services.long_poll import WaiterRegistry, WakeReason
+from services.metrics import Metrics
+from services.offsets import OffsetCommit, OffsetService
+from services.topics import TopicService
+from storage import GetMessageResult, GetMessageStatus, MessageStore, StoredMessage, TagFilter
+
+AbandonFactory = Callable[[], Awaitable[Any]]
+"""Returns an awaitable that completes when the caller gives up (its client disconnected)."""
+
+_MOVED = frozenset({GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY})
+_EMPTY_QUEUE = frozenset(
+    {GetMessageStatus.NO_MESSAGE_IN_QUEUE, GetMessageStatus.NO_MATCHED_LOGIC_QUEUE}
+)
+_READ_ON = frozenset(
+    {
+        GetMessageStatus.FOUND,
+        GetMessageStatus.NO_MATCHED_MESSAGE,
+        GetMessageStatus.MESSAGE_WAS_REMOVING,
+        GetMessageStatus.OFFSET_FOUND_NULL,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PullOptions:
+    """What one pull asks for."""
+
+    max_messages: int = 32
+    max_bytes: int | None = None
+    tags: str | None = None  # ``*`` or ``A||B``
+    wait_ms: int = 0  # long-poll time when nothing is found
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePull:
+    """The answer to a pull from one queue."""
+
+    topic: str
+    queue_id: int
+    status: GetMessageStatus
+    offset: int  # where the pull started
+    next_offset: int  # where the next pull should start
+    min_offset: int
+    max_offset: int
+    messages: list[StoredMessage]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueProgress:
+    """One queue of a group pull: the group's position before and after."""
+
+    queue_id: int
+    offset: int  # the group's position when the pull started
+    next_offset: int  # commit this to acknowledge what the pull returned from the queue
+    max_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPull:
+    """The answer to a group pull across every readable queue of a topic."""
+
+    group: str
+    topic: str
+    messages: list[StoredMessage]
+    queues: list[QueueProgress]
+
+
+class _Abandon:
+    """Starts the caller's disconnect watch on the first park only, and stops it at the end."""
+
+    __slots__ = ("_factory", "_task")
+
+    def __init__(self, factory: AbandonFactory | None) -> None:
+        self._factory = factory
+        self._task: asyncio.Future[Any] | None = None
+
+    def future(self) -> asyncio.Future[Any] | None:
+        if self._task is None and self._factory is not None:
+            self._task = asyncio.ensure_future(self._factory())
+        return self._task
+
+    def close(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+
+class PullService:
+    """Reads queues for consumers and parks them while there is nothing to read."""
+
+    def __init__(
+        self,
+        store: MessageStore,
+        topics: TopicService,
+        groups: GroupService,
+        offsets: OffsetService,
+        waiters: WaiterRegistry,
+        metrics: Metrics,
+        *,
+        max_wait_ms: int = 30_000,
+    ) -> None:
+        self._max_wait_ms = max_wait_ms
+        self._store = store
+        self._topics = topics
+        self._groups = groups
+        self._offsets = offsets
+        self._waiters = waiters
+        self._metrics = metrics
+        self._rotation: dict[tuple[str, str], int] = {}
+
+    # ------------------------------------------------------------------ one queue
+
+    async def pull_queue(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int | None,
+        options: PullOptions,
+        *,
+        group: str | None = None,
+        commit_offset: int | None = None,
+        abandon: AbandonFactory | None = None,
+    ) -> QueuePull:
+        """Pull from one queue; ``offset`` None starts at the group's position (or the min)."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        config = self._topics.for_read(topic)
+        self._topics.check_read_queue(config, queue_id)
+        if commit_offset is not None and group is None:
+            raise InvalidRequestError("commit_offset needs the group whose offset it is")
+        if group is not None:
+            group_config = await self._groups.for_consume(group)
+            if commit_offset is not None:
+                await self._offsets.commit(group, [OffsetCommit(topic, queue_id, commit_offset)])
+            if offset is None:
+                offset = self._offsets.position(group_config, topic, queue_id)
+        if offset is None:
+            offset = self._store.min_offset_in_queue(topic, queue_id)
+        options = self._clamp(options)
+        watch = _Abandon(abandon)
+        try:
+            pulled = await self._pull_queue(topic, queue_id, offset, options, started, watch)
+        finally:
+            watch.close()
+            self._metrics.pull_duration.observe(loop.time() - started)
+        self._count_out(topic, pulled.messages)
+        return pulled
+
+    async def _pull_queue(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        options: PullOptions,
+        started: float,
+        watch: _Abandon,
+    ) -> QueuePull:
+        loop = asyncio.get_running_loop()
+        deadline = started + options.wait_ms / 1000
+        tag_filter = TagFilter(options.tags)
+        current = offset
+        skipped = False
+        while True:
+            result, messages = self._read(topic, queue_id, current, options, tag_filter, None)
+            status = result.status
+            if messages:
+                return _queue_pull(topic, queue_id, offset, result, messages)
+            # Nothing matched the filter (by hash code, or by the exact tag after a hash
+            # collision): move past what was scanned.
+            filtered_out = (
+                status in (GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.FOUND)
+                and result.next_begin_offset > current
+            )
+            if filtered_out and options.wait_ms > 0:
+                skipped, current = True, result.next_begin_offset
+                if loop.time() < deadline:
+                    await asyncio.sleep(0)  # a long filtered backlog must not hog the loop
+                    continue
+            waitable = status is GetMessageStatus.OFFSET_OVERFLOW_ONE or (
+                status in _EMPTY_QUEUE and current == 0
+            )
+            remaining = deadline - loop.time()
+            if not waitable or remaining <= 0:
+                break
+            reason = await self._waiters.wait(
+                ((topic, queue_id),), remaining, tag_filter, watch.future()
+            )
+            if reason in (WakeReason.SHUTDOWN, WakeReason.ABANDONED):
+                break
+        if skipped:
+            return QueuePull(
+                topic,
+                queue_id,
+                GetMessageStatus.NO_MATCHED_MESSAGE,
+                offset,
+                current,
+                result.min_offset,
+                result.max_offset,
+                [],
+            )
+        return _queue_pull(topic, queue_id, offset, result, [])
+
+    # ------------------------------------------------------------------ a group
+
+    async def pull_group(
+        self,
+        group: str,
+        topic: str,
+        options: PullOptions,
+        *,
+        auto_commit: bool = False,
+        abandon: AbandonFactory | None = None,
+    ) -> GroupPull:
+        """Pull from the group's positions in every readable queue of ``topic``."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        config = self._topics.for_read(topic)
+        group_config = await self._groups.for_consume(group)
+        queue_ids = list(range(config.read_queue_nums))
+        start = {q: self._offsets.position(group_config, topic, q) for q in queue_ids}
+        options = self._clamp(options)
+        watch = _Abandon(abandon)
+        try:
+            messages, position = await self._pull_group(
+                group, topic, queue_ids, start, options, started, watch
+            )
+        finally:
+            watch.close()
+            self._metrics.pull_duration.observe(loop.time() - started)
+        if auto_commit:
+            for queue_id in queue_ids:
+                if position[queue_id] != start[queue_id]:
+                    self._offsets.move(group, topic, queue_id, position[queue_id])
+        self._count_out(topic, messages)
+        store = self._store
+        progress = [
+            QueueProgress(q, start[q], position[q], store.max_offset_in_queue(topic, q))
+            for q in queue_ids
+        ]
+        return GroupPull(group, topic, messages, progress)
+
+    async def _pull_group(
+        self,
+        group: str,
+        topic: str,
+        queue_ids: list[int],
+        start: dict[int, int],
+        options: PullOptions,
+        started: float,
+        watch: _Abandon,
+    ) -> tuple[list[StoredMessage], dict[int, int]]:
+        loop = asyncio.get_running_loop()
+        deadline = started + options.wait_ms / 1000
+        tag_filter = TagFilter(options.tags)
+        position = dict(start)
+        messages: list[StoredMessage] = []
+        keys = [(topic, q) for q in queue_ids]
+        order = self._rotate(group, topic, queue_ids)
+        while True:
+            advanced = self._read_round(
+                group, topic, order, start, position, options, tag_filter, messages
+            )
+            remaining = deadline - loop.time()
+            if messages or not queue_ids or remaining <= 0:
+                break
+            if advanced:
+                await asyncio.sleep(0)
+                continue
+            reason = await self._waiters.wait(keys, remaining, tag_filter, watch.future())
+            if reason in (WakeReason.SHUTDOWN, WakeReason.ABANDONED):
+                break
+        return messages, position
+
+    def _read_round(
+        self,
+        group: str,
+        topic: str,
+        order: list[int],
+        start: dict[int, int],
+        position: dict[int, int],
+        options: PullOptions,
+        tag_filter: TagFilter,
+        messages: list[StoredMessage],
+    ) -> bool:
+        """Read each queue once from its position; True when a position moved without data."""
+        advanced = False
+        size = sum(m.size for m in messages)
+        for queue_id in order:
+            left = options.max_messages - len(messages)
+            byte_budget = None if options.max_bytes is None else options.max_bytes - size
+            if left <= 0 or (byte_budget is not None and byte_budget <= 0):
+                break
+            offset = position[queue_id]
+            limited = PullOptions(left, byte_budget, options.tags, 0)
+            result, found = self._read(topic, queue_id, offset, limited, tag_filter, group)
+            status = result.status
+            moved = status in _MOVED or (status in _EMPTY_QUEUE and offset != 0)
+            if moved and result.next_begin_offset != offset:
+                # The group's position is invalid (expired, or beyond the queue): correct it.
+                position[queue_id] = start[queue_id] = result.next_begin_offset
+                self._offsets.move(group, topic, queue_id, result.next_begin_offset)
+                advanced = True
+            elif status in _READ_ON and result.next_begin_offset != offset:
+                position[queue_id] = result.next_begin_offset
+                advanced = advanced or not found
+            messages.extend(found)
+            size += sum(m.size for m in found)
+        return advanced
+
+    def _rotate(self, group: str, topic: str, queue_ids: list[int]) -> list[int]:
+        """Queue order for this pull: start one queue later each time, so none starves."""
+        if not queue_ids:
+            return []
+        key = (group, topic)
+        first = self._rotation.get(key, 0) % len(queue_ids)
+        self._rotation[key] = first + 1
+        return queue_ids[first:] + queue_ids[:first]
+
+    # ------------------------------------------------------------------ shared
+
+    def _clamp(self, options: PullOptions) -> PullOptions:
+        """Cut the long-poll time to the broker's maximum."""
+        if options.wait_ms <= self._max_wait_ms:
+            return options
+        return dataclasses.replace(options, wait_ms=self._max_wait_ms)
+
+    def _read(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        options: PullOptions,
+        tag_filter: TagFilter,
+        group: str | None,
+    ) -> tuple[GetMessageResult, list[StoredMessage]]:
+        result = self._store.get_message(
+            group or "",
+            topic,
+            queue_id,
+            offset,
+            options.max_messages,
+            options.max_bytes,
+            None if tag_filter.matches_all else tag_filter,
+        )
+        messages = result.messages
+        if messages and tag_filter.tags is not None:
+            # The store filtered by hash code; drop hash collisions by the exact tag.
+            messages = [m for m in messages if tag_filter.matches_tags(m.tags)]
+        return result, messages
+
+    def _count_out(self, topic: str, messages: list[StoredMessage]) -> None:
+        if messages:
+            self._metrics.delivered(topic, len(messages), sum(len(m.body) for m in messages))
+
+
+def _queue_pull(
+    topic: str,
+    queue_id: int,
+    offset: int,
+    result: GetMessageResult,
+    messages: list[StoredMessage],
+) -> QueuePull:
+    status = result.status
+    if status is GetMessageStatus.FOUND and not messages:
+        status = GetMessageStatus.NO_MATCHED_MESSAGE
+    return QueuePull(
+        topic,
+        queue_id,
+        status,
+        offset,
+        result.next_begin_offset,
+        result.min_offset,
+        result.max_offset,
+        messages,
+    )

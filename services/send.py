@@ -1,0 +1,293 @@
+"""Send: check messages, pick a queue, append through the broker, count traffic.
+
+Queue choice (ARCHITECTURE §4): an explicit queue id (checked against writeQueueNums), else
+the hash of a sharding key (RocketMQ's ``SelectMessageQueueByHash``: Java ``hashCode`` modulo
+the queue count), else round robin per topic. A batch goes to one queue, atomically, with
+consecutive queue offsets.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import itertools
+import os
+import secrets
+import socket
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final, NamedTuple
+
+from services.errors import BatchRejectedError, InvalidPropertyError
+from services.metrics import Metrics
+from services.topics import TopicService
+from storage import Message, PutResult
+from storage.codec import (
+    KEY_SEPARATOR,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    java_string_hash,
+)
+from storage.config_managers import TopicConfig
+
+RESERVED_PROPERTIES: Final = frozenset(
+    {
+        PROPERTY_TAGS,  # use the ``tags`` field
+        PROPERTY_KEYS,  # use the ``keys`` field
+        "DELAY",
+        "REAL_TOPIC",
+        "REAL_QID",
+        "RETRY_TOPIC",
+        "ORIGIN_MESSAGE_ID",
+        "MAX_RECONSUME_TIMES",
+        "TRAN_MSG",
+        "PGROUP",
+        "MIN_OFFSET",
+        "MAX_OFFSET",
+    }
+)
+"""Property names the broker sets or interprets; a producer may not set them directly."""
+
+_FORBIDDEN_CHARS: Final = (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)
+
+PutMessages = Callable[[list[Message]], Awaitable[list[PutResult]]]
+"""Appends one message (a list of one) or one atomic batch and waits until it is durable."""
+
+
+_NO_PROPERTIES: Final[Mapping[str, str]] = MappingProxyType({})
+
+
+class OutgoingMessage(NamedTuple):
+    """A message as a producer gives it (a NamedTuple: cheap to build per message)."""
+
+    body: bytes
+    tags: str | None = None
+    keys: Sequence[str] = ()
+    properties: Mapping[str, str] = _NO_PROPERTIES
+    queue_id: int | None = None  # explicit queue
+    sharding_key: str | None = None  # same key, same queue
+
+
+class SendReceipt(NamedTuple):
+    """Where one sent message went."""
+
+    msg_id: str  # offsetMsgId: store host + port + commit log offset
+    uniq_key: str  # the client-style id (UNIQ_KEY property)
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commit_log_offset: int
+    store_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class SendLimits:
+    """Batch limits (the request-size limit is enforced before the body is read)."""
+
+    max_batch_messages: int = 1000
+    max_batch_bytes: int = 4 * 1024 * 1024  # sum of the bodies
+
+
+class UniqKeyGenerator:
+    """RocketMQ client-style message ids (``MessageClientIDSetter``): 32 uppercase hex chars.
+
+    Layout: IPv4 address (4 bytes) + pid (2) + a per-process random number (4) + ms since the
+    start of the month (4) + a counter (2).
+    """
+
+    def __init__(self, host: str | None = None) -> None:
+        address = _ipv4_bytes(host)
+        prefix = address + (os.getpid() & 0xFFFF).to_bytes(2, "big") + secrets.token_bytes(4)
+        self._prefix = prefix.hex().upper()
+        self._counter = itertools.count(secrets.randbelow(0x10000))
+        self._month_start_ms = 0
+        self._month_end_ms = 0
+
+    def next(self) -> str:
+        now = time.time_ns() // 1_000_000
+        if not self._month_start_ms <= now < self._month_end_ms:
+            self._set_month(now)
+        elapsed = (now - self._month_start_ms) & 0xFFFFFFFF
+        count = next(self._counter) & 0xFFFF
+        return f"{self._prefix}{elapsed:08X}{count:04X}"
+
+    def _set_month(self, now_ms: int) -> None:
+        year, month = time.localtime(now_ms / 1000)[:2]
+        start = time.mktime((year, month, 1, 0, 0, 0, 0, 0, -1))
+        next_year, next_month = (year + 1, 1) if month == 12 else (year, month + 1)
+        end = time.mktime((next_year, next_month, 1, 0, 0, 0, 0, 0, -1))
+        self._month_start_ms, self._month_end_ms = int(start * 1000), int(end * 1000)
+
+
+def _ipv4_bytes(host: str | None) -> bytes:
+    try:
+        address = ipaddress.ip_address(host or socket.gethostbyname(socket.gethostname()))
+    except (OSError, ValueError):
+        address = ipaddress.IPv4Address("127.0.0.1")
+    return address.packed[-4:]
+
+
+def shard_queue(sharding_key: str, queue_count: int) -> int:
+    """``SelectMessageQueueByHash``: ``abs(hashCode % n)`` in Java, the same queue for a key."""
+    return abs(java_string_hash(sharding_key)) % queue_count
+
+
+class SendService:
+    """Turns producer messages into stored messages."""
+
+    def __init__(
+        self,
+        topics: TopicService,
+        put: PutMessages,
+        metrics: Metrics,
+        limits: SendLimits,
+        uniq_keys: UniqKeyGenerator | None = None,
+    ) -> None:
+        self._topics = topics
+        self._put = put
+        self._metrics = metrics
+        self._limits = limits
+        self._uniq_keys = uniq_keys or UniqKeyGenerator()
+        self._round_robin: dict[str, itertools.count[int]] = {}
+
+    async def send(
+        self,
+        topic: str,
+        messages: Sequence[OutgoingMessage],
+        *,
+        batch_queue_id: int | None = None,
+        batch_sharding_key: str | None = None,
+        born_host: tuple[str, int] = ("127.0.0.1", 0),
+    ) -> list[SendReceipt]:
+        """Store ``messages`` in one queue of ``topic`` (one message, or one atomic batch)."""
+        self._check_batch(messages)
+        for message in messages:
+            _check_message(message)
+        config = await self._topics.for_send(topic)
+        queue_id = self._choose_queue(config, messages, batch_queue_id, batch_sharding_key)
+        born_timestamp = time.time_ns() // 1_000_000
+        host = born_host if _is_ip(born_host[0]) else ("127.0.0.1", born_host[1])
+        stored = [
+            self._to_store(topic, queue_id, message, born_timestamp, host) for message in messages
+        ]
+        results = await self._put(stored)
+        self._metrics.sent(topic, len(stored), sum(len(m.body) for m in stored))
+        return [
+            SendReceipt(
+                result.msg_id,
+                message.properties[PROPERTY_UNIQ_KEY],
+                topic,
+                result.queue_id,
+                result.queue_offset,
+                result.physical_offset,
+                result.store_timestamp,
+            )
+            for message, result in zip(stored, results, strict=True)
+        ]
+
+    def _check_batch(self, messages: Sequence[OutgoingMessage]) -> None:
+        limits = self._limits
+        if not messages:
+            raise BatchRejectedError("a batch needs at least one message")
+        if len(messages) > limits.max_batch_messages:
+            raise BatchRejectedError(
+                f"a batch holds at most {limits.max_batch_messages} messages, not {len(messages)}"
+            )
+        total = sum(len(m.body) for m in messages)
+        if len(messages) > 1 and total > limits.max_batch_bytes:
+            raise BatchRejectedError(
+                f"the bodies of a batch add up to at most {limits.max_batch_bytes} bytes, "
+                f"not {total}"
+            )
+
+    def _choose_queue(
+        self,
+        config: TopicConfig,
+        messages: Sequence[OutgoingMessage],
+        batch_queue_id: int | None,
+        batch_sharding_key: str | None,
+    ) -> int:
+        queue_ids = {m.queue_id for m in messages if m.queue_id is not None}
+        keys = {m.sharding_key for m in messages if m.sharding_key is not None}
+        if batch_queue_id is not None:
+            queue_ids.add(batch_queue_id)
+        if batch_sharding_key is not None:
+            keys.add(batch_sharding_key)
+        if len(queue_ids) > 1 or len(keys) > 1:
+            raise BatchRejectedError(
+                "every message of a batch goes to one queue: give one queue_id or sharding_key"
+            )
+        count = config.write_queue_nums
+        if queue_ids:
+            queue_id = queue_ids.pop()
+            self._topics.check_write_queue(config, queue_id)
+            return queue_id
+        if keys:
+            return shard_queue(keys.pop(), count)
+        counter = self._round_robin.get(config.topic_name)
+        if counter is None:
+            counter = self._round_robin[config.topic_name] = itertools.count()
+        return next(counter) % count
+
+    def _to_store(
+        self,
+        topic: str,
+        queue_id: int,
+        message: OutgoingMessage,
+        born_timestamp: int,
+        born_host: tuple[str, int],
+    ) -> Message:
+        properties = dict(message.properties) if message.properties else {}
+        if message.tags:
+            properties[PROPERTY_TAGS] = message.tags
+        if message.keys:
+            properties[PROPERTY_KEYS] = KEY_SEPARATOR.join(message.keys)
+        if not properties.get(PROPERTY_UNIQ_KEY):
+            properties[PROPERTY_UNIQ_KEY] = self._uniq_keys.next()
+        return Message(
+            topic,
+            message.body,
+            queue_id=queue_id,
+            properties=properties,
+            born_timestamp=born_timestamp,
+            born_host=born_host,
+        )
+
+
+def _check_message(message: OutgoingMessage) -> None:
+    if message.tags is None and not message.keys and not message.properties:
+        return
+    if message.tags is not None:
+        _check_text("tags", message.tags)
+        if "||" in message.tags:
+            raise InvalidPropertyError("tags may not contain '||' (it separates tags in filters)")
+    for key in message.keys:
+        _check_text("a key", key)
+        if KEY_SEPARATOR in key:
+            raise InvalidPropertyError(f"a key may not contain a space: {key!r}")
+    for name, value in message.properties.items():
+        if name in RESERVED_PROPERTIES:
+            raise InvalidPropertyError(f"property {name!r} is reserved for the broker")
+        _check_text("a property name", name)
+        _check_text(f"property {name!r}", value)
+
+
+def _check_text(what: str, value: str) -> None:
+    if not value:
+        raise InvalidPropertyError(f"{what} may not be empty")
+    if any(char in value for char in _FORBIDDEN_CHARS):
+        raise InvalidPropertyError(f"{what} may not contain the characters \\x01 or \\x02")
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True

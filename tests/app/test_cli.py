@@ -1,0 +1,178 @@
+"""The ``spoolmq serve`` console script: flags and env, a real process, graceful SIGTERM."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.cli import build_parser
+from app.settings import Settings
+from services import StoreConfig
+
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_every_setting_is_a_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--help"])
+    help_text = capsys.readouterr().out
+    for name in Settings.model_fields:
+        assert "--" + name.replace("_", "-") in help_text
+    assert "SPOOLMQ_COMMIT_LOG_FILE_SIZE" in help_text
+
+
+def test_every_store_size_and_limit_is_a_setting() -> None:
+    settings = Settings.model_construct()
+    store = StoreConfig()
+    for config in (store, store.retention):
+        for field in dataclasses.fields(config):
+            if field.name in ("store_host", "flush_disk_type", "retention"):
+                continue
+            assert field.name in Settings.model_fields, f"no setting for {field.name}"
+            assert getattr(settings, field.name) == getattr(config, field.name), field.name
+    assert settings.store_config() == StoreConfig()
+
+
+def test_flags_win_over_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPOOLMQ_MAX_PARKED_PULLS", "7")
+    monkeypatch.setenv("SPOOLMQ_PORT", "9999")
+    args = build_parser().parse_args(
+        ["serve", "--port", "1234", "--flush", "sync", "--no-auto-create-topics"]
+    )
+    given = {k: v for k, v in vars(args).items() if k in Settings.model_fields}
+    settings = Settings(**given)
+    assert (settings.port, settings.max_parked_pulls, settings.flush) == (1234, 7, "sync")
+    assert settings.auto_create_topics is False
+    assert settings.store_config().flush_disk_type.value == "sync"
+
+
+def test_serve_process_shuts_down_gracefully_on_sigterm(tmp_path: Path) -> None:
+    port = free_port()
+    store = tmp_path / "data"
+    env = {**os.environ, "SPOOLMQ_COMMIT_LOG_FILE_SIZE": str(4 * 1024 * 1024)}
+    process = subprocess.Popen(
+        [
+            str(BIN / "spoolmq"),
+            "serve",
+            "--store-dir",
+            str(store),
+            "--port",
+            str(port),
+            "--consume-queue-units-per-file",
+            "1000",
+            "--log-level",
+            "warning",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        with httpx.Client(base_url=url, timeout=40) as client:
+            assert (
+                client.post(
+                    "/v1/topics/Cli/messages", json={"body": "x", "queue_id": 0}
+                ).status_code
+                == 201
+            )
+            assert (
+                client.put(
+                    "/v1/groups/cli/topics/Cli/queues/0/offset", json={"offset": 1}
+                ).status_code
+                == 200
+            )
+            assert (store / "abort").exists()
+            result: list[httpx.Response] = []
+            poll = threading.Thread(
+                target=lambda: result.append(
+                    client.get(
+                        "/v1/topics/Cli/queues/0/messages", params={"offset": 1, "wait_ms": 30_000}
+                    )
+                )
+            )
+            poll.start()
+            time.sleep(0.3)  # let the pull park (the answer is the same either way)
+            process.send_signal(signal.SIGTERM)
+            poll.join(30)
+        assert process.wait(timeout=30) == 0
+        assert result[0].status_code == 200 and result[0].json()["messages"] == []
+        assert not (store / "abort").exists()
+        assert '"Cli@cli"' in (store / "config" / "consumerOffset.json").read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+def test_second_process_on_the_same_store_exits_with_a_message(tmp_path: Path) -> None:
+    store = tmp_path / "locked"
+    first = subprocess.Popen(
+        [
+            str(BIN / "spoolmq"),
+            "serve",
+            "--store-dir",
+            str(store),
+            "--port",
+            str(free_port()),
+            "--commit-log-file-size",
+            str(1024 * 1024),
+            "--log-level",
+            "warning",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (store / "abort").exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        second = subprocess.run(
+            [
+                str(BIN / "spoolmq"),
+                "serve",
+                "--store-dir",
+                str(store),
+                "--port",
+                str(free_port()),
+                "--log-level",
+                "critical",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert second.returncode == 1
+        assert "in use by another process" in second.stderr
+    finally:
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=30) == 0

@@ -1,0 +1,167 @@
+"""The committed OpenAPI document: up to date, usable by a generated SDK, honoured by the server."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import LiveServer, start_server
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = ROOT / "openapi" / "openapi.json"
+BIN = Path(sys.executable).parent
+
+
+def test_committed_document_matches_the_app() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "export_openapi.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_check_fails_on_a_stale_document(tmp_path: Path) -> None:
+    stale = tmp_path / "openapi.json"
+    stale.write_text(SCHEMA.read_text().replace("sendMessages", "sendMessage"))
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "export_openapi.py"),
+            "--check",
+            "--output",
+            str(stale),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert "sendMessage" in result.stdout
+
+
+@pytest.fixture(scope="module")
+def sdk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A Python client generated from openapi/openapi.json, importable as spoolmq_sdk."""
+    root = tmp_path_factory.mktemp("sdk")
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    result = subprocess.run(
+        [
+            str(BIN / "openapi-python-client"),
+            "generate",
+            "--path",
+            str(SCHEMA),
+            "--meta",
+            "none",
+            "--output-path",
+            str(root / "spoolmq_sdk"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    sys.path.insert(0, str(root))
+    try:
+        yield importlib.import_module("spoolmq_sdk")
+    finally:
+        sys.path.remove(str(root))
+        for name in [m for m in sys.modules if m == "spoolmq_sdk" or m.startswith("spoolmq_sdk.")]:
+            del sys.modules[name]
+
+
+def test_generated_client_sends_pulls_and_commits(sdk: Any, live_server: LiveServer) -> None:
+    api = importlib.import_module("spoolmq_sdk.api.messages.send_messages")
+    pull_api = importlib.import_module("spoolmq_sdk.api.messages.pull_messages")
+    commit_api = importlib.import_module("spoolmq_sdk.api.groups.commit_offset")
+    offsets_api = importlib.import_module("spoolmq_sdk.api.groups.get_group_offsets")
+    models = importlib.import_module("spoolmq_sdk.models")
+
+    with sdk.Client(base_url=live_server.url, raise_on_unexpected_status=True) as client:
+        sent = api.sync(
+            "SdkTopic",
+            client=client,
+            body=models.SendMessage(body="from the sdk", tags="Sdk", keys=["k"], queue_id=0),
+        )
+        assert isinstance(sent, models.SendResponse)
+        receipt = sent.messages[0]
+        assert receipt.queue_id == 0
+
+        pulled = pull_api.sync(
+            "SdkTopic", 0, client=client, offset=receipt.queue_offset, wait_ms=1000
+        )
+        assert isinstance(pulled, models.PullResponse)
+        assert pulled.status == "FOUND"
+        assert [m.body for m in pulled.messages] == ["from the sdk"]
+        assert pulled.messages[0].tags == "Sdk"
+
+        committed = commit_api.sync(
+            "sdk-group",
+            "SdkTopic",
+            0,
+            client=client,
+            body=models.OffsetCommitIn(offset=pulled.next_offset),
+        )
+        assert committed.offsets[0].offset == pulled.next_offset
+
+        report = offsets_api.sync("sdk-group", client=client)
+        assert report.topics[0].queues[0].committed_offset == pulled.next_offset
+        assert report.total_lag == 0
+
+        missing = pull_api.sync("NoSuchSdkTopic", 0, client=client)
+        assert isinstance(missing, models.Problem)
+        assert missing.code == "TOPIC_NOT_FOUND"
+
+
+@pytest.fixture
+def fuzzed(tmp_path: Path) -> Iterator[LiveServer]:
+    """Long-polls cut to 50 ms so that generated wait_ms values do not stretch the run."""
+    live = start_server(tmp_path / "fuzzed", long_poll_max_ms=50)
+    yield live
+    live.stop()
+
+
+def test_schemathesis_finds_no_server_errors_and_no_schema_violations(fuzzed: LiveServer) -> None:
+    # Every check but positive_data_acceptance: domain rules (an offset beyond the queue's
+    # max, a queue beyond the topic's queue count) refuse schema-valid requests by design.
+    result = subprocess.run(
+        [
+            str(BIN / "schemathesis"),
+            "run",
+            str(SCHEMA),
+            "--url",
+            fuzzed.url,
+            "--max-examples",
+            "25",
+            "--seed",
+            "1",
+            "--workers",
+            "2",
+            "--generation-database",
+            "none",
+            "--request-timeout",
+            "30",
+            "--exclude-checks",
+            "positive_data_acceptance",
+            "--no-shrink",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=150,
+        cwd=fuzzed.store_dir.parent,
+    )
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+    assert " passed" in result.stdout

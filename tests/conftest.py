@@ -1,0 +1,136 @@
+"""Shared fixtures: a real spoolmq server (uvicorn, in a thread) on 127.0.0.1 with a temp store."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+
+from app.main import create_app
+from app.server import SpoolServer, build_server
+from app.settings import Settings
+from services import Broker
+
+T = TypeVar("T")
+
+SMALL_STORE: dict[str, Any] = {
+    "commit_log_file_size": 8 * 1024 * 1024,
+    "consume_queue_units_per_file": 1000,
+    "offset_persist_interval_s": 0.2,
+}
+"""Small files so tests cross file boundaries and start fast."""
+
+
+@dataclass
+class LiveServer:
+    """A running server: its URL, app and broker, and a way to run code on its loop."""
+
+    settings: Settings
+    url: str
+    server: SpoolServer
+    thread: threading.Thread
+    broker: Broker
+    clients: list[httpx.Client] = field(default_factory=list)
+
+    @property
+    def store_dir(self) -> Path:
+        return self.settings.store_dir
+
+    def client(self, **kwargs: Any) -> httpx.Client:
+        client = httpx.Client(base_url=self.url, timeout=kwargs.pop("timeout", 40), **kwargs)
+        self.clients.append(client)
+        return client
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on the server's event loop thread (the store's owner) and return its value."""
+
+        async def run() -> T:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(run(), self.broker.loop).result(timeout=30)
+
+    def stop(self) -> None:
+        for client in self.clients:
+            client.close()
+        self.server.should_exit = True
+        self.thread.join(timeout=60)
+        assert not self.thread.is_alive(), "the server did not stop"
+
+
+def start_server(store_dir: Path, *, ready: bool = True, **overrides: Any) -> LiveServer:
+    """Start a server on a free port of 127.0.0.1 and wait until /readyz answers 200.
+
+    With ``ready=False`` wait only until the server answers at all.
+    """
+    values = {**SMALL_STORE, "log_level": "warning", **overrides}
+    settings = Settings(store_dir=store_dir, host="127.0.0.1", port=0, **values)
+    app = create_app(settings)
+    server = build_server(app, settings)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name="spoolmq-server", daemon=True
+    )
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    live = LiveServer(settings, url, server, thread, app.state.broker)
+    deadline = time.monotonic() + 60
+    with httpx.Client(base_url=url, timeout=5) as client:
+        while True:
+            try:
+                status = client.get("/readyz").status_code
+                if status == 200 or not ready:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline or not thread.is_alive():
+                live.stop()
+                raise RuntimeError(f"server on {url} did not become ready")
+            time.sleep(0.02)
+    return live
+
+
+@pytest.fixture(scope="module")
+def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """One server per test module; tests use their own topic and group names."""
+    live = start_server(tmp_path_factory.mktemp("store"))
+    yield live
+    live.stop()
+
+
+@pytest.fixture
+def client(live_server: LiveServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=live_server.url, timeout=40) as client:
+        yield client
+
+
+@pytest.fixture
+def topic() -> str:
+    """A fresh topic name."""
+    return f"T_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def group() -> str:
+    """A fresh consumer group name."""
+    return f"G_{uuid.uuid4().hex[:12]}"
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    """Poll ``condition`` until it holds (a bound on the wait, not a timing assertion)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.02)
