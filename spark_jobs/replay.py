@@ -1,0 +1,355 @@
+"""``spoolmq-spark replay``: select stored messages and write them to Parquet or re-send them.
+
+    spoolmq-spark replay --store DIR --topic Orders --from-time 2024-05-01T00:00:00Z \\
+        --tags "Created||Paid" --to parquet:/tmp/orders
+    spoolmq-spark replay --store DIR --topic Orders --queue 3 --from-offset 1200 \\
+        --to http://127.0.0.1:8080 --target-topic OrdersReplay --rate 500
+    spark-submit spark_jobs/replay.py --store DIR --topic Orders --dry-run
+
+Selection: topics, queues, a store-time window ``[from, to)``, a queue-offset window
+``[from, to)``, tags (``A||B``, exact) and keys (any of). Prepared and rolled-back
+transaction records (never delivered) are left out. Messages come in CommitLog order per store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs.datasource import COMMITLOG_FORMAT
+from spark_jobs.formatting import format_duration, format_time
+from spark_jobs.http_sender import (
+    HttpReplaySender,
+    Progress,
+    ReplayError,
+    ReplayMessage,
+    SendSummary,
+)
+from spark_jobs.options import (
+    DEFAULT_SPLIT_SIZE,
+    OptionError,
+    parse_list,
+    parse_size,
+    parse_time_ms,
+)
+from spark_jobs.session import build_session, parse_conf
+from storage.codec import (
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    TRANSACTION_TYPE_MASK,
+)
+
+DESCRIPTION = "Select stored messages and write them to Parquet or re-send them over HTTP."
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """Which messages a replay takes."""
+
+    stores: tuple[str, ...]
+    topics: tuple[str, ...] = ()
+    queues: tuple[int, ...] = ()
+    from_ms: int | None = None
+    to_ms: int | None = None
+    from_offset: int | None = None
+    to_offset: int | None = None
+    tags: tuple[str, ...] = ()
+    keys: tuple[str, ...] = ()
+    split_size: int = DEFAULT_SPLIT_SIZE
+
+
+@dataclass(frozen=True, slots=True)
+class HttpTarget:
+    """Where and how a replay re-sends."""
+
+    base_url: str
+    topic: str
+    batch_size: int = 100
+    max_batch_bytes: int = 1024 * 1024
+    rate: float | None = 500.0
+    timeout: float = 30.0
+    retries: int = 5
+    copy_properties: bool = True
+
+
+@dataclass(slots=True)
+class ReplaySummary:
+    """The end-of-run summary."""
+
+    selected: int = 0
+    body_bytes: int = 0
+    by_topic: dict[str, int] = field(default_factory=dict)
+    first_store_ms: int | None = None
+    last_store_ms: int | None = None
+    destination: str = "dry run"
+    written: int = 0
+    send: SendSummary | None = None
+
+    def lines(self) -> list[str]:
+        """Human-readable lines."""
+        lines = [
+            f"selected {self.selected:,} messages ({self.body_bytes:,} body bytes), "
+            f"stored {format_time(self.first_store_ms)} .. {format_time(self.last_store_ms)}"
+        ]
+        lines += [f"  {topic}: {count:,}" for topic, count in sorted(self.by_topic.items())]
+        if self.send is not None:
+            send = self.send
+            rate = send.sent / send.seconds if send.seconds > 0 else 0.0
+            lines.append(
+                f"sent {send.sent:,} messages to {self.destination} in {send.batches:,} batches, "
+                f"{format_duration(send.seconds)} ({rate:,.0f} msg/s), {send.retries} retries"
+            )
+            if send.first_msg_id:
+                lines.append(f"  new ids {send.first_msg_id} .. {send.last_msg_id}")
+            if send.dropped_properties:
+                lines.append(
+                    f"  {send.dropped_properties:,} properties left out: their names or values "
+                    "hold RocketMQ's \\x01/\\x02 separators, which the HTTP API refuses"
+                )
+        elif self.destination != "dry run":
+            lines.append(f"wrote {self.written:,} messages to {self.destination}")
+        else:
+            lines.append("dry run: nothing written or sent")
+        return lines
+
+
+def select_messages(spark: SparkSession, selection: Selection) -> DataFrame:
+    """The selected messages as a DataFrame (the ``spoolmq_commitlog`` schema)."""
+    reader = (
+        spark.read.format(COMMITLOG_FORMAT)
+        .option("paths", json.dumps(list(selection.stores)))
+        .option("split_size", str(selection.split_size))
+    )
+    if selection.topics:
+        reader = reader.option("topics", ",".join(selection.topics))
+    if selection.from_ms is not None:
+        reader = reader.option("from_time", str(selection.from_ms))
+    if selection.to_ms is not None:
+        reader = reader.option("to_time", str(selection.to_ms))
+    frame = reader.load()
+    transaction = F.col("sys_flag").bitwiseAND(TRANSACTION_TYPE_MASK)
+    frame = frame.where(~transaction.isin(TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE))
+    if selection.queues:
+        frame = frame.where(F.col("queue_id").isin(list(selection.queues)))
+    if selection.from_offset is not None:
+        frame = frame.where(F.col("queue_offset") >= selection.from_offset)
+    if selection.to_offset is not None:
+        frame = frame.where(F.col("queue_offset") < selection.to_offset)
+    if selection.tags:
+        frame = frame.where(F.col("tags").isin(list(selection.tags)))
+    if selection.keys:
+        wanted = F.array(*[F.lit(key) for key in selection.keys])
+        frame = frame.where(F.arrays_overlap(F.col("keys"), wanted))
+    return frame
+
+
+def describe(frame: DataFrame) -> ReplaySummary:
+    """Counts per topic, body bytes and the store-time span of a selection (one scan)."""
+    rows = (
+        frame.groupBy("topic")
+        .agg(
+            F.count(F.lit(1)).alias("n"),
+            F.sum(F.length("body")).alias("bytes"),
+            F.min(F.unix_millis("store_timestamp")).alias("first"),
+            F.max(F.unix_millis("store_timestamp")).alias("last"),
+        )
+        .collect()
+    )
+    summary = ReplaySummary()
+    for row in rows:
+        summary.by_topic[row.topic] = int(row.n)
+        summary.selected += int(row.n)
+        summary.body_bytes += int(row.bytes or 0)
+        first, last = int(row.first), int(row.last)
+        summary.first_store_ms = min(first, summary.first_store_ms or first)
+        summary.last_store_ms = max(last, summary.last_store_ms or last)
+    return summary
+
+
+def write_parquet(frame: DataFrame, path: str, overwrite: bool) -> int:
+    """Write the selection as Parquet; returns how many rows the files hold."""
+    frame.write.mode("overwrite" if overwrite else "errorifexists").parquet(path)
+    return int(frame.sparkSession.read.parquet(path).count())
+
+
+def send_http(frame: DataFrame, target: HttpTarget, total: int | None) -> SendSummary:
+    """Re-send the selection to ``target`` in CommitLog order, printing progress."""
+    sender = HttpReplaySender(
+        target.base_url,
+        target.topic,
+        batch_size=target.batch_size,
+        max_batch_bytes=target.max_batch_bytes,
+        rate=target.rate,
+        timeout=target.timeout,
+        retries=target.retries,
+        copy_properties=target.copy_properties,
+        progress=Progress(total),
+    )
+    columns = frame.select("msg_id", "body", "tags", "keys", "properties")
+    try:
+        for row in columns.toLocalIterator(prefetchPartitions=True):
+            sender.add(
+                ReplayMessage(
+                    msg_id=row.msg_id,
+                    body=bytes(row.body),
+                    tags=row.tags,
+                    keys=tuple(row["keys"]),
+                    properties=dict(row.properties),
+                )
+            )
+    finally:
+        summary = sender.close()
+    return summary
+
+
+def run_replay(
+    spark: SparkSession,
+    selection: Selection,
+    destination: str | None,
+    target: HttpTarget | None = None,
+    dry_run: bool = False,
+    overwrite: bool = False,
+) -> ReplaySummary:
+    """Select, then count (dry run), write Parquet (``parquet:PATH``) or send (``http://…``)."""
+    frame = select_messages(spark, selection)
+    summary = describe(frame)
+    if dry_run or destination is None:
+        return summary
+    if destination.startswith("parquet:"):
+        path = destination.removeprefix("parquet:")
+        summary.destination = path
+        summary.written = write_parquet(frame, path, overwrite)
+        return summary
+    if target is None:
+        raise OptionError("--target-topic is required to replay over HTTP")
+    summary.destination = f"{target.base_url} topic {target.topic}"
+    summary.send = send_http(frame, target, summary.selected)
+    return summary
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The replay options (shared by ``spoolmq-spark`` and ``spark-submit``)."""
+    add = parser.add_argument
+    add("--store", action="append", required=True, metavar="DIR",
+        help="a store directory (repeat for several brokers)")  # fmt: skip
+    add("--topic", action="append", default=[], help="topic(s) to take (repeat or a,b)")
+    add("--queue", action="append", type=int, default=[], help="queue id(s) to take")
+    add("--from-time", metavar="TIME", help="stored at or after (epoch ms or ISO 8601, UTC)")
+    add("--to-time", metavar="TIME", help="stored before (epoch ms or ISO 8601, UTC)")
+    add("--from-offset", type=int, metavar="N", help="queue offset at or above N")
+    add("--to-offset", type=int, metavar="N", help="queue offset below N")
+    add("--tags", help="tag expression A||B (exact tags; * for any)")
+    add("--key", action="append", default=[], help="message key(s); any of them matches")
+    add("--to", metavar="DEST", help="parquet:PATH or http://host:port")
+    add("--target-topic", help="topic to re-send to (HTTP)")
+    add("--batch-size", type=int, default=100, help="messages per HTTP request (default 100)")
+    add("--max-batch-bytes", default="1m", help="bytes per HTTP request (default 1m)")
+    add("--rate", type=float, default=500.0, help="messages per second, 0 = unlimited")
+    add("--timeout", type=float, default=30.0, help="HTTP timeout in seconds")
+    add("--retries", type=int, default=5, help="retries of a failed HTTP request")
+    add("--no-copy-properties", action="store_true",
+        help="send only REPLAY_OF, not the original user properties")  # fmt: skip
+    add("--overwrite", action="store_true", help="replace an existing Parquet output")
+    add("--dry-run", action="store_true", help="count what would be replayed, then stop")
+    add("--split-size", default="64m", help="bytes of CommitLog per Spark partition")
+    add("--master", help="Spark master (default: local[*], or spark-submit's)")
+    add("--conf", action="append", metavar="KEY=VALUE", help="Spark setting")
+
+
+def _topics(values: Sequence[str]) -> tuple[str, ...]:
+    return tuple(t for value in values for t in parse_list(value))
+
+
+def _tags(expression: str | None) -> tuple[str, ...]:
+    if expression is None or expression.strip() in ("", "*"):
+        return ()
+    return tuple(t.strip() for t in expression.split("||") if t.strip())
+
+
+def selection_from_args(args: argparse.Namespace) -> Selection:
+    """The selection of parsed arguments."""
+    return Selection(
+        stores=tuple(str(Path(s).resolve()) for s in args.store),
+        topics=_topics(args.topic),
+        queues=tuple(args.queue),
+        from_ms=parse_time_ms(args.from_time),
+        to_ms=parse_time_ms(args.to_time),
+        from_offset=args.from_offset,
+        to_offset=args.to_offset,
+        tags=_tags(args.tags),
+        keys=tuple(args.key),
+        split_size=parse_size(args.split_size, DEFAULT_SPLIT_SIZE),
+    )
+
+
+def target_from_args(args: argparse.Namespace) -> HttpTarget | None:
+    """The HTTP target of parsed arguments (None unless ``--to http…``)."""
+    destination = args.to or ""
+    if not destination.startswith(("http://", "https://")):
+        return None
+    if not args.target_topic:
+        raise OptionError("--target-topic is required with --to http://…")
+    if args.batch_size < 1:
+        raise OptionError("--batch-size must be at least 1")
+    return HttpTarget(
+        base_url=destination,
+        topic=args.target_topic,
+        batch_size=args.batch_size,
+        max_batch_bytes=parse_size(args.max_batch_bytes, 1024 * 1024),
+        rate=args.rate if args.rate > 0 else None,
+        timeout=args.timeout,
+        retries=args.retries,
+        copy_properties=not args.no_copy_properties,
+    )
+
+
+def check_destination(args: argparse.Namespace) -> None:
+    """Refuse a missing or unknown ``--to`` unless it is a dry run."""
+    if args.dry_run:
+        return
+    destination = args.to or ""
+    if not destination.startswith(("parquet:", "http://", "https://")):
+        raise OptionError("--to must be parquet:PATH or http://host:port (or use --dry-run)")
+
+
+def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
+    """Run the job for parsed arguments (in ``spark``, or a session of its own)."""
+    check_destination(args)
+    selection = selection_from_args(args)
+    target = target_from_args(args)
+    session = spark or build_session("spoolmq-replay", args.master, parse_conf(args.conf))
+    try:
+        summary = run_replay(
+            session, selection, args.to, target, dry_run=args.dry_run, overwrite=args.overwrite
+        )
+    except ReplayError as exc:
+        sys.stderr.write(f"replay failed: {exc}\n")
+        return 1
+    sys.stdout.write("\n".join(summary.lines()) + "\n")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``spark-submit spark_jobs/replay.py ...``"""
+    parser = argparse.ArgumentParser(prog="replay.py", description=DESCRIPTION)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except OptionError as exc:
+        parser.error(str(exc))
+        return 2  # pragma: no cover - parser.error exits
+
+
+if __name__ == "__main__":
+    sys.exit(main())

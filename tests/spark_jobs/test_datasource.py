@@ -1,0 +1,114 @@
+"""The ``spoolmq_commitlog`` and ``spoolmq_consumequeue`` data sources in a real local Spark."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from spark_jobs.datasource import COMMITLOG_SCHEMA
+from spark_jobs.records import ARROW_SCHEMA
+from storage import MessageStore
+from tests.spark_jobs.stores import (
+    CONFIG,
+    Written,
+    expected_row,
+    sorted_rows,
+    tear_tail,
+    varied_message,
+    varied_store,
+    write_store,
+)
+
+
+def rows_of(frame: DataFrame) -> list[dict[str, Any]]:
+    return sorted_rows(frame.toArrow().to_pylist())
+
+
+def commitlog(spark: SparkSession, *stores: str, **options: str) -> DataFrame:
+    reader = spark.read.format("spoolmq_commitlog")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load(list(stores) if len(stores) > 1 else stores[0])
+
+
+def test_arrow_batches_have_the_schema_spark_expects() -> None:
+    assert to_arrow_schema(COMMITLOG_SCHEMA, timezone="UTC").equals(ARROW_SCHEMA)
+
+
+def test_dataframe_equals_what_was_written(spark: SparkSession, tmp_path: Path) -> None:
+    """Records crossing CommitLog files, binary bodies, a torn tail, several partitions."""
+    survivors = tear_tail(varied_store(tmp_path / "store", count=500))
+    frame = commitlog(spark, str(tmp_path / "store"), split_size="24k")
+    assert frame.rdd.getNumPartitions() > len(list((tmp_path / "store/commitlog").iterdir()))
+    assert rows_of(frame) == [expected_row(w) for w in survivors]
+
+
+def test_several_stores_and_options(spark: SparkSession, tmp_path: Path) -> None:
+    first = varied_store(tmp_path / "a", count=150, seed=3)
+    rng = random.Random(4)
+
+    def tick(index: int) -> None:
+        time.sleep(0.002)
+
+    second = write_store(
+        tmp_path / "b", (varied_message(rng, i) for i in range(150)), before_put=tick
+    )
+    both = commitlog(spark, str(tmp_path / "a"), str(tmp_path / "b"))
+    assert rows_of(both) == sorted_rows(expected_row(w) for w in first + second)
+    counts = {r.store_dir: r["count"] for r in both.groupBy("store_dir").count().collect()}
+    assert counts == {first[0].store_dir: 150, second[0].store_dir: 150}
+
+    since, until = second[40].result.store_timestamp, second[90].result.store_timestamp
+    selected = commitlog(
+        spark,
+        str(tmp_path / "b"),
+        topics="Orders,Audit",
+        from_time=str(since),
+        to_time=str(until),
+    )
+    assert rows_of(selected) == [
+        expected_row(w)
+        for w in second
+        if w.message.topic in ("Orders", "Audit") and since <= w.result.store_timestamp < until
+    ]
+
+
+def test_consumequeue_source_equals_the_store(spark: SparkSession, tmp_path: Path) -> None:
+    written = varied_store(tmp_path / "store", count=300)
+    with MessageStore.open(tmp_path / "store", CONFIG) as store:
+        expected = sorted(
+            (t, q, store.min_offset_in_queue(t, q), store.max_offset_in_queue(t, q))
+            for t in store.topics()
+            for q in store.queue_ids(t)
+        )
+        rows = spark.read.format("spoolmq_consumequeue").load(str(tmp_path / "store")).collect()
+    assert sorted((r.topic, r.queue_id, r.min_offset, r.max_offset) for r in rows) == expected
+    first_of_orders_0 = next(
+        w.result for w in written if (w.message.topic, w.message.queue_id) == ("Orders", 0)
+    )
+    orders_0 = next(r for r in rows if (r.topic, r.queue_id) == ("Orders", 0))
+    assert round(orders_0.first_store_timestamp.timestamp() * 1000) == (
+        first_of_orders_0.store_timestamp
+    )
+    assert orders_0.message_count == orders_0.max_offset - orders_0.min_offset
+
+
+def test_reading_a_store_that_is_being_written(spark: SparkSession, tmp_path: Path) -> None:
+    rng = random.Random(6)
+    store_dir = tmp_path / "store"
+    with MessageStore.open(store_dir, CONFIG) as store:
+        written = [
+            Written(str(store_dir.resolve()), m, store.put_message(m))
+            for m in (varied_message(rng, i) for i in range(120))
+        ]
+        assert rows_of(commitlog(spark, str(store_dir))) == [expected_row(w) for w in written]
+        written += [
+            Written(str(store_dir.resolve()), m, store.put_message(m))
+            for m in (varied_message(rng, i) for i in range(120, 200))
+        ]
+        assert rows_of(commitlog(spark, str(store_dir))) == [expected_row(w) for w in written]

@@ -1,0 +1,158 @@
+"""Re-sending over HTTP without Spark: payloads, batches, rate limit, retries, progress."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import pytest
+
+from spark_jobs.http_sender import (
+    HttpReplaySender,
+    Progress,
+    ReplayError,
+    ReplayMessage,
+    TokenBucket,
+    message_payload,
+    replayable_properties,
+)
+from tests.spark_jobs.stub_server import stub_server
+
+
+class FakeTime:
+    """A clock that only moves when something sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def messages(count: int, size: int = 10) -> list[ReplayMessage]:
+    return [
+        ReplayMessage(
+            msg_id=f"ORIG{i:04d}",
+            body=bytes([i % 256]) * size,
+            tags="T" if i % 2 else None,
+            keys=(f"k{i}",) if i % 3 == 0 else (),
+            properties={"trace": f"t{i}", "UNIQ_KEY": "dropped", "TAGS": "dropped"},
+        )
+        for i in range(count)
+    ]
+
+
+def test_payload_carries_replay_of_and_no_system_properties() -> None:
+    payload = message_payload(messages(4)[3])
+    assert payload == {
+        "body": base64.b64encode(bytes([3]) * 10).decode(),
+        "body_encoding": "base64",
+        "properties": {"trace": "t3", "REPLAY_OF": "ORIG0003"},
+        "tags": "T",
+        "keys": ["k3"],
+    }
+    odd = ReplayMessage("ID", b"", properties={"ok": "1", "bad": "a\x01b", "x\x02": "v"})
+    assert message_payload(odd)["properties"] == {"ok": "1", "REPLAY_OF": "ID"}
+    assert replayable_properties(odd.properties) == ({"ok": "1"}, 2)
+    bare = message_payload(messages(1)[0], copy_properties=False)
+    assert bare["properties"] == {"REPLAY_OF": "ORIG0000"}
+    assert "tags" not in bare
+
+
+def test_token_bucket_limits_the_rate() -> None:
+    time = FakeTime()
+    bucket = TokenBucket(rate=100, capacity=10, clock=time.clock, sleep=time.sleep)
+    for _ in range(10):
+        bucket.acquire(10)
+    # 100 tokens at 100/s with a burst of 10: 0.9 s of waiting in total.
+    assert sum(time.slept) == pytest.approx(0.9)
+    with pytest.raises(ValueError):
+        TokenBucket(rate=0, capacity=1)
+
+
+def test_batches_by_count_and_bytes_in_order() -> None:
+    with stub_server() as (url, state):
+        sender = HttpReplaySender(url, "Target", batch_size=4, max_batch_bytes=10_000, rate=None)
+        for message in messages(10):
+            sender.add(message)
+        summary = sender.close()
+        assert [len(body["messages"]) for _, body in state.requests] == [4, 4, 2]
+        assert {path for path, _ in state.requests} == {"/v1/topics/Target/messages"}
+        assert [m["properties"]["REPLAY_OF"] for m in state.messages] == [
+            f"ORIG{i:04d}" for i in range(10)
+        ]
+        assert (summary.sent, summary.batches, summary.body_bytes) == (10, 3, 100)
+        assert (summary.first_msg_id, summary.last_msg_id) == ("ID000000", "ID000009")
+
+        big = HttpReplaySender(url, "Target", batch_size=100, max_batch_bytes=3_500, rate=None)
+        for message in messages(6, size=1_000):
+            big.add(message)
+        big.close()
+        assert [len(body["messages"]) for _, body in state.requests[3:]] == [2, 2, 2]
+
+
+def test_rate_limit_applies_to_requests() -> None:
+    time = FakeTime()
+    with stub_server() as (url, _state):
+        sender = HttpReplaySender(
+            url, "T", batch_size=5, rate=50, sleep=time.sleep, clock=time.clock
+        )
+        for message in messages(25):
+            sender.add(message)
+        sender.close()
+    assert sum(time.slept) == pytest.approx(0.4)
+
+
+def test_retries_busy_answers_then_succeeds() -> None:
+    time = FakeTime()
+    with stub_server() as (url, state):
+        state.fail_first = 2
+        sender = HttpReplaySender(url, "T", batch_size=3, rate=None, retries=3, sleep=time.sleep)
+        for message in messages(3):
+            sender.add(message)
+        summary = sender.close()
+    assert summary.sent == 3 and summary.retries == 2
+    assert len(state.requests) == 1
+    assert time.slept == [0.25, 0.5]
+
+
+def test_a_refused_batch_stops_the_replay_with_the_reason() -> None:
+    with stub_server() as (url, state):
+        state.refuse_with = 422
+        sender = HttpReplaySender(url, "T", batch_size=2, rate=None)
+        with pytest.raises(ReplayError, match="HTTP 422 REFUSED: no thanks"):
+            for message in messages(2):
+                sender.add(message)
+        sender.client.close()
+
+
+def test_an_unreachable_server_fails_after_the_retries(free_port: int) -> None:
+    time = FakeTime()
+    sender = HttpReplaySender(
+        f"http://127.0.0.1:{free_port}", "T", batch_size=1, rate=None, retries=2, sleep=time.sleep
+    )
+    with pytest.raises(ReplayError, match="failed 3 times"):
+        sender.add(messages(1)[0])
+    sender.client.close()
+
+
+def test_progress_lines() -> None:
+    time = FakeTime()
+    stream = io.StringIO()
+    progress = Progress(1_000, stream=stream, interval=5, clock=time.clock)
+    time.now += 2
+    progress.update(100)
+    time.now += 2
+    progress.update(200)  # inside the interval: not printed
+    time.now += 4
+    progress.finish(400)
+    lines = stream.getvalue().splitlines()
+    assert lines == [
+        "replay: 100/1,000 messages (10.0%) · 50 msg/s · elapsed 2 s · eta 18 s",
+        "replay: 400/1,000 messages (40.0%) · 50 msg/s · elapsed 8 s · eta 12 s",
+    ]

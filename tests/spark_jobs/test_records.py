@@ -1,0 +1,212 @@
+"""The record parsers without Spark: the vectorised batches equal the codec's decoding."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa  # type: ignore[import-untyped]
+import pytest
+
+import spark_jobs.records as records
+from spark_jobs.records import (
+    ARROW_SCHEMA,
+    RecordFilter,
+    as_bytes,
+    build_batch,
+    record_row,
+    rows_to_batch,
+    walk_chain,
+)
+from spark_jobs.scan import ByteRange, read_range
+from storage.codec import (
+    BORNHOST_V6_FLAG,
+    Message,
+    RecordKind,
+    blank_record,
+    decode_record,
+    encode_message,
+)
+from storage.store_reader import iter_store_records, scan_records, scan_stop
+from tests.spark_jobs.stores import expected_row, sorted_rows, varied_message, varied_store
+
+
+@pytest.fixture
+def slow_path_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the batches that fall back to the per-record parser."""
+    calls: list[int] = []
+    original = records._slow_batch
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        calls.append(len(args[1]))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(records, "_slow_batch", spy)
+    return calls
+
+
+def encode_all(
+    messages: list[Message], store_host: tuple[str, int] = ("127.0.0.1", 10911)
+) -> bytes:
+    """Records back to back, as in a CommitLog file starting at offset 0."""
+    buffer = bytearray()
+    for index, message in enumerate(messages):
+        buffer += encode_message(
+            message,
+            queue_offset=index,
+            physical_offset=len(buffer),
+            store_timestamp=1_710_000_000_000 + index * 1000,
+            store_host=store_host,
+        )
+    return bytes(buffer)
+
+
+def reference_rows(buffer: bytes, store_dir: str = "/store") -> list[dict[str, Any]]:
+    """Rows of the per-record parser (``decode_record``), as Arrow gives them back."""
+    rows = [
+        record_row(decode_record(buffer, position), position, store_dir)
+        for position, _ in scan_records(buffer)
+    ]
+    return list(rows_to_batch(rows).to_pylist())
+
+
+def millis(moment: datetime) -> int:
+    return round(moment.timestamp() * 1000)
+
+
+def vector_rows(buffer: bytes, store_dir: str = "/store", **filters: Any) -> list[dict[str, Any]]:
+    chain = walk_chain(buffer, 0)
+    batch = build_batch(as_bytes(buffer), chain.positions, 0, store_dir, RecordFilter(**filters))
+    assert batch.schema.equals(ARROW_SCHEMA)
+    return list(batch.to_pylist())
+
+
+def test_vectorised_batches_equal_the_codec_for_a_whole_store(
+    tmp_path: Path, slow_path_calls: list[int]
+) -> None:
+    written = varied_store(tmp_path / "store", count=500)
+    store_dir = written[0].store_dir
+    whole_files = [
+        ByteRange(store_dir, str(path), int(path.name), 0, None)
+        for path in sorted((tmp_path / "store" / "commitlog").iterdir())
+    ]
+    batches = [b for r in whole_files for b in read_range(r, batch_size=64)]
+    got = sorted_rows(row for batch in batches for row in batch.to_pylist())
+    reference = sorted_rows(
+        rows_to_batch(
+            [
+                record_row(r.message, r.commit_log_offset, store_dir)
+                for r in iter_store_records(tmp_path / "store")
+            ]
+        ).to_pylist()
+    )
+    assert got == reference == [expected_row(w) for w in written]
+    assert slow_path_calls == []
+
+
+def test_property_edge_cases(slow_path_calls: list[int]) -> None:
+    messages = [
+        Message("T", b"", properties={}),
+        Message("T", b"\x01\x02body", properties={"a": "x\x01y", "b": "", "c": "ü€"}),
+        Message("T", b"x", properties={"KEYS": "  k1   k2 ", "TAGS": "t", "UNIQ_KEY": "U"}),
+        Message("T", b"x", properties={"KEYS": "   "}),
+        Message("T", b"x", properties={f"p{i}": "v" * i for i in range(1, 40)}),
+    ]
+    buffer = encode_all(messages)
+    assert vector_rows(buffer) == reference_rows(buffer)
+    rows = vector_rows(buffer)
+    assert rows[1]["properties"] == [("a", "x\x01y"), ("c", "ü€")]
+    assert rows[2]["keys"] == ["k1", "k2"]
+    assert (rows[2]["tags"], rows[2]["uniq_key"]) == ("t", "U")
+    assert rows[3]["keys"] == []
+    assert slow_path_calls == []
+
+
+def test_a_repeated_property_name_takes_the_last_value(slow_path_calls: list[int]) -> None:
+    record = bytearray(encode_all([Message("T", b"x", properties={"A": "1", "B": "2"})]))
+    at = record.index(b"B\x012")
+    record[at] = ord("A")  # same length: TOTALSIZE and CRC stay valid
+    buffer = bytes(record)
+    rows = vector_rows(buffer)
+    assert rows == reference_rows(buffer)
+    assert rows[0]["properties"] == [("A", "2")]
+    assert slow_path_calls == [1]
+
+
+def test_properties_that_are_not_utf8_are_replaced(slow_path_calls: list[int]) -> None:
+    record = bytearray(encode_all([Message("T", b"x", properties={"A": "zz"})]))
+    at = record.index(b"A\x01zz")
+    record[at + 2 : at + 4] = b"\xff\xfe"
+    buffer = bytes(record)
+    assert vector_rows(buffer) == reference_rows(buffer)
+    assert slow_path_calls == [1]
+
+
+def test_ipv6_hosts_use_the_per_record_parser(slow_path_calls: list[int]) -> None:
+    messages = [
+        Message("T", b"v6", born_host=("::1", 5), properties={"TAGS": "a"}),
+        Message("T", b"v4", properties={"TAGS": "b"}),
+    ]
+    buffer = encode_all(messages, store_host=("2001:db8::1", 10911))
+    rows = vector_rows(buffer)
+    assert rows == reference_rows(buffer)
+    assert len(rows[0]["msg_id"]) == 56
+    assert rows[0]["sys_flag"] & BORNHOST_V6_FLAG
+    assert slow_path_calls == [2]
+
+
+def test_topic_and_time_filters() -> None:
+    rng = random.Random(2)
+    messages = [varied_message(rng, i) for i in range(60)]
+    buffer = encode_all(messages)
+    everything = reference_rows(buffer)
+    since, until = 1_710_000_010_000, 1_710_000_040_000
+    kept = vector_rows(buffer, topics=frozenset({"Orders", "Audit"}), from_ms=since, to_ms=until)
+    assert kept == [
+        row
+        for row in everything
+        if row["topic"] in {"Orders", "Audit"} and since <= millis(row["store_timestamp"]) < until
+    ]
+    assert vector_rows(buffer, topics=frozenset({"Nope"})) == []
+
+
+def test_the_walk_agrees_with_check_record_at_every_cut() -> None:
+    rng = random.Random(4)
+    buffer = encode_all([varied_message(rng, i) for i in range(12)]) + blank_record(100)
+    for length in range(0, len(buffer) + 1, 7):
+        cut = buffer[:length]
+        chain = walk_chain(cut, 0)
+        assert chain.positions.tolist() == [p for p, _ in scan_records(cut)]
+        reference = scan_stop(cut)
+        assert (chain.stop.position, chain.stop.kind) == (reference.position, reference.kind)
+    assert walk_chain(buffer, 0).stop.kind is RecordKind.BLANK
+
+
+def test_a_record_with_inconsistent_fields_stops_the_walk() -> None:
+    rng = random.Random(5)
+    messages = [varied_message(rng, i) for i in range(6)]
+    buffer = bytearray(encode_all(messages))
+    starts = [p for p, _ in scan_records(bytes(buffer))]
+    buffer[starts[3] + 84 : starts[3] + 88] = (10**6).to_bytes(4, "big")  # body length
+    chain = walk_chain(bytes(buffer), 0)
+    assert chain.positions.tolist() == starts[:3]
+    assert (chain.stop.position, chain.stop.kind) == (starts[3], RecordKind.CORRUPT)
+    assert scan_stop(bytes(buffer)).position == starts[3]
+
+
+def test_crc_checking_is_optional() -> None:
+    buffer = bytearray(encode_all([Message("T", b"abcdef"), Message("T", b"ghijkl")]))
+    buffer[buffer.index(b"ghijkl")] = ord("X")
+    assert len(walk_chain(bytes(buffer), 0).positions) == 2
+    checked = walk_chain(bytes(buffer), 0, check_crc=True)
+    assert len(checked.positions) == 1
+    assert checked.stop.kind is RecordKind.CORRUPT
+
+
+def test_rows_to_batch_and_empty_batches() -> None:
+    assert rows_to_batch([]).num_rows == 0
+    assert build_batch(as_bytes(b""), walk_chain(b"", 0).positions, 0, "/s").num_rows == 0
+    table = pa.Table.from_batches([rows_to_batch(reference_rows(encode_all([Message("T", b"1")])))])
+    assert table.schema.equals(ARROW_SCHEMA)

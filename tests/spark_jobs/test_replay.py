@@ -1,0 +1,157 @@
+"""Replay in a real local Spark: to Parquet (exactly the selected messages), dry runs, HTTP."""
+
+from __future__ import annotations
+
+import base64
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
+import pytest
+from pyspark.errors import AnalysisException
+from pyspark.sql import SparkSession
+
+from spark_jobs import cli
+from spark_jobs.replay import HttpTarget, Selection, run_replay
+from tests.spark_jobs.stores import Written, expected_row, sorted_rows, varied_message, write_store
+from tests.spark_jobs.stub_server import stub_server
+
+
+@pytest.fixture(scope="module")
+def replay_store(tmp_path_factory: pytest.TempPathFactory) -> list[Written]:
+    """400 varied messages, a little apart in time."""
+    import random
+
+    rng = random.Random(21)
+
+    def tick(index: int) -> None:
+        if index % 4 == 0:
+            time.sleep(0.002)
+
+    store_dir = tmp_path_factory.mktemp("replay") / "store"
+    return write_store(store_dir, (varied_message(rng, i) for i in range(400)), before_put=tick)
+
+
+def selected(written: list[Written], selection: Selection) -> list[Written]:
+    """The ground truth of a selection."""
+    keep = []
+    for item in written:
+        message, result = item.message, item.result
+        properties = message.properties
+        keys = set(properties.get("KEYS", "").split())
+        if selection.topics and message.topic not in selection.topics:
+            continue
+        if selection.queues and message.queue_id not in selection.queues:
+            continue
+        if selection.from_ms is not None and result.store_timestamp < selection.from_ms:
+            continue
+        if selection.to_ms is not None and result.store_timestamp >= selection.to_ms:
+            continue
+        if selection.from_offset is not None and result.queue_offset < selection.from_offset:
+            continue
+        if selection.to_offset is not None and result.queue_offset >= selection.to_offset:
+            continue
+        if selection.tags and properties.get("TAGS") not in selection.tags:
+            continue
+        if selection.keys and not keys & set(selection.keys):
+            continue
+        keep.append(item)
+    return keep
+
+
+def test_replay_to_parquet_returns_exactly_the_selected_messages(
+    spark: SparkSession, replay_store: list[Written], tmp_path: Path
+) -> None:
+    stores = (replay_store[0].store_dir,)
+    times = sorted(w.result.store_timestamp for w in replay_store)
+    selections = [
+        Selection(stores, topics=("Orders",), queues=(0, 3), from_offset=5, to_offset=30),
+        Selection(stores, tags=("Paid", "Shipped"), from_ms=times[100], to_ms=times[300]),
+        Selection(stores, keys=("customer-3", "order-9")),
+        Selection(stores, topics=("Payments", "Audit"), queues=(1,), tags=("Created",)),
+    ]
+    for index, selection in enumerate(selections):
+        expected = [expected_row(w) for w in selected(replay_store, selection)]
+        assert expected, "every selection should pick something"
+        out = tmp_path / f"out{index}"
+        summary = run_replay(spark, selection, f"parquet:{out}")
+        assert summary.written == summary.selected == len(expected)
+        assert sorted_rows(pq.read_table(out).to_pylist()) == expected
+
+
+def test_dry_run_counts_without_writing(
+    spark: SparkSession,
+    replay_store: list[Written],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    store = replay_store[0].store_dir
+    code = cli.main(["replay", "--store", store, "--topic", "Orders,Audit", "--dry-run"])
+    assert code == 0
+    output = capsys.readouterr().out
+    orders = sum(1 for w in replay_store if w.message.topic == "Orders")
+    audit = sum(1 for w in replay_store if w.message.topic == "Audit")
+    assert f"selected {orders + audit:,} messages" in output
+    assert f"  Orders: {orders:,}" in output and f"  Audit: {audit:,}" in output
+    assert "dry run: nothing written or sent" in output
+
+
+def test_command_line_replay_to_parquet(
+    spark: SparkSession,
+    replay_store: list[Written],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    store = replay_store[0].store_dir
+    out = tmp_path / "parquet"
+    args = [
+        "replay",
+        "--store",
+        store,
+        "--topic",
+        "Payments",
+        "--tags",
+        "Paid",
+        "--to",
+        f"parquet:{out}",
+    ]
+    assert cli.main(args) == 0
+    expected = [
+        expected_row(w)
+        for w in replay_store
+        if w.message.topic == "Payments" and w.message.properties.get("TAGS") == "Paid"
+    ]
+    assert sorted_rows(pq.read_table(out).to_pylist()) == expected
+    assert f"wrote {len(expected):,} messages to {out}" in capsys.readouterr().out
+    with pytest.raises(AnalysisException, match="already exists"):
+        cli.main(args)
+    assert cli.main([*args, "--overwrite"]) == 0
+
+
+def test_command_line_refuses_incomplete_targets(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["replay", "--store", "/nowhere", "--to", "http://127.0.0.1:1"])
+    assert "--target-topic is required" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["replay", "--store", "/nowhere", "--to", "s3://bucket"])
+    assert "--to must be parquet:PATH or http://host:port" in capsys.readouterr().err
+
+
+def test_replay_over_http_sends_the_selection_in_order(
+    spark: SparkSession, replay_store: list[Written]
+) -> None:
+    selection = Selection((replay_store[0].store_dir,), topics=("Audit",), queues=(2,))
+    expected = selected(replay_store, selection)
+    with stub_server() as (url, state):
+        target = HttpTarget(url, "AuditReplay", batch_size=7, rate=2_000)
+        summary = run_replay(spark, selection, url, target)
+    assert summary.send is not None and summary.send.sent == len(expected)
+    assert {path for path, _ in state.requests} == {"/v1/topics/AuditReplay/messages"}
+    assert max(len(body["messages"]) for _, body in state.requests) == 7
+    sent = state.messages
+    assert [m["properties"]["REPLAY_OF"] for m in sent] == [w.result.msg_id for w in expected]
+    assert [base64.b64decode(m["body"]) for m in sent] == [w.message.body for w in expected]
+    assert [m.get("tags") for m in sent] == [w.message.properties.get("TAGS") for w in expected]
+    for message, item in zip(sent, expected, strict=True):
+        assert message.get("keys", []) == item.message.properties.get("KEYS", "").split()
+        assert "UNIQ_KEY" not in message["properties"]
