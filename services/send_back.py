@@ -1,0 +1,190 @@
+"""Consumer send-back: a failed message returns later through ``%RETRY%<group>``, and after
+too many attempts lands in ``%DLQ%<group>`` (RocketMQ's ``consumerSendMsgBack``, reference §9).
+
+Rules, in order:
+
+1. The group is auto-created. ``retry_queue_nums <= 0`` drops the message.
+2. The retry topic ``%RETRY%<group>`` (``retry_queue_nums`` queues, perm 6) is created on
+   demand; the message goes to a random one of its queues.
+3. ``RETRY_TOPIC`` is set to the original topic once, so it survives many retries.
+4. The limit is the request's ``max_reconsume_times`` or the group's ``retry_max_times`` (16).
+5. ``reconsume_times >= limit`` or ``delay_level < 0`` → the DLQ ``%DLQ%<group>`` (one queue,
+   perm 6), no delay.
+6. Else ``delay_level == 0`` means ``3 + reconsume_times`` (10 s, 30 s, 1 m, …), clamped to
+   the table; the message goes through the schedule topic and comes back after the delay.
+7. The new message has ``reconsume_times + 1`` and ``ORIGIN_MESSAGE_ID`` (the first one's
+   msgId, kept across retries); ``UNIQ_KEY`` is unchanged.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Final
+
+from services.errors import InvalidRequestError, MessageNotFoundError
+from storage import Message, MessageStore, PutResult, StoredMessage
+from storage.codec import (
+    PROPERTY_DELAY,
+    PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    TRANSACTION_TYPE_MASK,
+)
+from storage.config_managers import SubscriptionGroupConfig, TopicConfig
+
+RETRY_GROUP_TOPIC_PREFIX: Final = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX: Final = "%DLQ%"
+DLQ_NUMS_PER_GROUP: Final = 1
+PERM_READ_WRITE: Final = 6
+
+PutMessages = Callable[[list[Message]], Awaitable[list[PutResult]]]
+EnsureTopic = Callable[[TopicConfig], Awaitable[None]]
+GroupLookup = Callable[[str], Awaitable[SubscriptionGroupConfig]]
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_GROUP_TOPIC_PREFIX + group
+
+
+def original_topic(message: StoredMessage) -> str:
+    """The topic a (possibly retried or dead-lettered) message was first sent to."""
+    return message.properties.get(PROPERTY_RETRY_TOPIC) or message.topic
+
+
+class Destination(Enum):
+    RETRY = "RETRY"
+    DLQ = "DLQ"
+    DROPPED = "DROPPED"  # the group has no retry queues
+
+
+@dataclass(frozen=True, slots=True)
+class SendBackResult:
+    """Where a sent-back message went and when it comes back."""
+
+    destination: Destination
+    topic: str
+    queue_id: int
+    msg_id: str
+    origin_msg_id: str
+    reconsume_times: int
+    delay_level: int
+    deliver_at_ms: int  # when it is pulled again; the store time for the DLQ
+
+
+@dataclass(frozen=True, slots=True)
+class SendBackRequest:
+    """What a consumer says about a message it failed to process."""
+
+    group: str
+    msg_id: str | None = None
+    commit_log_offset: int | None = None
+    delay_level: int = 0  # 0: automatic, < 0: straight to the DLQ
+    max_reconsume_times: int | None = None
+
+
+class SendBackService:
+    """Applies the send-back rules and re-puts the message."""
+
+    def __init__(
+        self,
+        store: MessageStore,
+        group_config: GroupLookup,
+        ensure_topic: EnsureTopic,
+        put: PutMessages,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._store = store
+        self._group_config = group_config
+        self._ensure_topic = ensure_topic
+        self._put = put
+        self._rng = rng or random.Random()
+
+    async def send_back(self, request: SendBackRequest) -> SendBackResult:
+        group = await self._group_config(request.group)
+        original = self._find(request)
+        origin_id = original.properties.get(PROPERTY_ORIGIN_MESSAGE_ID) or original.msg_id
+        if group.retry_queue_nums <= 0:
+            return SendBackResult(
+                Destination.DROPPED, "", -1, "", origin_id, original.reconsume_times, 0, 0
+            )
+        limit = request.max_reconsume_times
+        if limit is None or limit < 0:
+            limit = group.retry_max_times
+        to_dlq = original.reconsume_times >= limit or request.delay_level < 0
+        if to_dlq:
+            topic, queue_count, delay_level = dlq_topic(group.group_name), DLQ_NUMS_PER_GROUP, 0
+        else:
+            topic, queue_count = retry_topic(group.group_name), group.retry_queue_nums
+            delay_level = request.delay_level or 3 + original.reconsume_times
+            delay_level = min(delay_level, len(self._store.delay_levels))
+        await self._ensure_topic(
+            TopicConfig(
+                topic,
+                read_queue_nums=queue_count,
+                write_queue_nums=queue_count,
+                perm=PERM_READ_WRITE,
+            )
+        )
+        message = self._retry_message(original, topic, queue_count, delay_level, origin_id, limit)
+        [result] = await self._put([message])
+        deliver_at = result.store_timestamp
+        if delay_level:
+            deliver_at += self._store.delay_levels[delay_level - 1]
+        return SendBackResult(
+            Destination.DLQ if to_dlq else Destination.RETRY,
+            topic,
+            message.queue_id,
+            result.msg_id,
+            origin_id,
+            message.reconsume_times,
+            delay_level,
+            deliver_at,
+        )
+
+    def _find(self, request: SendBackRequest) -> StoredMessage:
+        if request.msg_id is not None:
+            found = self._store.look_message_by_id(request.msg_id)
+            name = f"message {request.msg_id}"
+        elif request.commit_log_offset is not None:
+            found = self._store.look_message_by_offset(request.commit_log_offset)
+            name = f"message at commit log offset {request.commit_log_offset}"
+        else:
+            raise InvalidRequestError("name the message: give msg_id or commit_log_offset")
+        if found is None:
+            raise MessageNotFoundError(f"{name} does not exist (or its file has expired)")
+        return found
+
+    def _retry_message(
+        self,
+        original: StoredMessage,
+        topic: str,
+        queue_count: int,
+        delay_level: int,
+        origin_id: str,
+        limit: int,
+    ) -> Message:
+        properties = dict(original.properties)
+        properties.setdefault(PROPERTY_RETRY_TOPIC, original.topic)
+        properties[PROPERTY_ORIGIN_MESSAGE_ID] = origin_id
+        properties[PROPERTY_MAX_RECONSUME_TIMES] = str(limit)
+        properties.pop(PROPERTY_DELAY, None)
+        if delay_level:
+            properties[PROPERTY_DELAY] = str(delay_level)
+        return Message(
+            topic=topic,
+            body=original.body,
+            queue_id=self._rng.randrange(queue_count),
+            properties=properties,
+            flag=original.flag,
+            sys_flag=original.sys_flag & ~TRANSACTION_TYPE_MASK,
+            born_timestamp=original.born_timestamp,
+            born_host=original.born_host,
+            reconsume_times=original.reconsume_times + 1,
+        )
