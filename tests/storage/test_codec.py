@@ -267,6 +267,30 @@ def test_java_string_hash(text: str, expected: int) -> None:
     assert java_string_hash(text) == expected
 
 
+def _reference_java_hash(text: str) -> int:
+    """The textbook loop over UTF-16 code units, wrapped to a signed int32."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + int.from_bytes(data[i : i + 2], "big")) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("key-0000012345", id="index-key"),
+        pytest.param("a" * 1024, id="1024-ascii"),
+        pytest.param("a" * 1025, id="1025-ascii"),
+        pytest.param("é" * 1500, id="long-latin1"),
+        pytest.param("x\U0001f600" * 700, id="long-astral"),
+        pytest.param("Zz9" * 3000, id="9000-chars"),
+    ],
+)
+def test_java_string_hash_of_long_and_mixed_strings(text: str) -> None:
+    assert java_string_hash(text) == _reference_java_hash(text)
+
+
 def test_tags_code_is_zero_without_a_tag_and_the_java_hash_otherwise() -> None:
     assert tags_code(None) == 0
     assert tags_code("") == 0
