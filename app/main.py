@@ -20,7 +20,7 @@ from fastapi import FastAPI
 from app.errors import install_error_handlers
 from app.middleware import HttpShellMiddleware
 from app.openapi import build_openapi
-from app.routes import docs, groups, health, messages, topics
+from app.routes import docs, groups, health, messages, redelivery, topics
 from app.routes.fast import fast_routes
 from app.settings import Settings, get_settings
 from services import Broker
@@ -82,7 +82,7 @@ def create_app(
     app.state.settings = settings
     install_error_handlers(app)
     app.add_middleware(HttpShellMiddleware, max_request_bytes=settings.max_request_bytes)
-    for module in (messages, topics, groups, health, docs):
+    for module in (messages, topics, groups, redelivery, health, docs):
         app.include_router(module.router)
     app.router.routes[0:0] = fast_routes()
     app.mount("/static", docs.static_files(), name="static")

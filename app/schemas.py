@@ -37,6 +37,7 @@ MAX_QUEUES = 1024
 MAX_BATCH_MESSAGES = 1000
 MAX_PROPERTIES = 64
 MAX_KEYS = 64
+MAX_DELAY_LEVEL = 64  # the server's delay table decides; 18 levels by default
 INT64_MAX = 2**63 - 1
 
 PullStatus = Literal[
@@ -102,6 +103,25 @@ class SendMessage(RequestBody):
     sharding_key: ShortText | None = Field(
         default=None, description="Messages with the same key go to the same queue."
     )
+    delay_level: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_DELAY_LEVEL,
+        description=(
+            "Deliver after this delay level: 1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m "
+            "30m 1h 2h by default (levels 1 to 18; the server's table may differ)."
+        ),
+    )
+    deliver_after_ms: int | None = Field(
+        default=None,
+        ge=0,
+        le=INT64_MAX,
+        description=(
+            "Beyond RocketMQ: deliver after at least this many milliseconds, rounded UP to "
+            "the next delay level (e.g. 7000 -> level 3, 10 s). Longer than the longest "
+            "level is refused. Not with delay_level, and not in a batch of more than one."
+        ),
+    )
 
 
 class SendBatch(RequestBody):
@@ -121,6 +141,21 @@ class SendReceiptOut(BaseModel):
     queue_offset: int
     commit_log_offset: int
     store_timestamp: int = Field(description="Milliseconds since the epoch.")
+    status: Literal["PUT_OK", "FLUSH_DISK_TIMEOUT"] = Field(
+        default="PUT_OK",
+        description=(
+            "FLUSH_DISK_TIMEOUT (SYNC_FLUSH only): stored, but not confirmed on disk in time; "
+            "it becomes visible once flushed."
+        ),
+    )
+    delay_level: int = Field(default=0, description="The delay level used; 0 if not delayed.")
+    deliver_at: int | None = Field(
+        default=None,
+        description=(
+            "Delayed messages: when they become visible (ms since the epoch). Their "
+            "queue_offset is -1 until then."
+        ),
+    )
 
 
 class SendResponse(BaseModel):
@@ -139,6 +174,9 @@ def send_response_out(topic: str, receipts: list[SendReceipt]) -> dict[str, obje
                 "queue_offset": r.queue_offset,
                 "commit_log_offset": r.commit_log_offset,
                 "store_timestamp": r.store_timestamp,
+                "status": r.status,
+                "delay_level": r.delay_level,
+                "deliver_at": r.deliver_at,
             }
             for r in receipts
         ],
@@ -164,11 +202,28 @@ class RawSendQuery(BaseModel):
     sharding_key: ShortText | None = Field(
         default=None, description="Raw body only: the sharding key."
     )
+    delay_level: int | None = Field(
+        default=None, ge=0, le=MAX_DELAY_LEVEL, description="Raw body only: the delay level."
+    )
+    deliver_after_ms: int | None = Field(
+        default=None,
+        ge=0,
+        le=INT64_MAX,
+        description="Raw body only: deliver after this many ms (rounded up to a level).",
+    )
 
     def given(self) -> bool:
         return any(
             v is not None
-            for v in (self.tags, self.keys, self.properties, self.queue_id, self.sharding_key)
+            for v in (
+                self.tags,
+                self.keys,
+                self.properties,
+                self.queue_id,
+                self.sharding_key,
+                self.delay_level,
+                self.deliver_after_ms,
+            )
         )
 
 
@@ -256,6 +311,14 @@ class MessageOut(BaseModel):
     born_timestamp: int
     store_timestamp: int
     reconsume_times: int
+    queue_topic: str | None = Field(
+        default=None,
+        description=(
+            "Group pulls: set when the message was read from the group's retry topic "
+            "(%RETRY%<group>); commit its queue_offset to that topic's queue. `topic` is then "
+            "the topic it was first sent to."
+        ),
+    )
 
 
 class MessageListResponse(BaseModel):
@@ -297,6 +360,7 @@ class QueueProgressOut(BaseModel):
     offset: int = Field(description="The group's position when the pull started.")
     next_offset: int = Field(description="Commit this to acknowledge what was returned.")
     max_offset: int
+    topic: str = Field(description="The queue's topic: the pulled topic or %RETRY%<group>.")
 
 
 class GroupPullResponse(BaseModel):
@@ -364,9 +428,13 @@ def group_pull_out(pulled: GroupPull, encoding: str) -> dict[str, object]:
     return {
         "group": pulled.group,
         "topic": pulled.topic,
-        "messages": [message_out(m, encoding) for m in pulled.messages],
+        "messages": [
+            _with_queue_topic(message_out(m, encoding), queue_topic, m.topic)
+            for m, queue_topic in zip(pulled.messages, pulled.queue_topics, strict=True)
+        ],
         "queues": [
             {
+                "topic": q.topic or pulled.topic,
                 "queue_id": q.queue_id,
                 "offset": q.offset,
                 "next_offset": q.next_offset,
@@ -375,6 +443,12 @@ def group_pull_out(pulled: GroupPull, encoding: str) -> dict[str, object]:
             for q in pulled.queues
         ],
     }
+
+
+def _with_queue_topic(out: dict[str, object], queue_topic: str, topic: str) -> dict[str, object]:
+    if queue_topic != topic:
+        out["queue_topic"] = queue_topic
+    return out
 
 
 # ==================================================================== offsets

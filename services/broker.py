@@ -13,6 +13,7 @@ parked long-poll, persists offsets and configs, and closes the store (which remo
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import threading
@@ -20,18 +21,24 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
+from services.dlq import DlqService
+from services.durability import DurabilityTracker
 from services.errors import BrokerUnavailableError
 from services.groups import GroupPolicy, GroupService
 from services.long_poll import WaiterRegistry
 from services.messages import MessageQueryService
 from services.metrics import Metrics
+from services.offset_reset import OffsetResetService
 from services.offsets import OffsetPersister, OffsetService
 from services.pull import PullService
+from services.schedule import DelayScheduler
 from services.send import SendLimits, SendService
+from services.send_back import SendBackService
 from services.topics import TopicPolicy, TopicService
-from storage import Message, MessageStore, PutResult, StoreConfig
+from storage import Message, MessageStore, PutResult, PutStatus, StoreConfig
 from storage.config_managers import (
     ConsumerOffsetManager,
+    DelayOffsetManager,
     SubscriptionGroupManager,
     TopicConfigManager,
 )
@@ -76,6 +83,7 @@ class Broker:
         self.topic_configs = TopicConfigManager(config_dir)
         self.group_configs = SubscriptionGroupManager(config_dir)
         self.consumer_offsets = ConsumerOffsetManager(config_dir)
+        self.delay_offsets = DelayOffsetManager(config_dir)
         self._offset_persister = OffsetPersister(
             self.consumer_offsets, config.offset_persist_interval_s
         )
@@ -83,6 +91,9 @@ class Broker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._services: _Services | None = None
+        self._durability: DurabilityTracker | None = None
+        self._scheduler: DelayScheduler | None = None
+        self._index_catch_up: asyncio.Task[None] | None = None
 
     # ================================================================== lifecycle
 
@@ -100,18 +111,24 @@ class Broker:
             self.state = BrokerState.FAILED
             raise
         self._store = store
+        self._durability = DurabilityTracker(store)
+        self._durability.start()
+        store.start_services()
         self._services = _Services.build(self, store)
         store.arrival_listeners.append(self._on_arrival)
-        # Storage background services (flush threads, SYNC_FLUSH group commit) start here:
-        # the lead engineer wires ``store.start_services()`` into this spot.
         self._offset_persister.start()
+        self._scheduler = DelayScheduler(store, self.delay_offsets, self.put)
+        await self._scheduler.start()
+        self._index_catch_up = asyncio.create_task(self._catch_up_index(), name="index-catch-up")
         self.state = BrokerState.RUNNING
         log.info("broker running on %s", self.config.store_dir)
 
     def _open(self) -> MessageStore:
-        store = MessageStore.open(self.config.store_dir, self.config.store)
+        # The key index is rebuilt after an unclean exit while the broker already serves.
+        config = dataclasses.replace(self.config.store, index_catch_up_on_open=False)
+        store = MessageStore.open(self.config.store_dir, config)
         try:
-            for manager in (self.topic_configs, self.group_configs, self.consumer_offsets):
+            for manager in self._config_managers:
                 manager.load()
         except BaseException:
             store.close()
@@ -132,19 +149,42 @@ class Broker:
         self.begin_shutdown()
         await asyncio.sleep(0)  # let woken pulls write their answers
         await self._offset_persister.stop()
-        # Storage background services stop here (``store.stop_services()``), before close:
-        # the lead engineer wires it into this spot.
+        if self._index_catch_up is not None:
+            self._index_catch_up.cancel()
+            await asyncio.gather(self._index_catch_up, return_exceptions=True)
+        if self._scheduler is not None:
+            await self._scheduler.stop()
         store = self.store
+        # The flushers do their last flush; then every put still waiting is answered.
+        await asyncio.to_thread(store.stop_services)
+        if self._durability is not None:
+            self._durability.stop()
         await asyncio.to_thread(self._close, store)
         self.state = BrokerState.STOPPED
         log.info("broker stopped; store %s closed", self.config.store_dir)
 
     def _close(self, store: MessageStore) -> None:
         try:
-            for manager in (self.topic_configs, self.group_configs, self.consumer_offsets):
+            for manager in self._config_managers:
                 manager.persist_if_dirty()
         finally:
             store.close()
+
+    @property
+    def _config_managers(
+        self,
+    ) -> tuple[
+        TopicConfigManager, SubscriptionGroupManager, ConsumerOffsetManager, DelayOffsetManager
+    ]:
+        return (self.topic_configs, self.group_configs, self.consumer_offsets, self.delay_offsets)
+
+    async def _catch_up_index(self) -> None:
+        """Rebuild the key index in slices so the loop keeps serving meanwhile."""
+        store = self.store
+        caught_up = False
+        while not caught_up:
+            caught_up = store.catch_up_index(max_records=5000)
+            await asyncio.sleep(0)  # yield to requests between slices
 
     # ================================================================== access
 
@@ -194,6 +234,24 @@ class Broker:
     @property
     def messages(self) -> MessageQueryService:
         return self.services.messages
+
+    @property
+    def send_back(self) -> SendBackService:
+        return self.services.send_back
+
+    @property
+    def offset_reset(self) -> OffsetResetService:
+        return self.services.offset_reset
+
+    @property
+    def dlq(self) -> DlqService:
+        return self.services.dlq
+
+    @property
+    def scheduler(self) -> DelayScheduler:
+        if self._scheduler is None:
+            raise BrokerUnavailableError(f"the broker is {self.state.value}")
+        return self._scheduler
 
     @property
     def offset_persist_count(self) -> int:
@@ -247,8 +305,14 @@ class Broker:
         return await self._await_durable(results)
 
     async def _await_durable(self, results: list[PutResult]) -> list[PutResult]:
-        """Where SYNC_FLUSH group commit will wait for the flush; ASYNC_FLUSH returns at once."""
-        return results
+        """SYNC_FLUSH: wait for the group commit; a flush slower than the timeout answers
+        FLUSH_DISK_TIMEOUT (stored, visible once flushed). ASYNC_FLUSH returns at once."""
+        durability = self._durability
+        if durability is None or not durability.sync or not results:
+            return results
+        if await durability.wait(max(r.end_offset for r in results)):
+            return results
+        return [dataclasses.replace(r, status=PutStatus.FLUSH_DISK_TIMEOUT) for r in results]
 
     # ================================================================== arrivals
 
@@ -281,6 +345,9 @@ class _Services:
     send: SendService
     pull: PullService
     messages: MessageQueryService
+    send_back: SendBackService
+    offset_reset: OffsetResetService
+    dlq: DlqService
 
     @classmethod
     def build(cls, broker: Broker, store: MessageStore) -> _Services:
@@ -292,7 +359,9 @@ class _Services:
             topics=topics,
             groups=groups,
             offsets=offsets,
-            send=SendService(topics, broker.put, broker.metrics, config.send),
+            send=SendService(
+                topics, broker.put, broker.metrics, config.send, delay_levels=store.delay_levels
+            ),
             pull=PullService(
                 store,
                 topics,
@@ -303,4 +372,7 @@ class _Services:
                 max_wait_ms=config.max_wait_ms,
             ),
             messages=MessageQueryService(store, topics),
+            send_back=SendBackService(store, groups.for_use, topics.ensure, broker.put),
+            offset_reset=OffsetResetService(store, broker.consumer_offsets, topics, groups),
+            dlq=DlqService(store, topics.for_send, broker.put),
         )

@@ -42,24 +42,42 @@ class MessageQueryService:
         return self._store.query_message(topic, key, limit, begin, end)[:limit]
 
     def by_id(self, msg_id: str) -> StoredMessage:
-        """The message ``msg_id`` names; MessageNotFoundError when it is not (or no longer) here."""
+        """The message an offsetMsgId or a UNIQ_KEY names.
+
+        Both are hex (a UNIQ_KEY has 32 characters, like an IPv4 offsetMsgId): the id is
+        tried as an offsetMsgId of this broker first, then looked up as a UNIQ_KEY in the
+        index of every topic; the first stored copy wins (retries keep the UNIQ_KEY).
+        MessageNotFoundError when neither finds it.
+        """
         if len(msg_id) not in (32, 56) or not _HEX.issuperset(msg_id):
             raise InvalidMessageIdError(
                 f"a message id is 32 or 56 hex characters, not {msg_id[:64]!r}"
             )
-        decoded = decode_msg_id(msg_id)
-        store = self._store
-        if (decoded.store_host, decoded.store_port) != store.config.store_host:
-            raise MessageNotFoundError(
-                f"message {msg_id} was stored by {decoded.store_host}:{decoded.store_port}, "
-                "not by this broker"
-            )
-        if decoded.physical_offset < 0:
-            raise MessageNotFoundError(f"message {msg_id} does not exist")
-        try:
-            message = store.look_message_by_id(msg_id.upper())
-        except (ValueError, struct.error, UnicodeDecodeError):
-            message = None  # the offset is not the start of a record
+        message = self._by_offset_id(msg_id)
+        if message is None and len(msg_id) == 32:
+            message = self._by_uniq_key(msg_id.upper())
         if message is None:
             raise MessageNotFoundError(f"message {msg_id} does not exist (or has expired)")
         return message
+
+    def _by_offset_id(self, msg_id: str) -> StoredMessage | None:
+        decoded = decode_msg_id(msg_id)
+        store = self._store
+        if (decoded.store_host, decoded.store_port) != store.config.store_host:
+            return None
+        if decoded.physical_offset < 0:
+            return None
+        try:
+            return store.look_message_by_id(msg_id.upper())
+        except (ValueError, struct.error, UnicodeDecodeError):
+            return None  # the offset is not the start of a record
+
+    def _by_uniq_key(self, uniq_key: str) -> StoredMessage | None:
+        store = self._store
+        found = [
+            message
+            for topic in store.topics()
+            for message in store.query_message(topic, uniq_key, 4)
+            if message.uniq_key == uniq_key
+        ]
+        return min(found, key=lambda m: m.physical_offset, default=None)

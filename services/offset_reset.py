@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 from services.errors import InvalidOffsetError, InvalidRequestError
+from services.groups import GroupService
+from services.topics import TopicService
 from storage import MessageStore
 from storage.config_managers import ConsumerOffsetManager, TopicConfig
 
@@ -77,9 +79,31 @@ class ResetPlan:
 class OffsetResetService:
     """Plans a reset (the preview) and applies exactly that plan."""
 
-    def __init__(self, store: MessageStore, offsets: ConsumerOffsetManager) -> None:
+    def __init__(
+        self,
+        store: MessageStore,
+        offsets: ConsumerOffsetManager,
+        topics: TopicService | None = None,
+        groups: GroupService | None = None,
+    ) -> None:
         self._store = store
         self._offsets = offsets
+        self._topics = topics
+        self._groups = groups
+
+    async def reset(self, group: str, request: ResetRequest) -> ResetPlan:
+        """Plan the reset of ``group`` (one topic, or every topic it has offsets on) and,
+        unless it is a dry run, apply it. The group need not have a consumer online."""
+        assert self._topics is not None and self._groups is not None
+        if not self._groups.exists(group):
+            self._groups.get(group)  # GroupNotFoundError
+        if request.topic is not None:
+            configs = [self._topics.for_read(request.topic)]
+        else:
+            names = sorted({k.topic for k in self._offsets.topic_groups() if k.group == group})
+            configs = [self._topics.get(name) for name in names]
+        plan = self.plan(group, request, configs)
+        return plan if request.dry_run else self.apply(plan)
 
     def plan(self, group: str, request: ResetRequest, topics: Iterable[TopicConfig]) -> ResetPlan:
         """Per queue: current, target, skipped and re-delivered; changes nothing."""

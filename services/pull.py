@@ -12,13 +12,14 @@ import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from services.errors import InvalidRequestError
+from services.errors import InvalidRequestError, ServiceError
 from services.groups import GroupService
 from services.long_poll import WaiterRegistry, WakeReason
 from services.metrics import Metrics
 from services.offsets import OffsetCommit, OffsetService
+from services.send_back import RETRY_GROUP_TOPIC_PREFIX, original_topic, retry_topic
 from services.topics import TopicService
 from storage import GetMessageResult, GetMessageStatus, MessageStore, StoredMessage, TagFilter
 
@@ -37,6 +38,9 @@ _READ_ON = frozenset(
         GetMessageStatus.OFFSET_FOUND_NULL,
     }
 )
+
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +75,7 @@ class QueueProgress:
     offset: int  # the group's position when the pull started
     next_offset: int  # commit this to acknowledge what the pull returned from the queue
     max_offset: int
+    topic: str = ""  # the queue's topic: the pulled topic, or the group's retry topic
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +86,8 @@ class GroupPull:
     topic: str
     messages: list[StoredMessage]
     queues: list[QueueProgress]
+    # For each message, the topic whose queue it was read from (differs for retries).
+    queue_topics: list[str] = dataclasses.field(default_factory=list)
 
 
 class _Abandon:
@@ -228,57 +235,67 @@ class PullService:
         auto_commit: bool = False,
         abandon: AbandonFactory | None = None,
     ) -> GroupPull:
-        """Pull from the group's positions in every readable queue of ``topic``."""
+        """Pull from the group's positions in every readable queue of ``topic`` and of the
+        group's retry topic ``%RETRY%<group>`` (a retried message carries its original topic,
+        from ``RETRY_TOPIC``, and the retry queue it came from)."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         config = self._topics.for_read(topic)
         group_config = await self._groups.for_consume(group)
-        queue_ids = list(range(config.read_queue_nums))
-        start = {q: self._offsets.position(group_config, topic, q) for q in queue_ids}
+        keys = [(topic, q) for q in range(config.read_queue_nums)]
+        keys += self._retry_keys(group, topic)
+        start = {k: self._offsets.position(group_config, k[0], k[1]) for k in keys}
         options = self._clamp(options)
         watch = _Abandon(abandon)
         try:
-            messages, position = await self._pull_group(
-                group, topic, queue_ids, start, options, started, watch
-            )
+            found, position = await self._pull_group(group, keys, start, options, started, watch)
         finally:
             watch.close()
             self._metrics.pull_duration.observe(loop.time() - started)
         if auto_commit:
-            for queue_id in queue_ids:
-                if position[queue_id] != start[queue_id]:
-                    self._offsets.move(group, topic, queue_id, position[queue_id])
+            for key in keys:
+                if position[key] != start[key]:
+                    self._offsets.move(group, key[0], key[1], position[key])
+        messages = [_as_original(m) for m in found]
         self._count_out(topic, messages)
         store = self._store
         progress = [
-            QueueProgress(q, start[q], position[q], store.max_offset_in_queue(topic, q))
-            for q in queue_ids
+            QueueProgress(q, start[(t, q)], position[(t, q)], store.max_offset_in_queue(t, q), t)
+            for t, q in keys
         ]
-        return GroupPull(group, topic, messages, progress)
+        return GroupPull(group, topic, messages, progress, [m.topic for m in found])
+
+    def _retry_keys(self, group: str, topic: str) -> list[tuple[str, int]]:
+        retry = retry_topic(group)
+        if retry == topic:
+            return []
+        try:
+            config = self._topics.for_read(retry)
+        except ServiceError:  # no retry topic yet, or not readable
+            return []
+        return [(retry, q) for q in range(config.read_queue_nums)]
 
     async def _pull_group(
         self,
         group: str,
-        topic: str,
-        queue_ids: list[int],
-        start: dict[int, int],
+        keys: list[tuple[str, int]],
+        start: dict[tuple[str, int], int],
         options: PullOptions,
         started: float,
         watch: _Abandon,
-    ) -> tuple[list[StoredMessage], dict[int, int]]:
+    ) -> tuple[list[StoredMessage], dict[tuple[str, int], int]]:
         loop = asyncio.get_running_loop()
         deadline = started + options.wait_ms / 1000
         tag_filter = TagFilter(options.tags)
         position = dict(start)
         messages: list[StoredMessage] = []
-        keys = [(topic, q) for q in queue_ids]
-        order = self._rotate(group, topic, queue_ids)
+        order = self._rotate(group, keys[0][0] if keys else "", keys)
         while True:
             advanced = self._read_round(
-                group, topic, order, start, position, options, tag_filter, messages
+                group, order, start, position, options, tag_filter, messages
             )
             remaining = deadline - loop.time()
-            if messages or not queue_ids or remaining <= 0:
+            if messages or not keys or remaining <= 0:
                 break
             if advanced:
                 await asyncio.sleep(0)
@@ -291,10 +308,9 @@ class PullService:
     def _read_round(
         self,
         group: str,
-        topic: str,
-        order: list[int],
-        start: dict[int, int],
-        position: dict[int, int],
+        order: list[tuple[str, int]],
+        start: dict[tuple[str, int], int],
+        position: dict[tuple[str, int], int],
         options: PullOptions,
         tag_filter: TagFilter,
         messages: list[StoredMessage],
@@ -302,29 +318,33 @@ class PullService:
         """Read each queue once from its position; True when a position moved without data."""
         advanced = False
         size = sum(m.size for m in messages)
-        for queue_id in order:
+        everything = TagFilter(None)
+        for key in order:
+            topic, queue_id = key
             left = options.max_messages - len(messages)
             byte_budget = None if options.max_bytes is None else options.max_bytes - size
             if left <= 0 or (byte_budget is not None and byte_budget <= 0):
                 break
-            offset = position[queue_id]
-            limited = PullOptions(left, byte_budget, options.tags, 0)
-            result, found = self._read(topic, queue_id, offset, limited, tag_filter, group)
+            offset = position[key]
+            # Retries are delivered whatever their tag (RocketMQ: filterSupportRetry=false).
+            queue_filter = everything if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else tag_filter
+            limited = PullOptions(left, byte_budget, queue_filter.expression, 0)
+            result, found = self._read(topic, queue_id, offset, limited, queue_filter, group)
             status = result.status
             moved = status in _MOVED or (status in _EMPTY_QUEUE and offset != 0)
             if moved and result.next_begin_offset != offset:
                 # The group's position is invalid (expired, or beyond the queue): correct it.
-                position[queue_id] = start[queue_id] = result.next_begin_offset
+                position[key] = start[key] = result.next_begin_offset
                 self._offsets.move(group, topic, queue_id, result.next_begin_offset)
                 advanced = True
             elif status in _READ_ON and result.next_begin_offset != offset:
-                position[queue_id] = result.next_begin_offset
+                position[key] = result.next_begin_offset
                 advanced = advanced or not found
             messages.extend(found)
             size += sum(m.size for m in found)
         return advanced
 
-    def _rotate(self, group: str, topic: str, queue_ids: list[int]) -> list[int]:
+    def _rotate(self, group: str, topic: str, queue_ids: list[_T]) -> list[_T]:
         """Queue order for this pull: start one queue later each time, so none starves."""
         if not queue_ids:
             return []
@@ -390,3 +410,10 @@ def _queue_pull(
         result.max_offset,
         messages,
     )
+
+
+def _as_original(message: StoredMessage) -> StoredMessage:
+    """A retried message as its consumer expects it: under the topic it was first sent to."""
+    if not message.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        return message
+    return dataclasses.replace(message, topic=original_topic(message))

@@ -27,6 +27,7 @@ from storage import Message, PutResult
 from storage.codec import (
     KEY_SEPARATOR,
     NAME_VALUE_SEPARATOR,
+    PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
@@ -71,6 +72,8 @@ class OutgoingMessage(NamedTuple):
     properties: Mapping[str, str] = _NO_PROPERTIES
     queue_id: int | None = None  # explicit queue
     sharding_key: str | None = None  # same key, same queue
+    delay_level: int = 0  # > 0: delivered after that level's delay (1s 5s 10s 30s 1m ...)
+    deliver_after_ms: int | None = None  # rounded up to the next delay level
 
 
 class SendReceipt(NamedTuple):
@@ -83,6 +86,9 @@ class SendReceipt(NamedTuple):
     queue_offset: int
     commit_log_offset: int
     store_timestamp: int
+    status: str = "PUT_OK"  # or FLUSH_DISK_TIMEOUT: stored, not yet confirmed on disk
+    delay_level: int = 0
+    deliver_at: int | None = None  # delayed messages: when they become visible (ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +153,9 @@ class SendService:
         metrics: Metrics,
         limits: SendLimits,
         uniq_keys: UniqKeyGenerator | None = None,
+        delay_levels: tuple[int, ...] = (),
     ) -> None:
+        self._delay_levels = delay_levels
         self._topics = topics
         self._put = put
         self._metrics = metrics
@@ -168,27 +176,74 @@ class SendService:
         self._check_batch(messages)
         for message in messages:
             _check_message(message)
+        levels = [self.delay_level_of(m) for m in messages]
+        if len(messages) > 1 and any(levels):
+            raise BatchRejectedError("a batch cannot be delayed: send delayed messages one by one")
         config = await self._topics.for_send(topic)
         queue_id = self._choose_queue(config, messages, batch_queue_id, batch_sharding_key)
         born_timestamp = time.time_ns() // 1_000_000
         host = born_host if _is_ip(born_host[0]) else ("127.0.0.1", born_host[1])
         stored = [
-            self._to_store(topic, queue_id, message, born_timestamp, host) for message in messages
+            self._to_store(topic, queue_id, message, born_timestamp, host, level)
+            for message, level in zip(messages, levels, strict=True)
         ]
         results = await self._put(stored)
         self._metrics.sent(topic, len(stored), sum(len(m.body) for m in stored))
         return [
-            SendReceipt(
+            self._receipt(topic, queue_id, message, result, level)
+            for message, result, level in zip(stored, results, levels, strict=True)
+        ]
+
+    def _receipt(
+        self, topic: str, queue_id: int, message: Message, result: PutResult, level: int
+    ) -> SendReceipt:
+        uniq_key = message.properties[PROPERTY_UNIQ_KEY]
+        if not level:
+            return SendReceipt(
                 result.msg_id,
-                message.properties[PROPERTY_UNIQ_KEY],
+                uniq_key,
                 topic,
                 result.queue_id,
                 result.queue_offset,
                 result.physical_offset,
                 result.store_timestamp,
+                result.status.value,
             )
-            for message, result in zip(stored, results, strict=True)
-        ]
+        # Stored in the schedule topic; its queue offset in ``topic`` comes at delivery.
+        level = min(level, len(self._delay_levels))
+        return SendReceipt(
+            result.msg_id,
+            uniq_key,
+            topic,
+            queue_id,
+            -1,
+            result.physical_offset,
+            result.store_timestamp,
+            result.status.value,
+            level,
+            result.store_timestamp + self._delay_levels[level - 1],
+        )
+
+    def delay_level_of(self, message: OutgoingMessage) -> int:
+        """The delay level a message asks for; ``deliver_after_ms`` rounds up to a level."""
+        levels = self._delay_levels
+        if message.deliver_after_ms is not None:
+            if message.delay_level:
+                raise InvalidPropertyError("give delay_level or deliver_after_ms, not both")
+            if message.deliver_after_ms <= 0:
+                return 0
+            for level, delay in enumerate(levels, start=1):
+                if delay >= message.deliver_after_ms:
+                    return level
+            raise InvalidPropertyError(
+                f"deliver_after_ms {message.deliver_after_ms} is longer than the longest delay "
+                f"level ({levels[-1] if levels else 0} ms)"
+            )
+        if message.delay_level < 0 or message.delay_level > len(levels):
+            raise InvalidPropertyError(
+                f"delay_level must be 0 to {len(levels)}, not {message.delay_level}"
+            )
+        return message.delay_level
 
     def _check_batch(self, messages: Sequence[OutgoingMessage]) -> None:
         limits = self._limits
@@ -241,8 +296,11 @@ class SendService:
         message: OutgoingMessage,
         born_timestamp: int,
         born_host: tuple[str, int],
+        delay_level: int = 0,
     ) -> Message:
         properties = dict(message.properties) if message.properties else {}
+        if delay_level:
+            properties[PROPERTY_DELAY] = str(delay_level)
         if message.tags:
             properties[PROPERTY_TAGS] = message.tags
         if message.keys:

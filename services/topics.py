@@ -49,6 +49,17 @@ class QueueStats:
     last_store_timestamp: int  # ms of the newest message; 0 when the queue is empty
 
 
+@dataclass(frozen=True, slots=True)
+class QueueSeek:
+    """Where a seek by time lands in one queue."""
+
+    queue_id: int
+    offset: int  # first offset stored at or after the time; max_offset when none is
+    store_timestamp: int  # store time of the message at ``offset``; 0 when there is none
+    min_offset: int
+    max_offset: int
+
+
 def check_topic_name(topic: str) -> str:
     """The topic name itself; ``InvalidTopicError`` (INVALID_TOPIC_NAME) when not valid."""
     validate_topic(topic)
@@ -126,6 +137,12 @@ class TopicService:
                 f"(0 to {config.write_queue_nums - 1}); there is no queue {queue_id}"
             )
 
+    async def ensure(self, config: TopicConfig) -> None:
+        """Create a topic the broker owns (``%RETRY%``, ``%DLQ%``) on first use; an existing
+        config (perhaps changed by an operator) is kept."""
+        if self._manager.get(config.topic_name) is None:
+            await asyncio.to_thread(self._manager.put, config)
+
     async def put(
         self,
         topic: str,
@@ -168,6 +185,22 @@ class TopicService:
         await asyncio.to_thread(self._manager.delete, topic)
         self._store.delete_topic(topic)
         self._offsets.remove_topic(topic)
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> QueueSeek:
+        """The first offset of a queue stored at or after ``timestamp_ms`` (the max offset
+        when nothing is that late), with the queue's range: what a seek by time needs."""
+        config = self.for_read(topic)
+        self.check_read_queue(config, queue_id)
+        store = self._store
+        offset = store.offset_by_time(topic, queue_id, timestamp_ms)
+        stored = store.store_timestamp_at(topic, queue_id, offset)
+        return QueueSeek(
+            queue_id=queue_id,
+            offset=offset,
+            store_timestamp=max(0, stored),
+            min_offset=store.min_offset_in_queue(topic, queue_id),
+            max_offset=store.max_offset_in_queue(topic, queue_id),
+        )
 
     def queue_stats(self, config: TopicConfig) -> list[QueueStats]:
         """Min/max offset and newest store time of every queue the config names."""

@@ -24,6 +24,7 @@ from storage.message_store import (
     GetMessageStatus,
     MessageStore,
     PutResult,
+    PutStatus,
     StoreConfig,
     TagFilter,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "MessageTooLargeError",
     "PropertiesTooLargeError",
     "PutResult",
+    "PutStatus",
     "QueueIdOutOfRangeError",
     "StorageError",
     "StoreClosedError",

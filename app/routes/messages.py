@@ -101,6 +101,8 @@ async def send_messages(topic: TopicPath, request: Request) -> Response:
                 properties=_parse_properties(query.properties or []),
                 queue_id=query.queue_id,
                 sharding_key=query.sharding_key,
+                delay_level=query.delay_level or 0,
+                deliver_after_ms=query.deliver_after_ms,
             )
         ]
     client = request.client
@@ -154,6 +156,8 @@ def _outgoing(message: SendMessage, loc: tuple[str | int, ...]) -> OutgoingMessa
         properties=message.properties,
         queue_id=message.queue_id,
         sharding_key=message.sharding_key,
+        delay_level=message.delay_level,
+        deliver_after_ms=message.deliver_after_ms,
     )
 
 
