@@ -48,6 +48,7 @@ INDEX_ENTRY: Final = struct.Struct(
 )
 INDEX_ENTRY_SIZE: Final = INDEX_ENTRY.size  # 20
 _SLOT = struct.Struct(">i")
+_pack_entry = INDEX_ENTRY.pack_into
 _INT_MAX: Final = 0x7FFFFFFF
 
 
@@ -93,6 +94,7 @@ class IndexFile:
         self.index_count: int = header[5]
         if self.index_count <= 0:
             self.index_count = 1
+        self._entries_at = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
 
     def __repr__(self) -> str:
         return f"IndexFile({self.path.name}, entries={self.index_count - 1})"
@@ -100,6 +102,12 @@ class IndexFile:
     @property
     def is_full(self) -> bool:
         return self.index_count >= self.max_index_num
+
+    def write_header(self) -> None:
+        """Put the header in the mapping. Done on flush, seal and close, not per entry: after
+        an unclean exit every file newer than the checkpoint is dropped and rebuilt, and a
+        file only gets older than the checkpoint when it is sealed (with its header)."""
+        self._write_header()
 
     def _write_header(self) -> None:
         INDEX_HEADER.pack_into(
@@ -115,28 +123,31 @@ class IndexFile:
 
     def put(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
         """Add one key; False when the file is full."""
-        if self.is_full:
+        return self.put_hash(index_key_hash(key), phy_offset, store_timestamp)
+
+    def put_hash(self, key_hash: int, phy_offset: int, store_timestamp: int) -> bool:
+        """Add one entry for an already hashed key; False when the file is full."""
+        count = self.index_count
+        if count >= self.max_index_num:
             return False
-        key_hash = index_key_hash(key)
+        buffer = self.buffer
         slot_at = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
-        previous = _SLOT.unpack_from(self.buffer, slot_at)[0]
-        if previous <= 0 or previous > self.index_count:
+        previous = _SLOT.unpack_from(buffer, slot_at)[0]
+        if previous <= 0 or previous > count:
             previous = 0
-        if self.index_count <= 1:
+            self.hash_slot_count += 1
+        if count <= 1:
             self.begin_phy_offset = phy_offset
             self.begin_timestamp = store_timestamp
         time_diff = 0
         if self.begin_timestamp > 0:
             time_diff = min(_INT_MAX, max(0, (store_timestamp - self.begin_timestamp) // 1000))
-        entry_at = self._entry_position(self.index_count)
-        INDEX_ENTRY.pack_into(self.buffer, entry_at, key_hash, phy_offset, time_diff, previous)
-        _SLOT.pack_into(self.buffer, slot_at, self.index_count)
-        if previous == 0:
-            self.hash_slot_count += 1
-        self.index_count += 1
+        entry_at = self._entries_at + count * INDEX_ENTRY_SIZE
+        _pack_entry(buffer, entry_at, key_hash, phy_offset, time_diff, previous)
+        _SLOT.pack_into(buffer, slot_at, count)
+        self.index_count = count + 1
         self.end_phy_offset = phy_offset
         self.end_timestamp = store_timestamp
-        self._write_header()
         return True
 
     def _entry_position(self, number: int) -> int:
@@ -170,6 +181,7 @@ class IndexFile:
         return found
 
     def flush(self) -> None:
+        self._write_header()
         fd = os.open(self.path, os.O_RDWR)
         try:
             os.fdatasync(fd)
@@ -178,6 +190,7 @@ class IndexFile:
 
     def close(self) -> None:
         if not self.buffer.closed:
+            self._write_header()
             self.buffer.close()
 
     def destroy(self) -> None:

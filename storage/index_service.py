@@ -14,7 +14,7 @@ from typing import Final
 
 from storage.checkpoint import StoreCheckpoint
 from storage.codec import KEY_SEPARATOR
-from storage.index_file import IndexFile
+from storage.index_file import IndexFile, index_key_hash
 
 MAX_MSGS_NUM_BATCH: Final = 64
 
@@ -47,7 +47,9 @@ class IndexService:
         files = []
         for path in sorted(p for p in self.directory.iterdir() if p.name.isdigit()):
             index = IndexFile(path, self.hash_slot_num, self.max_index_num)
-            if not last_exit_ok and index.end_timestamp > self.checkpoint.index_msg_timestamp:
+            # Headers reach the file on flush and seal: a never-flushed one reads as zero.
+            stale = index.end_timestamp > self.checkpoint.index_msg_timestamp
+            if not last_exit_ok and (stale or index.end_timestamp == 0):
                 index.destroy()
                 continue
             files.append(index)
@@ -70,20 +72,32 @@ class IndexService:
         uniq_key: str | None,
     ) -> None:
         """Index one message unless an earlier dispatch already did."""
-        if physical_offset <= self.end_phy_offset:
+        files = self.files
+        last = files[-1] if files else None
+        # A file started after a full one inherits its end, so that check holds there too.
+        if (
+            last is not None
+            and (last.index_count > 1 or last.end_phy_offset > 0)
+            and physical_offset <= last.end_phy_offset
+        ):
             return
         if uniq_key:
-            self._put(f"{topic}#{uniq_key}", physical_offset, store_timestamp)
+            self._put(index_key_hash(f"{topic}#{uniq_key}"), physical_offset, store_timestamp)
         if keys:
             for key in keys.split(KEY_SEPARATOR):
                 if key:
-                    self._put(f"{topic}#{key}", physical_offset, store_timestamp)
+                    self._put(index_key_hash(f"{topic}#{key}"), physical_offset, store_timestamp)
 
-    def _put(self, key: str, physical_offset: int, store_timestamp: int) -> None:
+    def _put(self, key_hash: int, physical_offset: int, store_timestamp: int) -> None:
+        files = self.files
+        if files and files[-1].put_hash(key_hash, physical_offset, store_timestamp):
+            return
         index = self._writable_file(store_timestamp)
-        if not index.put(key, physical_offset, store_timestamp):
+        if not index.put_hash(key_hash, physical_offset, store_timestamp):
             self._seal(index)
-            self._new_file(store_timestamp, index).put(key, physical_offset, store_timestamp)
+            self._new_file(store_timestamp, index).put_hash(
+                key_hash, physical_offset, store_timestamp
+            )
 
     def _writable_file(self, now_ms: int) -> IndexFile:
         if self.files and not self.files[-1].is_full:
