@@ -22,22 +22,9 @@ from tests.spark_jobs.stores import varied_store
 TARGET = "OrdersReplay"
 
 
-def spoolmq_serve_exists(venv_bin: Path) -> bool:
-    """Whether this checkout's ``spoolmq`` has the ``serve`` command yet."""
-    script = venv_bin / "spoolmq"
-    if not script.exists():
-        return False
-    result = subprocess.run(
-        [str(script), "serve", "--help"], capture_output=True, timeout=60, check=False
-    )
-    return result.returncode == 0
-
-
 @pytest.fixture
 def live_spoolmq(tmp_path: Path, free_port: int, venv_bin: Path) -> Iterator[tuple[str, Path]]:
     """``spoolmq serve`` on a free port; yields (URL, store dir); stopped by its pid."""
-    if not spoolmq_serve_exists(venv_bin):
-        pytest.skip("`spoolmq serve` is not available in this checkout yet")
     store_dir = tmp_path / "server-store"
     log = open(tmp_path / "server.log", "wb")  # noqa: SIM115 - closed after the process ends
     process = subprocess.Popen(
