@@ -323,6 +323,23 @@ class Message:
     prepared_transaction_offset: int = 0
 
 
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _check_numbers(message: Message) -> None:
+    """Every integer field fits its width: refused here, before anything is written."""
+    int32 = (message.flag, message.sys_flag, message.reconsume_times, message.born_host[1])
+    int64 = (message.born_timestamp, message.prepared_transaction_offset)
+    if not all(_INT32_MIN <= v <= _INT32_MAX for v in int32) or not all(
+        _INT64_MIN <= v <= _INT64_MAX for v in int64
+    ):
+        raise MessageRejectedError(
+            "a numeric field is out of range: flag, sys_flag, reconsume_times and the born "
+            "port are 32-bit, born_timestamp and the transaction offset 64-bit"
+        )
+
+
 class EncodedMessage:
     """A message checked and encoded outside the put path; only offsets and time remain.
 
@@ -374,6 +391,7 @@ class EncodedMessage:
                 f"message properties are {len(properties_bytes)} bytes encoded, "
                 f"over the limit of {MAX_PROPERTIES_LENGTH}"
             )
+        _check_numbers(message)
         born_host, born_port = message.born_host
         born_address = encode_host(born_host)
         sys_flag = message.sys_flag & ~_HOST_V6_BITS

@@ -60,3 +60,25 @@ def test_delivery_time_of_unknown_level_is_one_second() -> None:
     assert deliver_timestamp(levels, 9, 999) == 1999
     with pytest.raises(ValueError, match="bad delay level"):
         parse_delay_levels("5x")
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        pytest.param("flag", 2**31, id="flag"),
+        pytest.param("reconsume_times", -(2**31) - 1, id="reconsume-times"),
+        pytest.param("born_timestamp", 2**63, id="born-timestamp"),
+        pytest.param("born_host", ("127.0.0.1", 2**32), id="born-port"),
+    ],
+)
+def test_out_of_range_numbers_are_refused_before_anything_is_written(
+    tmp_path: Path, field: str, value: object
+) -> None:
+    with MessageStore.open(tmp_path, CONFIG) as store:
+        store.put_message(Message("T", b"first"))
+        before = store.commit_log.max_offset
+        message = Message("T", b"x", **{field: value})  # type: ignore[arg-type]
+        with pytest.raises(MessageRejectedError, match="out of range"):
+            store.put_message(message)
+        assert store.commit_log.max_offset == before
+        assert store.put_message(Message("T", b"after")).queue_offset == 1
