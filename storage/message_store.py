@@ -73,6 +73,7 @@ from storage.flush_service import (
     ServiceThread,
 )
 from storage.index_service import IndexService
+from storage.json_file import load_json, save_json
 from storage.retention import DISK_FULL_REASON, RetentionConfig, StoreCleaner
 
 PRE_BLANK_SIZE: Final = 0x7FFFFFFF
@@ -258,6 +259,8 @@ class MessageStore:
         self._services: list[ServiceThread] = []
         self._needs_reput = False
         self._recovery_queue_cache: dict[tuple[bytes, int], ConsumeQueue | None] = {}
+        self._deleted_topics_path = root / "config" / "deletedTopics.json"
+        self._deleted_topics: dict[str, int] = {}
         self._lock_fd: int | None = None
         self._closed = True
         self._memory_limit = _physical_memory() * config.access_message_in_memory_max_ratio // 100
@@ -278,6 +281,7 @@ class MessageStore:
         self._acquire_lock()
         try:
             self.last_exit_ok = not self.abort_path.exists()
+            self._deleted_topics = _load_tombstones(self._deleted_topics_path)
             self.commit_log.load()
             self._load_consume_queues()
             self.checkpoint = StoreCheckpoint(self.root / "checkpoint")
@@ -690,6 +694,9 @@ class MessageStore:
 
     def _dispatch(self, request: DispatchRequest, notify: bool) -> bool:
         """Index one record; False (store marked not writeable) when a file cannot be made."""
+        deleted = self._deleted_topics
+        if deleted and request.physical_offset < deleted.get(request.topic, -1):
+            return True  # a record of a topic deleted since: never dispatched again
         dispatchable = request.is_dispatchable
         if dispatchable:
             queues = self.consume_queues.get(request.topic)  # = find_consume_queue(create=True)
@@ -821,7 +828,13 @@ class MessageStore:
         return queue.max_offset if queue is not None else 0
 
     def delete_topic(self, topic: str) -> bool:
-        """Drop a topic's ConsumeQueues (its records stay in the CommitLog until expiry)."""
+        """Drop a topic's ConsumeQueues (its records stay in the CommitLog until expiry).
+
+        A tombstone (the CommitLog end at deletion, in ``config/deletedTopics.json``) keeps
+        recovery from dispatching the old records again; the topic may be used afresh.
+        """
+        self._deleted_topics[topic] = self.commit_log.max_offset
+        save_json(self._deleted_topics_path, self._deleted_topics)
         queues = self.consume_queues.pop(topic, None)
         if queues is None:
             return False
@@ -1069,6 +1082,11 @@ class MessageStore:
             queue.correct_min_offset(min_physical)
         if self.index_service is not None:
             self.index_service.delete_expired(min_physical)
+        expired = [t for t, end in self._deleted_topics.items() if end <= min_physical]
+        if expired:
+            for topic in expired:
+                del self._deleted_topics[topic]
+            save_json(self._deleted_topics_path, self._deleted_topics)
 
     def flush_consume_queues(self, least_pages: int = 0) -> None:
         """Force ConsumeQueue pages; on a thorough flush also the checkpoint."""
@@ -1180,6 +1198,13 @@ def _position_status(
     if offset > max_offset:
         return GetMessageStatus.OFFSET_OVERFLOW_BADLY, min_offset if min_offset == 0 else max_offset
     return None, offset
+
+
+def _load_tombstones(path: Path) -> dict[str, int]:
+    data = load_json(path)
+    if not isinstance(data, dict):
+        return {}
+    return {str(t): int(end) for t, end in data.items() if isinstance(end, int)}
 
 
 def _now_ms() -> int:

@@ -182,3 +182,26 @@ def test_second_store_on_a_locked_directory_fails_with_a_clear_error(tmp_path: P
         )
         assert other.returncode == 3
         assert str(tmp_path) in other.stdout and "in use" in other.stdout
+
+
+@pytest.mark.parametrize(
+    "abnormal", [pytest.param(False, id="clean"), pytest.param(True, id="crash")]
+)
+def test_a_deleted_topic_stays_deleted_across_restarts(tmp_path: Path, abnormal: bool) -> None:
+    with MessageStore.open(tmp_path, CONFIG) as store:
+        store.put_message(Message("Kept", b"k"))
+        for i in range(5):
+            store.put_message(Message("Gone", f"g{i}".encode()))
+        assert store.delete_topic("Gone")
+        assert "Gone" not in store.topics()
+    if abnormal:
+        (tmp_path / "abort").touch()
+        (tmp_path / "checkpoint").unlink()
+    with MessageStore.open(tmp_path, CONFIG) as store:
+        assert store.topics() == ["Kept"]
+        again = store.put_message(Message("Gone", b"new life"))
+        assert again.queue_offset == 0
+        assert [m.body for m in store.get_message("g", "Gone", 0, 0).messages] == [b"new life"]
+        assert store.check() == []
+    with MessageStore.open(tmp_path, CONFIG) as store:
+        assert [m.body for m in store.get_message("g", "Gone", 0, 0).messages] == [b"new life"]
