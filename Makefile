@@ -9,7 +9,7 @@ UV := $(PYTHON) -m uv
 endif
 STORE_DIR ?= ./data
 
-.PHONY: run test install bootstrap lint typecheck contracts pytest bench clean
+.PHONY: run test install bootstrap chromium lint typecheck contracts pytest bench clean
 
 bootstrap:
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv
@@ -30,7 +30,13 @@ typecheck: install
 contracts: install
 	$(UV) run lint-imports
 
-pytest: install
+# The admin page tests drive Debian's Chromium (never `playwright install`, which downloads).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+chromium:
+	@test -x /usr/bin/chromium || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; }
+
+pytest: install chromium
 	$(UV) run pytest
 
 test: lint typecheck contracts pytest

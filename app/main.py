@@ -17,6 +17,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from app import admin
 from app.errors import install_error_handlers
 from app.middleware import HttpShellMiddleware
 from app.openapi import build_openapi
@@ -86,6 +87,8 @@ def create_app(
         app.include_router(module.router)
     app.router.routes[0:0] = fast_routes()
     app.mount("/static", docs.static_files(), name="static")
+    app.include_router(admin.router)  # browser pages under /admin, not in the schema
+    app.mount("/admin/static", admin.static_files(), name="admin-static")
     app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
     return app
 

@@ -1,0 +1,98 @@
+"""Consumer lag for the pages: the offset service's report plus lag in seconds.
+
+Lag in messages comes from :meth:`services.offsets.OffsetService.report` (the same numbers
+as ``GET /v1/groups/{group}/offsets``). Lag in seconds is the age of the oldest message the
+group has not consumed: now minus the store time of the message at its committed offset
+(``MessageStore.store_timestamp_at``), 0 when nothing is waiting.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from services import Broker, QueueLag, TopicLag
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLagRow:
+    topic: str
+    queue_id: int
+    broker_offset: int  # the queue's max offset: where the next message will go
+    committed_offset: int  # the next offset the group will consume
+    min_offset: int
+    lag: int  # messages
+    lag_seconds: float | None  # age of the oldest unconsumed message; None when unknown
+    last_commit_timestamp: int  # ms; 0 when unknown
+
+
+@dataclass(frozen=True, slots=True)
+class GroupLag:
+    group: str
+    rows: list[QueueLagRow]
+
+    @property
+    def total_lag(self) -> int:
+        return sum(row.lag for row in self.rows)
+
+    @property
+    def lag_seconds(self) -> float:
+        """The oldest unconsumed message's age over every queue (0 when none waits)."""
+        return max((row.lag_seconds or 0.0 for row in self.rows), default=0.0)
+
+    @property
+    def topics(self) -> list[str]:
+        return sorted({row.topic for row in self.rows})
+
+    def by_topic(self) -> dict[str, list[QueueLagRow]]:
+        grouped: dict[str, list[QueueLagRow]] = {}
+        for row in self.rows:
+            grouped.setdefault(row.topic, []).append(row)
+        return grouped
+
+
+def group_names(broker: Broker) -> list[str]:
+    """Groups with a config or with committed offsets (auto-created groups have both)."""
+    names = {config.group_name for config in broker.groups.all()}
+    names.update(broker.consumer_offsets.groups())
+    return sorted(names)
+
+
+def group_lag(broker: Broker, group: str, topic: str | None = None) -> GroupLag:
+    """Every committed queue of ``group`` (on ``topic`` only, when given)."""
+    now_ms = time.time() * 1000
+    rows = [
+        _row(broker, topic_lag, queue, now_ms)
+        for topic_lag in broker.offsets.report(group, topic)
+        for queue in sorted(topic_lag.queues, key=lambda q: q.queue_id)
+    ]
+    return GroupLag(group, rows)
+
+
+def all_group_lags(broker: Broker) -> list[GroupLag]:
+    return [group_lag(broker, name) for name in group_names(broker)]
+
+
+def _row(broker: Broker, topic_lag: TopicLag, queue: QueueLag, now_ms: float) -> QueueLagRow:
+    return QueueLagRow(
+        topic=topic_lag.topic,
+        queue_id=queue.queue_id,
+        broker_offset=queue.max_offset,
+        committed_offset=queue.committed_offset,
+        min_offset=queue.min_offset,
+        lag=queue.lag,
+        lag_seconds=_lag_seconds(broker, topic_lag.topic, queue, now_ms),
+        last_commit_timestamp=queue.last_commit_timestamp,
+    )
+
+
+def _lag_seconds(broker: Broker, topic: str, queue: QueueLag, now_ms: float) -> float | None:
+    if queue.lag <= 0:
+        return 0.0
+    # A committed offset below the queue's min points at expired messages: the oldest one
+    # still waiting is the first that is left.
+    oldest = max(queue.committed_offset, queue.min_offset)
+    stored_at = broker.store.store_timestamp_at(topic, queue.queue_id, oldest)
+    if stored_at < 0:
+        return None
+    return max(0.0, (now_ms - stored_at) / 1000)

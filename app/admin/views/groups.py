@@ -1,0 +1,197 @@
+"""Groups: list with total lag and lag in seconds; per-queue detail with a lag chart; offset
+reset (earliest / latest / a time) that shows the preview first and then applies exactly the
+previewed plan. Resets go through :class:`services.offset_reset.OffsetResetService`, as
+``POST /v1/groups/{group}/offsets/reset`` does."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from fastapi import APIRouter
+from starlette.requests import Request
+from starlette.responses import Response
+
+from app.admin.forms import Form, FormError
+from app.admin.lag import GroupLag, all_group_lags, group_lag
+from app.admin.problems import HEADINGS, AdminRoute, Problem
+from app.admin.rendering import render
+from app.deps import BrokerDep
+from app.responses import OrjsonResponse
+from services import Broker, SubscriptionGroupConfig
+from services.errors import GroupNotFoundError
+from services.groups import check_group_name
+from services.offset_reset import ResetPlan, ResetRequest, ResetTarget
+from services.send_back import dlq_topic
+
+router = APIRouter(route_class=AdminRoute)
+
+RESET_TARGETS = (
+    ResetTarget.EARLIEST.value,
+    ResetTarget.LATEST.value,
+    ResetTarget.TIMESTAMP.value,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRow:
+    lag: GroupLag
+    config: SubscriptionGroupConfig | None  # None: offsets only (the config was deleted)
+    dead_letters: int
+
+    @property
+    def name(self) -> str:
+        return self.lag.group
+
+
+def _config(broker: Broker, group: str) -> SubscriptionGroupConfig | None:
+    try:
+        return broker.groups.get(group)
+    except GroupNotFoundError:
+        return None
+
+
+def _dead_letters(broker: Broker, group: str) -> int:
+    store, topic = broker.store, dlq_topic(group)
+    return store.max_offset_in_queue(topic, 0) - store.min_offset_in_queue(topic, 0)
+
+
+def group_rows(broker: Broker, search: str = "") -> list[GroupRow]:
+    needle = search.lower()
+    return [
+        GroupRow(lag, _config(broker, lag.group), _dead_letters(broker, lag.group))
+        for lag in all_group_lags(broker)
+        if needle in lag.group.lower()
+    ]
+
+
+@router.get("/groups", name="admin-groups")
+async def list_groups(request: Request, broker: BrokerDep) -> Response:
+    search = Form.query(request.query_params).text("q")
+    context = {"title": "Groups", "nav": "groups", "rows": group_rows(broker, search)}
+    context["search"] = search
+    return render(request, "groups.html", context, fragment="_group_list.html")
+
+
+# ==================================================================== one group
+
+
+def _lag_context(broker: Broker, group: str) -> dict[str, object]:
+    check_group_name(group)
+    lag = group_lag(broker, group)  # GroupNotFoundError when it has no config and no offsets
+    return {"group": group, "lag": lag, "by_topic": lag.by_topic()}
+
+
+@router.get("/groups/{group}", name="admin-group")
+async def show_group(request: Request, group: str, broker: BrokerDep) -> Response:
+    context = _lag_context(broker, group)
+    context.update(
+        title=f"Group {group}",
+        nav="groups",
+        config=_config(broker, group),
+        dead_letters=_dead_letters(broker, group),
+        targets=RESET_TARGETS,
+    )
+    return render(request, "group.html", context)
+
+
+@router.get("/groups/{group}/lag", name="admin-group-lag")
+async def lag_tables(request: Request, group: str, broker: BrokerDep) -> Response:
+    """The per-queue tables alone (refreshed after a reset, and every few seconds)."""
+    return render(request, "_group_lag.html", _lag_context(broker, group))
+
+
+@router.get("/groups/{group}/lag.json", name="admin-group-lag-json")
+async def lag_series(group: str, broker: BrokerDep) -> Response:
+    """Lag per queue for the bar chart: ``{"labels": [...], "x": [...], "series": [...]}``."""
+    check_group_name(group)
+    lag = group_lag(broker, group)
+    rows, one_topic = lag.rows, len(lag.topics) == 1
+    return OrjsonResponse(
+        {
+            "labels": [_bar_label(row.topic, row.queue_id, one_topic) for row in rows],
+            "x": list(range(len(rows))),
+            "series": [{"label": "lag (messages)", "values": [row.lag for row in rows]}],
+        }
+    )
+
+
+def _bar_label(topic: str, queue_id: int, one_topic: bool) -> str:
+    """``q3`` when the chart shows one topic, else a short ``topic/3``."""
+    if one_topic:
+        return f"q{queue_id}"
+    short = topic if len(topic) <= 14 else topic[:13] + "…"
+    return f"{short}/{queue_id}"
+
+
+# ==================================================================== offset reset
+
+
+def _reset_request(form: Form, dry_run: bool) -> ResetRequest:
+    target = form.text("to", ResetTarget.EARLIEST.value)
+    if target not in RESET_TARGETS:
+        raise FormError("to", f"reset to one of {', '.join(RESET_TARGETS)}, not {target!r}")
+    timestamp = form.timestamp("timestamp", "Time")
+    if target == ResetTarget.TIMESTAMP.value and timestamp is None:
+        raise FormError("timestamp", "a reset to a time needs the time")
+    return ResetRequest(
+        ResetTarget(target),
+        topic=form.text("topic") or None,
+        timestamp_ms=timestamp if target == ResetTarget.TIMESTAMP.value else None,
+        dry_run=dry_run,
+    )
+
+
+def fingerprint(plan: ResetPlan) -> str:
+    """What the preview showed: every queue's current and target offset."""
+    text = ";".join(
+        f"{q.topic}:{q.queue_id}:{q.current_offset}:{q.target_offset}" for q in plan.queues
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _reset_context(group: str, plan: ResetPlan) -> dict[str, object]:
+    request = plan.request
+    return {
+        "group": group,
+        "plan": plan,
+        "fingerprint": fingerprint(plan),
+        "to": request.target.value,
+        "topic": request.topic or "",
+        "timestamp": request.timestamp_ms,
+    }
+
+
+@router.post("/groups/{group}/reset/preview", name="admin-group-reset-preview")
+async def preview_reset(request: Request, group: str, broker: BrokerDep) -> Response:
+    form = await Form.posted(request)
+    check_group_name(group)
+    plan = await broker.offset_reset.reset(group, _reset_request(form, dry_run=True))
+    return render(request, "_reset_preview.html", _reset_context(group, plan))
+
+
+@router.post("/groups/{group}/reset/apply", name="admin-group-reset-apply")
+async def apply_reset(request: Request, group: str, broker: BrokerDep) -> Response:
+    """Apply the previewed plan — unless the offsets moved since; then preview again."""
+    form = await Form.posted(request)
+    check_group_name(group)
+    service = broker.offset_reset
+    # Plan and apply run with no await in between: nothing can commit in the meantime.
+    plan = await service.reset(group, _reset_request(form, dry_run=True))
+    if fingerprint(plan) != form.text("fingerprint"):
+        context = _reset_context(group, plan)
+        context["stale"] = Problem(
+            HEADINGS["STALE_PREVIEW"],
+            "STALE_PREVIEW",
+            "messages arrived or the group committed after the preview was made; nothing "
+            "was changed — check the new numbers below and apply again",
+            409,
+        )
+        return render(request, "_reset_preview.html", context, status=409)
+    applied = service.apply(plan)
+    return render(
+        request,
+        "_reset_applied.html",
+        _reset_context(group, applied),
+        headers={"HX-Trigger": "offsets-changed"},
+    )

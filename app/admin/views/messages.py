@@ -1,0 +1,96 @@
+"""Messages: find by msg id, by key, by topic + time range, by topic + queue + offset; one
+message's detail with its properties, body as text or hex, reconsume count, each group's
+consumption of it, and its retry and dead-letter copies."""
+
+from __future__ import annotations
+
+import time
+from typing import Final
+
+from fastapi import APIRouter
+from starlette.requests import Request
+from starlette.responses import Response
+
+from app.admin import browse
+from app.admin.forms import Form, FormError
+from app.admin.problems import AdminRoute
+from app.admin.rendering import PREFIX, redirect, render
+from app.deps import BrokerDep
+from services import Broker
+from services.dlq import PROPERTY_REDRIVEN_FROM
+from storage.codec import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC
+
+router = APIRouter(route_class=AdminRoute)
+
+MODES: Final = ("id", "key", "time", "offset")
+PAGE: Final = 50
+LINKED_PROPERTIES: Final = frozenset({PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_REDRIVEN_FROM})
+"""Properties whose value is another message's id: shown as links."""
+
+
+def _search(broker: Broker, mode: str, query: Form) -> browse.Found | None:
+    limit = min(max(query.integer("limit", "Most results", PAGE), 1), browse.MAX_RESULTS)
+    if mode == "key":
+        topic, key = query.required("topic", "Topic"), query.required("key", "Key")
+        begin, end = query.timestamp("begin", "From"), query.timestamp("end", "To")
+        found = broker.messages.by_key(
+            topic, key, max_messages=min(limit, 64), begin=begin or 0, end=end
+        )
+        return browse.Found(found, truncated=len(found) == min(limit, 64))
+    if mode == "time":
+        topic = query.required("topic", "Topic")
+        now = int(time.time() * 1000)
+        end = query.timestamp("end", "To") or now
+        begin = query.timestamp("begin", "From") or end - 3600_000
+        if begin > end:
+            raise FormError("begin", "“From” is after “To”")
+        return browse.by_time(broker, topic, begin, end, limit)
+    if mode == "offset":
+        topic = query.required("topic", "Topic")
+        queue_id = query.integer("queue_id", "Queue")
+        offset = query.integer("offset", "Offset")
+        return browse.by_offset(broker, topic, queue_id, offset, limit)
+    return None
+
+
+@router.get("/messages", name="admin-messages")
+async def search_messages(request: Request, broker: BrokerDep) -> Response:
+    query = Form.query(request.query_params)
+    mode = query.text("mode", "key")
+    if mode not in MODES:
+        raise FormError("mode", f"search by one of {', '.join(MODES)}, not {mode!r}")
+    if mode == "id" and query.text("msg_id"):
+        message = broker.messages.by_id(query.text("msg_id"))
+        return redirect(request, f"{PREFIX}/messages/{message.msg_id}")
+    searched = bool(query.text("topic"))
+    context = {
+        "title": "Messages",
+        "nav": "messages",
+        "mode": mode,
+        "q": query,
+        "found": _search(broker, mode, query) if searched else None,
+        "topics": sorted(c.topic_name for c in broker.topics.all()),
+    }
+    return render(request, "messages.html", context, fragment="_message_results.html")
+
+
+@router.get("/messages/{msg_id}", name="admin-message")
+async def show_message(request: Request, msg_id: str, broker: BrokerDep) -> Response:
+    message = broker.messages.by_id(msg_id)
+    text = browse.body_text(message.body)
+    view = Form.query(request.query_params).text("view", "text" if text is not None else "hex")
+    groups = browse.consumption(broker, message)
+    context = {
+        "title": f"Message {message.msg_id}",
+        "nav": "messages",
+        "message": message,
+        "text": text,
+        "view": view,
+        "hex": browse.hex_dump(message.body) if view == "hex" else "",
+        "hex_truncated": len(message.body) > browse.HEX_LIMIT,
+        "groups": groups,
+        "copies": browse.copies(broker, message, [g.group for g in groups]),
+        "original_topic": message.properties.get(PROPERTY_RETRY_TOPIC),
+        "linked": LINKED_PROPERTIES,
+    }
+    return render(request, "message.html", context, fragment="_message_body.html")
