@@ -485,6 +485,10 @@ class QueueLagOut(BaseModel):
     min_offset: int
     max_offset: int
     lag: int = Field(description="Messages between the committed offset and the max offset.")
+    lag_seconds: float | None = Field(
+        description="Age of the oldest message not consumed yet: now minus its store time "
+        "(0 when nothing waits; null when its store time cannot be read)."
+    )
     last_commit_timestamp: int
 
 
@@ -507,6 +511,7 @@ def queue_lag_out(lag: QueueLag) -> QueueLagOut:
         min_offset=lag.min_offset,
         max_offset=lag.max_offset,
         lag=lag.lag,
+        lag_seconds=lag.lag_seconds,
         last_commit_timestamp=lag.last_commit_timestamp,
     )
 

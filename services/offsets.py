@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -44,6 +45,9 @@ class QueueLag:
     max_offset: int
     lag: int  # messages between the committed offset and the max offset
     last_commit_timestamp: int  # ms; 0 when unknown
+    # Age of the oldest message the group has not consumed; 0 when none waits, None when
+    # its store time cannot be read.
+    lag_seconds: float | None = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,18 +132,35 @@ class OffsetService:
             queues = []
             for queue_id, committed in self._manager.offsets_of(group, key.topic).items():
                 max_offset = store.max_offset_in_queue(key.topic, queue_id)
+                min_offset = store.min_offset_in_queue(key.topic, queue_id)
+                lag = max(0, max_offset - committed)
+                seconds = self._lag_seconds(key.topic, queue_id, committed, min_offset, lag)
                 queues.append(
                     QueueLag(
                         queue_id=queue_id,
                         committed_offset=committed,
-                        min_offset=store.min_offset_in_queue(key.topic, queue_id),
+                        min_offset=min_offset,
                         max_offset=max_offset,
-                        lag=max(0, max_offset - committed),
+                        lag=lag,
                         last_commit_timestamp=times.get(queue_id, 0),
+                        lag_seconds=seconds,
                     )
                 )
             report.append(TopicLag(key.topic, queues))
         return report
+
+    def _lag_seconds(
+        self, topic: str, queue_id: int, committed: int, min_offset: int, lag: int
+    ) -> float | None:
+        """Now minus the store time of the oldest message not consumed (0 when none is)."""
+        if lag <= 0:
+            return 0.0
+        # A committed offset below the min points at expired messages: the oldest one still
+        # waiting is the first that is left.
+        stored_at = self._store.store_timestamp_at(topic, queue_id, max(committed, min_offset))
+        if stored_at < 0:
+            return None
+        return max(0.0, time.time() - stored_at / 1000)
 
 
 class OffsetPersister:

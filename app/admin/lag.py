@@ -1,14 +1,11 @@
 """Consumer lag for the pages: the offset service's report plus lag in seconds.
 
-Lag in messages comes from :meth:`services.offsets.OffsetService.report` (the same numbers
-as ``GET /v1/groups/{group}/offsets``). Lag in seconds is the age of the oldest message the
-group has not consumed: now minus the store time of the message at its committed offset
-(``MessageStore.store_timestamp_at``), 0 when nothing is waiting.
+Lag in messages and in seconds comes from :meth:`services.offsets.OffsetService.report`:
+the same numbers as ``GET /v1/groups/{group}/offsets``.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from services import Broker, QueueLag, TopicLag
@@ -60,9 +57,8 @@ def group_names(broker: Broker) -> list[str]:
 
 def group_lag(broker: Broker, group: str, topic: str | None = None) -> GroupLag:
     """Every committed queue of ``group`` (on ``topic`` only, when given)."""
-    now_ms = time.time() * 1000
     rows = [
-        _row(broker, topic_lag, queue, now_ms)
+        _row(topic_lag, queue)
         for topic_lag in broker.offsets.report(group, topic)
         for queue in sorted(topic_lag.queues, key=lambda q: q.queue_id)
     ]
@@ -73,7 +69,7 @@ def all_group_lags(broker: Broker) -> list[GroupLag]:
     return [group_lag(broker, name) for name in group_names(broker)]
 
 
-def _row(broker: Broker, topic_lag: TopicLag, queue: QueueLag, now_ms: float) -> QueueLagRow:
+def _row(topic_lag: TopicLag, queue: QueueLag) -> QueueLagRow:
     return QueueLagRow(
         topic=topic_lag.topic,
         queue_id=queue.queue_id,
@@ -81,18 +77,6 @@ def _row(broker: Broker, topic_lag: TopicLag, queue: QueueLag, now_ms: float) ->
         committed_offset=queue.committed_offset,
         min_offset=queue.min_offset,
         lag=queue.lag,
-        lag_seconds=_lag_seconds(broker, topic_lag.topic, queue, now_ms),
+        lag_seconds=queue.lag_seconds,
         last_commit_timestamp=queue.last_commit_timestamp,
     )
-
-
-def _lag_seconds(broker: Broker, topic: str, queue: QueueLag, now_ms: float) -> float | None:
-    if queue.lag <= 0:
-        return 0.0
-    # A committed offset below the queue's min points at expired messages: the oldest one
-    # still waiting is the first that is left.
-    oldest = max(queue.committed_offset, queue.min_offset)
-    stored_at = broker.store.store_timestamp_at(topic, queue.queue_id, oldest)
-    if stored_at < 0:
-        return None
-    return max(0.0, (now_ms - stored_at) / 1000)

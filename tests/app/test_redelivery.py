@@ -288,3 +288,21 @@ def test_redrive_moves_exactly_the_filtered_messages_and_reports_each(
     page = http.get(f"/v1/groups/{group}/dlq/messages", params={"limit": 10}).json()
     redriven = sorted(m["body"] for m in page["messages"] if m["redriven_as"])
     assert redriven == ["dead 1", "dead 3", "dead 5"]
+
+
+def test_lag_in_seconds_is_the_age_of_the_oldest_unconsumed_message(
+    http: httpx.Client, topic: str, group: str
+) -> None:
+    first = send(http, topic, body="old", queue_id=0)
+    time.sleep(1.2)
+    send(http, topic, body="new", queue_id=0)
+    commit = {"offsets": [{"topic": topic, "queue_id": 0, "offset": 0}]}
+    assert http.post(f"/v1/groups/{group}/offsets", json=commit).status_code == 200
+    [queue] = http.get(f"/v1/groups/{group}/offsets").json()["topics"][0]["queues"]
+    assert queue["lag"] == 2
+    age = time.time() - first["store_timestamp"] / 1000
+    assert 1.0 <= queue["lag_seconds"] <= age + 0.5
+    commit["offsets"][0]["offset"] = 2
+    assert http.post(f"/v1/groups/{group}/offsets", json=commit).status_code == 200
+    [queue] = http.get(f"/v1/groups/{group}/offsets").json()["topics"][0]["queues"]
+    assert (queue["lag"], queue["lag_seconds"]) == (0, 0.0)
