@@ -117,25 +117,7 @@ class CommitLog:
             mapped = files[-1]  # the common case: room in the last file
         else:
             mapped = self._file_with_room(size)
-        key = (message.topic, message.queue_id)
-        dispatchable = message.is_dispatchable
-        queue_offset = self.topic_queue_table.get(key, 0) if dispatchable else 0
-        position = mapped.wrote_position
-        physical_offset = mapped.file_from_offset + position
-        message.write_into(
-            mapped.buffer,
-            position,
-            queue_offset,
-            physical_offset,
-            store_timestamp,
-            self.store_address,
-            self.store_host[1],
-        )
-        mapped.wrote_position = position + size
-        mapped.store_timestamp = store_timestamp
-        if dispatchable:
-            self.topic_queue_table[key] = queue_offset + 1
-        return AppendResult(physical_offset, size, queue_offset, store_timestamp)
+        return self._append_in(mapped, message, store_timestamp)
 
     def append_batch(
         self, messages: list[EncodedMessage], store_timestamp: int
@@ -155,8 +137,11 @@ class CommitLog:
     def _append_in(
         self, mapped: MappedFile, message: EncodedMessage, store_timestamp: int
     ) -> AppendResult:
+        """Write one record at the write position of ``mapped`` (known to have room)."""
         key = (message.topic, message.queue_id)
-        queue_offset = self.topic_queue_table.get(key, 0)
+        # Prepared and rolled-back transaction halves take no queue offset (reference §2.3).
+        dispatchable = message.is_dispatchable
+        queue_offset = self.topic_queue_table.get(key, 0) if dispatchable else 0
         position = mapped.wrote_position
         physical_offset = mapped.file_from_offset + position
         message.write_into(
@@ -168,10 +153,12 @@ class CommitLog:
             self.store_address,
             self.store_host[1],
         )
-        mapped.wrote_position = position + message.size
+        size = message.size
+        mapped.wrote_position = position + size
         mapped.store_timestamp = store_timestamp
-        self.topic_queue_table[key] = queue_offset + 1
-        return AppendResult(physical_offset, message.size, queue_offset, store_timestamp)
+        if dispatchable:
+            self.topic_queue_table[key] = queue_offset + 1
+        return AppendResult(physical_offset, size, queue_offset, store_timestamp)
 
     def _file_with_room(self, size: int) -> MappedFile:
         """The last file if ``size`` plus a blank fits, else a fresh file after a BLANK."""

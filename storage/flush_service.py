@@ -72,17 +72,11 @@ class ServiceThread:
         """Work left for shutdown (a last flush)."""
 
 
-class CommitLogFlusher(ServiceThread):
-    """ASYNC_FLUSH: acknowledged after the page-cache write; forced here in the background."""
-
-    name = "commitlog-flusher"
+class PeriodicFlusher(ServiceThread):
+    """Every ``interval``: flush when ``least_pages`` are dirty; fully every ``thorough``."""
 
     def __init__(
-        self,
-        store: MessageStore,
-        interval: float = 0.5,
-        least_pages: int = 4,
-        thorough_interval: float = 10.0,
+        self, store: MessageStore, interval: float, least_pages: int, thorough_interval: float
     ) -> None:
         super().__init__(interval)
         self.store = store
@@ -96,6 +90,27 @@ class CommitLogFlusher(ServiceThread):
         if now - self._last_thorough >= self.thorough_interval:
             self._last_thorough = now
             least_pages = 0
+        self.flush(least_pages)
+
+    def flush(self, least_pages: int) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+class CommitLogFlusher(PeriodicFlusher):
+    """ASYNC_FLUSH: acknowledged after the page-cache write; forced here in the background."""
+
+    name = "commitlog-flusher"
+
+    def __init__(
+        self,
+        store: MessageStore,
+        interval: float = 0.5,
+        least_pages: int = 4,
+        thorough_interval: float = 10.0,
+    ) -> None:
+        super().__init__(store, interval, least_pages, thorough_interval)
+
+    def flush(self, least_pages: int) -> None:
         self.store.flush_commit_log(least_pages)
 
     def on_stop(self) -> None:
@@ -169,7 +184,7 @@ class GroupCommitService(ServiceThread):
         self.run_once()
 
 
-class ConsumeQueueFlusher(ServiceThread):
+class ConsumeQueueFlusher(PeriodicFlusher):
     """Forces ConsumeQueue pages; the thorough flush also writes the checkpoint."""
 
     name = "consumequeue-flusher"
@@ -181,18 +196,9 @@ class ConsumeQueueFlusher(ServiceThread):
         least_pages: int = 2,
         thorough_interval: float = 60.0,
     ) -> None:
-        super().__init__(interval)
-        self.store = store
-        self.least_pages = least_pages
-        self.thorough_interval = thorough_interval
-        self._last_thorough = time.monotonic()
+        super().__init__(store, interval, least_pages, thorough_interval)
 
-    def run_once(self) -> None:
-        now = time.monotonic()
-        least_pages = self.least_pages
-        if now - self._last_thorough >= self.thorough_interval:
-            self._last_thorough = now
-            least_pages = 0
+    def flush(self, least_pages: int) -> None:
         self.store.flush_consume_queues(least_pages)
 
     def on_stop(self) -> None:
