@@ -58,7 +58,7 @@ from spark_jobs.lag_output import (
     utc_date,
     write_csv,
 )
-from spark_jobs.options import OptionError, parse_time_ms
+from spark_jobs.options import OptionError, job_main, parse_time_ms
 from spark_jobs.report_html import render_report
 from spark_jobs.session import build_session, parse_conf
 from storage.errors import ConfigFileError
@@ -341,14 +341,7 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``spark-submit spark_jobs/lag_report.py ...``"""
-    parser = argparse.ArgumentParser(prog="lag_report.py", description=DESCRIPTION)
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except OptionError as exc:
-        parser.error(str(exc))
-        return 2  # pragma: no cover - parser.error exits
+    return job_main("lag_report.py", DESCRIPTION, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

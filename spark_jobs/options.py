@@ -6,9 +6,10 @@ shares the same parsers.
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -156,3 +157,22 @@ def parse_commitlog_options(options: Mapping[str, str]) -> CommitLogOptions:
         batch_size=parse_positive_int(options.get("batch_size"), DEFAULT_BATCH_SIZE, "batch_size"),
         check_crc=parse_bool(options.get("check_crc")),
     )
+
+
+def job_main(
+    prog: str,
+    description: str,
+    add_arguments: Callable[[argparse.ArgumentParser], None],
+    run: Callable[[argparse.Namespace], int],
+    argv: Sequence[str] | None = None,
+) -> int:
+    """The entry point of a ``spark-submit spark_jobs/<job>.py`` script: parse, run, and
+    turn a bad option into argparse's usage error (exit 2)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except OptionError as exc:
+        parser.error(str(exc))
+        return 2  # pragma: no cover - parser.error exits

@@ -35,6 +35,7 @@ from spark_jobs.http_sender import (
 from spark_jobs.options import (
     DEFAULT_SPLIT_SIZE,
     OptionError,
+    job_main,
     parse_list,
     parse_size,
     parse_time_ms,
@@ -341,14 +342,7 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``spark-submit spark_jobs/replay.py ...``"""
-    parser = argparse.ArgumentParser(prog="replay.py", description=DESCRIPTION)
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except OptionError as exc:
-        parser.error(str(exc))
-        return 2  # pragma: no cover - parser.error exits
+    return job_main("replay.py", DESCRIPTION, add_arguments, run, argv)
 
 
 if __name__ == "__main__":
