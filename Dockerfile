@@ -1,11 +1,19 @@
 # syntax=docker/dockerfile:1
-# spoolmq: one broker process (one uvicorn worker) on the /data volume.
+# spoolmq: one broker process (one uvicorn worker) on the /data volume, with bearer-token
+# authentication from an auth file mounted at /run/secrets/spoolmq-auth.toml.
 #
 #   docker build -t spoolmq .
-#   docker run -p 8080:8080 -v spoolmq-data:/data spoolmq
+#   docker run --rm spoolmq token create --name ops --admin   # prints a token + its entry
+#   # put the printed [[tokens]] entries into spoolmq-auth.toml, then:
+#   docker run -p 8080:8080 -v spoolmq-data:/data \
+#     -v "$PWD/spoolmq-auth.toml:/run/secrets/spoolmq-auth.toml:ro" spoolmq
 #
-# Settings come from SPOOLMQ_* variables or flags after the image name
-# (docker run spoolmq serve --host 0.0.0.0 --store-dir /data --max-parked-pulls 20000).
+# Without the auth file the server refuses to start (it listens on 0.0.0.0 here, and without
+# tokens every caller would be admin); to open it to everyone on purpose:
+#   docker run -e SPOOLMQ_AUTH_FILE= ... spoolmq serve --host 0.0.0.0 --store-dir /data --allow-anonymous
+# Behind a TLS proxy add -e SPOOLMQ_SECURE_COOKIES=true (admin login cookie). Admin actions
+# are logged to /data/audit.log. Settings come from SPOOLMQ_* variables or flags after the
+# image name (docker run spoolmq serve --host 0.0.0.0 --store-dir /data --rate-limit-per-s 500).
 FROM python:3.11-slim AS base
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -40,7 +48,8 @@ RUN groupadd --system --gid 10001 spoolmq \
 ENV PATH="/app/.venv/bin:$PATH" \
     SPOOLMQ_STORE_DIR=/data \
     SPOOLMQ_HOST=0.0.0.0 \
-    SPOOLMQ_PORT=8080
+    SPOOLMQ_PORT=8080 \
+    SPOOLMQ_AUTH_FILE=/run/secrets/spoolmq-auth.toml
 
 USER spoolmq
 VOLUME ["/data"]

@@ -1,4 +1,5 @@
-"""The ``spoolmq`` command line: ``spoolmq serve`` runs the HTTP server.
+"""The ``spoolmq`` command line: ``spoolmq serve`` runs the HTTP server, ``spoolmq token
+create`` makes a bearer token for the auth file.
 
 Every setting of :class:`app.settings.Settings` is a flag (``--max-parked-pulls``) and an
 environment variable (``SPOOLMQ_MAX_PARKED_PULLS``); a flag wins over the variable.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 import types
 import typing
@@ -19,6 +21,15 @@ from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
 from app.main import create_app
+from app.security import (
+    AuthFileError,
+    UnsafeBindError,
+    check_bind,
+    entry_toml,
+    hash_token,
+    new_token,
+)
+from app.security.principals import ConsumeGrant
 from app.server import build_server
 from app.settings import Settings
 
@@ -37,8 +48,8 @@ def _add_setting(parser: argparse.ArgumentParser, name: str, field: FieldInfo) -
     if isinstance(annotation, type) and annotation in (int, float, str, Path):
         parser.add_argument(flag, type=annotation, **kwargs)
         return
-    if isinstance(annotation, types.UnionType):  # pragma: no cover - no such setting yet
-        parser.add_argument(flag, **kwargs)
+    if isinstance(annotation, types.UnionType):  # X | None: given as text, checked by Settings
+        parser.add_argument(flag, metavar=name.upper(), **kwargs)
         return
     parser.add_argument(flag, **kwargs)
 
@@ -59,8 +70,21 @@ def _serve(args: argparse.Namespace) -> int:
         failures.append(exc)
         server.should_exit = True
 
-    app = create_app(settings, on_start_failure=start_failed)
-    server = build_server(app, settings)
+    try:
+        check_bind(
+            settings.host,
+            auth_enabled=settings.auth_file is not None,
+            allow_anonymous=settings.allow_anonymous,
+        )
+        app = create_app(settings, on_start_failure=start_failed)
+        server = build_server(app, settings)
+    except (UnsafeBindError, AuthFileError) as exc:
+        print(f"spoolmq: {exc}", file=sys.stderr)
+        return 2
+    if settings.auth_file is None:
+        logging.getLogger("spoolmq").warning(
+            "no --auth-file: every caller is admin (listening on %s)", settings.host
+        )
     server.run()
     if failures:
         print(f"spoolmq: could not start: {failures[0]}", file=sys.stderr)
@@ -85,6 +109,68 @@ def _demo(store_dir: str) -> int:
     return 0
 
 
+def _token_create(args: argparse.Namespace) -> int:
+    """Print a new token once, and the auth-file entry that holds its digest."""
+    try:
+        for grant in args.consume:
+            ConsumeGrant.parse(grant)
+    except ValueError as exc:
+        print(f"spoolmq: {exc}", file=sys.stderr)
+        return 2
+    token = new_token()
+    entry = entry_toml(
+        args.name,
+        hash_token(token),
+        admin=args.admin,
+        produce=args.produce,
+        consume=args.consume,
+        rate_per_s=args.rate_per_s,
+        burst=args.burst,
+        max_parked_pulls=args.max_parked_pulls,
+    )
+    print("Token (shown only now; give it to the client, it is not stored anywhere):")
+    print(f"  {token}")
+    print()
+    print("Add this entry to the auth file (--auth-file) and restart the server:")
+    print()
+    print(entry, end="")
+    return 0
+
+
+def _add_token_commands(commands: Any) -> None:
+    token = commands.add_parser("token", help="make bearer tokens for the auth file")
+    actions = token.add_subparsers(dest="action", required=True)
+    create = actions.add_parser(
+        "create",
+        help="print a new token and its auth-file entry",
+        description="Print a new random token (once) and the [[tokens]] entry to paste into "
+        "the auth file; the file keeps only the token's SHA-256.",
+    )
+    create.add_argument("--name", required=True, type=_token_name, help="unique, for logs")
+    create.add_argument("--admin", action="store_true", help="may do everything")
+    create.add_argument(
+        "--produce", action="append", default=[], metavar="TOPIC", help="topic pattern (glob)"
+    )
+    create.add_argument(
+        "--consume",
+        action="append",
+        default=[],
+        metavar="GROUP:TOPIC",
+        help="group and topic patterns (globs)",
+    )
+    create.add_argument("--rate-per-s", type=float, help="its own request rate (0: none)")
+    create.add_argument("--burst", type=int, help="its own burst")
+    create.add_argument("--max-parked-pulls", type=int, help="its own long-poll cap")
+
+
+def _token_name(value: str) -> str:
+    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._@:-]{0,63}$", value):
+        raise argparse.ArgumentTypeError(
+            "1 to 64 of A-Z a-z 0-9 . _ @ : -, starting with a letter or digit"
+        )
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spoolmq", description="spoolmq message queue")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -97,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_setting(serve, name, field)
     demo = commands.add_parser("demo", help="append and read a few messages without a server")
     demo.add_argument("--store-dir", default="./data")
+    _add_token_commands(commands)
     return parser
 
 
@@ -106,6 +193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _serve(args)
     if args.command == "demo":
         return _demo(args.store_dir)
+    if args.command == "token":
+        return _token_create(args)
     return 2  # pragma: no cover - argparse enforces the choices
 
 

@@ -63,7 +63,13 @@ STATUS_BY_CODE: Final[Mapping[str, int]] = {
     "REQUEST_TOO_LARGE": 413,
     "ROUTE_NOT_FOUND": 404,
     "METHOD_NOT_ALLOWED": 405,
+    "REQUEST_TIMEOUT": 408,
     "INTERNAL_ERROR": 500,
+    # security (app/security): refused before the route runs
+    "UNAUTHORIZED": 401,
+    "CSRF_FAILED": 403,
+    "RATE_LIMITED": 429,
+    "LOGIN_REQUIRED": 303,
 }
 """Status of every stable code; a code missing here is a 500 (a bug, logged)."""
 

@@ -23,6 +23,7 @@ from app.middleware import HttpShellMiddleware
 from app.openapi import build_openapi
 from app.routes import docs, groups, health, messages, redelivery, topics
 from app.routes.fast import fast_routes
+from app.security import install_security
 from app.settings import Settings, get_settings
 from services import Broker
 
@@ -82,6 +83,7 @@ def create_app(
     app.state.broker = broker
     app.state.settings = settings
     install_error_handlers(app)
+    install_security(app, settings)  # before the routers and inside HttpShellMiddleware
     app.add_middleware(HttpShellMiddleware, max_request_bytes=settings.max_request_bytes)
     for module in (messages, topics, groups, redelivery, health, docs):
         app.include_router(module.router)

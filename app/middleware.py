@@ -5,6 +5,9 @@
 * Body cap: a ``Content-Length`` over the limit is answered with 413 before a byte of the body
   is read; a chunked body is counted while the app reads it and refused once it passes the
   limit. 413 answers close the connection, so the rest of the body is never read.
+* Stalled body: when the server finds that a client stopped sending its body
+  (:data:`BODY_STALLED` set in the scope, see :mod:`app.server`), the read fails and the
+  answer is 408 with the connection closed; the request's task ends instead of waiting.
 * A path segment that decodes to something holding ``/`` (``..%2F``) keeps it as U+2215
   (division slash):
   the route still matches, and the handler refuses the name as invalid.
@@ -31,9 +34,16 @@ _SLASH_STANDIN: Final = "\u2215"
 _ID_PREFIX: Final = secrets.token_hex(8)
 _ID_COUNTER: Final = itertools.count(secrets.randbelow(1 << 32))
 
+BODY_STALLED: Final = "spoolmq.body_stalled"
+"""Scope key the server sets (then wakes the body read) when a request body stalls."""
+
 
 class _BodyTooLargeError(Exception):
     """Raised from receive() once a streamed body passes the cap."""
+
+
+class _BodyTimeoutError(Exception):
+    """Raised from receive() when the client stalls while sending the body."""
 
 
 class HttpShellMiddleware:
@@ -54,7 +64,7 @@ class HttpShellMiddleware:
         if declared is not None and declared > limit:
             await _send_too_large(scope, send, id_header, limit, declared)
             return
-        exchange = _Exchange(receive, send, id_header, limit, scope["path"])
+        exchange = _Exchange(receive, send, id_header, limit, scope)
         try:
             await self.app(scope, exchange.receive, exchange.send)
         except Exception:
@@ -62,6 +72,9 @@ class HttpShellMiddleware:
                 raise
             if exchange.too_large:
                 await _send_too_large(scope, send, id_header, limit, None)
+                return
+            if exchange.timed_out:
+                await _send_timeout(scope, send, id_header)
                 return
             log.exception("unhandled error in %s %s", scope["method"], scope["path"])
             body = problem_body(
@@ -80,14 +93,17 @@ class _Exchange:
         "limit",
         "path",
         "received",
+        "scope",
         "started",
+        "timed_out",
         "too_large",
     )
 
     def __init__(
-        self, receive: Receive, send: Send, id_header: tuple[bytes, bytes], limit: int, path: str
+        self, receive: Receive, send: Send, id_header: tuple[bytes, bytes], limit: int, scope: Scope
     ) -> None:
-        self.path = path
+        self.scope = scope
+        self.path: str = scope["path"]
         self._receive = receive
         self._send = send
         self.id_header = id_header
@@ -95,11 +111,16 @@ class _Exchange:
         self.received = 0
         self.started = False
         self.too_large = False
+        self.timed_out = False
 
     async def receive(self) -> Message:
         message = await self._receive()
         if message["type"] == "http.request":
-            self.received += len(message.get("body", b""))
+            body = message.get("body", b"")
+            if not body and message.get("more_body", False) and self.scope.get(BODY_STALLED):
+                self.timed_out = True
+                raise _BodyTimeoutError
+            self.received += len(body)
             if self.received > self.limit:
                 self.too_large = True
                 raise _BodyTooLargeError
@@ -107,15 +128,19 @@ class _Exchange:
 
     async def send(self, message: Message) -> None:
         if message["type"] == "http.response.start":
-            if self.too_large:
-                # The app turned the aborted read into some error answer: make it a 413.
+            if self.too_large or self.timed_out:
+                # The app turned the aborted read into some error answer: replace it.
                 self.started = True
-                body = _too_large_body(self.limit, None, self.path, self.id_header[1].decode())
-                await _send_problem(self._send, 413, body, self.id_header, close=True)
+                request_id = self.id_header[1].decode()
+                if self.too_large:
+                    status, body = 413, _too_large_body(self.limit, None, self.path, request_id)
+                else:
+                    status, body = 408, _timeout_body(self.path, request_id)
+                await _send_problem(self._send, status, body, self.id_header, close=True)
                 return
             self.started = True
             message["headers"] = [*message.get("headers", ()), self.id_header]
-        elif self.too_large:
+        elif self.too_large or self.timed_out:
             return  # the body of the answer replaced above
         await self._send(message)
 
@@ -167,6 +192,17 @@ async def _send_too_large(
 ) -> None:
     body = _too_large_body(limit, declared, scope["path"], id_header[1].decode())
     await _send_problem(send, 413, body, id_header, close=True)
+
+
+def _timeout_body(path: str, request_id: str) -> bytes:
+    return problem_body(
+        408, "REQUEST_TIMEOUT", "the request body stopped arriving", path, request_id
+    )
+
+
+async def _send_timeout(scope: Scope, send: Send, id_header: tuple[bytes, bytes]) -> None:
+    body = _timeout_body(scope["path"], id_header[1].decode())
+    await _send_problem(send, 408, body, id_header, close=True)
 
 
 async def _send_problem(

@@ -3,23 +3,192 @@
 On SIGTERM or SIGINT the server stops accepting connections, answers every parked long-poll
 at once (instead of waiting out up to 30 s of wait_ms), lets requests in flight finish, then
 runs the app's lifespan shutdown: persist offsets and configs, close the store.
+
+Slow or stalled clients cannot hold a connection: a request's line and headers must arrive
+within ``header_read_timeout_s`` and fit in ``max_header_bytes`` (408 / 431, connection
+closed), a body may not pause for longer than ``body_read_timeout_s`` (408, closed), and an
+idle keep-alive connection is closed after ``keep_alive_timeout_s``. uvicorn's httptools
+protocol has no such limits of its own: :class:`GuardedHttpToolsProtocol` adds them, with
+one timer per request.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
 import socket
 import threading
 from collections.abc import Callable, Generator
-from typing import Final
+from enum import Enum
+from typing import Any, Final, cast
 
 import uvicorn
 from fastapi import FastAPI
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from app.middleware import BODY_STALLED
+from app.security import check_bind
 from app.settings import Settings
 
 HANDLED_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
+
+
+class _Phase(Enum):
+    """Where the connection is in receiving the current request."""
+
+    HEADERS = "headers"  # the request line and headers are coming
+    BODY = "body"  # the headers are complete, the body is coming
+    IDLE = "idle"  # the request is complete (a response may be on its way)
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    """httptools with deadlines for receiving a request and a size cap for its headers.
+
+    One timer per request, armed when it begins (or when the connection opens) and stopped
+    once the request is complete:
+
+    * headers: they must be complete within ``header_timeout_s`` — else 408 and close;
+    * body: it may pause for at most ``body_timeout_s`` at a time — else the request's scope
+      gets :data:`~app.middleware.BODY_STALLED` and its pending body read is woken, which
+      :class:`~app.middleware.HttpShellMiddleware` answers with 408 and a close. (A pause
+      while the server itself stopped reading, for backpressure, does not count.)
+
+    The header size counts the request line and headers as they are parsed, and every chunk
+    received while they are incomplete (one huge header arriving slowly is refused before
+    it ends; a chunk that also finishes the previous request is not counted, so a pipelined
+    body never counts as a header): beyond ``max_header_bytes``, 431 and close.
+    """
+
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    max_header_bytes: int = 64 * 1024
+
+    _timer: asyncio.TimerHandle | None = None
+    _phase: _Phase = _Phase.HEADERS
+    _last_data: float = 0.0
+    _received_bytes: int = 0  # chunks received while the headers are incomplete
+    _parsed_bytes: int = 0  # request line and headers parsed so far
+    _finished_request: bool = False
+    _too_large: bool = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._expect_headers()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._too_large:
+            return  # refused: the rest is not read
+        self._last_data = self.loop.time()
+        self._finished_request = False
+        super().data_received(data)
+        if self._too_large:
+            self._refuse(431, b"Request Header Fields Too Large")
+            return
+        if self._phase is not _Phase.HEADERS or self._finished_request:
+            return
+        self._received_bytes += len(data)
+        if self._received_bytes > self.max_header_bytes and not self.transport.is_closing():
+            self._refuse(431, b"Request Header Fields Too Large")
+
+    # ---------------------------------------------------------------- parser callbacks
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._phase is not _Phase.HEADERS:
+            self._expect_headers()
+
+    def on_url(self, url: bytes) -> None:
+        super().on_url(url)
+        self._count(len(url))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        super().on_header(name, value)
+        self._count(len(name) + len(value) + 4)
+
+    def on_headers_complete(self) -> None:
+        self._phase = _Phase.BODY  # the timer runs on, now for the body
+        if not self._too_large:
+            super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        if not self._too_large:
+            super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        if self._too_large:
+            return
+        super().on_message_complete()
+        self._phase = _Phase.IDLE
+        self._finished_request = True
+        self._stop_timer()
+
+    # ---------------------------------------------------------------- deadlines and limits
+
+    def _count(self, size: int) -> None:
+        self._parsed_bytes += size
+        if self._parsed_bytes > self.max_header_bytes:
+            self._too_large = True
+
+    def _expect_headers(self) -> None:
+        self._phase = _Phase.HEADERS
+        self._received_bytes = self._parsed_bytes = 0
+        self._stop_timer()
+        self._timer = self.loop.call_later(self.header_timeout_s, self._deadline)
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _deadline(self) -> None:
+        self._timer = None
+        if self.transport.is_closing():
+            return
+        if self._phase is _Phase.HEADERS:
+            self._refuse(408, b"Request Timeout")
+        elif self._phase is _Phase.BODY:
+            paused = self.loop.time() - self._last_data
+            if paused < self.body_timeout_s or self.flow.read_paused:
+                wait = self.body_timeout_s - paused if paused < self.body_timeout_s else 1.0
+                self._timer = self.loop.call_later(wait, self._deadline)
+            else:
+                self._body_stalled()
+
+    def _body_stalled(self) -> None:
+        cycle = self.cycle
+        if cycle is None or cycle.response_started:
+            self.transport.close()  # nobody can be told: just let go of the connection
+            return
+        cast(dict[str, Any], cycle.scope)[BODY_STALLED] = True
+        cycle.message_event.set()  # wakes the body read, which fails with 408
+
+    def _refuse(self, status: int, reason: bytes) -> None:
+        """Answer (unless a response is being sent) and close the connection."""
+        self._stop_timer()
+        if self.cycle is None or self.cycle.response_complete:
+            body = reason + b"\n"
+            self.transport.write(
+                b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                b"content-length: %d\r\nconnection: close\r\n\r\n%s"
+                % (status, reason, len(body), body)
+            )
+        self.transport.close()
+
+
+def guarded_protocol(settings: Settings) -> type[GuardedHttpToolsProtocol]:
+    """The protocol class with the settings' deadlines and header size cap."""
+
+    class SpoolHttpProtocol(GuardedHttpToolsProtocol):
+        header_timeout_s = settings.header_read_timeout_s
+        body_timeout_s = settings.body_read_timeout_s
+        max_header_bytes = settings.max_header_bytes
+
+    return SpoolHttpProtocol
 
 
 class SpoolServer(uvicorn.Server):
@@ -49,18 +218,27 @@ class SpoolServer(uvicorn.Server):
 
 
 def build_server(app: FastAPI, settings: Settings) -> SpoolServer:
-    """A server for ``app`` on the settings' host and port."""
+    """A server for ``app`` on the settings' host and port.
+
+    Raises UnsafeBindError for a non-loopback host without an auth file or --allow-anonymous.
+    """
+    check_bind(
+        settings.host,
+        auth_enabled=settings.auth_file is not None,
+        allow_anonymous=settings.allow_anonymous,
+    )
     config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
         loop="uvloop",
-        http="httptools",
+        http=guarded_protocol(settings),
         ws="none",
         lifespan="on",
         log_level=settings.log_level,
         access_log=settings.access_log,
         timeout_graceful_shutdown=max(1, round(settings.graceful_shutdown_s)),
+        timeout_keep_alive=settings.keep_alive_timeout_s,
         server_header=False,
         proxy_headers=False,
     )

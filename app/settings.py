@@ -11,7 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services import (
@@ -30,6 +30,8 @@ MAX_WAIT_MS = 30_000
 MAX_PULL_MESSAGES = 1024
 MAX_REQUEST_BYTES = 4 * MIB
 """Default cap on a request body; larger requests are refused before they are read."""
+MAX_PULL_BYTES = 64 * MIB
+"""Largest max_bytes a pull may ask for (documented in the OpenAPI schema)."""
 
 
 class Settings(BaseSettings):
@@ -175,6 +177,64 @@ class Settings(BaseSettings):
     max_batch_bytes: int = Field(
         default=4 * MIB, ge=1, description="largest sum of bodies in one batch"
     )
+    max_pull_bytes: int = Field(
+        default=8 * MIB,
+        ge=1024,
+        le=MAX_PULL_BYTES,
+        description="byte budget of a pull when its max_bytes is absent or larger "
+        "(one message may still be larger)",
+    )
+    body_read_timeout_s: float = Field(
+        default=30.0, gt=0, description="seconds a request body may stall before 408"
+    )
+    header_read_timeout_s: float = Field(
+        default=10.0, gt=0, description="seconds a client has to send a request's headers"
+    )
+    keep_alive_timeout_s: int = Field(
+        default=5, ge=1, description="seconds an idle keep-alive connection stays open"
+    )
+    max_header_bytes: int = Field(
+        default=64 * 1024, ge=4096, description="largest request line and headers (431 beyond)"
+    )
+
+    # ---------------------------------------------------------------- security
+    auth_file: Path | None = Field(
+        default=None,
+        description="bearer tokens and their permissions (TOML, or JSON); without it every "
+        "caller is admin and the server listens on loopback only",
+    )
+    allow_anonymous: bool = Field(
+        default=False,
+        description="without an auth file, listen on a non-loopback address anyway",
+    )
+    audit_log: Path | None = Field(
+        default=None, description="JSON-lines log of admin actions (default <store-dir>/audit.log)"
+    )
+    rate_limit_per_s: float = Field(
+        default=1000.0,
+        ge=0,
+        description="requests per second per token unless its entry sets one (0: no limit)",
+    )
+    rate_limit_burst: int = Field(
+        default=2000, ge=1, description="requests a token may make at once beyond its rate"
+    )
+    max_parked_pulls_per_token: int = Field(
+        default=100, ge=0, description="long-polls one token may have waiting (429 beyond)"
+    )
+    admin_session_ttl_s: int = Field(
+        default=8 * 3600, ge=60, description="seconds an admin login lasts"
+    )
+    secure_cookies: bool = Field(
+        default=False,
+        description="mark cookies Secure over plain http too (behind a TLS proxy); "
+        "https requests always get Secure cookies",
+    )
+
+    @field_validator("auth_file", "audit_log", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        """``SPOOLMQ_AUTH_FILE=`` (empty) means none, e.g. to unset the Dockerfile's."""
+        return None if value == "" else value
 
     def store_config(self) -> StoreConfig:
         """The StoreConfig (and its RetentionConfig) with every field this class shares."""
