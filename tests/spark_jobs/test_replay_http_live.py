@@ -29,7 +29,8 @@ def live_spoolmq(tmp_path: Path, free_port: int, venv_bin: Path) -> Iterator[tup
     log = open(tmp_path / "server.log", "wb")  # noqa: SIM115 - closed after the process ends
     process = subprocess.Popen(
         [str(venv_bin / "spoolmq"), "serve", "--store-dir", str(store_dir),
-         "--host", "127.0.0.1", "--port", str(free_port)],
+         "--host", "127.0.0.1", "--port", str(free_port),
+         "--commit-log-file-size", str(8 * 1024 * 1024)],
         stdout=log,
         stderr=subprocess.STDOUT,
     )  # fmt: skip
