@@ -225,6 +225,7 @@ class HttpReplaySender:
         client: httpx.Client | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
+        token: str | None = None,
     ) -> None:
         self.path = f"/v1/topics/{quote(target_topic, safe='')}/messages"
         self.batch_size = batch_size
@@ -233,7 +234,10 @@ class HttpReplaySender:
         self.retries = retries
         self.copy_properties = copy_properties
         self.progress = progress
-        self.client = client or httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.client = client or httpx.Client(
+            base_url=base_url.rstrip("/"), timeout=timeout, headers=headers
+        )
         self._owns_client = client is None
         self._sleep = sleep
         self._pending: list[dict[str, object]] = []

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -78,6 +79,7 @@ class HttpTarget:
     timeout: float = 30.0
     retries: int = 5
     copy_properties: bool = True
+    token: str | None = None  # bearer token of a server with an auth file
 
 
 @dataclass(slots=True)
@@ -192,6 +194,7 @@ def send_http(frame: DataFrame, target: HttpTarget, total: int | None) -> SendSu
         retries=target.retries,
         copy_properties=target.copy_properties,
         progress=Progress(total),
+        token=target.token,
     )
     columns = frame.select("msg_id", "body", "tags", "keys", "properties")
     try:
@@ -258,6 +261,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--rate", type=float, default=500.0, help="messages per second, 0 = unlimited")
     add("--timeout", type=float, default=30.0, help="HTTP timeout in seconds")
     add("--retries", type=int, default=5, help="retries of a failed HTTP request")
+    # The token comes from the environment, not a flag: flags show up in process listings.
     add("--no-copy-properties", action="store_true",
         help="send only REPLAY_OF, not the original user properties")  # fmt: skip
     add("--overwrite", action="store_true", help="replace an existing Parquet output")
@@ -311,6 +315,7 @@ def target_from_args(args: argparse.Namespace) -> HttpTarget | None:
         timeout=args.timeout,
         retries=args.retries,
         copy_properties=not args.no_copy_properties,
+        token=os.environ.get("SPOOLMQ_TOKEN") or None,
     )
 
 

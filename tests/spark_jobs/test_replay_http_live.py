@@ -6,6 +6,8 @@ landed is read from the server's own store files (read-only) while it runs.
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 import subprocess
 import time
 from collections.abc import Iterator
@@ -15,6 +17,7 @@ import httpx
 import pytest
 from pyspark.sql import SparkSession
 
+from spark_jobs.http_sender import ReplayError
 from spark_jobs.replay import HttpTarget, Selection, run_replay
 from storage.store_reader import iter_store_records
 from tests.spark_jobs.stores import varied_store
@@ -22,14 +25,23 @@ from tests.spark_jobs.stores import varied_store
 TARGET = "OrdersReplay"
 
 
+TOKEN = secrets.token_urlsafe(32)
+
+
 @pytest.fixture
 def live_spoolmq(tmp_path: Path, free_port: int, venv_bin: Path) -> Iterator[tuple[str, Path]]:
-    """``spoolmq serve`` on a free port; yields (URL, store dir); stopped by its pid."""
+    """``spoolmq serve`` on a free port with an auth file whose one token may produce to the
+    replay target only; yields (URL, store dir); stopped by its pid."""
     store_dir = tmp_path / "server-store"
+    auth_file = tmp_path / "auth.toml"
+    digest = hashlib.sha256(TOKEN.encode()).hexdigest()
+    auth_file.write_text(
+        f'[[tokens]]\nname = "replayer"\nsha256 = "{digest}"\nproduce = ["{TARGET}"]\n'
+    )
     log = open(tmp_path / "server.log", "wb")  # noqa: SIM115 - closed after the process ends
     process = subprocess.Popen(
         [str(venv_bin / "spoolmq"), "serve", "--store-dir", str(store_dir),
-         "--host", "127.0.0.1", "--port", str(free_port),
+         "--host", "127.0.0.1", "--port", str(free_port), "--auth-file", str(auth_file),
          "--commit-log-file-size", str(8 * 1024 * 1024)],
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -70,7 +82,7 @@ def test_replay_lands_the_same_bodies_in_the_target_topic(
     written = varied_store(tmp_path / "source", count=240)
     selection = Selection((written[0].store_dir,), topics=("Orders", "Audit"))
     expected = [w for w in written if w.message.topic in ("Orders", "Audit")]
-    target = HttpTarget(url, TARGET, batch_size=32, rate=2_000)
+    target = HttpTarget(url, TARGET, batch_size=32, rate=2_000, token=TOKEN)
     summary = run_replay(spark, selection, url, target)
     assert summary.send is not None
     assert summary.send.sent == summary.selected == len(expected)
@@ -98,3 +110,14 @@ def test_replay_lands_the_same_bodies_in_the_target_topic(
         spark.read.format("spoolmq_commitlog").option("topics", TARGET).load(str(server_store))
     )
     assert replays.count() == len(expected)
+
+
+def test_replay_without_the_token_is_refused_and_sends_nothing(
+    spark: SparkSession, tmp_path: Path, live_spoolmq: tuple[str, Path]
+) -> None:
+    url, server_store = live_spoolmq
+    written = varied_store(tmp_path / "source", count=20)
+    selection = Selection((written[0].store_dir,), topics=("Orders",))
+    with pytest.raises(ReplayError, match="401"):
+        run_replay(spark, selection, url, HttpTarget(url, TARGET, batch_size=8, retries=0))
+    assert not [r for r in iter_store_records(server_store) if r.message.topic == TARGET]
