@@ -336,7 +336,13 @@ class KeyQuery(BaseModel):
     end_timestamp: int | None = Field(
         default=None, ge=0, le=INT64_MAX, description="Stored at or before (default: now)."
     )
-    max_messages: int = Field(default=32, ge=1, le=64, description="Most messages to return.")
+    max_messages: int = Field(
+        default=32,
+        ge=1,
+        le=64,
+        description="Most messages to return; their bodies also stay within the server's "
+        "pull byte cap (the first message always).",
+    )
     body_encoding: Literal["auto", "base64"] = Field(
         default="auto",
         description="`auto`: bodies that are valid UTF-8 as text, others as base64; "

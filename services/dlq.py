@@ -124,22 +124,36 @@ class DlqService:
     # ------------------------------------------------------------------ browse
 
     def browse(
-        self, group: str, offset: int | None, limit: int, selection: DlqFilter | None = None
+        self,
+        group: str,
+        offset: int | None,
+        limit: int,
+        selection: DlqFilter | None = None,
+        max_bytes: int | None = None,
     ) -> DlqPage:
         """Up to ``limit`` dead letters matching ``selection`` from ``offset`` (default: the
-        oldest), with where the next page starts."""
+        oldest), their bodies within ``max_bytes`` (the first always), with where the next
+        page starts."""
         topic = dlq_topic(group)
         low = self._store.min_offset_in_queue(topic, 0)
         high = self._store.max_offset_in_queue(topic, 0)
-        entries, next_offset = self._scan(group, max(low, offset or 0), high, limit, selection)
+        start = max(low, offset or 0)
+        entries, next_offset = self._scan(group, start, high, limit, selection, max_bytes)
         return DlqPage(entries, next_offset, low, high)
 
     def _scan(
-        self, group: str, start: int, end: int, limit: int, selection: DlqFilter | None
+        self,
+        group: str,
+        start: int,
+        end: int,
+        limit: int,
+        selection: DlqFilter | None,
+        max_bytes: int | None = None,
     ) -> tuple[list[DlqEntry], int]:
         topic = dlq_topic(group)
         entries: list[DlqEntry] = []
         offset = start
+        size = 0
         while offset < end and len(entries) < limit:
             result = self._store.get_message(group, topic, 0, offset, 32)
             if result.status is GetMessageStatus.OFFSET_TOO_SMALL:
@@ -151,6 +165,9 @@ class DlqService:
                 if len(entries) >= limit:
                     return entries, message.queue_offset
                 if selection is None or selection.matches(message):
+                    size += len(message.body)
+                    if entries and max_bytes is not None and size > max_bytes:
+                        return entries, message.queue_offset
                     entries.append(self._entry(message, None))
             offset = result.next_begin_offset
         return entries, offset

@@ -16,6 +16,19 @@ MAX_KEY_RESULTS = 64
 _HEX = frozenset(string.hexdigits)
 
 
+def within_bytes(messages: list[StoredMessage], max_bytes: int | None) -> list[StoredMessage]:
+    """The leading messages whose bodies fit in ``max_bytes``; the first one always (as a
+    pull returns its first message even when it alone is over the cap)."""
+    if max_bytes is None:
+        return messages
+    total = 0
+    for count, message in enumerate(messages):
+        total += len(message.body)
+        if count and total > max_bytes:
+            return messages[:count]
+    return messages
+
+
 class MessageQueryService:
     """Finds messages by their offsetMsgId (store host + port + commit log offset)."""
 
@@ -31,6 +44,7 @@ class MessageQueryService:
         max_messages: int = 32,
         begin: int = 0,
         end: int | None = None,
+        max_bytes: int | None = None,
     ) -> list[StoredMessage]:
         """Messages of ``topic`` whose KEYS holds ``key`` or whose UNIQ_KEY is ``key``.
 
@@ -39,7 +53,8 @@ class MessageQueryService:
         """
         self._topics.get(topic)
         limit = max(1, min(max_messages, MAX_KEY_RESULTS))
-        return self._store.query_message(topic, key, limit, begin, end)[:limit]
+        found = self._store.query_message(topic, key, limit, begin, end)[:limit]
+        return within_bytes(found, max_bytes)
 
     def by_id(self, msg_id: str) -> StoredMessage:
         """The message an offsetMsgId or a UNIQ_KEY names.

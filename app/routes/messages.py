@@ -215,6 +215,7 @@ async def query_messages_by_key(topic: TopicPath, request: Request) -> Response:
         max_messages=query.max_messages,
         begin=query.begin_timestamp,
         end=query.end_timestamp,
+        max_bytes=request.app.state.settings.max_pull_bytes,
     )
     return OrjsonResponse(
         {"topic": topic, "messages": [message_out(m, query.body_encoding) for m in found]}

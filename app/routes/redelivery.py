@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 
 from app.deps import BrokerDep
 from app.redelivery_schemas import (
@@ -95,12 +95,18 @@ async def reset_offsets(group: GroupPath, body: OffsetResetIn, broker: BrokerDep
     tags=["groups"],
     operation_id="listDeadLetters",
     summary="Browse a group's dead-letter queue",
+    description=(
+        "A page of at most `limit` messages whose bodies add up to at most the server's "
+        "pull byte cap (`max_pull_bytes`, 8 MiB by default; the first message always); "
+        "`next_offset` continues."
+    ),
     response_model=DeadLetterPage,
     responses=problems(400, 422, 503),
 )
 async def list_dead_letters(
     group: GroupPath,
     broker: BrokerDep,
+    request: Request,
     offset: Annotated[
         int | None, Query(ge=0, le=INT64_MAX, description="Start here; default: the oldest.")
     ] = None,
@@ -112,7 +118,8 @@ async def list_dead_letters(
 ) -> DeadLetterPage:
     check_group_name(group)
     selection = DlqFilter(tags=tuple(tags or ()), begin_ms=begin_timestamp, end_ms=end_timestamp)
-    page = broker.dlq.browse(group, offset, limit, selection)
+    max_bytes = request.app.state.settings.max_pull_bytes
+    page = broker.dlq.browse(group, offset, limit, selection, max_bytes)
     return dead_letter_page_out(group, dlq_topic(group), page, body_encoding)
 
 

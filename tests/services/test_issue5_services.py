@@ -14,6 +14,7 @@ import pytest
 
 from services.dlq import PROPERTY_REDRIVEN_FROM, DlqFilter, DlqService, RedriveStatus
 from services.errors import InvalidOffsetError, MessageNotFoundError
+from services.messages import within_bytes
 from services.offset_reset import OffsetResetService, ResetRequest, ResetTarget
 from services.schedule import DelayScheduler
 from services.send_back import (
@@ -299,3 +300,21 @@ async def test_redrive_moves_exactly_the_filtered_dead_letters_once(world: World
     status = dlq.browse("g", None, 10)
     redriven = {e.message.body for e in status.entries if e.redriven_as}
     assert redriven == {b"dead 1", b"dead 3", b"dead 5"}
+
+
+async def test_dead_letter_pages_and_key_lookups_keep_to_a_byte_budget(world: World) -> None:
+    back = SendBackService(world.store, world.group, world.ensure_topic, world.put)
+    for i in range(5):
+        sent = world.store.put_message(
+            Message("Big", bytes([65 + i]) * 1000, properties={"KEYS": "same"})
+        )
+        await back.send_back(SendBackRequest("g", msg_id=sent.msg_id, delay_level=-1))
+    dlq = DlqService(world.store, world.topic_for_send, world.put)
+    page = dlq.browse("g", None, 10, max_bytes=2500)
+    assert len(page.entries) == 2 and page.next_offset == 2
+    rest = dlq.browse("g", page.next_offset, 10, max_bytes=2500)
+    assert [e.queue_offset for e in rest.entries] == [2, 3]
+    assert len(dlq.browse("g", None, 10, max_bytes=10).entries) == 1, "the first always"
+    found = world.store.query_message("Big", "same")
+    assert len(within_bytes(found, 2500)) == 2
+    assert within_bytes(found, None) == found
