@@ -327,17 +327,24 @@ _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
-def _check_numbers(message: Message) -> None:
-    """Every integer field fits its width: refused here, before anything is written."""
-    int32 = (message.flag, message.sys_flag, message.reconsume_times, message.born_host[1])
-    int64 = (message.born_timestamp, message.prepared_transaction_offset)
-    if not all(_INT32_MIN <= v <= _INT32_MAX for v in int32) or not all(
-        _INT64_MIN <= v <= _INT64_MAX for v in int64
+OUT_OF_RANGE: Final = (
+    "a numeric field is out of range: flag, sys_flag, reconsume_times and the born port are "
+    "32-bit, born_timestamp and the transaction offset 64-bit"
+)
+
+
+def check_numbers(message: Message) -> None:
+    """Every integer field fits its width (batches check this before writing anything; a
+    single put learns it from ``struct`` before its write position moves)."""
+    if not (
+        _INT32_MIN <= message.flag <= _INT32_MAX
+        and _INT32_MIN <= message.sys_flag <= _INT32_MAX
+        and _INT32_MIN <= message.reconsume_times <= _INT32_MAX
+        and _INT32_MIN <= message.born_host[1] <= _INT32_MAX
+        and _INT64_MIN <= message.born_timestamp <= _INT64_MAX
+        and _INT64_MIN <= message.prepared_transaction_offset <= _INT64_MAX
     ):
-        raise MessageRejectedError(
-            "a numeric field is out of range: flag, sys_flag, reconsume_times and the born "
-            "port are 32-bit, born_timestamp and the transaction offset 64-bit"
-        )
+        raise MessageRejectedError(OUT_OF_RANGE)
 
 
 class EncodedMessage:
@@ -391,7 +398,6 @@ class EncodedMessage:
                 f"message properties are {len(properties_bytes)} bytes encoded, "
                 f"over the limit of {MAX_PROPERTIES_LENGTH}"
             )
-        _check_numbers(message)
         born_host, born_port = message.born_host
         born_address = encode_host(born_host)
         sys_flag = message.sys_flag & ~_HOST_V6_BITS

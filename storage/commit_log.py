@@ -21,6 +21,7 @@ from storage.codec import (
     BLANK_STRUCT,
     END_FILE_MIN_BLANK_LENGTH,
     MESSAGE_MAGIC_CODE,
+    OUT_OF_RANGE,
     EncodedMessage,
     RecordCheck,
     RecordKind,
@@ -28,7 +29,7 @@ from storage.codec import (
     encode_host,
     read_store_timestamp,
 )
-from storage.errors import MessageTooLargeError, StoreNotWriteableError
+from storage.errors import MessageRejectedError, MessageTooLargeError, StoreNotWriteableError
 from storage.mapped_file import MappedFile
 from storage.mapped_file_queue import MappedFileQueue
 
@@ -144,15 +145,20 @@ class CommitLog:
         queue_offset = self.topic_queue_table.get(key, 0) if dispatchable else 0
         position = mapped.wrote_position
         physical_offset = mapped.file_from_offset + position
-        message.write_into(
-            mapped.buffer,
-            position,
-            queue_offset,
-            physical_offset,
-            store_timestamp,
-            self.store_address,
-            self.store_host[1],
-        )
+        try:
+            message.write_into(
+                mapped.buffer,
+                position,
+                queue_offset,
+                physical_offset,
+                store_timestamp,
+                self.store_address,
+                self.store_host[1],
+            )
+        except struct.error:
+            # Nothing is acknowledged: the write position has not moved, and the next
+            # append (or recovery) overwrites (or cuts) whatever was packed before the error.
+            raise MessageRejectedError(OUT_OF_RANGE) from None
         size = message.size
         mapped.wrote_position = position + size
         mapped.store_timestamp = store_timestamp

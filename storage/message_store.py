@@ -42,6 +42,7 @@ from storage.codec import (
     Message,
     RecordKind,
     StoredMessage,
+    check_numbers,
     check_record,
     decode_msg_id,
     decode_record,
@@ -610,6 +611,8 @@ class MessageStore:
             raise MessageRejectedError(
                 "every message of a batch must have the same topic and queue"
             )
+        for message in messages:
+            check_numbers(message)  # a batch is all or nothing: check before writing
         encoded = [self._encode(m) for m in messages]
         now = _now_ms()
         try:

@@ -82,3 +82,13 @@ def test_out_of_range_numbers_are_refused_before_anything_is_written(
             store.put_message(message)
         assert store.commit_log.max_offset == before
         assert store.put_message(Message("T", b"after")).queue_offset == 1
+
+
+def test_a_batch_with_an_out_of_range_field_writes_none_of_its_messages(tmp_path: Path) -> None:
+    with MessageStore.open(tmp_path, CONFIG) as store:
+        before = store.commit_log.max_offset
+        batch = [Message("T", b"ok"), Message("T", b"bad", flag=2**40)]
+        with pytest.raises(MessageRejectedError, match="out of range"):
+            store.put_messages(batch)
+        assert store.commit_log.max_offset == before
+        assert store.max_offset_in_queue("T", 0) == 0
