@@ -79,6 +79,9 @@ def create_app(
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
+        # spoolmq exports its own metrics (/metrics); FastAPI's OpenTelemetry hooks would
+        # otherwise look up the provider configuration (environment reads) on every request.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.broker = broker
     app.state.settings = settings

@@ -92,6 +92,11 @@ class SecurityMiddleware:
         if rule is not None and rule.access is Access.PUBLIC:
             await self.app(scope, receive, send)
             return
+        audited = rule is not None and is_audited(rule, scope["method"])
+        if not security.auth_enabled and not audited and (rule is None or not rule.pull):
+            # Anonymous (loopback) mode: nothing to check, count or record on this route.
+            await self.app(scope, receive, send)
+            return
         principal = self._authenticate(scope, rule)
         security.check_rate(principal)
         if resolved is None or rule is None:  # no such route: 404/405 for a known caller
@@ -99,7 +104,6 @@ class SecurityMiddleware:
             return
         params = resolved.path_params
         query = _query(scope) if rule.reads_query else {}
-        audited = is_audited(rule, scope["method"])
         what = resolved.key or scope["path"]
         try:
             security.check_rule(principal, rule, params, query)
