@@ -19,8 +19,9 @@ from enum import Enum
 from typing import Final
 
 from services.errors import ServiceError
+from services.send import PutMessages
 from services.send_back import DLQ_NUMS_PER_GROUP, dlq_topic, original_topic
-from storage import GetMessageStatus, Message, MessageStore, PutResult, StorageError, StoredMessage
+from storage import GetMessageStatus, Message, MessageStore, StorageError, StoredMessage
 from storage.codec import (
     PROPERTY_DELAY,
     PROPERTY_MAX_RECONSUME_TIMES,
@@ -39,7 +40,6 @@ _DROPPED_ON_REDRIVE: Final = (
 )
 MAX_REDRIVE: Final = 10_000
 
-PutMessages = Callable[[list[Message]], Awaitable[list[PutResult]]]
 TopicForSend = Callable[[str], Awaitable[TopicConfig]]
 
 

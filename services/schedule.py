@@ -17,9 +17,10 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
-from storage import Message, MessageStore, PutResult, StorageError
+from services.send import PutMessages
+from storage import Message, MessageStore, StorageError
 from storage.codec import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QID,
@@ -31,7 +32,6 @@ from storage.delay_levels import SCHEDULE_TOPIC, delay_level_to_queue_id, queue_
 
 log = logging.getLogger(__name__)
 
-PutMessages = Callable[[list[Message]], Awaitable[list[PutResult]]]
 Clock = Callable[[], float]
 
 RETRY_AFTER_FAILED_PUT_S = 0.1  # RocketMQ's DELAY_FOR_A_WHILE

@@ -25,7 +25,8 @@ from enum import Enum
 from typing import Final
 
 from services.errors import InvalidRequestError, MessageNotFoundError
-from storage import Message, MessageStore, PutResult, StoredMessage
+from services.send import PutMessages
+from storage import Message, MessageStore, StoredMessage
 from storage.codec import (
     PROPERTY_DELAY,
     PROPERTY_MAX_RECONSUME_TIMES,
@@ -40,7 +41,6 @@ DLQ_GROUP_TOPIC_PREFIX: Final = "%DLQ%"
 DLQ_NUMS_PER_GROUP: Final = 1
 PERM_READ_WRITE: Final = 6
 
-PutMessages = Callable[[list[Message]], Awaitable[list[PutResult]]]
 EnsureTopic = Callable[[TopicConfig], Awaitable[None]]
 GroupLookup = Callable[[str], Awaitable[SubscriptionGroupConfig]]
 
