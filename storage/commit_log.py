@@ -233,8 +233,8 @@ class CommitLog:
     def scan(self, from_offset: int, to_offset: int | None = None) -> Iterator[ScannedRecord]:
         """Records from ``from_offset`` to the end of readable data (or ``to_offset``).
 
-        Blanks are stepped over; the scan stops at the end of data or at corruption, and
-        yields that last END or CORRUPT position too so callers can report it.
+        Blanks are stepped over. The scan ends at the end of data; at a torn or corrupt
+        record it yields that position (kind END or CORRUPT, no data) and stops.
         """
         offset = max(from_offset, self.queue.min_offset)
         end = self.max_offset if to_offset is None else min(to_offset, self.max_offset)

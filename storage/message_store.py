@@ -247,7 +247,6 @@ class MessageStore:
         self.index_reput_offset = 0
         self._index_caught_up = False
         self.arrival_listeners: list[ArrivalListener] = []
-        self.dispatchers: list[Callable[[DispatchRequest], None]] = []
         self.reput_from_offset = 0
         self.recovery_findings: list[str] = []
         self.last_exit_ok = True
@@ -718,8 +717,6 @@ class MessageStore:
                 self.checkpoint.logics_msg_timestamp = request.store_timestamp
         if self.index_service is not None and self._index_caught_up:
             self._index(request)
-        for dispatcher in self.dispatchers:
-            dispatcher(request)
         if notify and dispatchable:
             for listener in self.arrival_listeners:
                 listener(

@@ -68,7 +68,6 @@ class StoreCleaner:
         self.config = config
         self.disk_usage = disk_usage
         self.clock = clock
-        self.manual_delete_passes = 0
         self.last_ratio = 0.0
 
     def run_once(self) -> int:
@@ -80,10 +79,6 @@ class StoreCleaner:
         if deleted:
             self.store.after_commit_log_deleted()
         return deleted
-
-    def delete_now(self, passes: int = 1) -> None:
-        """Ask the next passes to delete expired files whatever the hour."""
-        self.manual_delete_passes = passes
 
     def _update_writeable(self, ratio: float) -> None:
         store = self.store
@@ -103,11 +98,8 @@ class StoreCleaner:
         time_up = is_time_to_delete(config.delete_when, hour)
         space_full = ratio >= config.disk_max_used_space_ratio / 100
         forcibly = ratio >= config.disk_space_clean_forcibly_ratio / 100
-        manual = self.manual_delete_passes > 0
-        if not (time_up or space_full or forcibly or manual):
+        if not (time_up or space_full or forcibly):
             return 0
-        if manual:
-            self.manual_delete_passes -= 1
         clean_now = config.clean_file_forcibly_enable and forcibly
         expired_ms = int(config.file_reserved_time_hours * 3600 * 1000)
         return self.store.commit_log.queue.delete_expired_by_time(expired_ms, clean_now, now_ms)
