@@ -1043,6 +1043,17 @@ class MessageStore:
                 listener(flushed)
         return flushed
 
+    @property
+    def flushed_offset(self) -> int:
+        """The CommitLog offset up to which every byte is on disk."""
+        return self.commit_log.flushed_where
+
+    def wake_flush(self) -> None:
+        """Ask the group commit (SYNC_FLUSH) to flush now; a no-op in ASYNC_FLUSH."""
+        group_commit = self.group_commit
+        if group_commit is not None:
+            group_commit.wakeup()
+
     def request_flush(self, end_offset: int, on_done: Callable[[], None]) -> None:
         """SYNC_FLUSH: call ``on_done`` (on the flush thread) once ``end_offset`` is on disk.
 
