@@ -10,6 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from storage import (
+    GetMessageResult,
+    GetMessageStatus,
+    MessageStore,
+    PutResult,
+    TagFilter,
+)
 from storage.codec import (
     CQ_UNIT_STRUCT,
     TRANSACTION_COMMIT_TYPE,
@@ -30,13 +37,6 @@ from storage.errors import (
     StoreLockedError,
 )
 from storage.mapped_file import offset_to_file_name
-from storage.message_store import (
-    GetMessageResult,
-    GetMessageStatus,
-    MessageStore,
-    PutResult,
-    TagFilter,
-)
 from tests.storage.conftest import (
     COMMIT_LOG_FILE_SIZE,
     MAX_QUEUES,
@@ -218,7 +218,7 @@ def test_put_messages_with_one_bad_message_writes_nothing(store: MessageStore) -
     with pytest.raises(PropertiesTooLargeError):
         store.put_messages(batch)
     assert store.commit_log.max_offset == 0
-    assert store.consume_queues == {}
+    assert store.topics() == []
 
 
 # ---------------------------------------------------------------- GetMessageStatus
@@ -318,22 +318,25 @@ def test_tag_filter_is_by_hash_code_so_collisions_pass_the_store(store: MessageS
     assert [m.tags for m in result.messages if tag_filter.matches_tags(m.tags)] == ["Aa"]
 
 
-def test_messages_in_disk_are_capped_at_8_and_suggest_the_slave(open_store: OpenStore) -> None:
+def test_messages_in_disk_are_capped_at_8(open_store: OpenStore) -> None:
     # With no memory allowance every message counts as "in disk" (reference §10.3):
-    # at most 8 messages and 64 KiB per pull, and the pull suggests the slave.
+    # at most 8 messages (maxTransferCountOnMessageInDisk) per pull.
     store = open_store(replace(TINY_CONFIG, access_message_in_memory_max_ratio=0))
     put_n(store, 10)
     result = get(store, 0, max_messages=32)
     assert summary(result) == (S.FOUND, 8, 0, 10)
     assert len(result.messages) == 8
-    assert result.suggest_pulling_from_slave
 
 
-def test_messages_in_memory_do_not_suggest_the_slave(store: MessageStore) -> None:
-    put_n(store, 10)
+def test_messages_in_disk_are_capped_at_64_kib(open_store: OpenStore) -> None:
+    # maxTransferBytesOnMessageInDisk: 3 records of ~30 KiB fit in 64 KiB only twice.
+    config = replace(
+        TINY_CONFIG, commit_log_file_size=256 * 1024, access_message_in_memory_max_ratio=0
+    )
+    store = open_store(config)
+    put_n(store, 3, size=30_000)
     result = get(store, 0)
-    assert len(result.messages) == 10
-    assert not result.suggest_pulling_from_slave
+    assert summary(result) == (S.FOUND, 2, 0, 3)
 
 
 def test_read_stops_at_the_end_of_a_consume_queue_file(store: MessageStore) -> None:
@@ -626,7 +629,6 @@ def test_closed_store_refuses_puts_and_gets(store: MessageStore) -> None:
 
 def _assert_nothing_written(store: MessageStore, max_offset: int) -> None:
     assert store.commit_log.max_offset == max_offset
-    assert store.consume_queues == {}
     assert store.topics() == []
     cq_root = store.root / "consumequeue"
     assert not cq_root.exists() or list(cq_root.iterdir()) == []
