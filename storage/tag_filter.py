@@ -1,6 +1,8 @@
 """TagFilter: a consumer's tag subscription, compared by Java hash code (reference §10.5).
 
-``*`` (or nothing) subscribes to everything; ``A||B`` to the listed tags.
+``None``, ``""`` and ``"*"`` subscribe to everything. Anything else is split on ``||``; each
+piece is trimmed and empty pieces are dropped, so an expression with no tag left (``"||"``,
+``" "``) matches nothing, as in RocketMQ's ``FilterAPI.buildSubscriptionData``.
 """
 
 from __future__ import annotations
@@ -18,14 +20,15 @@ class TagFilter:
     __slots__ = ("codes", "expression", "tags")
 
     def __init__(self, expression: str | None) -> None:
-        self.expression = (expression or SUB_ALL).strip() or SUB_ALL
-        if self.expression == SUB_ALL:
+        if expression is None or expression in ("", SUB_ALL):
+            self.expression = SUB_ALL
             self.tags: frozenset[str] | None = None
             self.codes: frozenset[int] | None = None
             return
-        tags = frozenset(t.strip() for t in self.expression.split("||") if t.strip())
-        self.tags = tags or None
-        self.codes = frozenset(tags_code(t) for t in tags) if tags else None
+        self.expression = expression
+        tags = frozenset(piece.strip() for piece in expression.split("||") if piece.strip())
+        self.tags = tags
+        self.codes = frozenset(tags_code(tag) for tag in tags)
 
     def __repr__(self) -> str:
         return f"TagFilter({self.expression!r})"

@@ -286,16 +286,48 @@ def test_tag_filter_selects_and_skipped_units_count_towards_next(store: MessageS
     assert [m.queue_offset for m in get(store, 0, tags="*").messages] == list(range(7))
 
 
-def test_tag_filter_expressions() -> None:
-    assert TagFilter(None).matches_all
-    assert TagFilter("*").matches_all
-    assert TagFilter("  ").matches_all
+@pytest.mark.parametrize("expression", [None, "", "*"])
+def test_tag_filter_of_none_empty_or_star_matches_everything(expression: str | None) -> None:
+    tag_filter = TagFilter(expression)
+    assert tag_filter.matches_all
+    assert tag_filter.matches_code(0)
+    assert tag_filter.matches_code(java_string_hash("TagA"))
+    assert tag_filter.matches_tags(None)
+
+
+def test_tag_filter_trims_tags_and_ignores_empty_pieces() -> None:
     tag_filter = TagFilter(" TagA ||TagB|| ")
+    assert not tag_filter.matches_all
     assert tag_filter.tags == frozenset({"TagA", "TagB"})
     assert tag_filter.matches_code(java_string_hash("TagA"))
     assert not tag_filter.matches_code(0)
     assert tag_filter.matches_tags("TagB")
     assert not tag_filter.matches_tags(None)
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        pytest.param("||", id="bars"),
+        pytest.param(" ", id="blank"),
+        pytest.param(" || ", id="blank-pieces"),
+        pytest.param("||||", id="only-separators"),
+    ],
+)
+def test_tag_filter_with_no_tag_left_matches_nothing(store: MessageStore, expression: str) -> None:
+    # RocketMQ's FilterAPI: only null, "" and "*" mean all; otherwise the trimmed, non-empty
+    # pieces are the tags, and an empty tag set matches no message (reference §10.5).
+    tag_filter = TagFilter(expression)
+    assert not tag_filter.matches_all
+    assert tag_filter.tags == frozenset()
+    assert not tag_filter.matches_code(0)
+    assert not tag_filter.matches_tags(None)
+    assert not tag_filter.matches_tags("")
+    store.put_message(message(body=b"untagged"))
+    store.put_message(message(body=b"tagged", tags="TagA"))
+    result = get(store, 0, tags=expression)
+    assert summary(result) == (S.NO_MATCHED_MESSAGE, 2, 0, 2)
+    assert result.messages == []
 
 
 def test_tag_filter_compares_the_low_32_bits_of_the_tags_code() -> None:

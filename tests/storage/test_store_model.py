@@ -31,7 +31,10 @@ TOPICS = st.just(TOPIC_NAMES[0]) | st.sampled_from(TOPIC_NAMES)
 QUEUES = st.just(0) | st.integers(min_value=0, max_value=3)
 TAGS = st.sampled_from([None, "TagA", "TagB", "TagC"])
 BODY_SIZES = st.integers(min_value=0, max_value=1500)
-FILTERS = st.sampled_from([None, "*", "TagA", "TagB||TagC", "TagA || TagB", "TagZ"])
+# None, "" and "*" match everything; an expression with no tag left ("||", " ") nothing.
+FILTERS = st.sampled_from(
+    [None, "", "*", "TagA", "TagB||TagC", "TagA || TagB", "TagZ", "||", " ", " || "]
+)
 MAX_RECORD = COMMIT_LOG_FILE_SIZE - 8  # a record (or batch) plus the end-of-file BLANK
 
 
@@ -57,7 +60,7 @@ def record_size(topic: str, body: bytes, tags: str | None) -> int:
 
 
 def filter_matches(expression: str | None, tags: str | None) -> bool:
-    if expression is None or expression.strip() == "*":
+    if expression is None or expression in ("", "*"):
         return True
     wanted = {t.strip() for t in expression.split("||") if t.strip()}
     return tags is not None and tags in wanted
