@@ -297,7 +297,7 @@ class CommitLog:
         skipped but count as scanned. A unit is "in disk" below ``limits.disk_threshold``:
         its batch caps are the smaller disk ones. The first message always goes out.
         """
-        memory_bytes = limits.memory_bytes
+        memory_bytes, memory_count = limits.memory_bytes, limits.memory_count
         disk_bytes, disk_count = limits.disk_bytes, limits.disk_count
         max_messages, disk_threshold = limits.max_messages, limits.disk_threshold
         find_file = self.queue.find_by_offset
@@ -317,7 +317,7 @@ class CommitLog:
                 if physical < disk_threshold:
                     if total + size > disk_bytes or count >= disk_count:
                         break
-                elif total + size > memory_bytes:
+                elif total + size > memory_bytes or count >= memory_count:
                     break
             scanned += 1
             if size == PRE_BLANK_SIZE or (codes is not None and to_int32(code) not in codes):

@@ -57,6 +57,7 @@ def transfer_limits(
     return TransferLimits(
         max(1, max_messages),
         memory_bytes,
+        config.max_transfer_count_in_memory,
         min(memory_bytes, config.max_transfer_bytes_in_disk),
         config.max_transfer_count_in_disk,
         commit_log_end - memory_limit,

@@ -40,6 +40,7 @@ class StoreConfig:
     # Pull caps (reference §10.3): a unit is "in disk" when it lies further than
     # access_message_in_memory_max_ratio % of physical RAM behind the CommitLog's end.
     max_transfer_bytes_in_memory: int = 256 * 1024
+    max_transfer_count_in_memory: int = 32
     max_transfer_bytes_in_disk: int = 64 * 1024
     max_transfer_count_in_disk: int = 8
     access_message_in_memory_max_ratio: int = 40
@@ -121,6 +122,7 @@ class TransferLimits:
 
     max_messages: int
     memory_bytes: int
+    memory_count: int
     disk_bytes: int
     disk_count: int
     disk_threshold: int

@@ -371,6 +371,27 @@ def test_messages_in_disk_are_capped_at_64_kib(open_store: OpenStore) -> None:
     assert summary(result) == (S.FOUND, 2, 0, 3)
 
 
+def test_messages_in_memory_are_capped_at_32(open_store: OpenStore) -> None:
+    # maxTransferCountOnMessageInMemory applies like the in-disk count does (reference
+    # §10.3); whatever the caller asks for, one pull returns at most 32 hot messages.
+    config = replace(TINY_CONFIG, commit_log_file_size=64 * 1024, consume_queue_units_per_file=100)
+    store = open_store(config)
+    put_n(store, 40, size=10)
+    result = get(store, 0, max_messages=100)
+    assert summary(result) == (S.FOUND, 32, 0, 40)
+    assert [m.queue_offset for m in result.messages] == list(range(32))
+    rest = get(store, 32, max_messages=100)
+    assert [m.queue_offset for m in rest.messages] == list(range(32, 40))
+
+
+def test_the_in_memory_count_cap_is_configurable(open_store: OpenStore) -> None:
+    store = open_store(replace(TINY_CONFIG, max_transfer_count_in_memory=3))
+    put_n(store, 5)
+    result = get(store, 0, max_messages=32)
+    assert summary(result) == (S.FOUND, 3, 0, 5)
+    assert len(result.messages) == 3
+
+
 def test_read_stops_at_the_end_of_a_consume_queue_file(store: MessageStore) -> None:
     put_n(store, 25)
     result = get(store, 7)

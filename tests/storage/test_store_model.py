@@ -250,11 +250,12 @@ class StoreModel(RuleBasedStateMachine):
         """Reference §10.3: one CQ file at most; filtered units count; first always fits."""
         file_end = min(len(queue), (offset // CQ_UNITS_PER_FILE + 1) * CQ_UNITS_PER_FILE)
         cap = 256 * 1024 if max_bytes is None else min(256 * 1024, max_bytes)
+        count_cap = min(max_messages, 32)  # maxTransferCountOnMessageInMemory
         found: list[Stored] = []
         total = 0
         scanned = 0
         for stored in queue[offset:file_end]:
-            if found and (len(found) >= max_messages or total + stored.size > cap):
+            if found and (len(found) >= count_cap or total + stored.size > cap):
                 break
             scanned += 1
             if filter_matches(expression, stored.tags):
