@@ -113,11 +113,6 @@ class ConsumeQueueTable:
 
     # ------------------------------------------------------------------ deleted topics
 
-    def is_deleted(self, topic: str, physical_offset: int) -> bool:
-        """Whether the record at ``physical_offset`` belongs to a topic deleted since."""
-        deleted = self.deleted_topics
-        return bool(deleted) and physical_offset < deleted.get(topic, -1)
-
     def delete_topic(self, topic: str, commit_log_end: int) -> bool:
         """Tombstone ``topic`` at ``commit_log_end`` and destroy its queues, if it had any."""
         self.deleted_topics[topic] = commit_log_end

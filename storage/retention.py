@@ -78,12 +78,10 @@ class StoreCleaner:
         self.after_commit_log_deleted = after_commit_log_deleted
         self.disk_usage = disk_usage
         self.clock = clock
-        self.last_ratio = 0.0
 
     def run_once(self) -> int:
         """Check the disk, delete what has expired; the number of CommitLog files deleted."""
         ratio = disk_use_ratio(self.disk_usage(self.store_dir))
-        self.last_ratio = ratio
         self._update_writeable(ratio)
         deleted = self._delete_expired_commit_log(ratio)
         if deleted:

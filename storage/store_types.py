@@ -110,10 +110,6 @@ class GetMessageResult:
     max_offset: int
     messages: list[StoredMessage] = field(default_factory=list)
 
-    @property
-    def buffer_total_size(self) -> int:
-        return sum(m.size for m in self.messages)
-
 
 @dataclass(frozen=True, slots=True)
 class TransferLimits:
