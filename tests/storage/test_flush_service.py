@@ -12,6 +12,7 @@ import pytest
 
 from storage import FlushDiskType, GetMessageStatus, Message, MessageStore, StoreConfig
 from storage.checkpoint import StoreCheckpoint
+from storage.flush_service import GroupCommitService
 from tests.storage.conftest import FlushWaiter
 
 
@@ -115,6 +116,22 @@ def test_group_commit_shares_one_flush_among_many_waiting_puts(
         assert store.flushed_offset == store.commit_log.max_offset
     finally:
         store.close()
+
+
+def test_group_commit_flushes_everything_written_across_file_rolls() -> None:
+    # No store: one flush(0) call reaches the end of one file, as the CommitLog's does.
+    files = [4096, 8192, 10_000]
+    flushed = [0]
+
+    def flush(least_pages: int) -> None:
+        assert least_pages == 0
+        flushed[0] = next(end for end in files if end > flushed[0])
+
+    service = GroupCommitService(flush, lambda: flushed[0], lambda: files[-1])
+    service.run_once()
+    assert flushed[0] == 10_000
+    service.run_once()  # nothing new was written: no flush at all
+    assert flushed[0] == 10_000
 
 
 def test_sync_flush_makes_a_message_visible_only_after_its_flush(
