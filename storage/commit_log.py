@@ -105,7 +105,7 @@ class ScannedRecord:
     data: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one per pull, cheaper to build (see StoredMessage)
 class UnitsRead:
     """What ``read_units`` found: the messages, how many units it examined (filtered-out
     ones count), and whether a unit pointed at a record that is gone."""

@@ -30,7 +30,7 @@ from storage.dispatcher import Dispatcher
 from storage.errors import QueueIdOutOfRangeError, StoreClosedError, StoreNotWriteableError
 from storage.flush_service import GroupCommitService, ServiceThread, build_services
 from storage.index_service import IndexService
-from storage.queue_reader import read_queue, transfer_limits
+from storage.queue_reader import QueueReader
 from storage.recovery import StoreRecovery
 from storage.retention import StoreCleaner
 from storage.running_flags import RunningFlags
@@ -84,7 +84,8 @@ class MessageStore:
         self._services: list[ServiceThread] = []
         self._lock_fd: int | None = None
         self._closed = True
-        self._memory_limit = _physical_memory() * config.access_message_in_memory_max_ratio // 100
+        memory_limit = _physical_memory() * config.access_message_in_memory_max_ratio // 100
+        self._reader = QueueReader(self.commit_log, config, memory_limit)
         # Every msgId of this store is this prefix (store address and port) + 16 hex digits.
         self._msg_id_prefix = encode_msg_id(config.store_host[0], config.store_host[1], 0)[:-16]
 
@@ -356,15 +357,8 @@ class MessageStore:
         queue = self.consume_queue_table.find(topic, queue_id)
         if queue is None:
             return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
-        limits = transfer_limits(
-            self.config,
-            max_messages,
-            max_bytes,
-            self.commit_log.max_offset,
-            self._memory_limit,
-        )
         codes = None if tag_filter is None else tag_filter.codes
-        return read_queue(self.commit_log, queue, offset, limits, codes)
+        return self._reader.read(queue, offset, max_messages, max_bytes, codes)
 
     # ================================================================== lookups
 

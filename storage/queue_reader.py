@@ -14,54 +14,58 @@ from storage.consume_queue import ConsumeQueue
 from storage.store_types import GetMessageResult, GetMessageStatus, StoreConfig, TransferLimits
 
 
-def read_queue(
-    commit_log: CommitLog,
-    queue: ConsumeQueue,
-    offset: int,
-    limits: TransferLimits,
-    codes: frozenset[int] | None,
-) -> GetMessageResult:
-    """Up to ``limits`` messages of ``queue`` from ``offset`` whose tags code is in
-    ``codes`` (None: every message)."""
-    min_offset, max_offset = queue.min_offset, queue.max_offset
-    status, next_offset = position_status(offset, min_offset, max_offset)
-    if status is not None:
-        return GetMessageResult(status, next_offset, min_offset, max_offset)
-    found = queue.get_units(offset, max(16_000, limits.max_messages * 20))
-    if found is None:
-        next_file = queue.roll_next_file(offset)
+class QueueReader:
+    """Reads ConsumeQueues of one store through its CommitLog, within its pull caps."""
+
+    def __init__(self, commit_log: CommitLog, config: StoreConfig, memory_limit: int) -> None:
+        self.commit_log = commit_log
+        self.config = config
+        # Units further than this behind the CommitLog's end count as "in disk": RocketMQ's
+        # accessMessageInMemoryMaxRatio share of physical RAM.
+        self.memory_limit = memory_limit
+
+    def read(
+        self,
+        queue: ConsumeQueue,
+        offset: int,
+        max_messages: int,
+        max_bytes: int | None,
+        codes: frozenset[int] | None,
+    ) -> GetMessageResult:
+        """Up to ``max_messages`` of ``queue`` from ``offset`` whose tags code is in
+        ``codes`` (None: every message)."""
+        min_offset, max_offset = queue.min_offset, queue.max_offset
+        status, next_offset = position_status(offset, min_offset, max_offset)
+        if status is not None:
+            return GetMessageResult(status, next_offset, min_offset, max_offset)
+        max_messages = max(1, max_messages)
+        found = queue.get_units(offset, max(16_000, max_messages * 20))
+        if found is None:
+            next_file = queue.roll_next_file(offset)
+            return GetMessageResult(
+                GetMessageStatus.OFFSET_FOUND_NULL, next_file, min_offset, max_offset
+            )
+        limits = self.transfer_limits(max_messages, max_bytes)
+        read = self.commit_log.read_units(found[0], limits, codes)
         return GetMessageResult(
-            GetMessageStatus.OFFSET_FOUND_NULL, next_file, min_offset, max_offset
+            _read_status(read), offset + read.scanned, min_offset, max_offset, read.messages
         )
-    read = commit_log.read_units(found[0], limits, codes)
-    return GetMessageResult(
-        _read_status(read), offset + read.scanned, min_offset, max_offset, read.messages
-    )
 
-
-def transfer_limits(
-    config: StoreConfig,
-    max_messages: int,
-    max_bytes: int | None,
-    commit_log_end: int,
-    memory_limit: int,
-) -> TransferLimits:
-    """The caps of one pull: the caller's, within the store's in-memory and in-disk ones.
-
-    A unit is "in disk" when ``maxPhyOffset - offsetPy`` exceeds ``memory_limit`` (the
-    share of physical RAM the page cache is assumed to hold).
-    """
-    memory_bytes = config.max_transfer_bytes_in_memory
-    if max_bytes is not None:
-        memory_bytes = min(memory_bytes, max_bytes)
-    return TransferLimits(
-        max(1, max_messages),
-        memory_bytes,
-        config.max_transfer_count_in_memory,
-        min(memory_bytes, config.max_transfer_bytes_in_disk),
-        config.max_transfer_count_in_disk,
-        commit_log_end - memory_limit,
-    )
+    def transfer_limits(self, max_messages: int, max_bytes: int | None) -> TransferLimits:
+        """The caps of one pull: the caller's, within the store's in-memory and in-disk
+        ones."""
+        config = self.config
+        memory_bytes = config.max_transfer_bytes_in_memory
+        if max_bytes is not None:
+            memory_bytes = min(memory_bytes, max_bytes)
+        return TransferLimits(
+            max_messages,
+            memory_bytes,
+            config.max_transfer_count_in_memory,
+            min(memory_bytes, config.max_transfer_bytes_in_disk),
+            config.max_transfer_count_in_disk,
+            self.commit_log.max_offset - self.memory_limit,
+        )
 
 
 def position_status(

@@ -111,7 +111,7 @@ class GetMessageResult:
     messages: list[StoredMessage] = field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one per pull, cheaper to build (see StoredMessage)
 class TransferLimits:
     """The caps of one pull batch (RocketMQ's ``isTheBatchFull``); the first message always
     goes out. ``disk_threshold``: units below this CommitLog offset count as "in disk"."""
