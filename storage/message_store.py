@@ -7,8 +7,9 @@ offset with RocketMQ's GetMessageStatus rules; ``close`` flushes and marks a cle
 
 The work lives in the parts it composes: ``commit_log`` (appends, reads, the pull read
 loop), ``consume_queue_table`` (every ConsumeQueue, deleted topics), ``dispatcher``
-(CommitLog → ConsumeQueue and index), ``recovery``, ``flush_service`` and ``retention``
-(background threads, given callables), ``store_check`` (``check()``).
+(CommitLog → ConsumeQueue and index), ``recovery``, ``queue_reader`` (GetMessageStatus
+rules and batch caps), ``flush_service`` and ``retention`` (background threads, given
+callables), ``store_check`` (``check()``).
 
 The store is synchronous and has one writer: the owner calls put/get/flush from one thread
 (the event loop); only ``flush_*`` may run on another thread at the same time.
