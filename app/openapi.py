@@ -60,10 +60,19 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
 
 
 _BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+_PYDANTIC_BOUNDS = {
+    "ge": "minimum",
+    "le": "maximum",
+    "gt": "exclusiveMinimum",
+    "lt": "exclusiveMaximum",
+}
+"""Pydantic writes a bound under its own name when it cannot put it on the integer schema
+itself, as for an optional :data:`app.schemas.JsonInt`."""
 
 
 def _integer_bounds(node: Any) -> None:
-    """Write the bounds of every ``integer`` schema as integers, 2^63-1 exactly."""
+    """Write the bounds of every ``integer`` schema as JSON Schema bounds and as integers,
+    2^63-1 exactly."""
     if isinstance(node, list):
         for item in node:
             _integer_bounds(item)
@@ -71,6 +80,9 @@ def _integer_bounds(node: Any) -> None:
     if not isinstance(node, dict):
         return
     if node.get("type") == "integer":
+        for name, key in _PYDANTIC_BOUNDS.items():
+            if name in node:
+                node[key] = node.pop(name)
         for key in _BOUNDS:
             value = node.get(key)
             if isinstance(value, float) and value.is_integer():

@@ -20,6 +20,7 @@ from app.routes.params import BodyEncodingQuery, GroupPath, RedriveJobIdPath
 from app.schemas import (
     INT64_MAX,
     DeadLetterPage,
+    ParamInt,
     RedriveIn,
     RedriveJobListOut,
     RedriveJobOut,
@@ -93,12 +94,13 @@ async def list_dead_letters(
     broker: BrokerDep,
     request: Request,
     offset: Annotated[
-        int | None, Query(ge=0, le=INT64_MAX, description="Start here; default: the oldest.")
+        ParamInt | None,
+        Query(ge=0, le=INT64_MAX, description="Start here; default: the oldest."),
     ] = None,
-    limit: Annotated[int, Query(ge=1, le=500, description="Most messages to return.")] = 50,
+    limit: Annotated[ParamInt, Query(ge=1, le=500, description="Most messages to return.")] = 50,
     tags: Annotated[list[str] | None, Query(max_length=64, description="Only these tags.")] = None,
-    begin_timestamp: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
-    end_timestamp: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
+    begin_timestamp: Annotated[ParamInt | None, Query(ge=0, le=INT64_MAX)] = None,
+    end_timestamp: Annotated[ParamInt | None, Query(ge=0, le=INT64_MAX)] = None,
     body_encoding: BodyEncodingQuery = "auto",
 ) -> DeadLetterPage:
     selection = DlqFilter(tags=tuple(tags or ()), begin_ms=begin_timestamp, end_ms=end_timestamp)

@@ -18,6 +18,7 @@ from app.schemas import (
     REDRIVE_JOB_ID_PATTERN,
     TOPIC_MAX_LENGTH,
     TOPIC_PATTERN,
+    ParamInt,
     checked_group_name,
 )
 
@@ -40,7 +41,7 @@ GroupPath = Annotated[
     AfterValidator(checked_group_name),
 ]
 QueueIdPath = Annotated[
-    int, Path(ge=0, lt=MAX_QUEUES, description="Queue id, below the topic's queue count.")
+    ParamInt, Path(ge=0, lt=MAX_QUEUES, description="Queue id, below the topic's queue count.")
 ]
 BodyEncodingQuery = Annotated[
     Literal["auto", "base64"],

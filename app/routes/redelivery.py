@@ -16,6 +16,7 @@ from app.schemas import (
     DelayLevelsOut,
     OffsetResetIn,
     OffsetResetOut,
+    ParamInt,
     QueueSeekOut,
     SendBackIn,
     SendBackOut,
@@ -95,7 +96,7 @@ async def offset_by_time(
     topic: TopicPath,
     queue_id: QueueIdPath,
     broker: BrokerDep,
-    timestamp: Annotated[int, Query(ge=0, le=INT64_MAX, description="ms since the epoch.")],
+    timestamp: Annotated[ParamInt, Query(ge=0, le=INT64_MAX, description="ms since the epoch.")],
 ) -> QueueSeekOut:
     return queue_seek_out(
         topic, timestamp, broker.topics.offset_by_time(topic, queue_id, timestamp)

@@ -23,6 +23,7 @@ from pydantic import (
     StringConstraints,
     WithJsonSchema,
 )
+from pydantic_core import PydanticCustomError
 
 from services import GetMessageStatus
 from services.errors import InvalidGroupNameError
@@ -62,6 +63,24 @@ def _whole_float_as_int(value: Any) -> Any:
 JsonInt = Annotated[int, BeforeValidator(_whole_float_as_int)]
 """An integer of a JSON body: ``4`` or ``4.0``, never ``4.5``, ``"4"`` or ``true``. Its JSON
 schema is still ``integer``."""
+
+_DECIMAL: Final = re.compile(r"[+-]?[0-9]+")
+
+
+def _decimal_only(value: Any) -> Any:
+    """A parameter's text must be a decimal integer: ``+0.0`` or ``1_000`` is not one."""
+    if isinstance(value, str):
+        if _DECIMAL.fullmatch(value) is None:
+            raise PydanticCustomError(
+                "int_parsing",
+                "Input should be a valid integer, unable to parse string as an integer",
+            )
+        return int(value)
+    return value
+
+
+ParamInt = Annotated[int, BeforeValidator(_decimal_only)]
+"""An integer of a path or query parameter: decimal digits with an optional sign only."""
 
 TopicName = Annotated[
     str,

@@ -21,6 +21,7 @@ from app.schemas.common import (
     MAX_QUEUES,
     GroupName,
     JsonInt,
+    ParamInt,
     PropertyValue,
     PullStatus,
     RequestBody,
@@ -161,16 +162,16 @@ class RawSendQuery(BaseModel):
         max_length=MAX_PROPERTIES,
         description="Raw body only: a property as `name=value`; repeat for more.",
     )
-    queue_id: int | None = Field(
+    queue_id: ParamInt | None = Field(
         default=None, ge=0, lt=MAX_QUEUES, description="Raw body only: the queue."
     )
     sharding_key: ShortText | None = Field(
         default=None, description="Raw body only: the sharding key."
     )
-    delay_level: int | None = Field(
+    delay_level: ParamInt | None = Field(
         default=None, ge=0, le=MAX_DELAY_LEVEL, description="Raw body only: the delay level."
     )
-    deliver_after_ms: int | None = Field(
+    deliver_after_ms: ParamInt | None = Field(
         default=None,
         ge=0,
         le=INT64_MAX,
@@ -198,10 +199,10 @@ class RawSendQuery(BaseModel):
 class PullLimits(BaseModel):
     """Query parameters every pull shares."""
 
-    max_messages: int = Field(
+    max_messages: ParamInt = Field(
         default=32, ge=1, le=MAX_PULL_MESSAGES, description="Most messages to return."
     )
-    max_bytes: int | None = Field(
+    max_bytes: ParamInt | None = Field(
         default=None,
         ge=1,
         le=64 * 1024 * 1024,
@@ -214,7 +215,7 @@ class PullLimits(BaseModel):
         max_length=1024,
         description="Tag filter: `*` or `TagA||TagB`.",
     )
-    wait_ms: int = Field(
+    wait_ms: ParamInt = Field(
         default=0,
         ge=0,
         le=MAX_WAIT_MS,
@@ -231,7 +232,7 @@ class PullLimits(BaseModel):
 class PullQuery(PullLimits):
     """Query parameters of a pull from one queue."""
 
-    offset: int | None = Field(
+    offset: ParamInt | None = Field(
         default=None,
         ge=0,
         le=INT64_MAX,
@@ -241,7 +242,7 @@ class PullQuery(PullLimits):
     group: GroupName | None = Field(
         default=None, description="Consumer group (for its position and `commit_offset`)."
     )
-    commit_offset: int | None = Field(
+    commit_offset: ParamInt | None = Field(
         default=None,
         ge=0,
         le=INT64_MAX,
@@ -300,13 +301,13 @@ class KeyQuery(BaseModel):
     """Query parameters of a lookup by key."""
 
     key: ShortText = Field(description="A business key (KEYS) or a UNIQ_KEY.")
-    begin_timestamp: int = Field(
+    begin_timestamp: ParamInt = Field(
         default=0, ge=0, le=INT64_MAX, description="Stored at or after (ms since the epoch)."
     )
-    end_timestamp: int | None = Field(
+    end_timestamp: ParamInt | None = Field(
         default=None, ge=0, le=INT64_MAX, description="Stored at or before (default: now)."
     )
-    max_messages: int = Field(
+    max_messages: ParamInt = Field(
         default=32,
         ge=1,
         le=64,
