@@ -143,9 +143,7 @@ def test_unknown_redrive_jobs_are_404(client: httpx.Client, group: str, job_id: 
         assert response.json()["code"] == "REDRIVE_JOB_NOT_FOUND"
 
 
-def test_a_job_is_only_seen_under_its_own_group(
-    client: httpx.Client, topic: str, group: str
-) -> None:
+def test_a_job_is_only_seen_under_its_own_group(client: httpx.Client, group: str) -> None:
     job = client.post(f"/v1/groups/{group}/dlq/redrive-jobs", json={"dry_run": True}).json()
     other = client.get(f"/v1/groups/{group}x/dlq/redrive-jobs/{job['id']}")
     assert other.status_code == 404
