@@ -138,6 +138,8 @@ class Broker:
     def begin_shutdown(self) -> None:
         """Answer every parked long-poll now and refuse new parks (the server is stopping)."""
         self.waiters.close()
+        if self._services is not None:  # end paced redrives and redrive jobs
+            self._services.dlq.begin_shutdown()
 
     async def stop(self) -> None:
         """Answer parked pulls, persist offsets and configs, close the store."""
