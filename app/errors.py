@@ -20,8 +20,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 from starlette.routing import Match
 
-from services.errors import BrokerUnavailableError, ServiceError, TooManyWaitersError
-from storage.errors import StorageError
+from services.errors import (
+    BrokerUnavailableError,
+    ServiceError,
+    StorageError,
+    TooManyWaitersError,
+)
 
 log = logging.getLogger(__name__)
 
