@@ -25,13 +25,17 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from services import GetMessageStatus
-from services.errors import InvalidGroupNameError
+from services import (
+    MAX_GROUP_LENGTH,
+    MAX_TOPIC_LENGTH,
+    TOPIC_NAME_PATTERN,
+    GetMessageStatus,
+)
 from services.groups import check_group_name
 
-TOPIC_PATTERN: Final = r"^[%|a-zA-Z0-9_-]+$"
-TOPIC_MAX_LENGTH: Final = 127
-GROUP_MAX_LENGTH: Final = 120
+TOPIC_PATTERN: Final = TOPIC_NAME_PATTERN
+TOPIC_MAX_LENGTH: Final = MAX_TOPIC_LENGTH
+GROUP_MAX_LENGTH: Final = MAX_GROUP_LENGTH
 MAX_QUEUES: Final = 1024
 MAX_BATCH_MESSAGES: Final = 1000
 MAX_PROPERTIES: Final = 64
@@ -89,19 +93,8 @@ TopicName = Annotated[
 ShortText = Annotated[str, StringConstraints(min_length=1, max_length=255)]
 PropertyValue = Annotated[str, StringConstraints(min_length=1, max_length=16_384)]
 
-_GROUP_NAME: Final = re.compile(TOPIC_PATTERN)
-
-
-def checked_group_name(group: str) -> str:
-    """The group name, or InvalidGroupNameError (400) — the services' check, and a full
-    match of the pattern, so that a trailing newline (``"g\\n"``) is refused too."""
-    check_group_name(group)
-    if _GROUP_NAME.fullmatch(group) is None:
-        raise InvalidGroupNameError(
-            f"invalid group name {group[:140]!r}: use 1 to {GROUP_MAX_LENGTH} characters "
-            "from a-z A-Z 0-9 _ - % |"
-        )
-    return group
+checked_group_name: Final = check_group_name
+"""The group name, or InvalidGroupNameError (400): a full match, so ``"g\n"`` is refused."""
 
 
 GroupName = Annotated[
