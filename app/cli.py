@@ -1,5 +1,6 @@
 """The ``spoolmq`` command line: ``spoolmq serve`` runs the HTTP server, ``spoolmq token
-create`` makes a bearer token for the auth file.
+create`` makes a bearer token for the auth file, ``spoolmq demo`` sends and pulls a few
+messages through the services without a server.
 
 Every setting of :class:`app.settings.Settings` is a flag (``--max-parked-pulls``) and an
 environment variable (``SPOOLMQ_MAX_PARKED_PULLS``); a flag wins over the variable.
@@ -8,6 +9,7 @@ environment variable (``SPOOLMQ_MAX_PARKED_PULLS``); a flag wins over the variab
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import re
 import sys
@@ -32,6 +34,10 @@ from app.security import (
 from app.security.principals import ConsumeGrant
 from app.server import build_server
 from app.settings import Settings
+from services import Broker, OutgoingMessage, PullOptions
+from services.errors import ServiceError, StorageError
+
+DEMO_TOPIC = "DemoTopic"
 
 
 def _add_setting(parser: argparse.ArgumentParser, name: str, field: FieldInfo) -> None:
@@ -93,20 +99,31 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _demo(store_dir: str) -> int:
-    """Open the store, append a few messages and read them back."""
-    from storage import Message, MessageStore
-
-    with MessageStore.open(store_dir) as store:
-        for i in range(3):
-            result = store.put_message(
-                Message("DemoTopic", f"hello {i}".encode(), properties={"TAGS": "demo"})
-            )
-            print(f"sent {result.msg_id} queue {result.queue_id} offset {result.queue_offset}")
-        got = store.get_message("demo", "DemoTopic", 0, 0, 32)
-        print(
-            f"pulled {len(got.messages)} messages: {got.status.value}, next {got.next_begin_offset}"
-        )
+    """Send a few messages and pull them back, through the services, without a server."""
+    try:
+        settings = Settings(store_dir=Path(store_dir))
+    except ValidationError as exc:
+        print(f"spoolmq: invalid settings:\n{exc}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(_run_demo(Broker(settings.broker_config())))
+    except (ServiceError, StorageError) as exc:
+        print(f"spoolmq: {exc}", file=sys.stderr)
+        return 1
     return 0
+
+
+async def _run_demo(broker: Broker) -> None:
+    await broker.start()
+    try:
+        for i in range(3):
+            message = OutgoingMessage(f"hello {i}".encode(), tags="demo", queue_id=0)
+            [sent] = await broker.send.send(DEMO_TOPIC, [message])
+            print(f"sent {sent.msg_id} queue {sent.queue_id} offset {sent.queue_offset}")
+        got = await broker.pull.pull_queue(DEMO_TOPIC, 0, 0, PullOptions())
+        print(f"pulled {len(got.messages)} messages: {got.status.value}, next {got.next_offset}")
+    finally:
+        await broker.stop()
 
 
 def _token_create(args: argparse.Namespace) -> int:
@@ -181,7 +198,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for name, field in Settings.model_fields.items():
         _add_setting(serve, name, field)
-    demo = commands.add_parser("demo", help="append and read a few messages without a server")
+    demo = commands.add_parser(
+        "demo",
+        help="send and pull a few messages without a server",
+        description="Open the store (settings from the SPOOLMQ_* environment), send three "
+        "messages to DemoTopic and pull queue 0 from its start.",
+    )
     demo.add_argument("--store-dir", default="./data")
     _add_token_commands(commands)
     return parser

@@ -20,8 +20,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 from starlette.routing import Match
 
-from services.errors import BrokerUnavailableError, ServiceError, TooManyWaitersError
-from storage.errors import StorageError
+from services.errors import (
+    BrokerUnavailableError,
+    ServiceError,
+    StorageError,
+    TooManyWaitersError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +51,9 @@ STATUS_BY_CODE: Final[Mapping[str, int]] = {
     "TOPIC_NOT_READABLE": 403,
     "CONSUME_DISABLED": 403,
     "TOO_MANY_WAITERS": 429,
+    "REDRIVE_TOO_LONG": 422,
+    "REDRIVE_JOB_NOT_FOUND": 404,
+    "TOO_MANY_REDRIVE_JOBS": 409,
     "BROKER_UNAVAILABLE": 503,
     # storage
     "MESSAGE_ILLEGAL": 400,

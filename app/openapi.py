@@ -4,6 +4,8 @@ The send route reads its body itself (JSON or raw), so its request schemas and t
 schema of every error response are added here; every response also documents X-Request-Id.
 Security comes from :mod:`app.security.policy`: the ``bearerAuth`` scheme, each
 operation's ``security`` and its 401/403/429 answers (and 408 where there is a body).
+Integer bounds are written as integers (FastAPI's document model holds them as floats, which
+would turn 2^63-1 into 9.223372036854776e+18, beyond the 64-bit range).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from fastapi.openapi.utils import get_openapi
 from pydantic.json_schema import models_json_schema
 
 from app.errors import PROBLEM_MEDIA_TYPE
-from app.schemas import Problem, SendBatch, SendMessage
+from app.schemas import INT64_MAX, Problem, SendBatch, SendMessage
 from app.security.policy import Access, rule_for
 
 _REQUEST_ID_HEADER = {
@@ -46,6 +48,7 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
     for name, definition in extra.get("$defs", {}).items():
         components.setdefault(name, definition)
     schema["components"]["schemas"] = dict(sorted(components.items()))
+    _integer_bounds(schema)
     security = getattr(app.state, "security", None)
     _add_security(schema, auth_required=security is not None and security.auth_enabled)
     for path_item in schema.get("paths", {}).values():
@@ -54,6 +57,38 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
                 response.setdefault("headers", {}).update(_REQUEST_ID_HEADER)
     app.openapi_schema = schema
     return schema
+
+
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+_PYDANTIC_BOUNDS = {
+    "ge": "minimum",
+    "le": "maximum",
+    "gt": "exclusiveMinimum",
+    "lt": "exclusiveMaximum",
+}
+"""Pydantic writes a bound under its own name when it cannot put it on the integer schema
+itself, as for an optional :data:`app.schemas.JsonInt`."""
+
+
+def _integer_bounds(node: Any) -> None:
+    """Write the bounds of every ``integer`` schema as JSON Schema bounds and as integers,
+    2^63-1 exactly."""
+    if isinstance(node, list):
+        for item in node:
+            _integer_bounds(item)
+        return
+    if not isinstance(node, dict):
+        return
+    if node.get("type") == "integer":
+        for name, key in _PYDANTIC_BOUNDS.items():
+            if name in node:
+                node[key] = node.pop(name)
+        for key in _BOUNDS:
+            value = node.get(key)
+            if isinstance(value, float) and value.is_integer():
+                node[key] = INT64_MAX if value == float(INT64_MAX) else int(value)
+    for value in node.values():
+        _integer_bounds(value)
 
 
 # ==================================================================== security

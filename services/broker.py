@@ -8,6 +8,9 @@ Lifecycle::
 ``start()`` opens the store (lock, load, recover) and loads the config files in a worker thread,
 so the event loop keeps answering ``/healthz`` during a long recovery. ``stop()`` answers every
 parked long-poll, persists offsets and configs, and closes the store (which removes ``abort``).
+
+The store stays private: the HTTP layer reaches it only through the services. Every put goes
+through one :class:`~services.appender.Appender` (append, then wait until durable).
 """
 
 from __future__ import annotations
@@ -15,12 +18,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
 import threading
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
+from services.appender import Appender
 from services.dlq import DlqService
 from services.durability import DurabilityTracker
 from services.errors import BrokerUnavailableError
@@ -34,8 +37,9 @@ from services.pull import PullService
 from services.schedule import DelayScheduler
 from services.send import SendLimits, SendService
 from services.send_back import SendBackService
+from services.store_status import StoreGauges, StoreStatusService
 from services.topics import TopicPolicy, TopicService
-from storage import Message, MessageStore, PutResult, PutStatus, StoreConfig
+from storage import MessageStore, StoreConfig
 from storage.config_managers import (
     ConsumerOffsetManager,
     DelayOffsetManager,
@@ -113,11 +117,12 @@ class Broker:
         self._store = store
         self._durability = DurabilityTracker(store)
         self._durability.start()
+        appender = Appender(store, self._durability)
         store.start_services()
-        self._services = _Services.build(self, store)
+        self._services = _Services.build(self, store, appender)
         store.arrival_listeners.append(self._on_arrival)
         self._offset_persister.start()
-        self._scheduler = DelayScheduler(store, self.delay_offsets, self.put)
+        self._scheduler = DelayScheduler(store, self.delay_offsets, appender.put)
         await self._scheduler.start()
         self._index_catch_up = asyncio.create_task(self._catch_up_index(), name="index-catch-up")
         self.state = BrokerState.RUNNING
@@ -138,6 +143,8 @@ class Broker:
     def begin_shutdown(self) -> None:
         """Answer every parked long-poll now and refuse new parks (the server is stopping)."""
         self.waiters.close()
+        if self._services is not None:  # end paced redrives and redrive jobs
+            self._services.dlq.begin_shutdown()
 
     async def stop(self) -> None:
         """Answer parked pulls, persist offsets and configs, close the store."""
@@ -154,7 +161,7 @@ class Broker:
             await asyncio.gather(self._index_catch_up, return_exceptions=True)
         if self._scheduler is not None:
             await self._scheduler.stop()
-        store = self.store
+        store = self._require_store()
         # The flushers do their last flush; then every put still waiting is answered.
         await asyncio.to_thread(store.stop_services)
         if self._durability is not None:
@@ -180,7 +187,7 @@ class Broker:
 
     async def _catch_up_index(self) -> None:
         """Rebuild the key index in slices so the loop keeps serving meanwhile."""
-        store = self.store
+        store = self._require_store()
         caught_up = False
         while not caught_up:
             caught_up = store.catch_up_index(max_records=5000)
@@ -192,8 +199,7 @@ class Broker:
     def running(self) -> bool:
         return self.state is BrokerState.RUNNING
 
-    @property
-    def store(self) -> MessageStore:
+    def _require_store(self) -> MessageStore:
         if self._store is None:
             raise BrokerUnavailableError(f"the broker is {self.state.value}: no store yet")
         return self._store
@@ -248,6 +254,10 @@ class Broker:
         return self.services.dlq
 
     @property
+    def store_status(self) -> StoreStatusService:
+        return self.services.store_status
+
+    @property
     def scheduler(self) -> DelayScheduler:
         if self._scheduler is None:
             raise BrokerUnavailableError(f"the broker is {self.state.value}")
@@ -261,58 +271,7 @@ class Broker:
 
     def store_gauges(self) -> StoreGauges:
         """The store's positions right now (call on the event loop thread)."""
-        store = self.store
-        commit_log = store.commit_log
-        max_offset = commit_log.max_offset
-        flushed = commit_log.flushed_where
-        return StoreGauges(
-            commit_log_min_offset=max(0, commit_log.min_offset),
-            commit_log_max_offset=max_offset,
-            flushed_offset=flushed,
-            flush_lag_bytes=max(0, max_offset - flushed),
-            dispatch_behind_bytes=store.dispatch_behind_bytes,
-            writeable=store.writeable,
-        )
-
-    def disk_used_bytes(self) -> int:
-        """Bytes of disk the store directory takes (blocks, not sizes); blocking: use a thread."""
-        total = 0
-        stack = [self.config.store_dir]
-        while stack:
-            try:
-                entries = list(os.scandir(stack.pop()))
-            except OSError:
-                continue
-            for entry in entries:
-                try:
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(Path(entry.path))
-                    else:
-                        total += entry.stat(follow_symlinks=False).st_blocks * 512
-                except OSError:
-                    continue
-        return total
-
-    # ================================================================== put path
-
-    async def put(self, messages: list[Message]) -> list[PutResult]:
-        """Append one message or one atomic batch, then wait until it is durable."""
-        store = self.store
-        if len(messages) == 1:
-            results = [store.put_message(messages[0])]
-        else:
-            results = store.put_messages(messages)
-        return await self._await_durable(results)
-
-    async def _await_durable(self, results: list[PutResult]) -> list[PutResult]:
-        """SYNC_FLUSH: wait for the group commit; a flush slower than the timeout answers
-        FLUSH_DISK_TIMEOUT (stored, visible once flushed). ASYNC_FLUSH returns at once."""
-        durability = self._durability
-        if durability is None or not durability.sync or not results:
-            return results
-        if await durability.wait(max(r.end_offset for r in results)):
-            return results
-        return [dataclasses.replace(r, status=PutStatus.FLUSH_DISK_TIMEOUT) for r in results]
+        return self.store_status.gauges()
 
     # ================================================================== arrivals
 
@@ -326,18 +285,6 @@ class Broker:
 
 
 @dataclass(frozen=True, slots=True)
-class StoreGauges:
-    """Positions of the store for the metrics page."""
-
-    commit_log_min_offset: int
-    commit_log_max_offset: int
-    flushed_offset: int
-    flush_lag_bytes: int  # written but not yet forced to disk
-    dispatch_behind_bytes: int  # appended but not yet in a ConsumeQueue
-    writeable: bool
-
-
-@dataclass(frozen=True, slots=True)
 class _Services:
     topics: TopicService
     groups: GroupService
@@ -348,10 +295,12 @@ class _Services:
     send_back: SendBackService
     offset_reset: OffsetResetService
     dlq: DlqService
+    store_status: StoreStatusService
 
     @classmethod
-    def build(cls, broker: Broker, store: MessageStore) -> _Services:
+    def build(cls, broker: Broker, store: MessageStore, appender: Appender) -> _Services:
         config = broker.config
+        put = appender.put
         topics = TopicService(store, broker.topic_configs, broker.consumer_offsets, config.topics)
         groups = GroupService(broker.group_configs, broker.consumer_offsets, config.groups)
         offsets = OffsetService(store, broker.consumer_offsets, topics, groups)
@@ -360,7 +309,7 @@ class _Services:
             groups=groups,
             offsets=offsets,
             send=SendService(
-                topics, broker.put, broker.metrics, config.send, delay_levels=store.delay_levels
+                topics, put, broker.metrics, config.send, delay_levels=store.delay_levels
             ),
             pull=PullService(
                 store,
@@ -372,7 +321,8 @@ class _Services:
                 max_wait_ms=config.max_wait_ms,
             ),
             messages=MessageQueryService(store, topics),
-            send_back=SendBackService(store, groups.for_use, topics.ensure, broker.put),
+            send_back=SendBackService(store, groups.for_use, topics.ensure, put),
             offset_reset=OffsetResetService(store, broker.consumer_offsets, topics, groups),
-            dlq=DlqService(store, topics.for_send, broker.put),
+            dlq=DlqService(store, topics.for_send, put),
+            store_status=StoreStatusService(store, config.store_dir),
         )

@@ -6,19 +6,32 @@ The dead letter itself stays (the log is append-only), so nothing is lost if a r
 midway. A re-run does not send twice: a redriven message keeps its ``UNIQ_KEY``, so a
 lookup of that key in the target topic finds a copy whose ``REDRIVEN_FROM`` names this
 dead letter. ``dry_run`` reports what would move where and changes nothing.
+
+``rate_per_s`` paces the re-sends: the n-th send waits until n / rate seconds after the
+first, and nothing waits after the last one. A redrive expected to take longer than
+:data:`REDRIVE_PROMPT_S` is refused by :meth:`DlqService.redrive` (a request would be held
+open that long) and runs instead as a :class:`RedriveJob`: an asyncio task with its progress
+and outcomes so far, cancelled on request and when the broker shuts down.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+import uuid
 import zlib
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Final
+from typing import ClassVar, Final
 
-from services.errors import ServiceError
+from services.errors import (
+    BrokerUnavailableError,
+    InvalidRequestError,
+    NotFoundError,
+    ServiceError,
+)
 from services.send import PutMessages
 from services.send_back import DLQ_NUMS_PER_GROUP, dlq_topic, original_topic
 from storage import GetMessageStatus, Message, MessageStore, StorageError, StoredMessage
@@ -39,8 +52,34 @@ _DROPPED_ON_REDRIVE: Final = (
     PROPERTY_MAX_RECONSUME_TIMES,
 )
 MAX_REDRIVE: Final = 10_000
+MIN_REDRIVE_RATE: Final = 0.1
+MAX_REDRIVE_RATE: Final = 100_000.0
+REDRIVE_PROMPT_S: Final = 30.0
+"""The longest expected duration (pending messages / rate) of a redrive answered in one call."""
+MAX_ACTIVE_REDRIVE_JOBS: Final = 8
+MAX_KEPT_REDRIVE_JOBS: Final = 100
+
+log = logging.getLogger(__name__)
 
 TopicForSend = Callable[[str], Awaitable[TopicConfig]]
+
+
+class RedriveTooLongError(InvalidRequestError):
+    """A paced redrive would hold its request open too long: run it as a redrive job."""
+
+    code: ClassVar[str] = "REDRIVE_TOO_LONG"
+
+
+class RedriveJobNotFoundError(NotFoundError):
+    """No redrive job of this group has this id (or it was forgotten: only the newest are kept)."""
+
+    code: ClassVar[str] = "REDRIVE_JOB_NOT_FOUND"
+
+
+class TooManyRedriveJobsError(ServiceError):
+    """As many redrive jobs as allowed are queued or running; cancel one or wait."""
+
+    code: ClassVar[str] = "TOO_MANY_REDRIVE_JOBS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +152,103 @@ class RedriveReport:
         return sum(1 for o in self.outcomes if o.status is status)
 
 
+@dataclass(frozen=True, slots=True)
+class RedriveRequest:
+    """Which dead letters of a group to redrive, where to, and how fast."""
+
+    group: str
+    selection: DlqFilter
+    target_topic: str | None = None  # None: each message's original topic
+    dry_run: bool = False
+    limit: int = 1000
+    rate_per_s: float | None = None  # None: as fast as the store takes them
+
+
+class RedriveJobState(Enum):
+    """A redrive job's lifecycle: QUEUED -> RUNNING -> DONE, CANCELLED or FAILED."""
+
+    QUEUED = "queued"  # created; selecting its dead letters
+    RUNNING = "running"  # re-sending them
+    DONE = "done"  # every selected dead letter has an outcome
+    CANCELLED = "cancelled"  # cancelled by a caller, or by the broker's shutdown
+    FAILED = "failed"  # stopped by an unexpected error (see ``error``)
+
+
+@dataclass(slots=True)
+class RedriveJob:
+    """A redrive running in the background, with its progress and outcomes so far."""
+
+    id: str
+    request: RedriveRequest
+    created_ms: int
+    state: RedriveJobState = RedriveJobState.QUEUED
+    total: int = 0  # dead letters selected (known once it runs)
+    outcomes: list[RedriveOutcome] = field(default_factory=list)
+    finished_ms: int | None = None
+    error: str | None = None
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    @property
+    def finished(self) -> bool:
+        return self.state in _FINAL_JOB_STATES
+
+    def count(self, status: RedriveStatus) -> int:
+        return sum(1 for o in self.outcomes if o.status is status)
+
+    def finish(self, state: RedriveJobState, error: str | None = None) -> None:
+        """Enter a final state; a job already in one stays there."""
+        if not self.finished:
+            self.state = state
+            self.error = error
+            self.finished_ms = _now_ms()
+
+
+_FINAL_JOB_STATES: Final = frozenset(
+    {RedriveJobState.DONE, RedriveJobState.CANCELLED, RedriveJobState.FAILED}
+)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def check_rate(rate_per_s: float | None) -> None:
+    """InvalidRequestError unless the rate is None or within the documented range."""
+    if rate_per_s is not None and not MIN_REDRIVE_RATE <= rate_per_s <= MAX_REDRIVE_RATE:
+        raise InvalidRequestError(
+            f"rate_per_second must be from {MIN_REDRIVE_RATE} to {MAX_REDRIVE_RATE:.0f}, "
+            f"not {rate_per_s}"
+        )
+
+
+class _Pacer:
+    """Spaces sends 1/rate apart: the n-th send waits until n / rate s after the first.
+
+    Only sends take a turn (a message already moved does not), and nothing waits after the
+    last send. A wait ends early, with False, when ``stopping`` is set.
+    """
+
+    def __init__(self, rate_per_s: float | None, stopping: asyncio.Event) -> None:
+        self._interval = 1 / rate_per_s if rate_per_s else 0.0
+        self._stopping = stopping
+        self._sent = 0
+        self._start = 0.0
+
+    async def turn(self) -> bool:
+        """Wait for the next send's turn; False when the broker is stopping."""
+        if self._sent == 0:
+            self._start = time.monotonic()
+        elif self._interval:
+            delay = self._start + self._sent * self._interval - time.monotonic()
+            if delay > 0:
+                try:
+                    await asyncio.wait_for(self._stopping.wait(), delay)
+                except TimeoutError:
+                    pass
+        self._sent += 1
+        return not self._stopping.is_set()
+
+
 class DlqService:
     """Browse and redrive one group's dead letters."""
 
@@ -120,6 +256,11 @@ class DlqService:
         self._store = store
         self._topic_for_send = topic_for_send
         self._put = put
+        self._jobs: dict[str, RedriveJob] = {}
+        self._stopping = asyncio.Event()
+        # Held from the "already moved?" lookup to the end of the send, so that two
+        # redrives running at once cannot both send the same dead letter.
+        self._sending = asyncio.Lock()
 
     # ------------------------------------------------------------------ browse
 
@@ -149,7 +290,10 @@ class DlqService:
         limit: int,
         selection: DlqFilter | None,
         max_bytes: int | None = None,
+        target: str | None = None,
     ) -> tuple[list[DlqEntry], int]:
+        """Matching dead letters from ``start``, each with its copy in ``target`` (default:
+        its original topic) if it was redriven there, and where a next scan starts."""
         topic = dlq_topic(group)
         entries: list[DlqEntry] = []
         offset = start
@@ -168,7 +312,7 @@ class DlqService:
                     size += len(message.body)
                     if entries and max_bytes is not None and size > max_bytes:
                         return entries, message.queue_offset
-                    entries.append(self._entry(message, None))
+                    entries.append(self._entry(message, target))
             offset = result.next_begin_offset
         return entries, offset
 
@@ -197,33 +341,84 @@ class DlqService:
         limit: int = 1000,
         rate_per_s: float | None = None,
     ) -> RedriveReport:
-        """Re-send the selected dead letters (at most ``limit``), reporting each one."""
-        limit = max(1, min(limit, MAX_REDRIVE))
-        topic = dlq_topic(group)
-        low = self._store.min_offset_in_queue(topic, 0)
-        high = self._store.max_offset_in_queue(topic, 0)
-        entries, next_offset = self._scan(group, low, high, limit, selection)
-        outcomes = []
-        pause = 1 / rate_per_s if rate_per_s else 0.0
-        for entry in entries:
-            outcomes.append(await self._redrive_one(entry, target_topic, dry_run))
-            if pause and not dry_run:
-                await asyncio.sleep(pause)
+        """Re-send the selected dead letters (at most ``limit``), reporting each one.
+
+        RedriveTooLongError when the sends, paced at ``rate_per_s``, would take longer than
+        :data:`REDRIVE_PROMPT_S` (start a job instead); BrokerUnavailableError when the broker
+        starts shutting down midway (what was sent stays sent; a re-run finishes the rest).
+        """
+        check_rate(rate_per_s)
+        request = RedriveRequest(group, selection, target_topic, dry_run, limit, rate_per_s)
+        entries, next_offset = self._select(request)
+        self._check_prompt(request, entries)
+        outcomes: list[RedriveOutcome] = []
+        if not await self._run(request, entries, outcomes):
+            raise BrokerUnavailableError(
+                f"the broker is stopping: {len(outcomes)} of {len(entries)} dead letters were "
+                "redriven; run it again to finish (nothing is sent twice)"
+            )
         return RedriveReport(group, dry_run, outcomes, len(entries), next_offset)
 
+    def _select(self, request: RedriveRequest) -> tuple[list[DlqEntry], int]:
+        limit = max(1, min(request.limit, MAX_REDRIVE))
+        topic = dlq_topic(request.group)
+        low = self._store.min_offset_in_queue(topic, 0)
+        high = self._store.max_offset_in_queue(topic, 0)
+        return self._scan(
+            request.group, low, high, limit, request.selection, target=request.target_topic
+        )
+
+    @staticmethod
+    def _check_prompt(request: RedriveRequest, entries: list[DlqEntry]) -> None:
+        """RedriveTooLongError when the paced sends would outlast :data:`REDRIVE_PROMPT_S`."""
+        if request.dry_run or not request.rate_per_s:
+            return
+        pending = sum(1 for e in entries if e.redriven_as is None)
+        expected_s = max(0, pending - 1) / request.rate_per_s
+        if expected_s > REDRIVE_PROMPT_S:
+            raise RedriveTooLongError(
+                f"{pending} dead letters at {request.rate_per_s:g}/s take about "
+                f"{expected_s:.0f} s, longer than the {REDRIVE_PROMPT_S:.0f} s a redrive "
+                "request may take: start it as a redrive job"
+            )
+
+    async def _run(
+        self, request: RedriveRequest, entries: list[DlqEntry], outcomes: list[RedriveOutcome]
+    ) -> bool:
+        """Redrive ``entries`` in order, appending each outcome to ``outcomes`` as it comes;
+        False when the broker started stopping before the end."""
+        pacer = _Pacer(request.rate_per_s, self._stopping)
+        for entry in entries:
+            outcome = await self._redrive_one(entry, request, pacer)
+            if outcome is None:
+                return False
+            outcomes.append(outcome)
+        return True
+
     async def _redrive_one(
-        self, entry: DlqEntry, target_topic: str | None, dry_run: bool
-    ) -> RedriveOutcome:
+        self, entry: DlqEntry, request: RedriveRequest, pacer: _Pacer
+    ) -> RedriveOutcome | None:
         dead = entry.message
-        target = target_topic or entry.original_topic
+        target = request.target_topic or entry.original_topic
         uniq_key = dead.uniq_key or dead.msg_id
         copy = self._find_copy(dead, target)
         if copy is not None:
             return RedriveOutcome(
                 dead.msg_id, uniq_key, target, RedriveStatus.ALREADY_MOVED, new_msg_id=copy
             )
-        if dry_run:
+        if request.dry_run:
             return RedriveOutcome(dead.msg_id, uniq_key, target, RedriveStatus.WOULD_MOVE)
+        if not await pacer.turn():
+            return None
+        async with self._sending:
+            return await self._move(dead, target, uniq_key)
+
+    async def _move(self, dead: StoredMessage, target: str, uniq_key: str) -> RedriveOutcome:
+        copy = self._find_copy(dead, target)  # another redrive may have sent it meanwhile
+        if copy is not None:
+            return RedriveOutcome(
+                dead.msg_id, uniq_key, target, RedriveStatus.ALREADY_MOVED, new_msg_id=copy
+            )
         try:
             config = await self._topic_for_send(target)
             [result] = await self._put([self._redriven(dead, config, uniq_key)])
@@ -234,6 +429,78 @@ class DlqService:
         return RedriveOutcome(
             dead.msg_id, uniq_key, target, RedriveStatus.MOVED, new_msg_id=result.msg_id
         )
+
+    # ------------------------------------------------------------------ redrive jobs
+
+    def start_job(self, request: RedriveRequest) -> RedriveJob:
+        """Start a redrive in the background (call on the event loop); its progress is on
+        the job. TooManyRedriveJobsError beyond :data:`MAX_ACTIVE_REDRIVE_JOBS`."""
+        check_rate(request.rate_per_s)
+        if self._stopping.is_set():
+            raise BrokerUnavailableError("the broker is stopping: no new redrive jobs")
+        active = sum(1 for job in self._jobs.values() if not job.finished)
+        if active >= MAX_ACTIVE_REDRIVE_JOBS:
+            raise TooManyRedriveJobsError(
+                f"{active} redrive jobs are queued or running (the cap is "
+                f"{MAX_ACTIVE_REDRIVE_JOBS}); cancel one or wait for one to finish"
+            )
+        self._forget_finished_jobs()
+        job = RedriveJob(uuid.uuid4().hex, request, _now_ms())
+        self._jobs[job.id] = job
+        job.task = asyncio.create_task(self._run_job(job), name=f"redrive-job-{job.id}")
+        return job
+
+    def job(self, group: str, job_id: str) -> RedriveJob:
+        """The job ``job_id`` of ``group``; RedriveJobNotFoundError when there is none."""
+        job = self._jobs.get(job_id)
+        if job is None or job.request.group != group:
+            raise RedriveJobNotFoundError(f"group {group} has no redrive job {job_id}")
+        return job
+
+    def jobs(self, group: str) -> list[RedriveJob]:
+        """The group's jobs still remembered, newest first."""
+        return [job for job in reversed(self._jobs.values()) if job.request.group == group]
+
+    def cancel_job(self, group: str, job_id: str) -> RedriveJob:
+        """Cancel a queued or running job (sends already made stay); a finished job is
+        returned as it is."""
+        job = self.job(group, job_id)
+        if not job.finished:
+            job.finish(RedriveJobState.CANCELLED)
+            if job.task is not None:
+                job.task.cancel()
+        return job
+
+    def begin_shutdown(self) -> None:
+        """The broker is stopping: cancel every job, end paced redrives, refuse new jobs."""
+        self._stopping.set()
+        for job in self._jobs.values():
+            if not job.finished:
+                job.finish(RedriveJobState.CANCELLED)
+                if job.task is not None:
+                    job.task.cancel()
+
+    def _forget_finished_jobs(self) -> None:
+        """Keep at most :data:`MAX_KEPT_REDRIVE_JOBS`, dropping the oldest finished first."""
+        excess = len(self._jobs) + 1 - MAX_KEPT_REDRIVE_JOBS
+        for job in [j for j in self._jobs.values() if j.finished][: max(0, excess)]:
+            del self._jobs[job.id]
+
+    async def _run_job(self, job: RedriveJob) -> None:
+        try:
+            await asyncio.sleep(0)  # let the creating request answer first
+            entries, _ = self._select(job.request)
+            job.total = len(entries)
+            job.state = RedriveJobState.RUNNING
+            completed = await self._run(job.request, entries, job.outcomes)
+        except asyncio.CancelledError:
+            job.finish(RedriveJobState.CANCELLED)
+            raise
+        except Exception as exc:  # the job reports it; the broker carries on
+            log.exception("redrive job %s failed", job.id)
+            job.finish(RedriveJobState.FAILED, f"{type(exc).__name__}: {exc}")
+        else:
+            job.finish(RedriveJobState.DONE if completed else RedriveJobState.CANCELLED)
 
     @staticmethod
     def _redriven(dead: StoredMessage, target: TopicConfig, uniq_key: str) -> Message:
@@ -256,12 +523,25 @@ class DlqService:
 
 __all__ = [
     "DLQ_NUMS_PER_GROUP",
+    "MAX_ACTIVE_REDRIVE_JOBS",
+    "MAX_KEPT_REDRIVE_JOBS",
+    "MAX_REDRIVE",
+    "MAX_REDRIVE_RATE",
+    "MIN_REDRIVE_RATE",
     "PROPERTY_REDRIVEN_FROM",
+    "REDRIVE_PROMPT_S",
     "DlqEntry",
     "DlqFilter",
     "DlqPage",
     "DlqService",
+    "RedriveJob",
+    "RedriveJobNotFoundError",
+    "RedriveJobState",
     "RedriveOutcome",
     "RedriveReport",
+    "RedriveRequest",
     "RedriveStatus",
+    "RedriveTooLongError",
+    "TooManyRedriveJobsError",
+    "check_rate",
 ]

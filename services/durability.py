@@ -1,11 +1,12 @@
 """Durability: let puts await their flush without blocking the event loop.
 
 With SYNC_FLUSH a put is acknowledged only once its bytes are on disk, and only then
-dispatched (made visible to pulls). The store's group-commit thread flushes everything
-written so far whenever it is woken; each advance of the flushed offset reaches the loop
-as one callback, which dispatches what is now durable and resolves every waiter at or
-below it. A put that is not flushed within ``sync_flush_timeout`` is answered
-FLUSH_DISK_TIMEOUT (the message stays stored and is dispatched once flushed).
+dispatched (made visible to pulls). A waiter wakes the store's group commit
+(``wake_flush``), which flushes everything written so far; each advance of the store's
+``flushed_offset`` reaches the loop as one callback (``flush_listeners``), which dispatches
+what is now durable (``dispatch_pending``) and resolves every waiter at or below it. A put
+that is not flushed within ``sync_flush_timeout`` is answered False (the message stays
+stored and is dispatched once flushed). :class:`services.appender.Appender` is the caller.
 
 With ASYNC_FLUSH ``wait`` returns at once: the background flusher forces pages later.
 """
@@ -47,29 +48,23 @@ class DurabilityTracker:
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
-        self._on_flushed(self.store.commit_log.flushed_where)
+        self._on_flushed(self.store.flushed_offset)
         while self._waiting:
             _, _, future = self._waiting.popleft()
             if not future.done():
                 future.set_result(False)
 
-    @property
-    def waiting(self) -> int:
-        return len(self._waiting)
-
     async def wait(self, end_offset: int) -> bool:
         """True once ``end_offset`` is on disk; False after the flush timeout."""
         if not self.sync:
             return True
-        if self.store.commit_log.flushed_where >= end_offset and not self._waiting:
+        if self.store.flushed_offset >= end_offset and not self._waiting:
             self.store.dispatch_pending(end_offset)
             return True
         loop = self._loop or asyncio.get_running_loop()
         future: asyncio.Future[bool] = loop.create_future()
         self._waiting.append((end_offset, time.monotonic() + self.timeout, future))
-        group_commit = self.store.group_commit
-        if group_commit is not None:
-            group_commit.wakeup()
+        self.store.wake_flush()
         self._arm_sweeper(loop)
         return await future
 

@@ -16,7 +16,7 @@ The tree::
     │   ├── InvalidTopicConfigError     queue counts or perm outside what the store allows
     │   └── BatchRejectedError          a batch is empty, too long, too big or spans queues
     ├── ForbiddenError
-    │   ├── SystemTopicError            system topics are not written or changed directly
+    │   ├── SystemTopicError            system, retry and DLQ topics are not sent to directly
     │   ├── TopicNotWriteableError      the topic's perm has no write bit
     │   ├── TopicNotReadableError       the topic's perm has no read bit
     │   └── ConsumeDisabledError        the group's consume_enable is false
@@ -25,11 +25,16 @@ The tree::
 
 Each class carries a stable ``code`` (the same vocabulary as :mod:`storage.errors`); the
 HTTP layer maps codes to statuses in one place. Services never know a status code.
+:class:`~storage.errors.StorageError`, the root of the store's errors (an invalid topic name,
+a message too large, a store that refuses writes), passes through the services unchanged and
+is re-exported here so that the HTTP layer need not import :mod:`storage`.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
+
+from storage.errors import StorageError as StorageError
 
 
 class ServiceError(Exception):
@@ -117,7 +122,8 @@ class ForbiddenError(ServiceError):
 
 
 class SystemTopicError(ForbiddenError):
-    """System topics (``SCHEDULE_TOPIC_XXXX``) are written by the broker only."""
+    """System topics (``SCHEDULE_TOPIC_XXXX``) and a group's ``%RETRY%``/``%DLQ%`` topics are
+    written by the broker only."""
 
     code: ClassVar[str] = "SYSTEM_TOPIC"
 

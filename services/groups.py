@@ -1,9 +1,12 @@
-"""Consumer group rules: names, configs (subscriptionGroup.json), auto-creation."""
+"""Consumer group rules: names, configs (subscriptionGroup.json), auto-creation.
+
+A group name uses the topic-name characters (:mod:`storage.topic_names`), matched in full,
+and is short enough for its ``%RETRY%`` and ``%DLQ%`` topics to be valid topic names.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import re
 from dataclasses import dataclass
 from typing import Final
 
@@ -13,15 +16,15 @@ from storage.config_managers import (
     SubscriptionGroupConfig,
     SubscriptionGroupManager,
 )
+from storage.topic_names import MAX_TOPIC_LENGTH, RETRY_GROUP_TOPIC_PREFIX, is_valid_name
 
-GROUP_PATTERN: Final = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-MAX_GROUP_LENGTH: Final = 120
-"""So that ``%RETRY%<group>`` and ``%DLQ%<group>`` stay within the 127-character topic limit."""
+MAX_GROUP_LENGTH: Final = MAX_TOPIC_LENGTH - len(RETRY_GROUP_TOPIC_PREFIX)
+"""120: so that ``%RETRY%<group>`` and ``%DLQ%<group>`` stay within the topic limit."""
 
 
 def check_group_name(group: str) -> str:
     """The group name itself; InvalidGroupNameError when it is not valid."""
-    if not group or len(group) > MAX_GROUP_LENGTH or not GROUP_PATTERN.match(group):
+    if not is_valid_name(group, MAX_GROUP_LENGTH):
         raise InvalidGroupNameError(
             f"invalid group name {group[:140]!r}: use 1 to {MAX_GROUP_LENGTH} characters "
             "from a-z A-Z 0-9 _ - % |"

@@ -9,7 +9,8 @@ Rules (style rule 6):
 * a waiter is registered synchronously before the first ``await``, so a message dispatched
   on the event loop between "read found nothing" and "park" cannot be missed;
 * notify is idempotent (``if not future.done()``) and skips waiters whose tag filter cannot
-  match the new message's tags code;
+  match the new message's tags code — except on keys the waiter reads unfiltered (a group's
+  retry queues: retries are delivered whatever their tag);
 * every waiter removes itself in ``finally`` — woken, timed out, cancelled or abandoned by a
   disconnected client — so the registry never holds a dead waiter;
 * the number of parked pulls is capped (:class:`~services.errors.TooManyWaitersError`);
@@ -40,13 +41,25 @@ class WakeReason(Enum):
 
 
 class _Waiter:
-    """One parked pull: its future and the tag filter a wake-up must match."""
+    """One parked pull: its future, the tag filter a wake-up must match, and the keys where
+    any arrival wakes it."""
 
-    __slots__ = ("future", "tag_filter")
+    __slots__ = ("future", "tag_filter", "unfiltered")
 
-    def __init__(self, future: asyncio.Future[WakeReason], tag_filter: TagFilter | None) -> None:
+    def __init__(
+        self,
+        future: asyncio.Future[WakeReason],
+        tag_filter: TagFilter | None,
+        unfiltered: frozenset[Key],
+    ) -> None:
         self.future = future
         self.tag_filter = tag_filter
+        self.unfiltered = unfiltered
+
+    def accepts(self, key: Key, tags_code: int) -> bool:
+        """Whether an arrival with ``tags_code`` on ``key`` may be what this pull waits for."""
+        tag_filter = self.tag_filter
+        return tag_filter is None or key in self.unfiltered or tag_filter.matches_code(tags_code)
 
     def wake(self, reason: WakeReason) -> None:
         if not self.future.done():
@@ -72,24 +85,14 @@ class WaiterRegistry:
         """How many pulls are parked right now."""
         return self._parked
 
-    @property
-    def keys(self) -> int:
-        """How many (topic, queue) keys have at least one parked pull."""
-        return len(self._by_key)
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     def notify(self, topic: str, queue_id: int, tags_code: int) -> None:
         """A message with ``tags_code`` was dispatched to (topic, queue_id): wake its waiters."""
-        waiters = self._by_key.get((topic, queue_id))
+        key = (topic, queue_id)
+        waiters = self._by_key.get(key)
         if not waiters:
             return
         for waiter in waiters:
-            if waiter.future.done():
-                continue
-            if waiter.tag_filter is None or waiter.tag_filter.matches_code(tags_code):
+            if not waiter.future.done() and waiter.accepts(key, tags_code):
                 waiter.wake(WakeReason.ARRIVED)
                 self.woken += 1
 
@@ -106,11 +109,13 @@ class WaiterRegistry:
         timeout_s: float,
         tag_filter: TagFilter | None = None,
         abandon: asyncio.Future[Any] | None = None,
+        unfiltered: Iterable[Key] = (),
     ) -> WakeReason:
         """Park until a matching arrival on any of ``keys``, the timeout, shutdown or abandon.
 
-        Raises TooManyWaitersError when the cap is reached. ``abandon`` is any awaitable the
-        future (or task) the caller completes to give up early, e.g. when its HTTP client
+        An arrival on a key of ``unfiltered`` (which are waited on too) wakes the pull
+        whatever its tag. Raises TooManyWaitersError when the cap is reached. ``abandon`` is
+        the future (or task) the caller completes to give up early, e.g. when its HTTP client
         disconnects; it is not cancelled here, so one can serve several waits.
         """
         if self._closed:
@@ -127,8 +132,9 @@ class WaiterRegistry:
         future: asyncio.Future[WakeReason] = asyncio.get_running_loop().create_future()
         if tag_filter is not None and tag_filter.matches_all:
             tag_filter = None
-        waiter = _Waiter(future, tag_filter)
-        registered = list(dict.fromkeys(keys))
+        free = frozenset(unfiltered)
+        waiter = _Waiter(future, tag_filter, free)
+        registered = list(dict.fromkeys([*keys, *free]))
         for key in registered:
             self._by_key.setdefault(key, set()).add(waiter)
         self._parked += 1

@@ -1,9 +1,15 @@
-"""Look up messages: one by its offsetMsgId, or those of a topic with a key or UNIQ_KEY."""
+"""Look up messages: one by its offsetMsgId, those of a topic with a key or UNIQ_KEY, or a
+page of one queue.
+
+Browsing a queue reads the store directly, not through the pull service: looking at a queue
+is not consuming it, so it counts no traffic and moves no offset.
+"""
 
 from __future__ import annotations
 
 import string
 import struct
+from dataclasses import dataclass
 
 from services.errors import InvalidMessageIdError, MessageNotFoundError
 from services.topics import TopicService
@@ -14,6 +20,18 @@ MAX_KEY_RESULTS = 64
 """The store's cap on one key query (RocketMQ's ``maxNum`` default)."""
 
 _HEX = frozenset(string.hexdigits)
+_READER = "spoolmq-browse"  # the group name a browse reads as (reads do not depend on it)
+_READ_BATCH = 32
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePage:
+    """Messages of one queue from ``start`` on, oldest first."""
+
+    messages: list[StoredMessage]
+    more: bool  # the queue holds more messages after the last one (within the time bound)
+    min_offset: int
+    max_offset: int
 
 
 def within_bytes(messages: list[StoredMessage], max_bytes: int | None) -> list[StoredMessage]:
@@ -55,6 +73,39 @@ class MessageQueryService:
         limit = max(1, min(max_messages, MAX_KEY_RESULTS))
         found = self._store.query_message(topic, key, limit, begin, end)[:limit]
         return within_bytes(found, max_bytes)
+
+    def browse(
+        self,
+        topic: str,
+        queue_id: int,
+        start: int,
+        limit: int,
+        until_ms: int | None = None,
+    ) -> QueuePage:
+        """Up to ``limit`` messages of a queue from ``start`` (moved into the queue's range),
+        stored at or before ``until_ms``; the topic must exist and have the queue."""
+        config = self._topics.get(topic)
+        self._topics.check_read_queue(config, queue_id)
+        store = self._store
+        low = store.min_offset_in_queue(topic, queue_id)
+        high = store.max_offset_in_queue(topic, queue_id)
+        start = min(max(start, low), high)
+        found: list[StoredMessage] = []
+        offset = start
+        while offset < high:
+            result = store.get_message(
+                _READER, topic, queue_id, offset, min(_READ_BATCH, limit + 1)
+            )
+            for message in result.messages:
+                if until_ms is not None and message.store_timestamp > until_ms:
+                    return QueuePage(found, False, low, high)
+                if len(found) == limit:
+                    return QueuePage(found, True, low, high)
+                found.append(message)
+            if result.next_begin_offset <= offset:
+                break
+            offset = result.next_begin_offset
+        return QueuePage(found, False, low, high)
 
     def by_id(self, msg_id: str) -> StoredMessage:
         """The message an offsetMsgId or a UNIQ_KEY names.

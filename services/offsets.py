@@ -171,7 +171,6 @@ class OffsetPersister:
         self._interval_s = interval_s
         self._task: asyncio.Task[None] | None = None
         self.persist_count = 0
-        self.failures = 0
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="offset-persister")
@@ -186,7 +185,6 @@ class OffsetPersister:
             if await asyncio.to_thread(self._manager.persist_if_dirty):
                 self.persist_count += 1
         except OSError:
-            self.failures += 1
             log.exception("could not persist consumer offsets; will retry")
 
     async def stop(self) -> None:

@@ -1,9 +1,13 @@
 """Pull: read a queue (or every queue of a topic for a group), long-polling when there is nothing.
 
-Statuses follow RocketMQ's GetMessageStatus (reference §10.3). A pull parks only when it found
-nothing new: ``OFFSET_OVERFLOW_ONE``, or an empty / not yet created queue read from offset 0
-(RocketMQ answers both with PULL_NOT_FOUND, the long-poll case). A tag-filtered scan that
-matched nothing moves on from ``next_begin_offset`` while wait time is left.
+Statuses follow RocketMQ's GetMessageStatus (reference §10.3). A queue the topic declares that
+no message has reached yet is ``NO_MESSAGE_IN_QUEUE`` (RocketMQ creates the ConsumeQueue on
+demand). A pull parks only where RocketMQ answers PULL_NOT_FOUND, the long-poll case:
+``OFFSET_OVERFLOW_ONE``, an empty queue read from offset 0, and ``OFFSET_FOUND_NULL`` (a
+missing ConsumeQueue file; it parks once, then answers with the next file's start). A
+tag-filtered scan that matched nothing moves on from ``next_begin_offset`` while wait time is
+left. A group pull also reads the group's ``%RETRY%`` queues, whatever the tag filter, and an
+arrival there wakes it.
 """
 
 from __future__ import annotations
@@ -19,17 +23,15 @@ from services.groups import GroupService
 from services.long_poll import WaiterRegistry, WakeReason
 from services.metrics import Metrics
 from services.offsets import OffsetCommit, OffsetService
-from services.send_back import RETRY_GROUP_TOPIC_PREFIX, original_topic, retry_topic
+from services.send_back import original_topic
 from services.topics import TopicService
 from storage import GetMessageResult, GetMessageStatus, MessageStore, StoredMessage, TagFilter
+from storage.topic_names import is_retry_topic, retry_topic
 
 AbandonFactory = Callable[[], Awaitable[Any]]
 """Returns an awaitable that completes when the caller gives up (its client disconnected)."""
 
 _MOVED = frozenset({GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY})
-_EMPTY_QUEUE = frozenset(
-    {GetMessageStatus.NO_MESSAGE_IN_QUEUE, GetMessageStatus.NO_MATCHED_LOGIC_QUEUE}
-)
 _READ_ON = frozenset(
     {
         GetMessageStatus.FOUND,
@@ -183,7 +185,7 @@ class PullService:
         deadline = started + options.wait_ms / 1000
         tag_filter = TagFilter(options.tags)
         current = offset
-        skipped = False
+        skipped = woken = False
         while True:
             result, messages = self._read(topic, queue_id, current, options, tag_filter, None)
             status = result.status
@@ -200,17 +202,15 @@ class PullService:
                 if loop.time() < deadline:
                     await asyncio.sleep(0)  # a long filtered backlog must not hog the loop
                     continue
-            waitable = status is GetMessageStatus.OFFSET_OVERFLOW_ONE or (
-                status in _EMPTY_QUEUE and current == 0
-            )
             remaining = deadline - loop.time()
-            if not waitable or remaining <= 0:
+            if not _waitable(status, current, woken) or remaining <= 0:
                 break
             reason = await self._waiters.wait(
                 ((topic, queue_id),), remaining, tag_filter, watch.future()
             )
             if reason in (WakeReason.SHUTDOWN, WakeReason.ABANDONED):
                 break
+            woken = woken or reason is WakeReason.ARRIVED
         if skipped:
             return QueuePull(
                 topic,
@@ -242,13 +242,15 @@ class PullService:
         started = loop.time()
         config = self._topics.for_read(topic)
         group_config = await self._groups.for_consume(group)
-        keys = [(topic, q) for q in range(config.read_queue_nums)]
-        keys += self._retry_keys(group, topic)
+        retry_keys = self._retry_keys(group, topic)
+        keys = [(topic, q) for q in range(config.read_queue_nums)] + retry_keys
         start = {k: self._offsets.position(group_config, k[0], k[1]) for k in keys}
         options = self._clamp(options)
         watch = _Abandon(abandon)
         try:
-            found, position = await self._pull_group(group, keys, start, options, started, watch)
+            found, position = await self._pull_group(
+                group, keys, retry_keys, start, options, started, watch
+            )
         finally:
             watch.close()
             self._metrics.pull_duration.observe(loop.time() - started)
@@ -279,6 +281,7 @@ class PullService:
         self,
         group: str,
         keys: list[tuple[str, int]],
+        retry_keys: list[tuple[str, int]],
         start: dict[tuple[str, int], int],
         options: PullOptions,
         started: float,
@@ -300,7 +303,10 @@ class PullService:
             if advanced:
                 await asyncio.sleep(0)
                 continue
-            reason = await self._waiters.wait(keys, remaining, tag_filter, watch.future())
+            # Retries are delivered whatever their tag: any arrival in a retry queue wakes.
+            reason = await self._waiters.wait(
+                keys, remaining, tag_filter, watch.future(), unfiltered=retry_keys
+            )
             if reason in (WakeReason.SHUTDOWN, WakeReason.ABANDONED):
                 break
         return messages, position
@@ -327,11 +333,13 @@ class PullService:
                 break
             offset = position[key]
             # Retries are delivered whatever their tag (RocketMQ: filterSupportRetry=false).
-            queue_filter = everything if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else tag_filter
+            queue_filter = everything if is_retry_topic(topic) else tag_filter
             limited = PullOptions(left, byte_budget, queue_filter.expression, 0)
             result, found = self._read(topic, queue_id, offset, limited, queue_filter, group)
             status = result.status
-            moved = status in _MOVED or (status in _EMPTY_QUEUE and offset != 0)
+            moved = status in _MOVED or (
+                status is GetMessageStatus.NO_MESSAGE_IN_QUEUE and offset != 0
+            )
             if moved and result.next_begin_offset != offset:
                 # The group's position is invalid (expired, or beyond the queue): correct it.
                 position[key] = start[key] = result.next_begin_offset
@@ -379,6 +387,15 @@ class PullService:
             options.max_bytes,
             None if tag_filter.matches_all else tag_filter,
         )
+        if result.status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE:
+            # Callers read only queues the topic declares; RocketMQ's findConsumeQueue creates
+            # a missing ConsumeQueue on demand, so such a queue is simply empty.
+            result = GetMessageResult(
+                status=GetMessageStatus.NO_MESSAGE_IN_QUEUE,
+                next_begin_offset=0,
+                min_offset=0,
+                max_offset=0,
+            )
         messages = result.messages
         if messages and tag_filter.tags is not None:
             # The store filtered by hash code; drop hash collisions by the exact tag.
@@ -388,6 +405,19 @@ class PullService:
     def _count_out(self, topic: str, messages: list[StoredMessage]) -> None:
         if messages:
             self._metrics.delivered(topic, len(messages), sum(len(m.body) for m in messages))
+
+
+def _waitable(status: GetMessageStatus, offset: int, woken: bool) -> bool:
+    """Whether a pull that found nothing parks (RocketMQ's PULL_NOT_FOUND cases).
+
+    A missing ConsumeQueue file (``OFFSET_FOUND_NULL``) does not come back: after one wake-up
+    the pull answers with the next file's start, as RocketMQ re-executes a woken pull once.
+    """
+    if status is GetMessageStatus.OFFSET_OVERFLOW_ONE:
+        return True
+    if status is GetMessageStatus.NO_MESSAGE_IN_QUEUE:
+        return offset == 0
+    return status is GetMessageStatus.OFFSET_FOUND_NULL and not woken
 
 
 def _queue_pull(
@@ -414,6 +444,6 @@ def _queue_pull(
 
 def _as_original(message: StoredMessage) -> StoredMessage:
     """A retried message as its consumer expects it: under the topic it was first sent to."""
-    if not message.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+    if not is_retry_topic(message.topic):
         return message
     return dataclasses.replace(message, topic=original_topic(message))

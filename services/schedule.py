@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from services.send import PutMessages
+from services.appender import PutMessages
 from storage import Message, MessageStore, StorageError
 from storage.codec import (
     PROPERTY_DELAY,
@@ -92,7 +92,6 @@ class DelayScheduler:
         self._levels = store.delay_levels
         self._arrived = {level: asyncio.Event() for level in range(1, len(self._levels) + 1)}
         self._tasks: list[asyncio.Task[None]] = []
-        self.delivered = 0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -182,7 +181,6 @@ class DelayScheduler:
         except StorageError as exc:
             log.warning("delayed message to %s not delivered yet: %s", message.topic, exc)
             return False
-        self.delivered += 1
         return True
 
     def _unit(self, queue_id: int, offset: int) -> tuple[int, int, int] | None:

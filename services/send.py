@@ -1,4 +1,6 @@
-"""Send: check messages, pick a queue, append through the broker, count traffic.
+"""Send: check producer messages, pick a queue, put them durably, count traffic.
+
+Producers may not write system or group (``%RETRY%``/``%DLQ%``) topics.
 
 Queue choice (ARCHITECTURE §4): an explicit queue id (checked against writeQueueNums), else
 the hash of a sharding key (RocketMQ's ``SelectMessageQueueByHash``: Java ``hashCode`` modulo
@@ -15,11 +17,12 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final, NamedTuple
 
+from services.appender import PutMessages as PutMessages  # re-exported for the DLQ service
 from services.errors import BatchRejectedError, InvalidPropertyError
 from services.metrics import Metrics
 from services.topics import TopicService
@@ -55,10 +58,6 @@ RESERVED_PROPERTIES: Final = frozenset(
 """Property names the broker sets or interprets; a producer may not set them directly."""
 
 _FORBIDDEN_CHARS: Final = (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)
-
-PutMessages = Callable[[list[Message]], Awaitable[list[PutResult]]]
-"""Appends one message (a list of one) or one atomic batch and waits until it is durable."""
-
 
 _NO_PROPERTIES: Final[Mapping[str, str]] = MappingProxyType({})
 
@@ -179,7 +178,7 @@ class SendService:
         levels = [self.delay_level_of(m) for m in messages]
         if len(messages) > 1 and any(levels):
             raise BatchRejectedError("a batch cannot be delayed: send delayed messages one by one")
-        config = await self._topics.for_send(topic)
+        config = await self._topics.for_produce(topic)
         queue_id = self._choose_queue(config, messages, batch_queue_id, batch_sharding_key)
         born_timestamp = time.time_ns() // 1_000_000
         host = born_host if _is_ip(born_host[0]) else ("127.0.0.1", born_host[1])

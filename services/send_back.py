@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final
 
+from services.appender import PutMessages
 from services.errors import InvalidRequestError, MessageNotFoundError
-from services.send import PutMessages
 from storage import Message, MessageStore, StoredMessage
 from storage.codec import (
     PROPERTY_DELAY,
@@ -35,22 +35,18 @@ from storage.codec import (
     TRANSACTION_TYPE_MASK,
 )
 from storage.config_managers import SubscriptionGroupConfig, TopicConfig
+from storage.topic_names import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    dlq_topic,
+    retry_topic,
+)
 
-RETRY_GROUP_TOPIC_PREFIX: Final = "%RETRY%"
-DLQ_GROUP_TOPIC_PREFIX: Final = "%DLQ%"
 DLQ_NUMS_PER_GROUP: Final = 1
 PERM_READ_WRITE: Final = 6
 
 EnsureTopic = Callable[[TopicConfig], Awaitable[None]]
 GroupLookup = Callable[[str], Awaitable[SubscriptionGroupConfig]]
-
-
-def retry_topic(group: str) -> str:
-    return RETRY_GROUP_TOPIC_PREFIX + group
-
-
-def dlq_topic(group: str) -> str:
-    return DLQ_GROUP_TOPIC_PREFIX + group
 
 
 def original_topic(message: StoredMessage) -> str:
@@ -108,7 +104,7 @@ class SendBackService:
 
     async def send_back(self, request: SendBackRequest) -> SendBackResult:
         group = await self._group_config(request.group)
-        original = self._find(request)
+        original = self.find(request.msg_id, request.commit_log_offset)
         origin_id = original.properties.get(PROPERTY_ORIGIN_MESSAGE_ID) or original.msg_id
         if group.retry_queue_nums <= 0:
             return SendBackResult(
@@ -148,13 +144,19 @@ class SendBackService:
             deliver_at,
         )
 
-    def _find(self, request: SendBackRequest) -> StoredMessage:
-        if request.msg_id is not None:
-            found = self._store.look_message_by_id(request.msg_id)
-            name = f"message {request.msg_id}"
-        elif request.commit_log_offset is not None:
-            found = self._store.look_message_by_offset(request.commit_log_offset)
-            name = f"message at commit log offset {request.commit_log_offset}"
+    def find(
+        self, msg_id: str | None = None, commit_log_offset: int | None = None
+    ) -> StoredMessage:
+        """The message a send-back names, by offsetMsgId or by CommitLog offset.
+
+        MessageNotFoundError when there is none (or its file has expired).
+        """
+        if msg_id is not None:
+            found = self._store.look_message_by_id(msg_id)
+            name = f"message {msg_id}"
+        elif commit_log_offset is not None:
+            found = self._store.look_message_by_offset(commit_log_offset)
+            name = f"message at commit log offset {commit_log_offset}"
         else:
             raise InvalidRequestError("name the message: give msg_id or commit_log_offset")
         if found is None:
@@ -188,3 +190,18 @@ class SendBackService:
             born_host=original.born_host,
             reconsume_times=original.reconsume_times + 1,
         )
+
+
+__all__ = [
+    "DLQ_GROUP_TOPIC_PREFIX",
+    "DLQ_NUMS_PER_GROUP",
+    "PERM_READ_WRITE",
+    "RETRY_GROUP_TOPIC_PREFIX",
+    "Destination",
+    "SendBackRequest",
+    "SendBackResult",
+    "SendBackService",
+    "dlq_topic",
+    "original_topic",
+    "retry_topic",
+]

@@ -1,4 +1,9 @@
-"""Topic rules: names, configs (topics.json), auto-creation, system topics, queue statistics."""
+"""Topic rules: names, configs (topics.json), auto-creation, system topics, queue statistics.
+
+Producers may not write the system topic nor a group's ``%RETRY%``/``%DLQ%`` topic
+(:meth:`TopicService.for_produce`); the broker's own puts (send-back, redrive, delayed
+delivery) reach them through :meth:`TopicService.ensure` and :meth:`TopicService.for_send`.
+"""
 
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ from storage.config_managers import (
     TopicConfig,
     TopicConfigManager,
 )
+from storage.topic_names import is_group_topic
 
 SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC})
 """Topics the broker writes itself; clients may read them but not send to or change them."""
@@ -82,8 +88,9 @@ class TopicService:
         self._policy = policy
 
     @property
-    def policy(self) -> TopicPolicy:
-        return self._policy
+    def max_queues(self) -> int:
+        """The most read or write queues a topic may have."""
+        return self._store.config.max_queues_per_topic
 
     def get(self, topic: str) -> TopicConfig:
         """The topic's config; TopicNotFoundError when there is none."""
@@ -95,8 +102,19 @@ class TopicService:
     def all(self) -> list[TopicConfig]:
         return self._manager.all()
 
+    async def for_produce(self, topic: str) -> TopicConfig:
+        """Like :meth:`for_send`, and the topic is not a group's retry or dead-letter topic:
+        only send-back and redrive put there."""
+        check_topic_name(topic)
+        if is_group_topic(topic):
+            raise SystemTopicError(
+                f"{topic} is a consumer group's retry or dead-letter topic: the broker writes it "
+                "(send a message back, or redrive dead letters, instead)"
+            )
+        return await self.for_send(topic)
+
     async def for_send(self, topic: str) -> TopicConfig:
-        """The config of a topic a producer may write to, auto-created when allowed."""
+        """The config of a topic that may be written to, auto-created when allowed."""
         check_topic_name(topic)
         if topic in SYSTEM_TOPICS:
             raise SystemTopicError(f"{topic} is a system topic: the broker writes it itself")
@@ -156,7 +174,7 @@ class TopicService:
         check_topic_name(topic)
         if topic in SYSTEM_TOPICS:
             raise SystemTopicError(f"{topic} is a system topic and cannot be changed")
-        limit = self._store.config.max_queues_per_topic
+        limit = self.max_queues
         nums = {"read_queue_nums": read_queue_nums, "write_queue_nums": write_queue_nums}
         for name, value in nums.items():
             if not 1 <= value <= limit:
@@ -200,6 +218,15 @@ class TopicService:
             store_timestamp=max(0, stored),
             min_offset=store.min_offset_in_queue(topic, queue_id),
             max_offset=store.max_offset_in_queue(topic, queue_id),
+        )
+
+    def stored_messages(self, topic: str) -> int:
+        """Messages still stored in every queue of ``topic`` (max - min offset), whether or not
+        the topic has a config; 0 when it has no queue."""
+        store = self._store
+        return sum(
+            store.max_offset_in_queue(topic, queue_id) - store.min_offset_in_queue(topic, queue_id)
+            for queue_id in store.queue_ids(topic)
         )
 
     def queue_stats(self, config: TopicConfig) -> list[QueueStats]:

@@ -1,9 +1,9 @@
 """Reading stored messages for the Messages page, and where each group stands on one.
 
-Reads go to the store directly (``MessageStore.get_message``), not through the pull service:
-looking at a queue is not consuming it, so it must not count as traffic or move an offset.
-A seek by time uses :meth:`services.topics.TopicService.offset_by_time` (the ConsumeQueue's
-binary search by store time), as ``GET /v1/topics/{topic}/queues/{queue}/offset`` does.
+Queue pages come from :meth:`services.messages.MessageQueryService.browse`: looking at a
+queue is not consuming it, so it counts no traffic and moves no offset. A seek by time uses
+:meth:`services.topics.TopicService.offset_by_time` (the ConsumeQueue's binary search by store
+time), as ``GET /v1/topics/{topic}/queues/{queue}/offset`` does.
 """
 
 from __future__ import annotations
@@ -12,12 +12,10 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from app.admin.lag import group_names
-from services import Broker, StoredMessage
-from services.send_back import dlq_topic, retry_topic
+from services import Broker, StoredMessage, dlq_topic, retry_topic
 
 MAX_RESULTS: Final = 200
 HEX_LIMIT: Final = 64 * 1024
-_READER: Final = "spoolmq-admin"
 
 
 @dataclass(slots=True)
@@ -29,42 +27,15 @@ class Found:
     notes: list[str] = field(default_factory=list)
 
 
-def read_queue(
-    broker: Broker,
-    topic: str,
-    queue_id: int,
-    start: int,
-    limit: int,
-    until_ms: int | None = None,
-) -> tuple[list[StoredMessage], bool]:
-    """Up to ``limit`` messages of one queue from ``start`` (stored at or before ``until_ms``);
-    and whether the queue had more."""
-    store = broker.store
-    found: list[StoredMessage] = []
-    offset, end = start, store.max_offset_in_queue(topic, queue_id)
-    while offset < end:
-        result = store.get_message(_READER, topic, queue_id, offset, min(32, limit + 1))
-        for message in result.messages:
-            if until_ms is not None and message.store_timestamp > until_ms:
-                return found, False
-            if len(found) == limit:
-                return found, True
-            found.append(message)
-        if result.next_begin_offset <= offset:
-            break
-        offset = result.next_begin_offset
-    return found, False
-
-
 def by_time(broker: Broker, topic: str, begin_ms: int, end_ms: int, limit: int) -> Found:
     """Messages of every queue stored in [begin_ms, end_ms], oldest first."""
     config = broker.topics.get(topic)
     found = Found()
     for queue_id in range(config.read_queue_nums):
         seek = broker.topics.offset_by_time(topic, queue_id, begin_ms)
-        messages, more = read_queue(broker, topic, queue_id, seek.offset, limit, end_ms)
-        found.messages.extend(messages)
-        found.truncated |= more
+        page = broker.messages.browse(topic, queue_id, seek.offset, limit, end_ms)
+        found.messages.extend(page.messages)
+        found.truncated |= page.more
     found.messages.sort(key=lambda m: (m.store_timestamp, m.queue_id, m.queue_offset))
     if len(found.messages) > limit:
         del found.messages[limit:]
@@ -74,22 +45,15 @@ def by_time(broker: Broker, topic: str, begin_ms: int, end_ms: int, limit: int) 
 
 def by_offset(broker: Broker, topic: str, queue_id: int, offset: int, limit: int) -> Found:
     """Messages of one queue from ``offset`` on."""
-    config = broker.topics.get(topic)
-    broker.topics.check_read_queue(config, queue_id)
-    store = broker.store
-    low, high = (
-        store.min_offset_in_queue(topic, queue_id),
-        store.max_offset_in_queue(topic, queue_id),
-    )
-    found = Found()
+    page = broker.messages.browse(topic, queue_id, offset, limit)
+    found = Found(page.messages, page.more)
+    low, high = page.min_offset, page.max_offset
     if not low <= offset < high:
         found.notes.append(
             f"queue {queue_id} holds offsets {low} to {high - 1}"
             if high > low
             else f"queue {queue_id} is empty"
         )
-        offset = min(max(offset, low), high)
-    found.messages, found.truncated = read_queue(broker, topic, queue_id, offset, limit)
     return found
 
 

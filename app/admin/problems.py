@@ -19,8 +19,7 @@ from starlette.responses import Response
 from app.admin.forms import FormError
 from app.admin.rendering import render
 from app.errors import STATUS_BY_CODE
-from services.errors import ServiceError
-from storage.errors import StorageError
+from services.errors import ServiceError, StorageError
 
 HEADINGS: Final[dict[str, str]] = {
     "TOPIC_NOT_FOUND": "No such topic",

@@ -20,7 +20,7 @@ from starlette.routing import Route
 
 from app.routes.groups import pull_group_messages
 from app.routes.messages import pull_messages, send_messages
-from app.schemas import MAX_QUEUES
+from app.schemas import MAX_QUEUES, checked_group_name
 
 _QUEUE_ID: TypeAdapter[int] = TypeAdapter(Annotated[int, Field(ge=0, lt=MAX_QUEUES)])
 
@@ -44,7 +44,8 @@ async def _pull(request: Request) -> Response:
 
 async def _pull_group(request: Request) -> Response:
     params = request.path_params
-    return await pull_group_messages(params["group"], params["topic"], request)
+    group = checked_group_name(params["group"])
+    return await pull_group_messages(group, params["topic"], request)
 
 
 def fast_routes() -> list[Route]:

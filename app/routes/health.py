@@ -40,9 +40,10 @@ async def healthz(broker: BrokerDep) -> Response:
 async def readyz(broker: BrokerDep) -> Response:
     if broker.state is not BrokerState.RUNNING:
         raise BrokerUnavailableError(f"the broker is {broker.state.value}")
-    if not broker.store.writeable:
+    gauges = broker.store_gauges()
+    if not gauges.writeable:
         raise BrokerUnavailableError(
-            f"the store refuses writes: {broker.store.not_writeable_reason}", retry_after_s=5
+            f"the store refuses writes: {gauges.not_writeable_reason}", retry_after_s=5
         )
     return OrjsonResponse(
         {"status": "ready", "state": broker.state.value, "parked_pulls": broker.waiters.parked}
@@ -62,7 +63,7 @@ async def readyz(broker: BrokerDep) -> Response:
     },
 )
 async def metrics(broker: BrokerDep) -> Response:
-    disk = await asyncio.to_thread(broker.disk_used_bytes) if broker.running else 0
+    disk = await asyncio.to_thread(broker.store_status.disk_used_bytes) if broker.running else 0
     return Response(
         render_metrics(broker, disk), media_type="text/plain; version=0.0.4; charset=utf-8"
     )

@@ -1,7 +1,8 @@
 """Path and query parameters shared by several routes, with their documented bounds.
 
-Names are documented with their pattern but checked by the services, so that a bad topic
-name is INVALID_TOPIC_NAME (400) whether it comes in the path or in a body.
+Names are documented with their pattern and checked by the services' rules, so that a bad
+topic name is INVALID_TOPIC_NAME (400) whether it comes in the path or in a body, and a bad
+group name INVALID_GROUP_NAME (400) in the path or the query.
 """
 
 from __future__ import annotations
@@ -9,8 +10,17 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import Path, Query
+from pydantic import AfterValidator
 
-from app.schemas import GROUP_MAX_LENGTH, MAX_QUEUES, TOPIC_MAX_LENGTH, TOPIC_PATTERN
+from app.schemas import (
+    GROUP_MAX_LENGTH,
+    MAX_QUEUES,
+    REDRIVE_JOB_ID_PATTERN,
+    TOPIC_MAX_LENGTH,
+    TOPIC_PATTERN,
+    ParamInt,
+    checked_group_name,
+)
 
 TopicPath = Annotated[
     str,
@@ -28,14 +38,22 @@ GroupPath = Annotated[
         description=f"Consumer group name: 1 to {GROUP_MAX_LENGTH} of `a-z A-Z 0-9 _ - % |`.",
         json_schema_extra={"pattern": TOPIC_PATTERN, "maxLength": GROUP_MAX_LENGTH},
     ),
+    AfterValidator(checked_group_name),
 ]
 QueueIdPath = Annotated[
-    int, Path(ge=0, lt=MAX_QUEUES, description="Queue id, below the topic's queue count.")
+    ParamInt, Path(ge=0, lt=MAX_QUEUES, description="Queue id, below the topic's queue count.")
 ]
 BodyEncodingQuery = Annotated[
     Literal["auto", "base64"],
     Query(
         description="`auto`: bodies that are valid UTF-8 as text, others as base64; "
         "`base64`: every body as base64."
+    ),
+]
+RedriveJobIdPath = Annotated[
+    str,
+    Path(
+        description="A redrive job's id, as its creation answered.",
+        json_schema_extra={"pattern": REDRIVE_JOB_ID_PATTERN},
     ),
 ]

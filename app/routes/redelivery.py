@@ -1,39 +1,35 @@
-"""Redelivery: send-back to retry/DLQ, dead letters and their redrive, offset resets with a
-preview, seek by time, and the delay levels' progress."""
+"""Redelivery: send-back to retry/DLQ, offset resets with a preview, seek by time, and the
+delay levels' progress; dead letters and their redrive are in :mod:`app.routes.dlq`."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query
 
 from app.deps import BrokerDep
-from app.redelivery_schemas import (
-    DeadLetterPage,
+from app.responses import problems
+from app.routes import dlq
+from app.routes.params import GroupPath, QueueIdPath, TopicPath
+from app.schemas import (
+    INT64_MAX,
     DelayLevelsOut,
     OffsetResetIn,
     OffsetResetOut,
+    ParamInt,
     QueueSeekOut,
-    RedriveIn,
-    RedriveOut,
     SendBackIn,
     SendBackOut,
-    dead_letter_page_out,
     delay_levels_out,
     offset_reset_out,
     queue_seek_out,
-    redrive_out,
     send_back_out,
 )
-from app.responses import problems
-from app.routes.params import BodyEncodingQuery, GroupPath, QueueIdPath, TopicPath
-from app.schemas import INT64_MAX
-from services.dlq import DlqFilter
-from services.groups import check_group_name
 from services.offset_reset import ResetRequest, ResetTarget
-from services.send_back import SendBackRequest, dlq_topic
+from services.send_back import SendBackRequest
 
 router = APIRouter()
+router.include_router(dlq.router)
 
 
 @router.post(
@@ -52,7 +48,6 @@ router = APIRouter()
     responses=problems(400, 403, 404, 413, 422, 503),
 )
 async def send_back(group: GroupPath, body: SendBackIn, broker: BrokerDep) -> SendBackOut:
-    check_group_name(group)
     result = await broker.send_back.send_back(
         SendBackRequest(
             group,
@@ -79,7 +74,6 @@ async def send_back(group: GroupPath, body: SendBackIn, broker: BrokerDep) -> Se
     responses=problems(400, 404, 413, 422, 503),
 )
 async def reset_offsets(group: GroupPath, body: OffsetResetIn, broker: BrokerDep) -> OffsetResetOut:
-    check_group_name(group)
     request = ResetRequest(
         ResetTarget(body.to),
         topic=body.topic,
@@ -88,72 +82,6 @@ async def reset_offsets(group: GroupPath, body: OffsetResetIn, broker: BrokerDep
         dry_run=body.dry_run,
     )
     return offset_reset_out(await broker.offset_reset.reset(group, request))
-
-
-@router.get(
-    "/v1/groups/{group}/dlq/messages",
-    tags=["groups"],
-    operation_id="listDeadLetters",
-    summary="Browse a group's dead-letter queue",
-    description=(
-        "A page of at most `limit` messages whose bodies add up to at most the server's "
-        "pull byte cap (`max_pull_bytes`, 8 MiB by default; the first message always); "
-        "`next_offset` continues."
-    ),
-    response_model=DeadLetterPage,
-    responses=problems(400, 422, 503),
-)
-async def list_dead_letters(
-    group: GroupPath,
-    broker: BrokerDep,
-    request: Request,
-    offset: Annotated[
-        int | None, Query(ge=0, le=INT64_MAX, description="Start here; default: the oldest.")
-    ] = None,
-    limit: Annotated[int, Query(ge=1, le=500, description="Most messages to return.")] = 50,
-    tags: Annotated[list[str] | None, Query(max_length=64, description="Only these tags.")] = None,
-    begin_timestamp: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
-    end_timestamp: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
-    body_encoding: BodyEncodingQuery = "auto",
-) -> DeadLetterPage:
-    check_group_name(group)
-    selection = DlqFilter(tags=tuple(tags or ()), begin_ms=begin_timestamp, end_ms=end_timestamp)
-    max_bytes = request.app.state.settings.max_pull_bytes
-    page = broker.dlq.browse(group, offset, limit, selection, max_bytes)
-    return dead_letter_page_out(group, dlq_topic(group), page, body_encoding)
-
-
-@router.post(
-    "/v1/groups/{group}/dlq/redrive",
-    tags=["groups"],
-    operation_id="redriveDeadLetters",
-    summary="Send dead letters back to their topic (or another) — preview with dry_run",
-    description=(
-        "Each selected dead letter is re-sent with `reconsume_times` 0 and a `REDRIVEN_FROM` "
-        "property; the answer lists every message's outcome. Dead letters are not removed, so "
-        "a run that stops midway loses nothing, and running it again does not send twice "
-        "(ALREADY_MOVED)."
-    ),
-    response_model=RedriveOut,
-    responses=problems(400, 403, 404, 413, 422, 503),
-)
-async def redrive_dead_letters(group: GroupPath, body: RedriveIn, broker: BrokerDep) -> RedriveOut:
-    check_group_name(group)
-    selection = DlqFilter(
-        msg_ids=frozenset(body.msg_ids),
-        tags=frozenset(body.tags),
-        begin_ms=body.begin_timestamp,
-        end_ms=body.end_timestamp,
-    )
-    report = await broker.dlq.redrive(
-        group,
-        selection,
-        target_topic=body.target_topic,
-        dry_run=body.dry_run,
-        limit=body.limit,
-        rate_per_s=body.rate_per_second,
-    )
-    return redrive_out(report)
 
 
 @router.get(
@@ -168,7 +96,7 @@ async def offset_by_time(
     topic: TopicPath,
     queue_id: QueueIdPath,
     broker: BrokerDep,
-    timestamp: Annotated[int, Query(ge=0, le=INT64_MAX, description="ms since the epoch.")],
+    timestamp: Annotated[ParamInt, Query(ge=0, le=INT64_MAX, description="ms since the epoch.")],
 ) -> QueueSeekOut:
     return queue_seek_out(
         topic, timestamp, broker.topics.offset_by_time(topic, queue_id, timestamp)

@@ -239,13 +239,14 @@ def _check_sent_back(principal: Principal, group: str | None, body: bytes, broke
     if not isinstance(data, dict):
         return  # the route refuses it (400/422) without looking anything up
     msg_id, offset = data.get("msg_id"), data.get("commit_log_offset")
+    if not isinstance(msg_id, str):
+        msg_id = None
+    if not isinstance(offset, int) or isinstance(offset, bool):
+        offset = None
+    if msg_id is None and offset is None:
+        return  # names no message: the route refuses it
     try:
-        if isinstance(msg_id, str):
-            found = broker.store.look_message_by_id(msg_id)
-        elif isinstance(offset, int) and not isinstance(offset, bool):
-            found = broker.store.look_message_by_offset(offset)
-        else:
-            return  # names no message: the route refuses it
+        found = broker.send_back.find(msg_id, offset)  # the lookup the route makes
     except Exception:
         found = None
     if found is None or not principal.may_consume(group, original_topic(found)):

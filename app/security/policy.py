@@ -100,6 +100,10 @@ RULES: Final[dict[str, Rule]] = {
     "sendBack": Rule(Access.CONSUME, group=GROUP, body=BodyCheck.SENT_BACK_MESSAGE),
     "listDeadLetters": Rule(Access.CONSUME, group=GROUP),
     "redriveDeadLetters": Rule(Access.ADMIN, dry_run_in_body=True),
+    "createRedriveJob": Rule(Access.ADMIN, dry_run_in_body=True),
+    "listRedriveJobs": ADMIN_RULE,
+    "getRedriveJob": ADMIN_RULE,
+    "cancelRedriveJob": ADMIN_RULE,
     "resetOffsets": Rule(Access.ADMIN, dry_run_in_body=True),
     # ---------------------------------------------------------------- health and docs
     "healthz": Rule(Access.PUBLIC),

@@ -27,8 +27,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Final
 
-from services import SYSTEM_TOPICS
-from services.send_back import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
+from services import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, SYSTEM_TOPICS
 
 _OWNED_PREFIXES: Final = (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)
 

@@ -112,9 +112,6 @@ class ParkedPulls:
             return principal.max_parked_pulls
         return self._defaults.max_parked_pulls
 
-    def in_flight(self, name: str) -> int:
-        return self._in_flight.get(name, 0)
-
     def enter(self, principal: Principal) -> bool:
         """Count one more long-poll; False (and nothing counted) when at the cap."""
         name = principal.name

@@ -15,9 +15,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.cli import build_parser
+from app.cli import build_parser, main
 from app.settings import Settings
 from services import StoreConfig
+from storage import MessageStore
 
 BIN = Path(sys.executable).parent
 
@@ -117,7 +118,10 @@ def test_serve_process_shuts_down_gracefully_on_sigterm(tmp_path: Path) -> None:
                 )
             )
             poll.start()
-            time.sleep(0.3)  # let the pull park (the answer is the same either way)
+            deadline = time.monotonic() + 30
+            while "spoolmq_long_polls_parked 1" not in client.get("/metrics").text:
+                assert time.monotonic() < deadline, "the pull did not park"
+                time.sleep(0.02)
             process.send_signal(signal.SIGTERM)
             poll.join(30)
         assert process.wait(timeout=30) == 0
@@ -176,3 +180,28 @@ def test_second_process_on_the_same_store_exits_with_a_message(tmp_path: Path) -
     finally:
         first.send_signal(signal.SIGTERM)
         assert first.wait(timeout=30) == 0
+
+
+def test_demo_sends_and_pulls_through_the_services(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SPOOLMQ_COMMIT_LOG_FILE_SIZE", str(1024 * 1024))
+    store = tmp_path / "demo"
+    assert main(["demo", "--store-dir", str(store)]) == 0
+    first = capsys.readouterr().out
+    assert first.count("sent ") == 3
+    assert "pulled 3 messages: FOUND, next 3" in first
+    assert main(["demo", "--store-dir", str(store)]) == 0
+    assert "pulled 6 messages: FOUND, next 6" in capsys.readouterr().out
+    assert '"DemoTopic"' in (store / "config" / "topics.json").read_text()
+    assert not (store / "abort").exists(), "closed cleanly"
+
+
+def test_demo_on_a_store_in_use_fails_with_a_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SPOOLMQ_COMMIT_LOG_FILE_SIZE", str(1024 * 1024))
+    config = StoreConfig(commit_log_file_size=1024 * 1024)
+    with MessageStore.open(tmp_path / "busy", config):
+        assert main(["demo", "--store-dir", str(tmp_path / "busy")]) == 1
+    assert "in use by another process" in capsys.readouterr().err

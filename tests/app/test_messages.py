@@ -174,12 +174,12 @@ def test_get_message_by_id(client: httpx.Client, topic: str) -> None:
 
 
 def test_percent_in_topic_names_is_decoded(client: httpx.Client) -> None:
-    response = client.post("/v1/topics/%25RETRY%25g1/messages", json={"body": "r", "queue_id": 0})
+    response = client.post("/v1/topics/%25PCT%25g1/messages", json={"body": "r", "queue_id": 0})
     assert response.status_code == 201, response.text
-    assert response.json()["topic"] == "%RETRY%g1"
-    got = client.get("/v1/topics/%25RETRY%25g1/queues/0/messages", params={"offset": 0})
-    assert got.json()["messages"][0]["topic"] == "%RETRY%g1"
-    assert client.get("/v1/topics/%25RETRY%25g1").json()["topic"] == "%RETRY%g1"
+    assert response.json()["topic"] == "%PCT%g1"
+    got = client.get("/v1/topics/%25PCT%25g1/queues/0/messages", params={"offset": 0})
+    assert got.json()["messages"][0]["topic"] == "%PCT%g1"
+    assert client.get("/v1/topics/%25PCT%25g1").json()["topic"] == "%PCT%g1"
 
 
 def test_send_and_pull_count_in_metrics(

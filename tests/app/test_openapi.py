@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import subprocess
 import sys
@@ -123,6 +124,21 @@ def test_generated_client_sends_pulls_and_commits(sdk: Any, live_server: LiveSer
         missing = pull_api.sync("NoSuchSdkTopic", 0, client=client)
         assert isinstance(missing, models.Problem)
         assert missing.code == "TOPIC_NOT_FOUND"
+
+
+def test_generated_models_see_always_sent_fields_as_required(sdk: Any) -> None:
+    # Issue 15: the SDK types an optional field as ``Unset | ...``.
+    models = importlib.import_module("spoolmq_sdk.models")
+    for model, fields in [
+        ("SendReceiptOut", ["status", "delay_level", "deliver_at"]),
+        ("RedriveOutcomeOut", ["new_msg_id", "error"]),
+        ("RedriveJobOut", ["state", "finished_at", "outcomes"]),
+    ]:
+        parameters = inspect.signature(getattr(models, model)).parameters
+        for field in fields:
+            assert "Unset" not in str(parameters[field].annotation), (model, field)
+    optional = inspect.signature(models.MessageOut).parameters["queue_topic"]
+    assert "Unset" in str(optional.annotation), "sent by retry-topic pulls only"
 
 
 @pytest.fixture

@@ -1,11 +1,15 @@
-"""Every GetMessageStatus is reachable over HTTP.
+"""Every GetMessageStatus a pull can answer, over HTTP.
 
 The rare ones need a store whose files have gone (expired CommitLog or ConsumeQueue files):
 the test removes files on the server's own event loop, as a cleaner would, then pulls.
+NO_MATCHED_LOGIC_QUEUE never reaches a client: a pull names a queue the topic declares, and a
+declared queue no message has reached yet is NO_MESSAGE_IN_QUEUE (as in RocketMQ, which
+creates the ConsumeQueue on demand).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,8 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
+from storage import MessageStore
 from storage.consume_queue import ConsumeQueue
-from tests.conftest import LiveServer, start_server
+from tests.conftest import LiveServer, start_server, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +41,15 @@ def pull(client: httpx.Client, topic: str, queue_id: int = 0, **params: Any) -> 
     return answer
 
 
+def store_of(live: LiveServer) -> MessageStore:
+    """The server's store, private to its broker: only these tests play the cleaner."""
+    store = live.broker._store
+    assert store is not None
+    return store
+
+
 def queue_of(live: LiveServer, topic: str) -> ConsumeQueue:
-    queue = live.broker.store.find_consume_queue(topic, 0)
+    queue = store_of(live).find_consume_queue(topic, 0)
     assert queue is not None
     return queue
 
@@ -50,9 +62,9 @@ def send_many(client: httpx.Client, topic: str, count: int, size: int) -> None:
 
 def test_statuses_of_a_healthy_queue(client: httpx.Client, topic: str) -> None:
     assert client.put(f"/v1/topics/{topic}", json={}).status_code == 201
-    assert pull(client, topic, offset=0)["status"] == "NO_MATCHED_LOGIC_QUEUE"
+    assert pull(client, topic, offset=0)["status"] == "NO_MESSAGE_IN_QUEUE"
     moved = pull(client, topic, offset=5)
-    assert (moved["status"], moved["next_offset"]) == ("NO_MATCHED_LOGIC_QUEUE", 0)
+    assert (moved["status"], moved["next_offset"]) == ("NO_MESSAGE_IN_QUEUE", 0)
     for tags in ("A", "B", "C"):
         client.post(
             f"/v1/topics/{topic}/messages", json={"body": tags, "tags": tags, "queue_id": 0}
@@ -67,17 +79,24 @@ def test_statuses_of_a_healthy_queue(client: httpx.Client, topic: str) -> None:
 
 def test_no_message_in_queue(live_server: LiveServer, client: httpx.Client, topic: str) -> None:
     assert client.put(f"/v1/topics/{topic}", json={}).status_code == 201
-    # A ConsumeQueue that exists but holds nothing (as after its files were cleaned up).
-    live_server.call(lambda: live_server.broker.store.find_consume_queue(topic, 1, create=True))
-    got = pull(client, topic, 1, offset=0)
-    assert (got["status"], got["max_offset"]) == ("NO_MESSAGE_IN_QUEUE", 0)
+    client.post(f"/v1/topics/{topic}/messages", json={"body": "x", "queue_id": 0})
+    # Queue 1 has no ConsumeQueue yet; queue 2's exists but holds nothing (as after its
+    # files were cleaned up): both are simply empty.
+    live_server.call(lambda: store_of(live_server).find_consume_queue(topic, 2, create=True))
+    for queue_id in (1, 2):
+        got = pull(client, topic, queue_id, offset=0)
+        assert (got["status"], got["max_offset"], got["next_offset"]) == (
+            "NO_MESSAGE_IN_QUEUE",
+            0,
+            0,
+        )
 
 
 def test_statuses_after_files_expire(tiny: LiveServer) -> None:
     client = tiny.client()
     send_many(client, "Expiring", 40, 2000)  # about 86 KB: two CommitLog files
     send_many(client, "Indexed", 40, 10)  # three ConsumeQueue files of 16 units
-    store = tiny.broker.store
+    store = store_of(tiny)
     assert tiny.call(lambda: len(store.commit_log.queue.files)) >= 2
 
     # The oldest CommitLog file is gone but the ConsumeQueue still points into it.
@@ -109,7 +128,7 @@ def test_statuses_after_files_expire(tiny: LiveServer) -> None:
 def test_group_pull_corrects_an_expired_position(tiny: LiveServer) -> None:
     client = tiny.client()
     send_many(client, "Regrouped", 10, 10)
-    store = tiny.broker.store
+    store = store_of(tiny)
     min_offset = pull(client, "Regrouped", offset=0)["min_offset"]
     tiny.call(lambda: queue_of(tiny, "Regrouped").correct_min_offset(store.commit_log.max_offset))
     assert pull(client, "Regrouped", offset=0)["status"] == "OFFSET_TOO_SMALL"
@@ -122,3 +141,25 @@ def test_group_pull_corrects_an_expired_position(tiny: LiveServer) -> None:
     assert queue0["offset"] == queue0["next_offset"] == 10 != min_offset
     offsets = client.get("/v1/groups/g/offsets", params={"topic": "Regrouped"}).json()
     assert offsets["topics"][0]["queues"][0]["committed_offset"] == 10
+
+
+def test_offset_found_null_parks_a_long_poll_until_an_arrival(tiny: LiveServer) -> None:
+    client = tiny.client()
+    send_many(client, "Gapped", 20, 10)  # two ConsumeQueue files of 16 units
+    tiny.call(lambda: queue_of(tiny, "Gapped").queue.delete_first_files(1))
+    answer: dict[str, Any] = {}
+
+    def long_poll() -> None:
+        with httpx.Client(base_url=tiny.url, timeout=60) as own:
+            answer.update(pull(own, "Gapped", offset=0, wait_ms=25_000))
+
+    thread = threading.Thread(target=long_poll, daemon=True)
+    thread.start()
+    wait_until(lambda: tiny.broker.waiters.parked == 1)
+    send_many(client, "Gapped", 10, 10)
+    thread.join(timeout=60)
+    assert (answer["status"], answer["next_offset"], answer["messages"]) == (
+        "OFFSET_FOUND_NULL",
+        16,
+        [],
+    )

@@ -46,9 +46,8 @@ def test_concurrent_sends_are_acknowledged_on_disk_and_then_pulled(
     with ThreadPoolExecutor(max_workers=16) as pool:
         receipts = list(pool.map(send, range(64)))
     assert {r["status"] for r in receipts} == {"PUT_OK"}
-    store = sync_server.broker.store
     last_end = max(int(str(r["commit_log_offset"])) for r in receipts)
-    assert sync_server.call(lambda: store.commit_log.flushed_where) > last_end
+    assert sync_server.call(lambda: sync_server.broker.store_gauges().flushed_offset) > last_end
     assert 0 < len(syncs) < 64, "concurrent sends share flushes"
     bodies: list[str] = []
     with httpx.Client(base_url=sync_server.url, timeout=30) as client:

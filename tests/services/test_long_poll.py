@@ -1,4 +1,5 @@
-"""WaiterRegistry: wake, timeout, tag filters, several keys, cap, shutdown, abandon, cleanup."""
+"""WaiterRegistry: wake, timeout, tag filters, unfiltered keys, several keys, cap, shutdown,
+abandon, cleanup."""
 
 from __future__ import annotations
 
@@ -10,6 +11,11 @@ from services import WaiterRegistry, WakeReason
 from services.errors import TooManyWaitersError
 from storage import TagFilter
 from storage.codec import tags_code
+
+
+def registered(registry: WaiterRegistry) -> int:
+    """Keys that still hold a waiter (white box: a woken or dead waiter must leave none)."""
+    return len(registry._by_key)
 
 
 async def parked(registry: WaiterRegistry, count: int) -> None:
@@ -30,7 +36,7 @@ async def test_notify_wakes_the_waiter_of_its_key() -> None:
     registry.notify("T", 0, 0)
     registry.notify("T", 0, 0)  # idempotent
     assert await waiter is WakeReason.ARRIVED
-    assert registry.parked == 0 and registry.keys == 0
+    assert registry.parked == 0 and registered(registry) == 0
     assert registry.woken == 1
 
 
@@ -38,7 +44,7 @@ async def test_timeout_leaves_nothing_behind() -> None:
     registry = WaiterRegistry(10)
     assert await registry.wait([("T", 0)], 0.01) is WakeReason.TIMEOUT
     assert await registry.wait([("T", 0)], 0) is WakeReason.TIMEOUT
-    assert registry.parked == 0 and registry.keys == 0
+    assert registry.parked == 0 and registered(registry) == 0
 
 
 async def test_tag_filter_skips_arrivals_that_cannot_match() -> None:
@@ -52,14 +58,29 @@ async def test_tag_filter_skips_arrivals_that_cannot_match() -> None:
     assert await waiter is WakeReason.ARRIVED
 
 
+async def test_unfiltered_keys_wake_whatever_the_tag() -> None:
+    registry = WaiterRegistry(10)
+    waiter = asyncio.create_task(
+        registry.wait([("T", 0)], 10, TagFilter("A"), unfiltered=[("%RETRY%g", 0)])
+    )
+    await parked(registry, 1)
+    assert registered(registry) == 2
+    registry.notify("T", 0, tags_code("B"))  # the filter still applies to the topic's queue
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    registry.notify("%RETRY%g", 0, tags_code("B"))
+    assert await waiter is WakeReason.ARRIVED
+    assert registered(registry) == 0
+
+
 async def test_one_waiter_on_several_keys() -> None:
     registry = WaiterRegistry(10)
     waiter = asyncio.create_task(registry.wait([("T", q) for q in range(4)], 10))
     await parked(registry, 1)
-    assert registry.keys == 4
+    assert registered(registry) == 4
     registry.notify("T", 3, 0)
     assert await waiter is WakeReason.ARRIVED
-    assert registry.keys == 0
+    assert registered(registry) == 0
 
 
 async def test_many_waiters_on_one_key_all_wake() -> None:
@@ -104,4 +125,4 @@ async def test_abandon_and_cancel_clean_up() -> None:
     cancelled.cancel()
     with pytest.raises(asyncio.CancelledError):
         await cancelled
-    assert registry.parked == 0 and registry.keys == 0
+    assert registry.parked == 0 and registered(registry) == 0

@@ -16,10 +16,9 @@ from app.admin.forms import Form, FormError
 from app.admin.problems import AdminRoute
 from app.admin.rendering import PREFIX, path_segment, redirect, render
 from app.deps import BrokerDep
-from services import Broker
+from services import DLQ_GROUP_TOPIC_PREFIX, Broker, dlq_topic, is_dlq_topic
 from services.dlq import MAX_REDRIVE, DlqFilter, RedriveStatus
 from services.groups import check_group_name
-from services.send_back import DLQ_GROUP_TOPIC_PREFIX, dlq_topic
 
 router = APIRouter(route_class=AdminRoute)
 
@@ -39,7 +38,7 @@ def dlq_rows(broker: Broker) -> list[DlqRow]:
     rows = []
     for config in sorted(broker.topics.all(), key=lambda c: c.topic_name):
         name = config.topic_name
-        if name.startswith(DLQ_GROUP_TOPIC_PREFIX):
+        if is_dlq_topic(name):
             stats = broker.topics.queue_stats(config)
             count = sum(q.max_offset - q.min_offset for q in stats)
             last = max((q.last_store_timestamp for q in stats), default=0)

@@ -18,11 +18,10 @@ from app.admin.problems import HEADINGS, AdminRoute, Problem
 from app.admin.rendering import render
 from app.deps import BrokerDep
 from app.responses import OrjsonResponse
-from services import Broker, SubscriptionGroupConfig
+from services import Broker, SubscriptionGroupConfig, dlq_topic
 from services.errors import GroupNotFoundError
 from services.groups import check_group_name
 from services.offset_reset import ResetPlan, ResetRequest, ResetTarget
-from services.send_back import dlq_topic
 
 router = APIRouter(route_class=AdminRoute)
 
@@ -52,8 +51,7 @@ def _config(broker: Broker, group: str) -> SubscriptionGroupConfig | None:
 
 
 def _dead_letters(broker: Broker, group: str) -> int:
-    store, topic = broker.store, dlq_topic(group)
-    return store.max_offset_in_queue(topic, 0) - store.min_offset_in_queue(topic, 0)
+    return broker.topics.stored_messages(dlq_topic(group))
 
 
 def group_rows(broker: Broker, search: str = "") -> list[GroupRow]:

@@ -16,9 +16,8 @@ from app.admin.forms import Form, FormError
 from app.admin.problems import AdminRoute
 from app.admin.rendering import PREFIX, redirect, render
 from app.deps import BrokerDep
-from services import Broker
+from services import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC, Broker
 from services.dlq import PROPERTY_REDRIVEN_FROM
-from storage.codec import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC
 
 router = APIRouter(route_class=AdminRoute)
 

@@ -22,13 +22,10 @@ TOP_GROUPS = 8
 
 
 async def _store_context(broker: Broker) -> dict[str, object]:
-    store = broker.store
     return {
         "state": broker.state.value,
         "gauges": broker.store_gauges(),
-        "not_writeable_reason": store.not_writeable_reason,
-        "flush_mode": store.config.flush_disk_type.name,
-        "disk_used": await asyncio.to_thread(broker.disk_used_bytes),
+        "disk_used": await asyncio.to_thread(broker.store_status.disk_used_bytes),
         "store_dir": str(broker.config.store_dir),
         "parked_pulls": broker.waiters.parked,
         "topic_count": len(broker.topics.all()),

@@ -17,8 +17,15 @@ from app.admin.lag import group_lag, group_names
 from app.admin.problems import AdminRoute
 from app.admin.rendering import PREFIX, redirect, render
 from app.deps import BrokerDep
-from services import SYSTEM_TOPICS, Broker, OutgoingMessage, QueueStats, TopicConfig
-from services.send_back import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
+from services import (
+    SYSTEM_TOPICS,
+    Broker,
+    OutgoingMessage,
+    QueueStats,
+    TopicConfig,
+    is_dlq_topic,
+    is_retry_topic,
+)
 
 router = APIRouter(route_class=AdminRoute)
 
@@ -40,9 +47,9 @@ class TopicKind(Enum):
 def topic_kind(topic: str) -> TopicKind:
     if topic in SYSTEM_TOPICS:
         return TopicKind.SYSTEM
-    if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+    if is_retry_topic(topic):
         return TopicKind.RETRY
-    if topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
+    if is_dlq_topic(topic):
         return TopicKind.DLQ
     return TopicKind.NORMAL
 
@@ -100,7 +107,7 @@ async def list_topics(request: Request, broker: BrokerDep) -> Response:
         "kinds": [k.value for k in TopicKind],
         "perm_choices": PERM_CHOICES,
         "deleted": query.text("deleted"),
-        "max_queues": broker.store.config.max_queues_per_topic,
+        "max_queues": broker.topics.max_queues,
     }
     return render(request, "topics.html", context, fragment="_topic_list.html")
 
@@ -145,7 +152,7 @@ def _detail_context(broker: Broker, topic: str) -> dict[str, object]:
         "queues": queues,
         "consumers": consumers,
         "perm_choices": PERM_CHOICES,
-        "max_queues": broker.store.config.max_queues_per_topic,
+        "max_queues": broker.topics.max_queues,
     }
 
 

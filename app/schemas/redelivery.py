@@ -1,21 +1,19 @@
-"""Request and response models of retries, dead letters, offset resets, seeks and delays."""
+"""Redelivery: send-back to retry or DLQ, offset resets, seek by time, delay levels."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import Field, model_validator
 
-from app.schemas import (
+from app.schemas.common import (
     INT64_MAX,
     MAX_QUEUES,
-    MessageOut,
+    JsonInt,
     RequestBody,
-    ShortText,
+    ResponseBody,
     TopicName,
-    message_out,
 )
-from services.dlq import DlqPage, RedriveReport, RedriveStatus
 from services.offset_reset import ResetPlan
 from services.schedule import LevelProgress
 from services.send_back import SendBackResult
@@ -30,17 +28,17 @@ class SendBackIn(RequestBody):
     msg_id: str | None = Field(
         default=None, min_length=32, max_length=56, description="Its msg_id (offsetMsgId)."
     )
-    commit_log_offset: int | None = Field(
+    commit_log_offset: JsonInt | None = Field(
         default=None, ge=0, le=INT64_MAX, description="Or its commit_log_offset."
     )
-    delay_level: int = Field(
+    delay_level: JsonInt = Field(
         default=0,
         ge=-1,
         le=64,
         description="0: automatic (3 + reconsume_times: 10 s, 30 s, 1 m, ...); -1: straight "
         "to the dead-letter queue; N: that delay level.",
     )
-    max_reconsume_times: int | None = Field(
+    max_reconsume_times: JsonInt | None = Field(
         default=None,
         ge=0,
         le=1000,
@@ -54,7 +52,7 @@ class SendBackIn(RequestBody):
         return self
 
 
-class SendBackOut(BaseModel):
+class SendBackOut(ResponseBody):
     destination: Literal["RETRY", "DLQ", "DROPPED"] = Field(
         description="RETRY: comes back after the delay; DLQ: dead-lettered; DROPPED: the group "
         "has no retry queues."
@@ -91,10 +89,10 @@ class OffsetResetIn(RequestBody):
     topic: TopicName | None = Field(
         default=None, description="One topic; default: every topic the group has offsets on."
     )
-    timestamp: int | None = Field(
+    timestamp: JsonInt | None = Field(
         default=None, ge=0, le=INT64_MAX, description="With `timestamp`: ms since the epoch."
     )
-    offsets: dict[str, int] | None = Field(
+    offsets: dict[str, JsonInt] | None = Field(
         default=None,
         max_length=MAX_QUEUES,
         description="With `offsets`: queue id (as a string) -> offset; other queues keep theirs.",
@@ -115,7 +113,7 @@ class OffsetResetIn(RequestBody):
         return self
 
 
-class QueueResetOut(BaseModel):
+class QueueResetOut(ResponseBody):
     topic: str
     queue_id: int
     current_offset: int = Field(description="-1 when the group never committed this queue.")
@@ -126,7 +124,7 @@ class QueueResetOut(BaseModel):
     redelivered: int = Field(description="Messages the group will receive again.")
 
 
-class OffsetResetOut(BaseModel):
+class OffsetResetOut(ResponseBody):
     group: str
     dry_run: bool
     applied: bool
@@ -158,118 +156,10 @@ def offset_reset_out(plan: ResetPlan) -> OffsetResetOut:
     )
 
 
-# ==================================================================== dead letters
-
-
-class DeadLetterOut(MessageOut):
-    original_topic: str = Field(description="Where it was first sent (RETRY_TOPIC).")
-    redriven_as: str | None = Field(
-        description="msg_id of its copy in the original topic, when it has been redriven."
-    )
-
-
-class DeadLetterPage(BaseModel):
-    group: str
-    topic: str = Field(description="%DLQ%<group>")
-    min_offset: int
-    max_offset: int
-    next_offset: int = Field(description="Pass as `offset` for the next page.")
-    messages: list[DeadLetterOut]
-
-
-def dead_letter_page_out(group: str, topic: str, page: DlqPage, encoding: str) -> DeadLetterPage:
-    return DeadLetterPage(
-        group=group,
-        topic=topic,
-        min_offset=page.min_offset,
-        max_offset=page.max_offset,
-        next_offset=page.next_offset,
-        messages=[
-            DeadLetterOut.model_validate(
-                {
-                    **message_out(entry.message, encoding),
-                    "original_topic": entry.original_topic,
-                    "redriven_as": entry.redriven_as,
-                }
-            )
-            for entry in page.entries
-        ],
-    )
-
-
-class RedriveIn(RequestBody):
-    """Which dead letters to send back, and where. Filters combine with AND; no filter
-    selects every dead letter (up to ``limit``)."""
-
-    msg_ids: list[ShortText] = Field(
-        default_factory=list, max_length=10_000, description="msg_ids or UNIQ_KEYs."
-    )
-    tags: list[ShortText] = Field(default_factory=list, max_length=64)
-    begin_timestamp: int | None = Field(default=None, ge=0, le=INT64_MAX)
-    end_timestamp: int | None = Field(default=None, ge=0, le=INT64_MAX)
-    target_topic: TopicName | None = Field(
-        default=None, description="Default: each message's original topic (RETRY_TOPIC)."
-    )
-    dry_run: bool = Field(default=False, description="Report what would move where; send none.")
-    limit: int = Field(default=1000, ge=1, le=10_000, description="At most this many messages.")
-    rate_per_second: float | None = Field(
-        default=None, gt=0, le=100_000, description="Pace the re-sends."
-    )
-
-
-class RedriveOutcomeOut(BaseModel):
-    dlq_msg_id: str
-    uniq_key: str
-    target_topic: str
-    status: Literal["WOULD_MOVE", "MOVED", "ALREADY_MOVED", "FAILED"]
-    new_msg_id: str | None = None
-    error: str | None = None
-
-
-class RedriveSummary(BaseModel):
-    selected: int
-    would_move: int
-    moved: int
-    already_moved: int
-    failed: int
-
-
-class RedriveOut(BaseModel):
-    group: str
-    dry_run: bool
-    summary: RedriveSummary
-    outcomes: list[RedriveOutcomeOut]
-
-
-def redrive_out(report: RedriveReport) -> RedriveOut:
-    return RedriveOut(
-        group=report.group,
-        dry_run=report.dry_run,
-        summary=RedriveSummary(
-            selected=len(report.outcomes),
-            would_move=report.count(RedriveStatus.WOULD_MOVE),
-            moved=report.count(RedriveStatus.MOVED),
-            already_moved=report.count(RedriveStatus.ALREADY_MOVED),
-            failed=report.count(RedriveStatus.FAILED),
-        ),
-        outcomes=[
-            RedriveOutcomeOut(
-                dlq_msg_id=o.dlq_msg_id,
-                uniq_key=o.uniq_key,
-                target_topic=o.target_topic,
-                status=o.status.value,
-                new_msg_id=o.new_msg_id,
-                error=o.error,
-            )
-            for o in report.outcomes
-        ],
-    )
-
-
 # ==================================================================== seek and delays
 
 
-class QueueSeekOut(BaseModel):
+class QueueSeekOut(ResponseBody):
     topic: str
     queue_id: int
     timestamp: int
@@ -293,7 +183,7 @@ def queue_seek_out(topic: str, timestamp: int, seek: QueueSeek) -> QueueSeekOut:
     )
 
 
-class DelayLevelOut(BaseModel):
+class DelayLevelOut(ResponseBody):
     level: int
     delay_ms: int
     next_offset: int = Field(description="Next message of SCHEDULE_TOPIC_XXXX to deliver.")
@@ -301,7 +191,7 @@ class DelayLevelOut(BaseModel):
     waiting: int = Field(description="Messages stored for this level, not delivered yet.")
 
 
-class DelayLevelsOut(BaseModel):
+class DelayLevelsOut(ResponseBody):
     levels: list[DelayLevelOut]
 
 

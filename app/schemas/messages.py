@@ -1,71 +1,35 @@
-"""Request and response bodies of the HTTP API (pydantic), and converters from domain values.
+"""Messages: send (JSON or raw body), pull from one queue or for a group, look up by key.
 
-Request models are strict (``false`` is not an integer, ``"1"`` is not a number) and forbid
-unknown fields, so a typo is a 422 rather than a silently ignored option. The hot paths (send
-and pull) build plain dicts with the ``*_out`` functions below and render them with orjson; the
-response models document exactly those shapes.
+The hot paths (send and pull) build plain dicts with the ``*_out`` functions below and render
+them with orjson; the response models document exactly those shapes.
 """
 
 from __future__ import annotations
 
 import base64
 import functools
-from typing import Annotated, Literal, Self
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from app.settings import MAX_PULL_MESSAGES, MAX_REQUEST_BYTES, MAX_WAIT_MS
-from services import (
-    SYSTEM_TOPICS,
-    GetMessageStatus,
-    GroupPull,
-    QueueLag,
-    QueuePull,
-    QueueStats,
-    SendReceipt,
-    StoredMessage,
-    SubscriptionGroupConfig,
-    TopicConfig,
-    TopicLag,
-    encode_msg_id,
+from app.schemas.common import (
+    INT64_MAX,
+    MAX_BATCH_MESSAGES,
+    MAX_DELAY_LEVEL,
+    MAX_KEYS,
+    MAX_PROPERTIES,
+    MAX_QUEUES,
+    GroupName,
+    JsonInt,
+    ParamInt,
+    PropertyValue,
+    PullStatus,
+    RequestBody,
+    ResponseBody,
+    ShortText,
 )
-
-TOPIC_PATTERN = r"^[%|a-zA-Z0-9_-]+$"
-TOPIC_MAX_LENGTH = 127
-GROUP_MAX_LENGTH = 120
-MAX_QUEUES = 1024
-MAX_BATCH_MESSAGES = 1000
-MAX_PROPERTIES = 64
-MAX_KEYS = 64
-MAX_DELAY_LEVEL = 64  # the server's delay table decides; 18 levels by default
-INT64_MAX = 2**63 - 1
-
-PullStatus = Literal[
-    "FOUND",
-    "NO_MATCHED_MESSAGE",
-    "MESSAGE_WAS_REMOVING",
-    "OFFSET_FOUND_NULL",
-    "OFFSET_OVERFLOW_BADLY",
-    "OFFSET_OVERFLOW_ONE",
-    "OFFSET_TOO_SMALL",
-    "NO_MATCHED_LOGIC_QUEUE",
-    "NO_MESSAGE_IN_QUEUE",
-]
-assert set(PullStatus.__args__) == {s.value for s in GetMessageStatus}  # type: ignore[attr-defined]
-
-TopicName = Annotated[
-    str,
-    StringConstraints(min_length=1, max_length=TOPIC_MAX_LENGTH, pattern=TOPIC_PATTERN),
-]
-ShortText = Annotated[str, StringConstraints(min_length=1, max_length=255)]
-PropertyValue = Annotated[str, StringConstraints(min_length=1, max_length=16_384)]
-
-
-class RequestBody(BaseModel):
-    """Base of request bodies: strict types, unknown fields rejected."""
-
-    model_config = ConfigDict(strict=True, extra="forbid")
-
+from app.settings import MAX_PULL_MESSAGES, MAX_REQUEST_BYTES, MAX_WAIT_MS
+from services import GroupPull, QueuePull, SendReceipt, StoredMessage, encode_msg_id
 
 # ==================================================================== send
 
@@ -97,13 +61,13 @@ class SendMessage(RequestBody):
             "refused; UNIQ_KEY may be given, else the broker sets one."
         ),
     )
-    queue_id: int | None = Field(
+    queue_id: JsonInt | None = Field(
         default=None, ge=0, lt=MAX_QUEUES, description="Send to this queue (below writeQueueNums)."
     )
     sharding_key: ShortText | None = Field(
         default=None, description="Messages with the same key go to the same queue."
     )
-    delay_level: int = Field(
+    delay_level: JsonInt = Field(
         default=0,
         ge=0,
         le=MAX_DELAY_LEVEL,
@@ -112,7 +76,7 @@ class SendMessage(RequestBody):
             "30m 1h 2h by default (levels 1 to 18; the server's table may differ)."
         ),
     )
-    deliver_after_ms: int | None = Field(
+    deliver_after_ms: JsonInt | None = Field(
         default=None,
         ge=0,
         le=INT64_MAX,
@@ -128,13 +92,15 @@ class SendBatch(RequestBody):
     """Several messages stored atomically in one queue with consecutive offsets."""
 
     messages: list[SendMessage] = Field(min_length=1, max_length=MAX_BATCH_MESSAGES)
-    queue_id: int | None = Field(
+    queue_id: JsonInt | None = Field(
         default=None, ge=0, lt=MAX_QUEUES, description="Queue of the batch."
     )
     sharding_key: ShortText | None = Field(default=None, description="Sharding key of the batch.")
 
 
-class SendReceiptOut(BaseModel):
+class SendReceiptOut(ResponseBody):
+    """Where one message was stored. Every field is always sent."""
+
     msg_id: str = Field(description="offsetMsgId: GET /v1/messages/{msg_id} finds it.")
     uniq_key: str = Field(description="Client-style id (UNIQ_KEY property).")
     queue_id: int
@@ -158,7 +124,7 @@ class SendReceiptOut(BaseModel):
     )
 
 
-class SendResponse(BaseModel):
+class SendResponse(ResponseBody):
     topic: str
     messages: list[SendReceiptOut]
 
@@ -196,16 +162,16 @@ class RawSendQuery(BaseModel):
         max_length=MAX_PROPERTIES,
         description="Raw body only: a property as `name=value`; repeat for more.",
     )
-    queue_id: int | None = Field(
+    queue_id: ParamInt | None = Field(
         default=None, ge=0, lt=MAX_QUEUES, description="Raw body only: the queue."
     )
     sharding_key: ShortText | None = Field(
         default=None, description="Raw body only: the sharding key."
     )
-    delay_level: int | None = Field(
+    delay_level: ParamInt | None = Field(
         default=None, ge=0, le=MAX_DELAY_LEVEL, description="Raw body only: the delay level."
     )
-    deliver_after_ms: int | None = Field(
+    deliver_after_ms: ParamInt | None = Field(
         default=None,
         ge=0,
         le=INT64_MAX,
@@ -233,10 +199,10 @@ class RawSendQuery(BaseModel):
 class PullLimits(BaseModel):
     """Query parameters every pull shares."""
 
-    max_messages: int = Field(
+    max_messages: ParamInt = Field(
         default=32, ge=1, le=MAX_PULL_MESSAGES, description="Most messages to return."
     )
-    max_bytes: int | None = Field(
+    max_bytes: ParamInt | None = Field(
         default=None,
         ge=1,
         le=64 * 1024 * 1024,
@@ -249,7 +215,7 @@ class PullLimits(BaseModel):
         max_length=1024,
         description="Tag filter: `*` or `TagA||TagB`.",
     )
-    wait_ms: int = Field(
+    wait_ms: ParamInt = Field(
         default=0,
         ge=0,
         le=MAX_WAIT_MS,
@@ -266,20 +232,17 @@ class PullLimits(BaseModel):
 class PullQuery(PullLimits):
     """Query parameters of a pull from one queue."""
 
-    offset: int | None = Field(
+    offset: ParamInt | None = Field(
         default=None,
         ge=0,
         le=INT64_MAX,
         description="Queue offset to read from; default: the group's position when `group` "
         "is given, else the queue's min offset.",
     )
-    group: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=GROUP_MAX_LENGTH,
-        description="Consumer group (for its position).",
+    group: GroupName | None = Field(
+        default=None, description="Consumer group (for its position and `commit_offset`)."
     )
-    commit_offset: int | None = Field(
+    commit_offset: ParamInt | None = Field(
         default=None,
         ge=0,
         le=INT64_MAX,
@@ -295,8 +258,8 @@ class GroupPullQuery(PullLimits):
     )
 
 
-class MessageOut(BaseModel):
-    """A stored message."""
+class MessageFields(ResponseBody):
+    """The fields of a stored message, always sent."""
 
     msg_id: str
     topic: str
@@ -311,17 +274,25 @@ class MessageOut(BaseModel):
     born_timestamp: int
     store_timestamp: int
     reconsume_times: int
+
+
+class MessageOut(MessageFields):
+    """A stored message; ``queue_topic`` only on group pulls from the retry topic."""
+
+    # queue_topic is left out when it would be null, so it is the one optional field.
+    model_config = ConfigDict(json_schema_serialization_defaults_required=False)
+
     queue_topic: str | None = Field(
         default=None,
         description=(
-            "Group pulls: set when the message was read from the group's retry topic "
-            "(%RETRY%<group>); commit its queue_offset to that topic's queue. `topic` is then "
-            "the topic it was first sent to."
+            "Sent only by group pulls, and only for a message read from the group's retry "
+            "topic (%RETRY%<group>): commit its queue_offset to that topic's queue. `topic` "
+            "is then the topic it was first sent to."
         ),
     )
 
 
-class MessageListResponse(BaseModel):
+class MessageListResponse(ResponseBody):
     topic: str
     messages: list[MessageOut]
 
@@ -330,13 +301,13 @@ class KeyQuery(BaseModel):
     """Query parameters of a lookup by key."""
 
     key: ShortText = Field(description="A business key (KEYS) or a UNIQ_KEY.")
-    begin_timestamp: int = Field(
+    begin_timestamp: ParamInt = Field(
         default=0, ge=0, le=INT64_MAX, description="Stored at or after (ms since the epoch)."
     )
-    end_timestamp: int | None = Field(
+    end_timestamp: ParamInt | None = Field(
         default=None, ge=0, le=INT64_MAX, description="Stored at or before (default: now)."
     )
-    max_messages: int = Field(
+    max_messages: ParamInt = Field(
         default=32,
         ge=1,
         le=64,
@@ -350,7 +321,7 @@ class KeyQuery(BaseModel):
     )
 
 
-class PullResponse(BaseModel):
+class PullResponse(ResponseBody):
     topic: str
     queue_id: int
     status: PullStatus = Field(description="RocketMQ's GetMessageStatus name.")
@@ -361,7 +332,7 @@ class PullResponse(BaseModel):
     messages: list[MessageOut]
 
 
-class QueueProgressOut(BaseModel):
+class QueueProgressOut(ResponseBody):
     queue_id: int
     offset: int = Field(description="The group's position when the pull started.")
     next_offset: int = Field(description="Commit this to acknowledge what was returned.")
@@ -369,7 +340,7 @@ class QueueProgressOut(BaseModel):
     topic: str = Field(description="The queue's topic: the pulled topic or %RETRY%<group>.")
 
 
-class GroupPullResponse(BaseModel):
+class GroupPullResponse(ResponseBody):
     group: str
     topic: str
     messages: list[MessageOut]
@@ -455,240 +426,3 @@ def _with_queue_topic(out: dict[str, object], queue_topic: str, topic: str) -> d
     if queue_topic != topic:
         out["queue_topic"] = queue_topic
     return out
-
-
-# ==================================================================== offsets
-
-
-class OffsetCommitIn(RequestBody):
-    offset: int = Field(ge=0, description="The next offset the group will consume.")
-
-
-class OffsetCommitItem(RequestBody):
-    topic: TopicName
-    queue_id: int = Field(ge=0, lt=MAX_QUEUES)
-    offset: int = Field(ge=0, description="The next offset the group will consume.")
-
-
-class OffsetBatchIn(RequestBody):
-    offsets: list[OffsetCommitItem] = Field(min_length=1, max_length=MAX_BATCH_MESSAGES)
-
-
-class CommittedOffsetOut(BaseModel):
-    topic: str
-    queue_id: int
-    offset: int
-
-
-class OffsetCommitResponse(BaseModel):
-    group: str
-    offsets: list[CommittedOffsetOut]
-
-
-class QueueLagOut(BaseModel):
-    queue_id: int
-    committed_offset: int
-    min_offset: int
-    max_offset: int
-    lag: int = Field(description="Messages between the committed offset and the max offset.")
-    lag_seconds: float | None = Field(
-        description="Age of the oldest message not consumed yet: now minus its store time "
-        "(0 when nothing waits; null when its store time cannot be read)."
-    )
-    last_commit_timestamp: int
-
-
-class TopicLagOut(BaseModel):
-    topic: str
-    total_lag: int
-    queues: list[QueueLagOut]
-
-
-class GroupOffsetsResponse(BaseModel):
-    group: str
-    total_lag: int
-    topics: list[TopicLagOut]
-
-
-def queue_lag_out(lag: QueueLag) -> QueueLagOut:
-    return QueueLagOut(
-        queue_id=lag.queue_id,
-        committed_offset=lag.committed_offset,
-        min_offset=lag.min_offset,
-        max_offset=lag.max_offset,
-        lag=lag.lag,
-        lag_seconds=lag.lag_seconds,
-        last_commit_timestamp=lag.last_commit_timestamp,
-    )
-
-
-def group_offsets_out(group: str, report: list[TopicLag]) -> GroupOffsetsResponse:
-    topics = [
-        TopicLagOut(
-            topic=t.topic, total_lag=t.total_lag, queues=[queue_lag_out(q) for q in t.queues]
-        )
-        for t in report
-    ]
-    return GroupOffsetsResponse(
-        group=group, total_lag=sum(t.total_lag for t in topics), topics=topics
-    )
-
-
-# ==================================================================== topics
-
-
-class TopicIn(RequestBody):
-    read_queue_nums: int = Field(
-        default=8, ge=1, le=MAX_QUEUES, description="Queues consumers read."
-    )
-    write_queue_nums: int = Field(
-        default=8, ge=1, le=MAX_QUEUES, description="Queues producers write."
-    )
-    perm: int = Field(
-        default=6, ge=0, le=7, description="PermName bits: 4 read, 2 write, 1 inherit."
-    )
-    order: bool = False
-
-
-class QueueStatsOut(BaseModel):
-    queue_id: int
-    min_offset: int
-    max_offset: int
-    last_store_timestamp: int = Field(description="Ms of the newest message; 0 when empty.")
-
-
-class TopicOut(BaseModel):
-    topic: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
-    readable: bool
-    writeable: bool
-    order: bool
-    system: bool = Field(description="Written by the broker only.")
-
-
-class TopicDetailOut(TopicOut):
-    queues: list[QueueStatsOut]
-
-
-class TopicListResponse(BaseModel):
-    topics: list[TopicOut]
-
-
-def topic_out(config: TopicConfig) -> TopicOut:
-    return TopicOut(
-        topic=config.topic_name,
-        read_queue_nums=config.read_queue_nums,
-        write_queue_nums=config.write_queue_nums,
-        perm=config.perm,
-        readable=config.is_readable,
-        writeable=config.is_writeable,
-        order=config.order,
-        system=config.topic_name in SYSTEM_TOPICS,
-    )
-
-
-def topic_detail_out(config: TopicConfig, queues: list[QueueStats]) -> TopicDetailOut:
-    return TopicDetailOut(
-        **topic_out(config).model_dump(),
-        queues=[
-            QueueStatsOut(
-                queue_id=q.queue_id,
-                min_offset=q.min_offset,
-                max_offset=q.max_offset,
-                last_store_timestamp=q.last_store_timestamp,
-            )
-            for q in queues
-        ],
-    )
-
-
-# ==================================================================== groups
-
-
-class GroupIn(RequestBody):
-    consume_enable: bool = Field(default=True, description="Whether the group may pull.")
-    consume_from: Literal["earliest", "latest", "timestamp"] = Field(
-        default="earliest",
-        description="Where the group starts on a queue it never committed.",
-    )
-    consume_from_timestamp: int | None = Field(
-        default=None,
-        ge=0,
-        description="Ms since the epoch; required when consume_from is timestamp.",
-    )
-    retry_queue_nums: int = Field(default=1, ge=0, le=MAX_QUEUES)
-    retry_max_times: int = Field(
-        default=16, ge=-1, le=10_000, description="-1 means the default, 16."
-    )
-
-    @model_validator(mode="after")
-    def _timestamp_with_timestamp(self) -> Self:
-        if (self.consume_from == "timestamp") != (self.consume_from_timestamp is not None):
-            raise ValueError(
-                "consume_from_timestamp is required with consume_from=timestamp, and only then"
-            )
-        return self
-
-
-class GroupOut(BaseModel):
-    group: str
-    consume_enable: bool
-    consume_from: Literal["earliest", "latest", "timestamp"]
-    consume_from_timestamp: int | None
-    retry_queue_nums: int
-    retry_max_times: int
-
-
-class GroupListResponse(BaseModel):
-    groups: list[GroupOut]
-
-
-def group_out(config: SubscriptionGroupConfig) -> GroupOut:
-    timestamp = config.consume_from_timestamp
-    consume_from: Literal["earliest", "latest", "timestamp"] = "earliest"
-    if timestamp is not None:
-        consume_from = "timestamp"
-    elif config.consume_from == "latest":
-        consume_from = "latest"
-    return GroupOut(
-        group=config.group_name,
-        consume_enable=config.consume_enable,
-        consume_from=consume_from,
-        consume_from_timestamp=timestamp,
-        retry_queue_nums=config.retry_queue_nums,
-        retry_max_times=config.retry_max_times,
-    )
-
-
-# ==================================================================== health and errors
-
-
-class HealthResponse(BaseModel):
-    status: Literal["ok"]
-
-
-class ReadyResponse(BaseModel):
-    status: Literal["ready"]
-    state: str
-    parked_pulls: int
-
-
-class FieldError(BaseModel):
-    loc: list[str | int] = Field(description="Where: body, query, path or header, then names.")
-    msg: str
-    type: str
-
-
-class Problem(BaseModel):
-    """RFC 9457 problem details, plus a stable ``code`` and the request id."""
-
-    type: str = Field(description="A URI naming the problem type (urn:spoolmq:problem:<code>).")
-    title: str
-    status: int
-    detail: str
-    code: str = Field(description="Stable, machine-readable error code, e.g. TOPIC_NOT_FOUND.")
-    instance: str = Field(description="The request path.")
-    request_id: str
-    errors: list[FieldError] | None = Field(default=None, description="Field errors of a 422.")

@@ -1,0 +1,214 @@
+"""Dead letters: browse a group's DLQ, redrive it in one call, or as a background job.
+
+A redrive call answers when every selected dead letter has its outcome, so it is for dry
+runs and for redrives that finish promptly; a paced redrive expected to take longer than
+``REDRIVE_PROMPT_S`` is refused (REDRIVE_TOO_LONG) and runs as a job instead:
+``POST .../redrive-jobs`` answers 202 at once, ``GET`` shows its progress, ``DELETE`` cancels it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from starlette.responses import Response
+
+from app.deps import BrokerDep
+from app.errors import PROBLEM_MEDIA_TYPE
+from app.responses import PROBLEM_SCHEMA_REF, problems
+from app.routes.params import BodyEncodingQuery, GroupPath, RedriveJobIdPath
+from app.schemas import (
+    INT64_MAX,
+    DeadLetterPage,
+    ParamInt,
+    RedriveIn,
+    RedriveJobListOut,
+    RedriveJobOut,
+    RedriveOut,
+    dead_letter_page_out,
+    redrive_job_list_out,
+    redrive_job_out,
+    redrive_out,
+)
+from services.dlq import (
+    MAX_ACTIVE_REDRIVE_JOBS,
+    REDRIVE_PROMPT_S,
+    DlqFilter,
+    RedriveRequest,
+    RedriveTooLongError,
+)
+from services.send_back import dlq_topic
+
+router = APIRouter(tags=["groups"])
+
+_JOB_NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {
+        "description": "The group has no redrive job with this id (REDRIVE_JOB_NOT_FOUND).",
+        "content": {PROBLEM_MEDIA_TYPE: {"schema": PROBLEM_SCHEMA_REF}},
+    }
+}
+_TOO_MANY_JOBS: dict[int | str, dict[str, Any]] = {
+    409: {
+        "description": f"{MAX_ACTIVE_REDRIVE_JOBS} redrive jobs are already queued or running "
+        "(TOO_MANY_REDRIVE_JOBS): cancel one or wait for one to finish.",
+        "content": {PROBLEM_MEDIA_TYPE: {"schema": PROBLEM_SCHEMA_REF}},
+    }
+}
+
+
+def _jobs_path(group: str) -> str:
+    return f"/v1/groups/{group}/dlq/redrive-jobs"
+
+
+def _redrive_request(group: str, body: RedriveIn) -> RedriveRequest:
+    selection = DlqFilter(
+        msg_ids=frozenset(body.msg_ids),
+        tags=frozenset(body.tags),
+        begin_ms=body.begin_timestamp,
+        end_ms=body.end_timestamp,
+    )
+    return RedriveRequest(
+        group,
+        selection,
+        target_topic=body.target_topic,
+        dry_run=body.dry_run,
+        limit=body.limit,
+        rate_per_s=body.rate_per_second,
+    )
+
+
+@router.get(
+    "/v1/groups/{group}/dlq/messages",
+    operation_id="listDeadLetters",
+    summary="Browse a group's dead-letter queue",
+    description=(
+        "A page of at most `limit` messages whose bodies add up to at most the server's "
+        "pull byte cap (`max_pull_bytes`, 8 MiB by default; the first message always); "
+        "`next_offset` continues."
+    ),
+    response_model=DeadLetterPage,
+    responses=problems(400, 422, 503),
+)
+async def list_dead_letters(
+    group: GroupPath,
+    broker: BrokerDep,
+    request: Request,
+    offset: Annotated[
+        ParamInt | None,
+        Query(ge=0, le=INT64_MAX, description="Start here; default: the oldest."),
+    ] = None,
+    limit: Annotated[ParamInt, Query(ge=1, le=500, description="Most messages to return.")] = 50,
+    tags: Annotated[list[str] | None, Query(max_length=64, description="Only these tags.")] = None,
+    begin_timestamp: Annotated[ParamInt | None, Query(ge=0, le=INT64_MAX)] = None,
+    end_timestamp: Annotated[ParamInt | None, Query(ge=0, le=INT64_MAX)] = None,
+    body_encoding: BodyEncodingQuery = "auto",
+) -> DeadLetterPage:
+    selection = DlqFilter(tags=tuple(tags or ()), begin_ms=begin_timestamp, end_ms=end_timestamp)
+    max_bytes = request.app.state.settings.max_pull_bytes
+    page = broker.dlq.browse(group, offset, limit, selection, max_bytes)
+    return dead_letter_page_out(group, dlq_topic(group), page, body_encoding)
+
+
+@router.post(
+    "/v1/groups/{group}/dlq/redrive",
+    operation_id="redriveDeadLetters",
+    summary="Send dead letters back to their topic (or another) — preview with dry_run",
+    description=(
+        "Each selected dead letter is re-sent with `reconsume_times` 0 and a `REDRIVEN_FROM` "
+        "property; the answer lists every message's outcome. Dead letters are not removed, so "
+        "a run that stops midway loses nothing, and running it again does not send twice "
+        "(ALREADY_MOVED). With `rate_per_second` the sends are spaced 1/rate apart (none "
+        "waits after the last); when that would take longer than "
+        f"{REDRIVE_PROMPT_S:.0f} s the call is refused with 422 REDRIVE_TOO_LONG: start a "
+        "redrive job (`POST /v1/groups/{group}/dlq/redrive-jobs`) instead. A call cut short "
+        "by a broker shutdown answers 503; run it again to finish."
+    ),
+    response_model=RedriveOut,
+    responses=problems(400, 403, 404, 413, 422, 503),
+)
+async def redrive_dead_letters(group: GroupPath, body: RedriveIn, broker: BrokerDep) -> RedriveOut:
+    request = _redrive_request(group, body)
+    try:
+        report = await broker.dlq.redrive(
+            group,
+            request.selection,
+            target_topic=request.target_topic,
+            dry_run=request.dry_run,
+            limit=request.limit,
+            rate_per_s=request.rate_per_s,
+        )
+    except RedriveTooLongError as exc:
+        raise RedriveTooLongError(f"{exc} (POST {_jobs_path(group)})") from None
+    return redrive_out(report)
+
+
+@router.post(
+    "/v1/groups/{group}/dlq/redrive-jobs",
+    operation_id="createRedriveJob",
+    summary="Start a redrive in the background; answers at once with the job",
+    description=(
+        "The same selection and rules as `POST /v1/groups/{group}/dlq/redrive`, with no cap "
+        "on how long the paced sends take. The answer is 202 with the job and its "
+        "`Location`; `GET` it for progress and the outcomes so far, `DELETE` it to cancel. "
+        "Jobs live in the broker's memory: a shutdown cancels them (their sends stay made), "
+        "and a new job with the same selection sends only what is left."
+    ),
+    status_code=202,
+    response_model=RedriveJobOut,
+    responses={
+        202: {
+            "description": "The job, queued.",
+            "headers": {
+                "Location": {
+                    "description": "The job's URL.",
+                    "schema": {"type": "string"},
+                }
+            },
+        },
+        **problems(400, 403, 404, 413, 422, 503),
+        **_TOO_MANY_JOBS,
+    },
+)
+async def create_redrive_job(
+    group: GroupPath, body: RedriveIn, broker: BrokerDep, response: Response
+) -> RedriveJobOut:
+    job = broker.dlq.start_job(_redrive_request(group, body))
+    response.headers["Location"] = f"{_jobs_path(group)}/{job.id}"
+    return redrive_job_out(job)
+
+
+@router.get(
+    "/v1/groups/{group}/dlq/redrive-jobs",
+    operation_id="listRedriveJobs",
+    summary="A group's redrive jobs, newest first",
+    response_model=RedriveJobListOut,
+    responses=problems(400, 422, 503),
+)
+async def list_redrive_jobs(group: GroupPath, broker: BrokerDep) -> RedriveJobListOut:
+    return redrive_job_list_out(group, broker.dlq.jobs(group))
+
+
+@router.get(
+    "/v1/groups/{group}/dlq/redrive-jobs/{job_id}",
+    operation_id="getRedriveJob",
+    summary="A redrive job: its state, progress and the outcomes so far",
+    response_model=RedriveJobOut,
+    responses={**problems(400, 422, 503), **_JOB_NOT_FOUND},
+)
+async def get_redrive_job(
+    group: GroupPath, job_id: RedriveJobIdPath, broker: BrokerDep
+) -> RedriveJobOut:
+    return redrive_job_out(broker.dlq.job(group, job_id))
+
+
+@router.delete(
+    "/v1/groups/{group}/dlq/redrive-jobs/{job_id}",
+    operation_id="cancelRedriveJob",
+    summary="Cancel a redrive job (sends already made stay); a finished job is unchanged",
+    response_model=RedriveJobOut,
+    responses={**problems(400, 422, 503), **_JOB_NOT_FOUND},
+)
+async def cancel_redrive_job(
+    group: GroupPath, job_id: RedriveJobIdPath, broker: BrokerDep
+) -> RedriveJobOut:
+    return redrive_job_out(broker.dlq.cancel_job(group, job_id))

@@ -1,0 +1,161 @@
+"""What every request and response body shares: limits, name types, base models, problems.
+
+Request models are strict (``false`` is not an integer, ``"1"`` is not a number) and forbid
+unknown fields, so a typo is a 422 rather than a silently ignored option. One exception to
+strictness: a JSON body integer may be written with a decimal point when it is whole
+(``4.0``), as JSON Schema counts it an integer (:data:`JsonInt`).
+
+Response models list every field the server always sends as required, defaults included
+(:class:`ResponseBody`), so a client generated from the document does not see them as optional.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    WithJsonSchema,
+)
+from pydantic_core import PydanticCustomError
+
+from services import (
+    MAX_GROUP_LENGTH,
+    MAX_TOPIC_LENGTH,
+    TOPIC_NAME_PATTERN,
+    GetMessageStatus,
+)
+from services.groups import check_group_name
+
+TOPIC_PATTERN: Final = TOPIC_NAME_PATTERN
+TOPIC_MAX_LENGTH: Final = MAX_TOPIC_LENGTH
+GROUP_MAX_LENGTH: Final = MAX_GROUP_LENGTH
+MAX_QUEUES: Final = 1024
+MAX_BATCH_MESSAGES: Final = 1000
+MAX_PROPERTIES: Final = 64
+MAX_KEYS: Final = 64
+MAX_DELAY_LEVEL: Final = 64  # the server's delay table decides; 18 levels by default
+INT64_MAX: Final = 2**63 - 1
+
+PullStatus = Literal[
+    "FOUND",
+    "NO_MATCHED_MESSAGE",
+    "MESSAGE_WAS_REMOVING",
+    "OFFSET_FOUND_NULL",
+    "OFFSET_OVERFLOW_BADLY",
+    "OFFSET_OVERFLOW_ONE",
+    "OFFSET_TOO_SMALL",
+    "NO_MATCHED_LOGIC_QUEUE",
+    "NO_MESSAGE_IN_QUEUE",
+]
+assert set(PullStatus.__args__) == {s.value for s in GetMessageStatus}  # type: ignore[attr-defined]
+
+
+def _whole_float_as_int(value: Any) -> Any:
+    """``4.0`` becomes ``4``; anything else goes on to the strict integer check unchanged."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+JsonInt = Annotated[int, BeforeValidator(_whole_float_as_int)]
+"""An integer of a JSON body: ``4`` or ``4.0``, never ``4.5``, ``"4"`` or ``true``. Its JSON
+schema is still ``integer``."""
+
+_DECIMAL: Final = re.compile(r"[+-]?[0-9]+")
+
+
+def _decimal_only(value: Any) -> Any:
+    """A parameter's text must be a decimal integer: ``+0.0`` or ``1_000`` is not one."""
+    if isinstance(value, str):
+        if _DECIMAL.fullmatch(value) is None:
+            raise PydanticCustomError(
+                "int_parsing",
+                "Input should be a valid integer, unable to parse string as an integer",
+            )
+        return int(value)
+    return value
+
+
+ParamInt = Annotated[int, BeforeValidator(_decimal_only)]
+"""An integer of a path or query parameter: decimal digits with an optional sign only."""
+
+TopicName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=TOPIC_MAX_LENGTH, pattern=TOPIC_PATTERN),
+]
+ShortText = Annotated[str, StringConstraints(min_length=1, max_length=255)]
+PropertyValue = Annotated[str, StringConstraints(min_length=1, max_length=16_384)]
+
+checked_group_name: Final = check_group_name
+"""The group name, or InvalidGroupNameError (400): a full match, so ``"g\n"`` is refused."""
+
+
+GroupName = Annotated[
+    str,
+    AfterValidator(checked_group_name),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": GROUP_MAX_LENGTH,
+            "pattern": TOPIC_PATTERN,
+            "description": f"Consumer group name: 1 to {GROUP_MAX_LENGTH} of "
+            "`a-z A-Z 0-9 _ - % |`.",
+        }
+    ),
+]
+"""A consumer group name where a parameter carries one; a bad one is INVALID_GROUP_NAME."""
+
+
+class RequestBody(BaseModel):
+    """Base of request bodies: strict types, unknown fields rejected."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+class ResponseBody(BaseModel):
+    """Base of response bodies: a field with a default is still always sent, so required."""
+
+    model_config = ConfigDict(json_schema_serialization_defaults_required=True)
+
+
+# ==================================================================== health and errors
+
+
+class HealthResponse(ResponseBody):
+    status: Literal["ok"]
+
+
+class ReadyResponse(ResponseBody):
+    status: Literal["ready"]
+    state: str
+    parked_pulls: int
+
+
+class FieldError(ResponseBody):
+    loc: list[str | int] = Field(description="Where: body, query, path or header, then names.")
+    msg: str
+    type: str
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details, plus a stable ``code`` and the request id.
+
+    ``errors`` is sent with validation failures (422) only, so it stays optional.
+    """
+
+    type: str = Field(description="A URI naming the problem type (urn:spoolmq:problem:<code>).")
+    title: str
+    status: int
+    detail: str
+    code: str = Field(description="Stable, machine-readable error code, e.g. TOPIC_NOT_FOUND.")
+    instance: str = Field(description="The request path.")
+    request_id: str
+    errors: list[FieldError] | None = Field(default=None, description="Field errors of a 422.")

@@ -1,0 +1,71 @@
+"""Consumer group configs."""
+
+from __future__ import annotations
+
+from typing import Literal, Self
+
+from pydantic import Field, model_validator
+
+from app.schemas.common import INT64_MAX, MAX_QUEUES, JsonInt, RequestBody, ResponseBody
+from services import SubscriptionGroupConfig
+
+
+class GroupIn(RequestBody):
+    """A consumer group config. ``consume_from_timestamp`` goes with ``consume_from:
+    timestamp``, and only with it: one without the other is a 422."""
+
+    consume_enable: bool = Field(default=True, description="Whether the group may pull.")
+    consume_from: Literal["earliest", "latest", "timestamp"] = Field(
+        default="earliest",
+        description="Where the group starts on a queue it never committed; `timestamp` needs "
+        "`consume_from_timestamp`.",
+    )
+    consume_from_timestamp: JsonInt | None = Field(
+        default=None,
+        ge=0,
+        le=INT64_MAX,
+        description="Ms since the epoch. Required when consume_from is `timestamp`, and "
+        "refused (422) with `earliest` or `latest`: leave it out or send null.",
+    )
+    retry_queue_nums: JsonInt = Field(default=1, ge=0, le=MAX_QUEUES)
+    retry_max_times: JsonInt = Field(
+        default=16, ge=-1, le=10_000, description="-1 means the default, 16."
+    )
+
+    @model_validator(mode="after")
+    def _timestamp_with_timestamp(self) -> Self:
+        if (self.consume_from == "timestamp") != (self.consume_from_timestamp is not None):
+            raise ValueError(
+                "consume_from_timestamp is required with consume_from=timestamp, and only then"
+            )
+        return self
+
+
+class GroupOut(ResponseBody):
+    group: str
+    consume_enable: bool
+    consume_from: Literal["earliest", "latest", "timestamp"]
+    consume_from_timestamp: int | None
+    retry_queue_nums: int
+    retry_max_times: int
+
+
+class GroupListResponse(ResponseBody):
+    groups: list[GroupOut]
+
+
+def group_out(config: SubscriptionGroupConfig) -> GroupOut:
+    timestamp = config.consume_from_timestamp
+    consume_from: Literal["earliest", "latest", "timestamp"] = "earliest"
+    if timestamp is not None:
+        consume_from = "timestamp"
+    elif config.consume_from == "latest":
+        consume_from = "latest"
+    return GroupOut(
+        group=config.group_name,
+        consume_enable=config.consume_enable,
+        consume_from=consume_from,
+        consume_from_timestamp=timestamp,
+        retry_queue_nums=config.retry_queue_nums,
+        retry_max_times=config.retry_max_times,
+    )

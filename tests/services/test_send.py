@@ -1,0 +1,67 @@
+"""Send: queue choice as RocketMQ's client does it, client-style ids, and the rules a producer's
+messages must follow — nothing is written when one is broken."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from services import Broker, OutgoingMessage
+from services.errors import (
+    BatchRejectedError,
+    InvalidPropertyError,
+    QueueNotFoundError,
+    SystemTopicError,
+)
+from services.send import UniqKeyGenerator, shard_queue
+from services.send_back import SendBackRequest
+from storage.errors import InvalidTopicError
+from storage.topic_names import dlq_topic, retry_topic
+
+
+def test_shard_queue_matches_rocketmq() -> None:
+    # Java: "order-1".hashCode() == -1207111310; -1207111310 % 8 == -6; Math.abs(-6) == 6.
+    assert shard_queue("order-1", 8) == 6
+    assert shard_queue("polygenelubricants", 8) == 0  # hashCode() == Integer.MIN_VALUE
+    assert shard_queue("Aa", 16) == shard_queue("BB", 16) == 2112 % 16
+    assert shard_queue("x", 1) == 0
+
+
+def test_uniq_keys_are_32_uppercase_hex_and_distinct() -> None:
+    generator = UniqKeyGenerator("10.0.0.7")
+    keys = [generator.next() for _ in range(1000)]
+    assert all(re.fullmatch(r"[0-9A-F]{32}", k) for k in keys)
+    assert len(set(keys)) == 1000
+    assert keys[0].startswith("0A000007")
+
+
+async def test_send_rules(broker: Broker) -> None:
+    send = broker.send.send
+    with pytest.raises(SystemTopicError):
+        await send("SCHEDULE_TOPIC_XXXX", [OutgoingMessage(b"x")])
+    with pytest.raises(InvalidTopicError):
+        await send("no spaces", [OutgoingMessage(b"x")])
+    with pytest.raises(InvalidPropertyError):
+        await send("T", [OutgoingMessage(b"x", properties={"KEYS": "k"})])
+    with pytest.raises(InvalidPropertyError):
+        await send("T", [OutgoingMessage(b"x", properties={"a": "b\x01c"})])
+    with pytest.raises(BatchRejectedError):
+        await send("T", [])
+    with pytest.raises(QueueNotFoundError):
+        await send("T", [OutgoingMessage(b"x", queue_id=8)])
+    receipts = await send("T", [OutgoingMessage(b"a"), OutgoingMessage(b"b")], batch_queue_id=2)
+    assert [(r.queue_id, r.queue_offset) for r in receipts] == [(2, 0), (2, 1)]
+    assert broker.metrics.messages_in["T"] == 2
+
+
+async def test_producers_may_not_send_to_retry_or_dead_letter_topics(broker: Broker) -> None:
+    [sent] = await broker.send.send("Orders", [OutgoingMessage(b"x", queue_id=0)])
+    await broker.send_back.send_back(SendBackRequest("g", msg_id=sent.msg_id, delay_level=-1))
+    written = broker.store_gauges().commit_log_max_offset
+    for topic in (retry_topic("g"), dlq_topic("g"), retry_topic("new"), dlq_topic("new")):
+        with pytest.raises(SystemTopicError, match="retry or dead-letter topic"):
+            await broker.send.send(topic, [OutgoingMessage(b"sneaky", queue_id=0)])
+    assert broker.store_gauges().commit_log_max_offset == written, "nothing written"
+    assert broker.topics.stored_messages(dlq_topic("g")) == 1, "send-back still puts there"
+    assert [c.topic_name for c in broker.topics.all() if "new" in c.topic_name] == []
