@@ -81,7 +81,7 @@ class MessageStore:
             self.commit_log.queue.delete_expired_by_time,
             self.after_commit_log_deleted,
         )
-        self.group_commit: GroupCommitService | None = None
+        self._group_commit: GroupCommitService | None = None
         self._services: list[ServiceThread] = []
         self._lock_fd: int | None = None
         self._closed = True
@@ -149,7 +149,7 @@ class MessageStore:
         if self._services:
             return
         commit_log = self.commit_log
-        self._services, self.group_commit = build_services(
+        self._services, self._group_commit = build_services(
             self.config,
             self.flush_commit_log,
             lambda: commit_log.flushed_where,
@@ -165,7 +165,7 @@ class MessageStore:
         services, self._services = self._services, []
         for service in services:
             service.stop()
-        self.group_commit = None
+        self._group_commit = None
 
     @property
     def abort_path(self) -> Path:
@@ -440,7 +440,7 @@ class MessageStore:
 
         Waiters learn of the flush through ``flush_listeners``.
         """
-        group_commit = self.group_commit
+        group_commit = self._group_commit
         if group_commit is not None:
             group_commit.wakeup()
 
