@@ -35,9 +35,9 @@ from pathlib import Path
 # Run as a script from the repository root or from bench/: make ``storage`` importable.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from storage import GetMessageStatus, MessageStore, StoreConfig
 from storage.codec import Message
 from storage.mapped_file import MappedFile, offset_to_file_name
-from storage.message_store import GetMessageStatus, MessageStore, StoreConfig
 
 TOPIC = "BenchTopic"
 QUEUES = 8

@@ -1,6 +1,7 @@
 """spoolmq's storage engine: RocketMQ's CommitLog, ConsumeQueue and MappedFile design.
 
-Synchronous and standard-library only. Start at :class:`MessageStore`.
+Synchronous and standard-library only. Start at :class:`MessageStore` (``message_store``),
+the facade; its value types are in ``store_types``, the tag subscription in ``tag_filter``.
 """
 
 from storage.codec import Message, StoredMessage
@@ -18,16 +19,16 @@ from storage.errors import (
     StoreLockedError,
     StoreNotWriteableError,
 )
-from storage.message_store import (
+from storage.message_store import MessageStore
+from storage.store_types import (
     FlushDiskType,
     GetMessageResult,
     GetMessageStatus,
-    MessageStore,
     PutResult,
     PutStatus,
     StoreConfig,
-    TagFilter,
 )
+from storage.tag_filter import TagFilter
 
 __all__ = [
     "ConfigFileError",

@@ -48,10 +48,6 @@ class StoreCheckpoint:
         """``max(0, min(physic, logics) - 3000)``: where abnormal recovery may start."""
         return max(0, min(self.physic_msg_timestamp, self.logics_msg_timestamp) - 3000)
 
-    @property
-    def min_timestamp_index(self) -> int:
-        return min(self.min_timestamp, self.index_msg_timestamp)
-
     def flush(self) -> None:
         _LAYOUT.pack_into(
             self._buffer,

@@ -4,6 +4,9 @@ Appends assign the queue offset of each (topic, queue) and the physical offset i
 append. A record that does not fit in the rest of a file (``size + 8 > remaining``) is
 preceded by an 8-byte BLANK that fills the file, and goes to the next file; a batch never
 straddles two files.
+
+The CommitLog is the one owner of its files' layout: appends, reads by offset, scans,
+recovery, and the pull read loop (``read_units``, records for a run of ConsumeQueue units).
 """
 
 from __future__ import annotations
@@ -19,19 +22,30 @@ from pathlib import Path
 from storage.codec import (
     BLANK_MAGIC_CODE,
     BLANK_STRUCT,
+    CQ_UNIT_STRUCT,
     END_FILE_MIN_BLANK_LENGTH,
     MESSAGE_MAGIC_CODE,
     OUT_OF_RANGE,
+    PROPERTY_DELAY,
+    TRANSACTION_TYPE_MASK,
     EncodedMessage,
+    Message,
     RecordCheck,
     RecordKind,
+    StoredMessage,
+    check_numbers,
     check_record,
+    decode_msg_id,
+    decode_record,
     encode_host,
     read_store_timestamp,
+    to_int32,
 )
+from storage.consume_queue import PRE_BLANK_SIZE
 from storage.errors import MessageRejectedError, MessageTooLargeError, StoreNotWriteableError
 from storage.mapped_file import MappedFile
 from storage.mapped_file_queue import MappedFileQueue
+from storage.store_types import TransferLimits
 
 _INT = struct.Struct(">i")
 _SHORT = struct.Struct(">h")
@@ -89,6 +103,35 @@ class ScannedRecord:
     offset: int
     check: RecordCheck
     data: bytes
+
+
+@dataclass(slots=True)  # not frozen: one per pull, cheaper to build (see StoredMessage)
+class UnitsRead:
+    """What ``read_units`` found: the messages, how many units it examined (filtered-out
+    ones count), and whether a unit pointed at a record that is gone."""
+
+    messages: list[StoredMessage]
+    scanned: int
+    removed: bool
+
+
+def check_batch(messages: list[Message]) -> None:
+    """A batch is all or nothing: refuse it before anything is written."""
+    first = messages[0]
+    try:
+        delayed = any(int(m.properties.get(PROPERTY_DELAY, "0") or 0) > 0 for m in messages)
+    except ValueError:
+        raise MessageRejectedError("DELAY must be a delay level (an integer)") from None
+    if delayed:
+        raise MessageRejectedError("a batch cannot be delayed; send delayed messages one by one")
+    # RocketMQ answers MESSAGE_ILLEGAL too (reference §2.9): a prepared message would
+    # take a queue offset that is never dispatched, leaving a hole in the ConsumeQueue.
+    if any(m.sys_flag & TRANSACTION_TYPE_MASK for m in messages):
+        raise MessageRejectedError("a batch cannot hold transactional messages")
+    if any(m.topic != first.topic or m.queue_id != first.queue_id for m in messages):
+        raise MessageRejectedError("every message of a batch must have the same topic and queue")
+    for message in messages:
+        check_numbers(message)
 
 
 class CommitLog:
@@ -223,6 +266,84 @@ class CommitLog:
         if magic != MESSAGE_MAGIC_CODE or total_size <= 8:
             return None
         return self.read(physical_offset, total_size)
+
+    def look_message(self, physical_offset: int) -> StoredMessage | None:
+        """The message record starting at ``physical_offset``; None if there is none."""
+        data = self.read_record(physical_offset)
+        if data is None:
+            return None
+        check = check_record(data, 0, len(data), check_crc=False)
+        if check.kind is not RecordKind.MESSAGE:
+            return None
+        return decode_record(data)
+
+    def look_message_by_id(self, msg_id: str) -> StoredMessage | None:
+        """The record an offsetMsgId points at; None when malformed or gone."""
+        try:
+            decoded = decode_msg_id(msg_id)
+        except ValueError:
+            return None
+        message = self.look_message(decoded.physical_offset)
+        if message is None or message.physical_offset != decoded.physical_offset:
+            return None
+        return message
+
+    def read_units(
+        self, units: bytes, limits: TransferLimits, codes: frozenset[int] | None
+    ) -> UnitsRead:
+        """The records of a run of ConsumeQueue units, up to the batch caps (reference §10.3).
+
+        Units whose tags code is not in ``codes`` (None: all match) and pre-blank units are
+        skipped but count as scanned. A unit is "in disk" below ``limits.disk_threshold``:
+        its batch caps are the smaller disk ones. The first message always goes out.
+        """
+        memory_bytes, memory_count = limits.memory_bytes, limits.memory_count
+        disk_bytes, disk_count = limits.disk_bytes, limits.disk_count
+        max_messages, disk_threshold = limits.max_messages, limits.disk_threshold
+        find_file = self.queue.find_by_offset
+        messages: list[StoredMessage] = []
+        append = messages.append
+        count = total = scanned = 0
+        removed = False
+        # Records are decoded straight from the mapping of the CommitLog file of the
+        # previous unit (a batch nearly always stays in one file): no lookup and no copy
+        # of the record per message. ``readable_end`` 0 forces a lookup.
+        buffer: mmap.mmap | bytes = b""
+        file_start = readable_end = 0
+        for physical, size, code in CQ_UNIT_STRUCT.iter_unpack(units):
+            if count:  # RocketMQ's isTheBatchFull; never before the first message
+                if count >= max_messages:
+                    break
+                if physical < disk_threshold:
+                    if total + size > disk_bytes or count >= disk_count:
+                        break
+                elif total + size > memory_bytes or count >= memory_count:
+                    break
+            scanned += 1
+            if size == PRE_BLANK_SIZE or (codes is not None and to_int32(code) not in codes):
+                continue
+            if physical < file_start or physical + size > readable_end:
+                mapped = find_file(physical)
+                if mapped is None:
+                    removed = True  # no longer in the CommitLog
+                    continue
+                buffer = mapped.buffer
+                file_start = mapped.file_from_offset
+                readable_end = file_start + mapped.read_position
+                if physical + size > readable_end:
+                    removed = True  # not (or no longer) readable
+                    readable_end = 0
+                    continue
+            try:
+                message = decode_record(buffer, physical - file_start)
+            except ValueError:  # the file was unmapped by the cleaner
+                removed = True
+                readable_end = 0
+                continue
+            append(message)
+            count += 1
+            total += size
+        return UnitsRead(messages, scanned, removed)
 
     def store_time_of(self, physical_offset: int, size: int) -> int:
         data = self.read(physical_offset, size)

@@ -1,12 +1,25 @@
 """Delay levels: RocketMQ's ``messageDelayLevel`` table and the schedule topic.
 
 A message with ``DELAY`` = level > 0 is stored in ``SCHEDULE_TOPIC_XXXX``, queue
-``level - 1``; that queue's tags code is the delivery time, not a tag hash.
+``level - 1`` (``redirect_delayed``, on the put path); that queue's tags code is the
+delivery time, not a tag hash.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Final
+
+from storage.codec import (
+    PROPERTY_DELAY,
+    PROPERTY_REAL_QID,
+    PROPERTY_REAL_TOPIC,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_TYPE_MASK,
+    Message,
+)
+from storage.errors import MessageRejectedError
 
 SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
 DEFAULT_DELAY_LEVELS: Final = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -43,3 +56,32 @@ def deliver_timestamp(levels: tuple[int, ...], level: int, store_timestamp: int)
     if 1 <= level <= len(levels):
         return store_timestamp + levels[level - 1]
     return store_timestamp + 1000
+
+
+def redirect_delayed(message: Message, levels: tuple[int, ...]) -> Message:
+    """A message with ``DELAY`` > 0 goes to the schedule topic, queue ``level - 1``,
+    remembering its real topic and queue (reference §8). The level is clamped to the
+    table; transaction halves are never delayed."""
+    delay = message.properties.get(PROPERTY_DELAY)
+    if delay is None or message.topic == SCHEDULE_TOPIC:
+        return message
+    kind = message.sys_flag & TRANSACTION_TYPE_MASK
+    if kind not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+        return message
+    try:
+        level = int(delay)
+    except ValueError:
+        raise MessageRejectedError(f"DELAY must be a delay level, not {delay!r}") from None
+    if level <= 0:
+        return message
+    level = min(level, len(levels))
+    properties = dict(message.properties)
+    properties[PROPERTY_DELAY] = str(level)
+    properties[PROPERTY_REAL_TOPIC] = message.topic
+    properties[PROPERTY_REAL_QID] = str(message.queue_id)
+    return dataclasses.replace(
+        message,
+        topic=SCHEDULE_TOPIC,
+        queue_id=delay_level_to_queue_id(level),
+        properties=properties,
+    )

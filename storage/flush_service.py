@@ -1,12 +1,14 @@
 """Background services of the store: flushers, group commit and the file cleaner.
 
 Each runs on its own daemon thread so that the owner (the event loop) never waits for a
-disk. Flushes use ``fdatasync``, which releases the GIL.
+disk. Flushes use ``fdatasync``, which releases the GIL. Each service gets the callables it
+drives, not the store.
 
 - ``CommitLogFlusher`` (ASYNC_FLUSH): every 500 ms forces the CommitLog when at least 4
   pages are dirty, and fully at least every 10 s.
-- ``GroupCommitService`` (SYNC_FLUSH): puts register the offset they need on disk; one
-  flush serves every request that arrived while the previous one ran.
+- ``GroupCommitService`` (SYNC_FLUSH): woken by a put (``MessageStore.wake_flush``), flushes
+  everything written so far; one flush serves every put that arrived while the previous
+  one ran. Waiters learn of it through the store's flush listeners.
 - ``ConsumeQueueFlusher``: every second, 2 pages; fully every 60 s, then the checkpoint.
 - ``CleanService``: every 10 s checks disk use and deletes expired files.
 """
@@ -16,11 +18,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from storage.message_store import MessageStore
+from storage.store_types import FlushDiskType, StoreConfig
+
+Flush = Callable[[int], object]
+"""Flush with a least-pages threshold (0: everything dirty)."""
+
+Offset = Callable[[], int]
+"""Reads a CommitLog offset (flushed or written) at call time."""
 
 
 class ServiceThread:
@@ -76,10 +81,10 @@ class PeriodicFlusher(ServiceThread):
     """Every ``interval``: flush when ``least_pages`` are dirty; fully every ``thorough``."""
 
     def __init__(
-        self, store: MessageStore, interval: float, least_pages: int, thorough_interval: float
+        self, flush: Flush, interval: float, least_pages: int, thorough_interval: float
     ) -> None:
         super().__init__(interval)
-        self.store = store
+        self.flush = flush
         self.least_pages = least_pages
         self.thorough_interval = thorough_interval
         self._last_thorough = time.monotonic()
@@ -92,9 +97,6 @@ class PeriodicFlusher(ServiceThread):
             least_pages = 0
         self.flush(least_pages)
 
-    def flush(self, least_pages: int) -> None:  # pragma: no cover - overridden
-        raise NotImplementedError
-
 
 class CommitLogFlusher(PeriodicFlusher):
     """ASYNC_FLUSH: acknowledged after the page-cache write; forced here in the background."""
@@ -103,84 +105,52 @@ class CommitLogFlusher(PeriodicFlusher):
 
     def __init__(
         self,
-        store: MessageStore,
+        flush: Flush,
+        flushed_offset: Offset,
         interval: float = 0.5,
         least_pages: int = 4,
         thorough_interval: float = 10.0,
     ) -> None:
-        super().__init__(store, interval, least_pages, thorough_interval)
-
-    def flush(self, least_pages: int) -> None:
-        self.store.flush_commit_log(least_pages)
+        super().__init__(flush, interval, least_pages, thorough_interval)
+        self.flushed_offset = flushed_offset
 
     def on_stop(self) -> None:
+        # One flush(0) covers one file: repeat while it makes progress.
         for _ in range(10):
-            before = self.store.commit_log.flushed_where
-            self.store.flush_commit_log(0)
-            if self.store.commit_log.flushed_where == before:
+            before = self.flushed_offset()
+            self.flush(0)
+            if self.flushed_offset() == before:
                 break
 
 
-@dataclass(slots=True)
-class GroupCommitRequest:
-    """A put waiting until ``next_offset`` is on disk."""
-
-    next_offset: int
-    on_done: Callable[[], None]
-
-
 class GroupCommitService(ServiceThread):
-    """SYNC_FLUSH: many waiting puts share one flush."""
+    """SYNC_FLUSH: each wake-up flushes everything written so far, so many waiting puts
+    share one flush."""
 
     name = "group-commit"
 
-    def __init__(self, store: MessageStore, interval: float = 0.01) -> None:
+    def __init__(
+        self, flush: Flush, flushed_offset: Offset, max_offset: Offset, interval: float = 0.01
+    ) -> None:
         super().__init__(interval)
-        self.store = store
-        self._lock = threading.Lock()
-        self._requests: list[GroupCommitRequest] = []
-
-    def submit(self, next_offset: int, on_done: Callable[[], None]) -> None:
-        """Call ``on_done`` (on this service's thread) once ``next_offset`` is flushed."""
-        if self.store.commit_log.flushed_where >= next_offset:
-            on_done()
-            return
-        with self._lock:
-            self._requests.append(GroupCommitRequest(next_offset, on_done))
-        self.wakeup()
+        self.flush = flush
+        self.flushed_offset = flushed_offset
+        self.max_offset = max_offset
 
     def run_once(self) -> None:
-        with self._lock:
-            requests, self._requests = self._requests, []
-        # Flush everything written so far, not just what was asked for: puts that arrived
+        # Everything written so far, not just what one put asked for: puts that arrived
         # during the previous flush are served by this one.
-        target = self.store.commit_log.max_offset
-        if requests:
-            target = max(target, max(r.next_offset for r in requests))
-        self._flush_until(target)
-        flushed = self.store.commit_log.flushed_where
-        waiting = []
-        for request in requests:
-            if flushed >= request.next_offset:
-                request.on_done()
-            else:
-                waiting.append(request)
-        if waiting:
-            with self._lock:
-                self._requests[:0] = waiting
-
-    def _flush_until(self, offset: int) -> None:
-        # A request may span a file roll: one flush(0) call handles one file.
+        target = self.max_offset()
+        # A target may lie past a file roll: one flush(0) call handles one file.
         for _ in range(4):
-            if self.store.commit_log.flushed_where >= offset:
+            before = self.flushed_offset()
+            if before >= target:
                 return
-            before = self.store.commit_log.flushed_where
-            self.store.flush_commit_log(0)
-            if self.store.commit_log.flushed_where == before:
+            self.flush(0)
+            if self.flushed_offset() == before:
                 return
 
     def on_stop(self) -> None:
-        self._flush_until(self.store.commit_log.max_offset)
         self.run_once()
 
 
@@ -191,19 +161,16 @@ class ConsumeQueueFlusher(PeriodicFlusher):
 
     def __init__(
         self,
-        store: MessageStore,
+        flush: Flush,
         interval: float = 1.0,
         least_pages: int = 2,
         thorough_interval: float = 60.0,
     ) -> None:
-        super().__init__(store, interval, least_pages, thorough_interval)
-
-    def flush(self, least_pages: int) -> None:
-        self.store.flush_consume_queues(least_pages)
+        super().__init__(flush, interval, least_pages, thorough_interval)
 
     def on_stop(self) -> None:
         for _ in range(3):
-            self.store.flush_consume_queues(0)
+            self.flush(0)
 
 
 class CleanService(ServiceThread):
@@ -212,13 +179,49 @@ class CleanService(ServiceThread):
     name = "cleaner"
 
     def __init__(
-        self, store: MessageStore, interval: float = 10.0, first_delay: float = 60.0
+        self, clean: Callable[[], object], interval: float = 10.0, first_delay: float = 60.0
     ) -> None:
         super().__init__(interval)
-        self.store = store
+        self.clean = clean
         self._first_run_at = time.monotonic() + first_delay
 
     def run_once(self) -> None:
         if time.monotonic() < self._first_run_at:
             return
-        self.store.clean_once()
+        self.clean()
+
+
+def build_services(
+    config: StoreConfig,
+    flush_commit_log: Flush,
+    flushed_offset: Offset,
+    max_offset: Offset,
+    flush_consume_queues: Flush,
+    clean: Callable[[], object],
+) -> tuple[list[ServiceThread], GroupCommitService | None]:
+    """The store's threads as ``config`` asks (not started), and the group commit if any."""
+    group_commit = None
+    if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+        group_commit = GroupCommitService(flush_commit_log, flushed_offset, max_offset)
+        commit_log_service: ServiceThread = group_commit
+    else:
+        commit_log_service = CommitLogFlusher(
+            flush_commit_log,
+            flushed_offset,
+            config.flush_interval_commit_log_ms / 1000,
+            config.flush_commit_log_least_pages,
+            config.flush_commit_log_thorough_interval_ms / 1000,
+        )
+    services = [
+        commit_log_service,
+        ConsumeQueueFlusher(
+            flush_consume_queues,
+            config.flush_interval_consume_queue_ms / 1000,
+            config.flush_consume_queue_least_pages,
+            config.flush_consume_queue_thorough_interval_ms / 1000,
+        ),
+        CleanService(
+            clean, config.clean_resource_interval_ms / 1000, config.clean_first_delay_ms / 1000
+        ),
+    ]
+    return services, group_commit

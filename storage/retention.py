@@ -20,12 +20,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
 
-if TYPE_CHECKING:
-    from storage.message_store import MessageStore
-
-DISK_FULL_REASON: Final = "disk full"
+from storage.running_flags import DISK_FULL_REASON, RunningFlags
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +39,10 @@ class RetentionConfig:
 DiskUsage = Callable[[Path], tuple[int, int, int]]
 """(total, used, free) bytes of the filesystem holding a path, as ``shutil.disk_usage``."""
 
+ExpireFiles = Callable[[int, bool, int], int]
+"""Delete CommitLog files older than (ms) — or all but the last when forced (bool) — at a
+time (ms); returns how many went (``MappedFileQueue.delete_expired_by_time``)."""
+
 
 def disk_use_ratio(usage: tuple[int, int, int]) -> float:
     total, used, _ = usage
@@ -55,41 +55,49 @@ def is_time_to_delete(delete_when: str, hour: int) -> bool:
 
 
 class StoreCleaner:
-    """One pass of retention and disk checks over a store (called by the clean service)."""
+    """One pass of retention and disk checks (called by the clean service).
+
+    It gets what it acts on, not the store: the directory to measure, the running flags to
+    set, the CommitLog's file expiry and what to do once CommitLog files are gone.
+    """
 
     def __init__(
         self,
-        store: MessageStore,
         config: RetentionConfig,
+        store_dir: Path,
+        flags: RunningFlags,
+        expire_commit_log_files: ExpireFiles,
+        after_commit_log_deleted: Callable[[], None],
         disk_usage: DiskUsage = shutil.disk_usage,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.store = store
         self.config = config
+        self.store_dir = store_dir
+        self.flags = flags
+        self.expire_commit_log_files = expire_commit_log_files
+        self.after_commit_log_deleted = after_commit_log_deleted
         self.disk_usage = disk_usage
         self.clock = clock
-        self.last_ratio = 0.0
 
     def run_once(self) -> int:
         """Check the disk, delete what has expired; the number of CommitLog files deleted."""
-        ratio = disk_use_ratio(self.disk_usage(self.store.root))
-        self.last_ratio = ratio
+        ratio = disk_use_ratio(self.disk_usage(self.store_dir))
         self._update_writeable(ratio)
         deleted = self._delete_expired_commit_log(ratio)
         if deleted:
-            self.store.after_commit_log_deleted()
+            self.after_commit_log_deleted()
         return deleted
 
     def _update_writeable(self, ratio: float) -> None:
-        store = self.store
+        flags = self.flags
         warning = self.config.disk_space_warning_level_ratio / 100
         if ratio >= warning:
-            if store.writeable:
-                store.mark_not_writeable(
+            if flags.writeable:
+                flags.mark_not_writeable(
                     f"{DISK_FULL_REASON} ({ratio:.0%} used, limit {warning:.0%})"
                 )
-        elif not store.writeable and store.not_writeable_reason.startswith(DISK_FULL_REASON):
-            store.mark_writeable()
+        elif flags.disk_full:
+            flags.mark_writeable()
 
     def _delete_expired_commit_log(self, ratio: float) -> int:
         config = self.config
@@ -102,4 +110,4 @@ class StoreCleaner:
             return 0
         clean_now = config.clean_file_forcibly_enable and forcibly
         expired_ms = int(config.file_reserved_time_hours * 3600 * 1000)
-        return self.store.commit_log.queue.delete_expired_by_time(expired_ms, clean_now, now_ms)
+        return self.expire_commit_log_files(expired_ms, clean_now, now_ms)

@@ -49,11 +49,18 @@ def test_concurrent_sends_are_acknowledged_on_disk_and_then_pulled(
     last_end = max(int(str(r["commit_log_offset"])) for r in receipts)
     assert sync_server.call(lambda: sync_server.broker.store_gauges().flushed_offset) > last_end
     assert 0 < len(syncs) < 64, "concurrent sends share flushes"
+    bodies: list[str] = []
     with httpx.Client(base_url=sync_server.url, timeout=30) as client:
-        pulled = client.get(
-            f"/v1/topics/{topic}/queues/0/messages", params={"max_messages": 100}
-        ).json()
-    assert sorted(m["body"] for m in pulled["messages"]) == sorted(f"m{i}" for i in range(64))
+        offset = 0
+        while offset < 64:  # the store returns at most 32 messages a pull, as RocketMQ's
+            pulled = client.get(
+                f"/v1/topics/{topic}/queues/0/messages",
+                params={"max_messages": 100, "offset": offset},
+            ).json()
+            assert pulled["messages"], pulled
+            bodies += [m["body"] for m in pulled["messages"]]
+            offset = pulled["next_offset"]
+    assert sorted(bodies) == sorted(f"m{i}" for i in range(64))
 
 
 def test_sync_store_reopens_with_everything_acknowledged(tmp_path: Path) -> None:

@@ -6,13 +6,14 @@ handful of messages already spans several files of each kind.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from storage import MessageStore, StoreConfig
 from storage.codec import Message
-from storage.message_store import MessageStore, StoreConfig
 
 COMMIT_LOG_FILE_SIZE = 4096
 CQ_UNITS_PER_FILE = 10
@@ -26,6 +27,26 @@ TINY_CONFIG = StoreConfig(
 )
 
 OpenStore = Callable[..., MessageStore]
+
+
+class FlushWaiter:
+    """Waits for the CommitLog to be on disk up to an offset, the way the services layer
+    does: a flush listener hears every advance, ``wake_flush`` asks the group commit."""
+
+    def __init__(self, store: MessageStore) -> None:
+        self.store = store
+        self._advanced = threading.Condition()
+        store.flush_listeners.append(self._on_flushed)
+
+    def _on_flushed(self, flushed: int) -> None:
+        with self._advanced:
+            self._advanced.notify_all()
+
+    def wait(self, end_offset: int, timeout: float = 10.0) -> bool:
+        """True once ``end_offset`` is flushed; False if ``timeout`` passes first."""
+        self.store.wake_flush()
+        with self._advanced:
+            return self._advanced.wait_for(lambda: self.store.flushed_offset >= end_offset, timeout)
 
 
 def message(

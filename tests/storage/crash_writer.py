@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from storage import FlushDiskType, Message, MessageStore, StoreConfig
+from tests.storage.conftest import FlushWaiter
 
 TOPICS = ("CrashA", "CrashB", "%RETRY%crash")
 
@@ -40,6 +41,7 @@ def main() -> None:
     store_dir, mode, round_no = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     store = MessageStore.open(store_dir, crash_config(mode))
     store.start_services()
+    waiter = FlushWaiter(store)
     seq = 0
     while True:
         topic = TOPICS[seq % len(TOPICS)]
@@ -51,9 +53,9 @@ def main() -> None:
         )
         result = store.put_message(message)
         if mode == "sync":
-            if not store.wait_flushed(result.end_offset, timeout=5):
+            if not waiter.wait(result.end_offset, timeout=5):
                 continue  # FLUSH_DISK_TIMEOUT: stored but not acknowledged
-            store.dispatch_pending(store.commit_log.flushed_where)
+            store.dispatch_pending(store.flushed_offset)
         print(seq, result.msg_id, topic, result.queue_id, result.queue_offset, flush=True)
         seq += 1
 

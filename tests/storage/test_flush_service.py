@@ -12,20 +12,26 @@ import pytest
 
 from storage import FlushDiskType, GetMessageStatus, Message, MessageStore, StoreConfig
 from storage.checkpoint import StoreCheckpoint
+from storage.flush_service import GroupCommitService
+from tests.storage.conftest import FlushWaiter
 
 
 class SyncCounter:
-    """Wraps os.fdatasync: counts calls and can add latency."""
+    """Wraps os.fdatasync: counts calls, can add latency, and can hold every flush until
+    ``gate`` is set."""
 
     def __init__(self, delay: float = 0.0) -> None:
         self.calls = 0
         self.delay = delay
+        self.gate = threading.Event()
+        self.gate.set()
         self._real: Callable[[int], None] = os.fdatasync
         self._lock = threading.Lock()
 
     def __call__(self, fd: int) -> None:
         with self._lock:
             self.calls += 1
+        self.gate.wait()
         if self.delay:
             time.sleep(self.delay)
         self._real(fd)
@@ -96,16 +102,36 @@ def test_group_commit_shares_one_flush_among_many_waiting_puts(
     syncs.delay = 0.05
     store = sync_store(tmp_path)
     try:
-        done = threading.Semaphore(0)
-        results = [store.put_message(Message("T", b"m" * 200, queue_id=i % 4)) for i in range(200)]
-        for result in results:
-            store.request_flush(result.end_offset, done.release)
-        for _ in results:
-            assert done.acquire(timeout=10)
+        flushed: list[int] = []
+        store.flush_listeners.append(flushed.append)
+        waiter = FlushWaiter(store)
+        results = []
+        for i in range(200):
+            results.append(store.put_message(Message("T", b"m" * 200, queue_id=i % 4)))
+            store.wake_flush()  # every put asks, as the services layer does
+        assert waiter.wait(results[-1].end_offset)
         assert syncs.calls <= 10, f"{syncs.calls} flushes for 200 puts"
-        assert store.commit_log.flushed_where >= results[-1].end_offset
+        assert len(flushed) <= 10
+        assert flushed == sorted(flushed)
+        assert store.flushed_offset == store.commit_log.max_offset
     finally:
         store.close()
+
+
+def test_group_commit_flushes_everything_written_across_file_rolls() -> None:
+    # No store: one flush(0) call reaches the end of one file, as the CommitLog's does.
+    files = [4096, 8192, 10_000]
+    flushed = [0]
+
+    def flush(least_pages: int) -> None:
+        assert least_pages == 0
+        flushed[0] = next(end for end in files if end > flushed[0])
+
+    service = GroupCommitService(flush, lambda: flushed[0], lambda: files[-1])
+    service.run_once()
+    assert flushed[0] == 10_000
+    service.run_once()  # nothing new was written: no flush at all
+    assert flushed[0] == 10_000
 
 
 def test_sync_flush_makes_a_message_visible_only_after_its_flush(
@@ -113,11 +139,12 @@ def test_sync_flush_makes_a_message_visible_only_after_its_flush(
 ) -> None:
     store = sync_store(tmp_path)
     try:
+        waiter = FlushWaiter(store)
         result = store.put_message(Message("T", b"durable"))
         before = store.get_message("g", "T", 0, 0)
         assert before.status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
-        assert store.wait_flushed(result.end_offset, timeout=10)
-        store.dispatch_pending(store.commit_log.flushed_where)
+        assert waiter.wait(result.end_offset)
+        assert store.dispatch_pending(store.flushed_offset) == 1
         after = store.get_message("g", "T", 0, 0)
         assert after.status is GetMessageStatus.FOUND
         assert after.messages[0].body == b"durable"
@@ -125,18 +152,25 @@ def test_sync_flush_makes_a_message_visible_only_after_its_flush(
         store.close()
 
 
-def test_a_flush_that_does_not_finish_in_time_is_a_timeout_and_the_message_stays(
+def test_a_message_whose_flush_is_held_stays_stored_and_invisible_until_flushed(
     tmp_path: Path, syncs: SyncCounter
 ) -> None:
-    syncs.delay = 0.5
+    syncs.gate.clear()  # the disk does not answer
     store = sync_store(tmp_path)
     try:
+        waiter = FlushWaiter(store)
         result = store.put_message(Message("T", b"slow disk"))
-        assert not store.wait_flushed(result.end_offset, timeout=0.05)
-        assert wait_until(lambda: store.commit_log.flushed_where >= result.end_offset)
-        store.dispatch_pending(store.commit_log.flushed_where)
+        store.wake_flush()
+        assert wait_until(lambda: syncs.calls >= 1)  # the group commit is in its flush
+        assert store.flushed_offset < result.end_offset
+        assert store.dispatch_pending(store.flushed_offset) == 0
+        assert store.get_message("g", "T", 0, 0).messages == []
+        syncs.gate.set()
+        assert waiter.wait(result.end_offset)
+        assert store.dispatch_pending(store.flushed_offset) == 1
         assert store.get_message("g", "T", 0, 0).messages[0].body == b"slow disk"
     finally:
+        syncs.gate.set()
         store.close()
 
 

@@ -10,6 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from storage import (
+    GetMessageResult,
+    GetMessageStatus,
+    MessageStore,
+    PutResult,
+    TagFilter,
+)
 from storage.codec import (
     CQ_UNIT_STRUCT,
     TRANSACTION_COMMIT_TYPE,
@@ -30,13 +37,6 @@ from storage.errors import (
     StoreLockedError,
 )
 from storage.mapped_file import offset_to_file_name
-from storage.message_store import (
-    GetMessageResult,
-    GetMessageStatus,
-    MessageStore,
-    PutResult,
-    TagFilter,
-)
 from tests.storage.conftest import (
     COMMIT_LOG_FILE_SIZE,
     MAX_QUEUES,
@@ -218,7 +218,7 @@ def test_put_messages_with_one_bad_message_writes_nothing(store: MessageStore) -
     with pytest.raises(PropertiesTooLargeError):
         store.put_messages(batch)
     assert store.commit_log.max_offset == 0
-    assert store.consume_queues == {}
+    assert store.topics() == []
 
 
 # ---------------------------------------------------------------- GetMessageStatus
@@ -286,16 +286,48 @@ def test_tag_filter_selects_and_skipped_units_count_towards_next(store: MessageS
     assert [m.queue_offset for m in get(store, 0, tags="*").messages] == list(range(7))
 
 
-def test_tag_filter_expressions() -> None:
-    assert TagFilter(None).matches_all
-    assert TagFilter("*").matches_all
-    assert TagFilter("  ").matches_all
+@pytest.mark.parametrize("expression", [None, "", "*"])
+def test_tag_filter_of_none_empty_or_star_matches_everything(expression: str | None) -> None:
+    tag_filter = TagFilter(expression)
+    assert tag_filter.matches_all
+    assert tag_filter.matches_code(0)
+    assert tag_filter.matches_code(java_string_hash("TagA"))
+    assert tag_filter.matches_tags(None)
+
+
+def test_tag_filter_trims_tags_and_ignores_empty_pieces() -> None:
     tag_filter = TagFilter(" TagA ||TagB|| ")
+    assert not tag_filter.matches_all
     assert tag_filter.tags == frozenset({"TagA", "TagB"})
     assert tag_filter.matches_code(java_string_hash("TagA"))
     assert not tag_filter.matches_code(0)
     assert tag_filter.matches_tags("TagB")
     assert not tag_filter.matches_tags(None)
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        pytest.param("||", id="bars"),
+        pytest.param(" ", id="blank"),
+        pytest.param(" || ", id="blank-pieces"),
+        pytest.param("||||", id="only-separators"),
+    ],
+)
+def test_tag_filter_with_no_tag_left_matches_nothing(store: MessageStore, expression: str) -> None:
+    # RocketMQ's FilterAPI: only null, "" and "*" mean all; otherwise the trimmed, non-empty
+    # pieces are the tags, and an empty tag set matches no message (reference §10.5).
+    tag_filter = TagFilter(expression)
+    assert not tag_filter.matches_all
+    assert tag_filter.tags == frozenset()
+    assert not tag_filter.matches_code(0)
+    assert not tag_filter.matches_tags(None)
+    assert not tag_filter.matches_tags("")
+    store.put_message(message(body=b"untagged"))
+    store.put_message(message(body=b"tagged", tags="TagA"))
+    result = get(store, 0, tags=expression)
+    assert summary(result) == (S.NO_MATCHED_MESSAGE, 2, 0, 2)
+    assert result.messages == []
 
 
 def test_tag_filter_compares_the_low_32_bits_of_the_tags_code() -> None:
@@ -318,22 +350,46 @@ def test_tag_filter_is_by_hash_code_so_collisions_pass_the_store(store: MessageS
     assert [m.tags for m in result.messages if tag_filter.matches_tags(m.tags)] == ["Aa"]
 
 
-def test_messages_in_disk_are_capped_at_8_and_suggest_the_slave(open_store: OpenStore) -> None:
+def test_messages_in_disk_are_capped_at_8(open_store: OpenStore) -> None:
     # With no memory allowance every message counts as "in disk" (reference §10.3):
-    # at most 8 messages and 64 KiB per pull, and the pull suggests the slave.
+    # at most 8 messages (maxTransferCountOnMessageInDisk) per pull.
     store = open_store(replace(TINY_CONFIG, access_message_in_memory_max_ratio=0))
     put_n(store, 10)
     result = get(store, 0, max_messages=32)
     assert summary(result) == (S.FOUND, 8, 0, 10)
     assert len(result.messages) == 8
-    assert result.suggest_pulling_from_slave
 
 
-def test_messages_in_memory_do_not_suggest_the_slave(store: MessageStore) -> None:
-    put_n(store, 10)
+def test_messages_in_disk_are_capped_at_64_kib(open_store: OpenStore) -> None:
+    # maxTransferBytesOnMessageInDisk: 3 records of ~30 KiB fit in 64 KiB only twice.
+    config = replace(
+        TINY_CONFIG, commit_log_file_size=256 * 1024, access_message_in_memory_max_ratio=0
+    )
+    store = open_store(config)
+    put_n(store, 3, size=30_000)
     result = get(store, 0)
-    assert len(result.messages) == 10
-    assert not result.suggest_pulling_from_slave
+    assert summary(result) == (S.FOUND, 2, 0, 3)
+
+
+def test_messages_in_memory_are_capped_at_32(open_store: OpenStore) -> None:
+    # maxTransferCountOnMessageInMemory applies like the in-disk count does (reference
+    # §10.3); whatever the caller asks for, one pull returns at most 32 hot messages.
+    config = replace(TINY_CONFIG, commit_log_file_size=64 * 1024, consume_queue_units_per_file=100)
+    store = open_store(config)
+    put_n(store, 40, size=10)
+    result = get(store, 0, max_messages=100)
+    assert summary(result) == (S.FOUND, 32, 0, 40)
+    assert [m.queue_offset for m in result.messages] == list(range(32))
+    rest = get(store, 32, max_messages=100)
+    assert [m.queue_offset for m in rest.messages] == list(range(32, 40))
+
+
+def test_the_in_memory_count_cap_is_configurable(open_store: OpenStore) -> None:
+    store = open_store(replace(TINY_CONFIG, max_transfer_count_in_memory=3))
+    put_n(store, 5)
+    result = get(store, 0, max_messages=32)
+    assert summary(result) == (S.FOUND, 3, 0, 5)
+    assert len(result.messages) == 3
 
 
 def test_read_stops_at_the_end_of_a_consume_queue_file(store: MessageStore) -> None:
@@ -360,7 +416,7 @@ def test_first_message_is_returned_even_when_bigger_than_max_bytes(store: Messag
     two = get(store, 0, max_bytes=size * 2 + size // 2)
     assert [m.queue_offset for m in two.messages] == [0, 1]
     assert two.next_begin_offset == 2
-    assert two.buffer_total_size == 2 * size
+    assert sum(m.size for m in two.messages) == 2 * size
     exact = get(store, 0, max_bytes=size * 3)
     assert len(exact.messages) == 3
 
@@ -626,7 +682,6 @@ def test_closed_store_refuses_puts_and_gets(store: MessageStore) -> None:
 
 def _assert_nothing_written(store: MessageStore, max_offset: int) -> None:
     assert store.commit_log.max_offset == max_offset
-    assert store.consume_queues == {}
     assert store.topics() == []
     cq_root = store.root / "consumequeue"
     assert not cq_root.exists() or list(cq_root.iterdir()) == []

@@ -17,7 +17,8 @@ from storage import (
     StoreConfig,
     StoreNotWriteableError,
 )
-from storage.retention import RetentionConfig, is_time_to_delete
+from storage.retention import RetentionConfig, StoreCleaner, is_time_to_delete
+from storage.running_flags import RunningFlags
 
 HOUR_NOW = time.localtime().tm_hour
 
@@ -55,6 +56,35 @@ def test_is_time_to_delete_reads_a_list_of_hours() -> None:
     assert is_time_to_delete("04", 4)
     assert is_time_to_delete("03;04;22", 22)
     assert not is_time_to_delete("04", 5)
+
+
+def test_the_cleaner_acts_through_what_it_is_given(tmp_path: Path) -> None:
+    # No store: the flags, the file expiry and the after-deletion step are all it uses.
+    expiries: list[tuple[int, bool]] = []
+    after: list[str] = []
+    flags = RunningFlags()
+    ratio = [0.95]
+
+    def expire(expired_ms: int, forcibly: bool, now_ms: int) -> int:
+        expiries.append((expired_ms, forcibly))
+        return 3
+
+    cleaner = StoreCleaner(
+        RetentionConfig(file_reserved_time_hours=2, delete_when="99"),
+        tmp_path,
+        flags,
+        expire,
+        lambda: after.append("deleted"),
+        disk_usage=lambda _: usage(ratio[0]),
+    )
+    assert cleaner.run_once() == 3
+    assert not flags.writeable and flags.disk_full
+    assert expiries == [(2 * 3600 * 1000, True)]  # above 85 %: forcibly
+    assert after == ["deleted"]
+    ratio[0] = 0.10  # space is back, not the hour to delete: nothing expires
+    assert cleaner.run_once() == 0
+    assert flags.writeable
+    assert expiries == [(2 * 3600 * 1000, True)] and after == ["deleted"]
 
 
 def test_expired_files_go_ten_per_pass_at_the_delete_hour_never_the_last(tmp_path: Path) -> None:

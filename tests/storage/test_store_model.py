@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from storage import GetMessageStatus, MessageStore, PutResult, TagFilter
 from storage.codec import Message
 from storage.errors import MessageTooLargeError
-from storage.message_store import GetMessageStatus, MessageStore, PutResult, TagFilter
 from tests.storage.conftest import COMMIT_LOG_FILE_SIZE, CQ_UNITS_PER_FILE, TINY_CONFIG
 
 TOPIC_NAMES = ["TopicA", "%RETRY%grp", "a|b", "x-1_Y"]
@@ -31,7 +31,10 @@ TOPICS = st.just(TOPIC_NAMES[0]) | st.sampled_from(TOPIC_NAMES)
 QUEUES = st.just(0) | st.integers(min_value=0, max_value=3)
 TAGS = st.sampled_from([None, "TagA", "TagB", "TagC"])
 BODY_SIZES = st.integers(min_value=0, max_value=1500)
-FILTERS = st.sampled_from([None, "*", "TagA", "TagB||TagC", "TagA || TagB", "TagZ"])
+# None, "" and "*" match everything; an expression with no tag left ("||", " ") nothing.
+FILTERS = st.sampled_from(
+    [None, "", "*", "TagA", "TagB||TagC", "TagA || TagB", "TagZ", "||", " ", " || "]
+)
 MAX_RECORD = COMMIT_LOG_FILE_SIZE - 8  # a record (or batch) plus the end-of-file BLANK
 
 
@@ -57,7 +60,7 @@ def record_size(topic: str, body: bytes, tags: str | None) -> int:
 
 
 def filter_matches(expression: str | None, tags: str | None) -> bool:
-    if expression is None or expression.strip() == "*":
+    if expression is None or expression in ("", "*"):
         return True
     wanted = {t.strip() for t in expression.split("||") if t.strip()}
     return tags is not None and tags in wanted
@@ -247,11 +250,12 @@ class StoreModel(RuleBasedStateMachine):
         """Reference §10.3: one CQ file at most; filtered units count; first always fits."""
         file_end = min(len(queue), (offset // CQ_UNITS_PER_FILE + 1) * CQ_UNITS_PER_FILE)
         cap = 256 * 1024 if max_bytes is None else min(256 * 1024, max_bytes)
+        count_cap = min(max_messages, 32)  # maxTransferCountOnMessageInMemory
         found: list[Stored] = []
         total = 0
         scanned = 0
         for stored in queue[offset:file_end]:
-            if found and (len(found) >= max_messages or total + stored.size > cap):
+            if found and (len(found) >= count_cap or total + stored.size > cap):
                 break
             scanned += 1
             if filter_matches(expression, stored.tags):

@@ -1,0 +1,254 @@
+"""Dispatcher: makes appended records visible — ConsumeQueue unit, index entry, arrival
+notice (RocketMQ's ``doDispatch`` and ``ReputMessageService``).
+
+- ASYNC_FLUSH dispatches right after the append; SYNC_FLUSH keeps the request pending until
+  the group commit has flushed it (``dispatch_pending``), so no consumer ever sees a message
+  that a crash could take back.
+- ``reput_from`` re-dispatches what the ConsumeQueues miss (on open, and after a ConsumeQueue
+  file could not be written); dispatch is idempotent.
+- After an unclean exit the index is rebuilt by ``catch_up_index``; while it lags, dispatch
+  leaves indexing to it.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections import deque
+
+from storage.checkpoint import StoreCheckpoint
+from storage.codec import (
+    PROPERTY_DELAY,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    TRANSACTION_ROLLBACK_TYPE,
+    TRANSACTION_TYPE_MASK,
+    EncodedMessage,
+    RecordKind,
+    decode_record,
+    tags_code,
+)
+from storage.commit_log import AppendResult, CommitLog
+from storage.consume_queue_table import ConsumeQueueTable
+from storage.delay_levels import SCHEDULE_TOPIC, deliver_timestamp
+from storage.index_service import IndexService
+from storage.running_flags import DISK_FULL_REASON, RunningFlags
+from storage.store_types import ArrivalListener, DispatchRequest
+
+
+class Dispatcher:
+    """CommitLog → ConsumeQueues (and index, and arrival listeners), on the owner thread."""
+
+    def __init__(
+        self,
+        commit_log: CommitLog,
+        table: ConsumeQueueTable,
+        flags: RunningFlags,
+        delay_levels: tuple[int, ...],
+        arrival_listeners: list[ArrivalListener],
+        checkpoint: StoreCheckpoint | None = None,
+        index_service: IndexService | None = None,
+        sync_flush: bool = False,
+    ) -> None:
+        self.commit_log = commit_log
+        self.table = table
+        self.flags = flags
+        self.delay_levels = delay_levels
+        self.arrival_listeners = arrival_listeners
+        self.checkpoint = checkpoint
+        self.index_service = index_service
+        self.sync_flush = sync_flush
+        # Everything below this CommitLog offset is dispatched.
+        self.reput_from_offset = 0
+        # The index is complete up to this CommitLog offset; while it lags behind the
+        # dispatched offset, dispatch leaves indexing to catch_up_index().
+        self.index_reput_offset = 0
+        self.index_caught_up = False
+        # A ConsumeQueue file could not be written: re-dispatch once writeable again.
+        self.needs_reput = False
+        self.pending: deque[DispatchRequest] = deque()
+
+    # ------------------------------------------------------------------ requests
+
+    def request_from_record(self, physical_offset: int, data: bytes) -> DispatchRequest:
+        """The request for a record read back from the CommitLog."""
+        record = decode_record(data)
+        properties = record.properties
+        return DispatchRequest(
+            record.topic,
+            record.queue_id,
+            physical_offset,
+            record.size,
+            self.tags_code_of(record.topic, properties, record.store_timestamp),
+            record.store_timestamp,
+            record.queue_offset,
+            properties.get(PROPERTY_KEYS),
+            properties.get(PROPERTY_UNIQ_KEY),
+            record.sys_flag,
+        )
+
+    def tags_code_of(self, topic: str, properties: dict[str, str], store_timestamp: int) -> int:
+        """Tag hash, except in the schedule topic where it is the delivery time."""
+        if topic == SCHEDULE_TOPIC:
+            delay = properties.get(PROPERTY_DELAY)
+            if delay is not None and delay.lstrip("-").isdigit():
+                return deliver_timestamp(self.delay_levels, int(delay), store_timestamp)
+        return tags_code(properties.get(PROPERTY_TAGS))
+
+    # ------------------------------------------------------------------ dispatch
+
+    def dispatch_appended(self, encoded: EncodedMessage, result: AppendResult) -> None:
+        """After an append: dispatch now (ASYNC_FLUSH) or once flushed (SYNC_FLUSH).
+
+        The encoder already has the tags code, keys and uniq key of the properties.
+        """
+        topic = encoded.topic
+        store_timestamp = result.store_timestamp
+        request = DispatchRequest(
+            topic,
+            encoded.queue_id,
+            result.physical_offset,
+            result.size,
+            encoded.tags_code
+            if topic != SCHEDULE_TOPIC
+            else self.tags_code_of(topic, encoded.properties, store_timestamp),
+            store_timestamp,
+            result.queue_offset,
+            encoded.keys,
+            encoded.uniq_key,
+            encoded.sys_flag,
+        )
+        if self.sync_flush:
+            self.pending.append(request)
+        elif not self.needs_reput and self.dispatch(request, notify=True):
+            self.reput_from_offset = result.physical_offset + result.size
+
+    def dispatch(self, request: DispatchRequest, notify: bool) -> bool:
+        """Index one record; False (store marked not writeable) when a file cannot be made."""
+        deleted = self.table.deleted_topics
+        if deleted and request.physical_offset < deleted.get(request.topic, -1):
+            return True  # a record of a topic deleted since: never dispatched again
+        dispatchable = request.is_dispatchable
+        if dispatchable:
+            queues = self.table.queues.get(request.topic)  # = table.find_or_create, inlined
+            queue = queues.get(request.queue_id) if queues is not None else None
+            if queue is None:
+                queue = self.table.find_or_create(request.topic, request.queue_id)
+            try:
+                queue.put(
+                    request.physical_offset, request.size, request.tags_code, request.queue_offset
+                )
+            except OSError as exc:
+                self._dispatch_failed(exc)
+                return False
+            queue.last_store_timestamp = request.store_timestamp
+            if self.checkpoint is not None:
+                self.checkpoint.logics_msg_timestamp = request.store_timestamp
+        if self.index_service is not None and self.index_caught_up:
+            self._index(request)
+        if notify and dispatchable:
+            for listener in self.arrival_listeners:
+                listener(
+                    request.topic, request.queue_id, request.queue_offset + 1, request.tags_code
+                )
+        return True
+
+    def _dispatch_failed(self, exc: OSError) -> None:
+        if exc.errno == errno.ENOSPC:
+            reason = f"{DISK_FULL_REASON}: cannot write a ConsumeQueue file"
+        else:
+            reason = f"cannot write a ConsumeQueue file: {exc}"
+        self.flags.mark_not_writeable(reason)
+        self.needs_reput = True
+
+    def dispatch_pending(self, up_to_offset: int) -> int:
+        """Dispatch appended records that end at or below ``up_to_offset`` (SYNC_FLUSH)."""
+        pending = self.pending
+        count = 0
+        while pending and pending[0].end_offset <= up_to_offset and not self.needs_reput:
+            request = pending.popleft()
+            if not self.dispatch(request, notify=True):
+                pending.appendleft(request)
+                break
+            self.reput_from_offset = request.end_offset
+            count += 1
+        return count
+
+    @property
+    def dispatch_behind_bytes(self) -> int:
+        return max(0, self.commit_log.max_offset - self.reput_from_offset)
+
+    # ------------------------------------------------------------------ reput
+
+    def reput_from(self, start: int, notify: bool = True) -> None:
+        """Dispatch every record from ``start`` to the CommitLog's end."""
+        offset = max(start, self.commit_log.min_offset, 0)
+        self.pending.clear()
+        for scanned in self.commit_log.scan(offset):
+            if scanned.check.kind is not RecordKind.MESSAGE:
+                break
+            request = self.request_from_record(scanned.offset, scanned.data)
+            if not self.dispatch(request, notify=notify):
+                return
+            offset = request.end_offset
+        self.reput_from_offset = max(offset, self.commit_log.max_offset)
+
+    def reput_if_needed(self) -> None:
+        """After a dispatch failure: dispatch what the ConsumeQueues miss (owner thread)."""
+        if self.needs_reput and self.flags.writeable:
+            self.needs_reput = False
+            self.reput_from(self.reput_from_offset)
+
+    # ------------------------------------------------------------------ index
+
+    def _index(self, request: DispatchRequest) -> None:
+        index = self.index_service
+        if index is None:
+            return
+        if request.sys_flag & TRANSACTION_TYPE_MASK != TRANSACTION_ROLLBACK_TYPE:
+            index.build_index(
+                request.topic,
+                request.physical_offset,
+                request.store_timestamp,
+                request.keys,
+                request.uniq_key,
+            )
+        self.index_reput_offset = request.end_offset
+
+    def start_index_catch_up(self) -> None:
+        """Find where the index ends: after the record at its last physical offset."""
+        index = self.index_service
+        if index is None:
+            return
+        last = index.end_phy_offset
+        start = max(last, self.commit_log.min_offset, 0)
+        if last >= 0:
+            record = self.commit_log.read_record(last)
+            start = max(start, last + len(record)) if record is not None else start
+        self.index_reput_offset = start
+        self.index_caught_up = start >= self.reput_from_offset
+
+    @property
+    def index_behind_bytes(self) -> int:
+        """How much dispatched CommitLog the index has not covered yet."""
+        if self.index_service is None or self.index_caught_up:
+            return 0
+        return max(0, self.reput_from_offset - self.index_reput_offset)
+
+    def catch_up_index(self, max_records: int | None = None) -> bool:
+        """Index dispatched records the index lacks (owner thread); True once caught up."""
+        if self.index_service is None or self.index_caught_up:
+            return True
+        target = self.reput_from_offset
+        budget = max_records
+        for scanned in self.commit_log.scan(self.index_reput_offset, target):
+            if scanned.check.kind is not RecordKind.MESSAGE:
+                break
+            if budget is not None:
+                if budget == 0:
+                    return False
+                budget -= 1
+            self._index(self.request_from_record(scanned.offset, scanned.data))
+        self.index_reput_offset = target
+        self.index_caught_up = True
+        return True
