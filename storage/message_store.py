@@ -25,6 +25,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Final
 
+from storage.allocate_service import AllocateMappedFileService
 from storage.checkpoint import StoreCheckpoint
 from storage.codec import (
     CQ_UNIT_STRUCT,
@@ -238,6 +239,8 @@ class MessageStore:
         self.commit_log = CommitLog(
             root / "commitlog", config.commit_log_file_size, config.store_host
         )
+        self.allocate_service = AllocateMappedFileService(root / "prepared")
+        self.commit_log.queue.allocator = self.allocate_service
         self.consume_queue_root = root / "consumequeue"
         self.consume_queues: dict[str, dict[int, ConsumeQueue]] = {}
         self.checkpoint: StoreCheckpoint | None = None
@@ -383,6 +386,7 @@ class MessageStore:
             queue.close()
         if self.checkpoint is not None:
             self.checkpoint.close()
+        self.allocate_service.shutdown()
         if self._lock_fd is not None:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             os.close(self._lock_fd)
@@ -792,7 +796,11 @@ class MessageStore:
 
     def _new_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         queue = ConsumeQueue(
-            self.consume_queue_root, topic, queue_id, self.config.consume_queue_units_per_file
+            self.consume_queue_root,
+            topic,
+            queue_id,
+            self.config.consume_queue_units_per_file,
+            self.allocate_service,
         )
         self.consume_queues.setdefault(topic, {})[queue_id] = queue
         return queue
