@@ -4,9 +4,10 @@ Everything here opens files with ``"rb"`` (plain reads, ``os.pread`` or a read-o
 and never takes the store lock, never writes, and never uses :class:`MessageStore`: the server
 may be appending while a tool reads. That shapes every reader:
 
-* CommitLog files are read up to the last complete record. :func:`storage.codec.check_record`
-  decides: MESSAGE goes on, BLANK ends the file, END (zeros or a record cut short) and
-  CORRUPT stop the walk for that file. A torn tail or a short last file is never an error.
+* CommitLog files are read up to the last complete record, in RocketMQ's format v1 or v2
+  (5.x). :func:`storage.codec.check_record` decides: MESSAGE goes on, BLANK ends the file,
+  END (zeros or a record cut short) and CORRUPT stop the walk for that file. A torn tail
+  or a short last file is never an error.
 * A record never straddles two files, so a byte range of one file is cut at record
   boundaries by walking TOTALSIZE from the file start or from a boundary already known
   (:func:`next_boundary`).
@@ -33,7 +34,7 @@ from typing import Final
 from storage.codec import (
     CQ_UNIT_SIZE,
     CQ_UNIT_STRUCT,
-    MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODES,
     PHYSICAL_OFFSET_POSITION,
     Buffer,
     RecordKind,
@@ -262,7 +263,7 @@ def _store_timestamp_of_head(head: bytes, physical_offset: int | None) -> int | 
     if len(head) < _HEAD_BYTES:
         return None
     _total, magic = _MAGIC_AT.unpack_from(head, 0)
-    if magic != MESSAGE_MAGIC_CODE:
+    if magic not in MESSAGE_MAGIC_CODES:
         return None
     if physical_offset is not None:
         stored_offset = _LONG.unpack_from(head, PHYSICAL_OFFSET_POSITION)[0]
