@@ -282,9 +282,10 @@ def encode_msg_id(store_host: str, store_port: int, physical_offset: int) -> str
     >>> encode_msg_id("127.0.0.1", 10911, 0)
     '7F00000100002A9F0000000000000000'
     """
-    if not 0 <= physical_offset <= _INT64_MAX:
-        raise ValueError(f"a physical offset is a non-negative long, not {physical_offset}")
-    return msg_id_prefix(store_host, store_port) + f"{physical_offset:016X}"
+    if not _INT64_MIN <= physical_offset <= _INT64_MAX:
+        raise ValueError(f"a physical offset is a long, not {physical_offset}")
+    # A negative long as its two's complement, as Java (and struct ">q") write it.
+    return msg_id_prefix(store_host, store_port) + f"{physical_offset & _UINT64_MASK:016X}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,6 +355,7 @@ class Message:
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_UINT64_MASK = 2**64 - 1
 
 
 OUT_OF_RANGE: Final = (

@@ -696,7 +696,13 @@ def test_msg_id_prefix_is_the_id_before_its_16_offset_digits() -> None:
         assert decode_msg_id(msg_id) == MessageId("10.1.2.3", 8080, offset)
 
 
-@pytest.mark.parametrize("offset", [-1, 2**63])
+def test_a_negative_offset_is_written_as_its_twos_complement() -> None:
+    msg_id = encode_msg_id("127.0.0.1", 1, -8)
+    assert msg_id.endswith("FFFFFFFFFFFFFFF8")
+    assert decode_msg_id(msg_id).physical_offset == -8
+
+
+@pytest.mark.parametrize("offset", [-(2**63) - 1, 2**63])
 def test_encode_msg_id_refuses_an_offset_that_is_not_a_long(offset: int) -> None:
     with pytest.raises(ValueError, match="physical offset"):
         encode_msg_id("127.0.0.1", 1, offset)
