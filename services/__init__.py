@@ -16,7 +16,7 @@ from services.send import OutgoingMessage, SendLimits, SendReceipt
 from services.store_status import StoreGauges
 from services.topics import SYSTEM_TOPICS, QueueStats, TopicPolicy
 from storage import FlushDiskType, GetMessageStatus, StoreConfig, StoredMessage
-from storage.codec import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC, encode_msg_id
+from storage.codec import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC
 from storage.config_managers import (
     CONSUME_FROM_EARLIEST,
     CONSUME_FROM_LATEST,
@@ -80,7 +80,6 @@ __all__ = [
     "WaiterRegistry",
     "WakeReason",
     "dlq_topic",
-    "encode_msg_id",
     "is_dlq_topic",
     "is_group_topic",
     "is_retry_topic",

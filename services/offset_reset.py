@@ -168,7 +168,7 @@ class OffsetResetService:
             return high
         if request.target is ResetTarget.TIMESTAMP:
             assert request.timestamp_ms is not None
-            return self._store.offset_by_time(topic, queue_id, request.timestamp_ms)
+            return self._store.first_offset_at_or_after(topic, queue_id, request.timestamp_ms)
         assert request.offsets is not None
         if queue_id not in request.offsets:
             return current if current >= 0 else low

@@ -88,7 +88,7 @@ class OffsetService:
         store = self._store
         timestamp = group.consume_from_timestamp
         if timestamp is not None:
-            start = store.offset_by_time(topic, queue_id, timestamp)
+            start = store.first_offset_at_or_after(topic, queue_id, timestamp)
         elif group.consume_from == CONSUME_FROM_LATEST:
             start = store.max_offset_in_queue(topic, queue_id)
         else:

@@ -204,13 +204,22 @@ class TopicService:
         self._store.delete_topic(topic)
         self._offsets.remove_topic(topic)
 
-    def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> QueueSeek:
-        """The first offset of a queue stored at or after ``timestamp_ms`` (the max offset
-        when nothing is that late), with the queue's range: what a seek by time needs."""
+    def offset_by_time(
+        self, topic: str, queue_id: int, timestamp_ms: int, *, at_or_after: bool = False
+    ) -> QueueSeek:
+        """A queue's offset for a time, with the queue's range: what a seek by time needs.
+
+        By default RocketMQ's ``searchOffset``: the message stored closest to the time (one
+        stored just before it may win). ``at_or_after``: the first message stored at or
+        after the time (the max offset when none is), for reading a time range.
+        """
         config = self.for_read(topic)
         self.check_read_queue(config, queue_id)
         store = self._store
-        offset = store.offset_by_time(topic, queue_id, timestamp_ms)
+        if at_or_after:
+            offset = store.first_offset_at_or_after(topic, queue_id, timestamp_ms)
+        else:
+            offset = store.offset_by_time(topic, queue_id, timestamp_ms)
         stored = store.store_timestamp_at(topic, queue_id, offset)
         return QueueSeek(
             queue_id=queue_id,

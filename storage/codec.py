@@ -1,4 +1,4 @@
-"""Byte layouts of the store: the CommitLog record (RocketMQ format v1) and the ConsumeQueue unit.
+"""Byte layouts of the store: the CommitLog record (RocketMQ formats v1 and v2) and the CQ unit.
 
 CommitLog record, big-endian, IPv4 born and store hosts (each IPv6 host adds 12 bytes)::
 
@@ -25,6 +25,18 @@ The fixed overhead is 91 bytes: topic ``FooBar`` with a 32-byte body and 29 byte
 properties is a 158-byte record. At the end of a file that cannot take the next record a
 BLANK is written: ``[int remaining][int 0xCBD43194]``.
 
+Format v2 (RocketMQ 5.1+, ``MESSAGE_MAGIC_CODE_V2``; a 5.x broker writes it for topics
+longer than 127 characters) differs from v1 in exactly two places; a reader dispatches on
+the magic code:
+
+* MAGICCODE at offset 4 is ``0xDAA320AB`` (-626843477) instead of ``0xDAA320A7``;
+* TOPIC LENGTH is a big-endian **short** (2 bytes, like PROPERTIES LENGTH), not a byte:
+  the topic starts at ``88+n+2`` (IPv4 hosts), the properties length at ``90+n+t``, and
+  the fixed overhead is 92 bytes (104 / 116 with one / two IPv6 hosts).
+
+Everything else (host widths from SYSFLAG, STORETIMESTAMP position, CRC, properties) is
+the same. Reading accepts both (``check_record``, ``decode_record``); writing is v1 only.
+
 ConsumeQueue unit, 20 bytes::
 
          0    8 commit log offset
@@ -38,7 +50,6 @@ import array
 import ipaddress
 import mmap
 import operator
-import re
 import struct
 import sys
 import zlib
@@ -53,20 +64,21 @@ from storage.errors import (
     MessageTooLargeError,
     PropertiesTooLargeError,
 )
+from storage.topic_names import MAX_TOPIC_LENGTH, TOPIC_PATTERN
 
 Buffer = bytes | bytearray | memoryview | mmap.mmap
 """Anything records are read from or packed into."""
 
 MESSAGE_MAGIC_CODE: Final = -626843481  # 0xDAA320A7
 MESSAGE_MAGIC_CODE_V2: Final = -626843477  # 0xDAA320AB (two-byte topic length)
+MESSAGE_MAGIC_CODES: Final = frozenset((MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2))
+"""The magic codes of a message record, v1 and v2."""
 BLANK_MAGIC_CODE: Final = -875286124  # 0xCBD43194
 END_FILE_MIN_BLANK_LENGTH: Final = 8
 BLANK_STRUCT: Final = struct.Struct(">ii")
 
 CRC_MASK: Final = 0x7FFFFFFF
-MAX_TOPIC_LENGTH: Final = 127
 MAX_PROPERTIES_LENGTH: Final = 32767
-TOPIC_PATTERN: Final = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
 NAME_VALUE_SEPARATOR: Final = "\x01"
 PROPERTY_SEPARATOR: Final = "\x02"
@@ -128,6 +140,7 @@ _RECORD_STRUCTS: Final = {
 }
 RECORD_HEADER_V4: Final = _RECORD_STRUCTS[(False, False)]  # 88 bytes
 FIXED_OVERHEAD_V4: Final = RECORD_HEADER_V4.size + 1 + 2  # 91
+FIXED_OVERHEAD_V4_V2: Final = FIXED_OVERHEAD_V4 + 1  # 92: a two-byte topic length
 
 
 _HOST_V6_BITS: Final = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
@@ -248,14 +261,29 @@ def decode_host(address: bytes) -> str:
     return name
 
 
+@lru_cache(maxsize=256)
+def msg_id_prefix(store_host: str, store_port: int) -> str:
+    """The part of every offsetMsgId of one store before the offset: address + port, hex.
+
+    A msgId is this prefix followed by the physical offset as 16 uppercase hex digits
+    (``prefix + f"{offset:016X}"``), which is how :func:`encode_msg_id` builds it.
+
+    >>> msg_id_prefix("127.0.0.1", 10911)
+    '7F00000100002A9F'
+    """
+    return (encode_host(store_host) + struct.pack(">i", store_port)).hex().upper()
+
+
 def encode_msg_id(store_host: str, store_port: int, physical_offset: int) -> str:
     """RocketMQ's offsetMsgId: hex of store address + port + physical offset, uppercase.
 
     >>> encode_msg_id("127.0.0.1", 10911, 0)
     '7F00000100002A9F0000000000000000'
     """
-    address = encode_host(store_host)
-    return (address + struct.pack(">iq", store_port, physical_offset)).hex().upper()
+    if not _INT64_MIN <= physical_offset <= _INT64_MAX:
+        raise ValueError(f"a physical offset is a long, not {physical_offset}")
+    # A negative long as its two's complement, as Java (and struct ">q") write it.
+    return msg_id_prefix(store_host, store_port) + f"{physical_offset & _UINT64_MASK:016X}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,6 +353,7 @@ class Message:
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_UINT64_MASK = 2**64 - 1
 
 
 OUT_OF_RANGE: Final = (
@@ -525,7 +554,9 @@ class StoredMessage:
 
     @property
     def msg_id(self) -> str:
-        return encode_msg_id(self.store_host[0], self.store_host[1], self.physical_offset)
+        """The offsetMsgId: the store's :func:`msg_id_prefix` + the offset in 16 hex digits."""
+        host, port = self.store_host
+        return msg_id_prefix(host, port) + f"{self.physical_offset:016X}"
 
     @property
     def tags(self) -> str | None:
@@ -563,7 +594,7 @@ _INT = struct.Struct(">i")
 _SHORT = struct.Struct(">h")
 
 
-def _layout_end(buffer: Buffer, position: int, limit: int) -> int | None:
+def _layout_end(buffer: Buffer, position: int, limit: int, magic: int) -> int | None:
     """Where the record at ``position`` ends according to its own field lengths, or None."""
     if position + BORN_HOST_POSITION > limit:
         return None
@@ -576,9 +607,14 @@ def _layout_end(buffer: Buffer, position: int, limit: int) -> int | None:
     if body_length < 0:
         return -1
     p += body_length
-    if p + 1 > limit:
-        return None
-    p += 1 + buffer[p]
+    if magic == MESSAGE_MAGIC_CODE_V2:
+        if p + 2 > limit:
+            return None
+        p += 2 + _SHORT.unpack_from(buffer, p)[0]
+    else:
+        if p + 1 > limit:
+            return None
+        p += 1 + buffer[p]
     if p + 2 > limit:
         return None
     properties_length = _SHORT.unpack_from(buffer, p)[0]
@@ -600,13 +636,13 @@ def check_record(buffer: Buffer, position: int, limit: int, check_crc: bool) -> 
         return RecordCheck(RecordKind.BLANK, 0)
     if magic == 0 and total_size == 0:
         return RecordCheck(RecordKind.END, 0)
-    if magic != MESSAGE_MAGIC_CODE:
+    if magic not in MESSAGE_MAGIC_CODES:
         return RecordCheck(RecordKind.CORRUPT, 0, f"unknown magic code {magic & 0xFFFFFFFF:#010x}")
-    if total_size < FIXED_OVERHEAD_V4:
+    if total_size < (FIXED_OVERHEAD_V4 if magic == MESSAGE_MAGIC_CODE else FIXED_OVERHEAD_V4_V2):
         return RecordCheck(RecordKind.CORRUPT, 0, f"impossible record size {total_size}")
     if position + total_size > limit:
         return RecordCheck(RecordKind.END, 0, "record is cut short")
-    end = _layout_end(buffer, position, position + total_size)
+    end = _layout_end(buffer, position, position + total_size, magic)
     if end != position + total_size:
         return RecordCheck(
             RecordKind.CORRUPT, total_size, f"TOTALSIZE {total_size} does not match the fields"
@@ -624,12 +660,12 @@ def check_record(buffer: Buffer, position: int, limit: int, check_crc: bool) -> 
 
 
 def decode_record(buffer: Buffer, position: int = 0) -> StoredMessage:
-    """Decode the complete, valid record at ``position``."""
+    """Decode the complete, valid record (v1 or v2) at ``position``."""
     header = RECORD_HEADER_V4
     fields = header.unpack_from(buffer, position)
-    if fields[7] & _HOST_V6_BITS:  # SYSFLAG: an IPv6 host widens the header
-        header = _HEADER_BY_HOST_BITS[fields[7] & _HOST_V6_BITS]
-        fields = header.unpack_from(buffer, position)
+    # The pull path's common case -- v1, IPv4 hosts -- pays one test for both exceptions.
+    if fields[7] & _HOST_V6_BITS or fields[1] != -626843481:  # MESSAGE_MAGIC_CODE
+        return _decode_other_layout(buffer, position)
     (
         size,
         _magic,
@@ -675,6 +711,39 @@ def decode_record(buffer: Buffer, position: int = 0) -> StoredMessage:
         (_HOST_NAMES.get(store_address) or decode_host(store_address), store_port),
         reconsume_times,
         prepared_offset,
+    )
+
+
+def _decode_other_layout(buffer: Buffer, position: int) -> StoredMessage:
+    """Decode a record with an IPv6 host or in format v2 (a two-byte topic length)."""
+    header = record_header_struct(_INT.unpack_from(buffer, position + SYSFLAG_POSITION)[0])
+    fields = header.unpack_from(buffer, position)
+    body_end = position + header.size + fields[16]
+    body = bytes(buffer[position + header.size : body_end])
+    if fields[1] == MESSAGE_MAGIC_CODE_V2:
+        topic_at = body_end + 2
+        topic_end = topic_at + _SHORT.unpack_from(buffer, body_end)[0]
+    else:
+        topic_at = body_end + 1
+        topic_end = topic_at + buffer[body_end]
+    properties_end = topic_end + 2 + _SHORT.unpack_from(buffer, topic_end)[0]
+    return StoredMessage(
+        str(buffer[topic_at:topic_end], "utf-8"),
+        fields[3],  # QUEUEID
+        fields[5],  # QUEUEOFFSET
+        fields[6],  # PHYSICALOFFSET
+        fields[0],  # TOTALSIZE
+        body,
+        decode_properties(buffer[topic_end + 2 : properties_end]),
+        fields[4],  # FLAG
+        fields[7],  # SYSFLAG
+        fields[2],  # BODYCRC
+        fields[8],  # BORNTIMESTAMP
+        (decode_host(fields[9]), fields[10]),
+        fields[11],  # STORETIMESTAMP
+        (decode_host(fields[12]), fields[13]),
+        fields[14],  # RECONSUMETIMES
+        fields[15],  # PREPARED TRANSACTION OFFSET
     )
 
 

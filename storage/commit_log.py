@@ -25,6 +25,7 @@ from storage.codec import (
     CQ_UNIT_STRUCT,
     END_FILE_MIN_BLANK_LENGTH,
     MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODES,
     OUT_OF_RANGE,
     PROPERTY_DELAY,
     TRANSACTION_TYPE_MASK,
@@ -263,7 +264,7 @@ class CommitLog:
         if head is None:
             return None
         total_size, magic = BLANK_STRUCT.unpack(head)
-        if magic != MESSAGE_MAGIC_CODE or total_size <= 8:
+        if magic not in MESSAGE_MAGIC_CODES or total_size <= 8:
             return None
         return self.read(physical_offset, total_size)
 
@@ -411,7 +412,7 @@ class CommitLog:
 
     def _first_record_before(self, mapped: MappedFile, min_timestamp: int) -> bool:
         magic = struct.unpack_from(">i", mapped.buffer, 4)[0]
-        if magic != MESSAGE_MAGIC_CODE:
+        if magic not in MESSAGE_MAGIC_CODES:
             return False
         stored = read_store_timestamp(mapped.buffer, 0)
         return stored != 0 and stored <= min_timestamp

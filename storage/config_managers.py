@@ -39,7 +39,15 @@ from typing import TYPE_CHECKING, ClassVar, Final, Generic, NamedTuple, TypeVar
 
 from storage.delay_levels import SCHEDULE_TOPIC as DELAY_SCHEDULE_TOPIC
 from storage.errors import ConfigFileError
-from storage.json_file import load_json, save_json
+from storage.json_file import (
+    TOPIC_GROUP_SEPARATOR,
+    as_int,
+    as_object,
+    decode_int_map,
+    decode_topic_group_table,
+    load_config,
+    save_json,
+)
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -71,9 +79,6 @@ SCHEDULE_TOPIC_QUEUE_NUMS = 18
 PERM_READ = 4
 PERM_WRITE = 2
 PERM_INHERIT = 1
-
-TOPIC_GROUP_SEPARATOR = "@"
-"""Joins topic and group in consumerOffset.json keys; topic and group names never contain it."""
 
 CONSUME_FROM_EARLIEST = "earliest"
 CONSUME_FROM_LATEST = "latest"
@@ -203,9 +208,8 @@ class _ConfigFile(ABC):
         Raises ConfigFileError when the file and its backup are unreadable or the content does
         not have the expected shape.
         """
-        data = load_json(self._path)
+        root = load_config(self._path)
         try:
-            root = {} if data is None else _as_object(data, "the top level")
             with self._lock:
                 self._decode(root)
                 self._dirty = False
@@ -375,13 +379,13 @@ class _VersionedTable(_ConfigFile, Generic[_R]):
         """A record with every field at its default."""
 
     def _decode(self, root: Mapping[str, object]) -> None:
-        version_data = _as_object(root.get("dataVersion", {}), "dataVersion")
+        version_data = as_object(root.get("dataVersion", {}), "dataVersion")
         version = _decode_record(DataVersion(0, self._now_ms()), version_data, "dataVersion")
         table = self._built_ins()
-        for name, entry in _as_object(root.get(self.table_key, {}), self.table_key).items():
+        for name, entry in as_object(root.get(self.table_key, {}), self.table_key).items():
             what = f"{self.table_key}[{name!r}]"
             # The map key names the entry, as RocketMQ's lookups do; a stale inner name loses.
-            fields = _as_object(entry, what)
+            fields = as_object(entry, what)
             table[name] = _decode_record(self._new(name), fields, what, skip=self.name_field)
         self._table, self._data_version = table, version
 
@@ -465,7 +469,7 @@ class DelayOffsetManager(_ConfigFile):
             return dict(sorted(self._offsets.items()))
 
     def _decode(self, root: Mapping[str, object]) -> None:
-        self._offsets = _decode_int_map(root.get("offsetTable", {}), "offsetTable")
+        self._offsets = decode_int_map(root.get("offsetTable", {}), "offsetTable")
 
     def _encode(self) -> dict[str, object]:
         return {"offsetTable": _encode_int_map(self._offsets)}
@@ -489,23 +493,13 @@ def _encode_topic_group_table(
 
 
 def _decode_topic_group_table(value: object, what: str) -> dict[TopicGroup, dict[int, int]]:
-    table: dict[TopicGroup, dict[int, int]] = {}
-    for key, queues in _as_object(value, what).items():
-        topic, separator, group = key.partition(TOPIC_GROUP_SEPARATOR)
-        if not (topic and separator and group):
-            continue  # RocketMQ skips keys it cannot split in two, too
-        table[TopicGroup(topic, group)] = _decode_int_map(queues, f"{what}[{key!r}]")
-    return table
+    return {
+        TopicGroup(*key): queues for key, queues in decode_topic_group_table(value, what).items()
+    }
 
 
 def _encode_int_map(table: Mapping[int, int]) -> dict[str, int]:
     return {str(key): table[key] for key in sorted(table)}
-
-
-def _decode_int_map(value: object, what: str) -> dict[int, int]:
-    return {
-        _as_int(key, what): _as_int(item, what) for key, item in _as_object(value, what).items()
-    }
 
 
 def _record_to_json(record: DataclassInstance) -> dict[str, object]:
@@ -534,26 +528,10 @@ def _coerce(value: object, default: object, what: str) -> object:
     if isinstance(default, bool):
         return _as_bool(value, what)
     if isinstance(default, int):
-        return _as_int(value, what)
+        return as_int(value, what)
     if isinstance(value, str):
         return value
     raise ValueError(f"{what}: expected a string, got {value!r}")
-
-
-def _as_object(value: object, what: str) -> dict[str, object]:
-    if not isinstance(value, dict):
-        raise ValueError(f"{what} must be a JSON object, got {type(value).__name__}")
-    return value
-
-
-def _as_int(value: object, what: str) -> int:
-    # bool is an int subclass, but true/false where a number belongs is a broken file.
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    # Map keys arrive as strings ("0"); so do bare keys once json_file has quoted them.
-    if isinstance(value, str) and value.lstrip("-").isascii() and value.lstrip("-").isdigit():
-        return int(value)
-    raise ValueError(f"{what}: expected an integer, got {value!r}")
 
 
 def _as_bool(value: object, what: str) -> bool:

@@ -2,6 +2,11 @@
 
 Logical offset ``n`` is unit ``n``: byte ``n*20`` of the queue, in file
 ``floor(n*20 / file_size)``. The max offset is exclusive (the next unit to write).
+
+A search by time follows RocketMQ 4.x (the closest message, :meth:`ConsumeQueue.offset_by_time`)
+or RocketMQ 5's lower boundary (the first message at or after the time,
+:meth:`ConsumeQueue.first_offset_stored_at_or_after`). Files can be prepared ahead by an
+:class:`~storage.allocate_service.AllocateMappedFileService` passed to the constructor.
 """
 
 from __future__ import annotations
@@ -9,11 +14,14 @@ from __future__ import annotations
 import mmap
 from collections.abc import Callable
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from storage.codec import CQ_UNIT_SIZE, CQ_UNIT_STRUCT
 from storage.mapped_file import MappedFile
 from storage.mapped_file_queue import MappedFileQueue
+
+if TYPE_CHECKING:
+    from storage.allocate_service import AllocateMappedFileService
 
 PRE_BLANK_SIZE: Final = 0x7FFFFFFF
 PRE_BLANK_UNIT: Final = CQ_UNIT_STRUCT.pack(0, PRE_BLANK_SIZE, 0)
@@ -28,12 +36,19 @@ Unit = tuple[int, int, int]
 class ConsumeQueue:
     """One queue's index: put units at logical offsets, read them back, recover, truncate."""
 
-    def __init__(self, root: Path, topic: str, queue_id: int, units_per_file: int) -> None:
+    def __init__(
+        self,
+        root: Path,
+        topic: str,
+        queue_id: int,
+        units_per_file: int,
+        allocator: AllocateMappedFileService | None = None,
+    ) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.units_per_file = units_per_file
         self.file_size = units_per_file * CQ_UNIT_SIZE
-        self.queue = MappedFileQueue(root / topic / str(queue_id), self.file_size)
+        self.queue = MappedFileQueue(root / topic / str(queue_id), self.file_size, allocator)
         self.max_physic_offset = -1
         self.min_logic_offset = 0  # bytes
         self.last_store_timestamp = 0
@@ -152,29 +167,73 @@ class ConsumeQueue:
     def offset_by_time(
         self, timestamp_ms: int, store_time_of: Callable[[int, int], int], min_physic_offset: int
     ) -> int:
-        """The logical offset of the first message stored at or after ``timestamp_ms``.
+        """RocketMQ's ``getOffsetInQueueByTime``: the message stored closest to ``timestamp_ms``.
 
-        Binary search over units by the store time read from the CommitLog
-        (``store_time_of(physical_offset, size)``, -1 when gone). When no message is that
-        late, the max offset; when every message is later, the min offset.
+        ``store_time_of(physical_offset, size)`` reads a store time from the CommitLog (-1
+        when the record is gone). The answer is, in this order:
+
+        * a message stored exactly then (the first of several with that time);
+        * every message earlier: the last one (max offset - 1);
+        * every message later: the first one (the min offset);
+        * otherwise the closer of the two neighbours; a tie goes to the earlier one
+          (RocketMQ compares ``|t - left| > |t - right|``).
+
+        Units pointing below ``min_physic_offset``, pre-blank fillers and records gone from
+        the CommitLog count as "too early" and are never answered. Unlike RocketMQ, which
+        picks one file by its mtime and searches only that file, the search spans every
+        file of the queue (mtimes change when a store is copied). An empty queue answers
+        its max offset.
         """
-        low, high = self.min_offset, self.max_offset - 1
-        if high < low:
-            return self.max_offset
-        result = self.max_offset
-        while low <= high:
+        first_later, later_time = self._first_stored_at_or_after(
+            timestamp_ms, store_time_of, min_physic_offset
+        )
+        if later_time == timestamp_ms:
+            return first_later
+        earlier = first_later - 1
+        earlier_time = self._store_time_at(earlier, store_time_of, min_physic_offset)
+        if earlier_time < 0:  # nothing readable before: every message is later (or none)
+            return first_later
+        if later_time < 0:  # every message is earlier: the last one
+            return earlier
+        return first_later if timestamp_ms - earlier_time > later_time - timestamp_ms else earlier
+
+    def first_offset_stored_at_or_after(
+        self, timestamp_ms: int, store_time_of: Callable[[int, int], int], min_physic_offset: int
+    ) -> int:
+        """The first message stored at or after ``timestamp_ms``; the max offset when none is.
+
+        RocketMQ 5's ``BoundaryType.LOWER`` search: what a consumer starting "from this
+        time" wants, never an earlier message.
+        """
+        return self._first_stored_at_or_after(timestamp_ms, store_time_of, min_physic_offset)[0]
+
+    def _first_stored_at_or_after(
+        self, timestamp_ms: int, store_time_of: Callable[[int, int], int], min_physic_offset: int
+    ) -> tuple[int, int]:
+        """(offset, store time) of the first readable unit stored at or after the time;
+        (max offset, -1) when there is none. Store times never go down along a queue."""
+        low, high = self.min_offset, self.max_offset  # the answer is in [low, high]
+        found_time = -1
+        while low < high:
             middle = (low + high) // 2
-            unit = self.get_unit(middle)
-            if unit is None or unit[0] < min_physic_offset:
-                low = middle + 1
-                continue
-            stored = store_time_of(unit[0], unit[1])
-            if stored < 0 or stored < timestamp_ms:
+            stored = self._store_time_at(middle, store_time_of, min_physic_offset)
+            if stored < timestamp_ms:  # "too early" units (stored < 0) included
                 low = middle + 1
             else:
-                result = middle
-                high = middle - 1
-        return result
+                high = middle
+                found_time = stored
+        return low, found_time
+
+    def _store_time_at(
+        self, index: int, store_time_of: Callable[[int, int], int], min_physic_offset: int
+    ) -> int:
+        """Store time of the message at ``index``; -1 when it is not readable."""
+        if index < self.min_offset:
+            return -1
+        unit = self.get_unit(index)
+        if unit is None or unit[1] == PRE_BLANK_SIZE or unit[0] < min_physic_offset:
+            return -1
+        return store_time_of(unit[0], unit[1])
 
     # ------------------------------------------------------------------ recovery
 

@@ -17,6 +17,11 @@ One file, ``<root>/index/<yyyyMMddHHmmssSSS>``, big-endian::
         16  4  prevIndex          previous entry in the same slot (a linked list)
 
 Lookups compare hashes only; callers re-check the real key.
+
+The geometry (``hashSlotNum``, ``maxIndexNum``) is not in the header; an existing file's is
+read from its size (:func:`index_geometry`): the configured one, or RocketMQ's defaults
+(5,000,000 slots, 20,000,000 entries: 420,000,040 bytes) so that a store written by
+RocketMQ opens. Any other size is an :class:`IndexFileSizeError` at startup.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from pathlib import Path
 from typing import Final
 
 from storage.codec import java_string_hash
+from storage.errors import StoreLoadError
 from storage.mapped_file import _reserve
 
 INDEX_HEADER: Final = struct.Struct(
@@ -58,26 +64,64 @@ def index_key_hash(key: str) -> int:
     return 0 if value == -0x80000000 else abs(value)
 
 
+ROCKETMQ_HASH_SLOT_NUM: Final = 5_000_000
+ROCKETMQ_MAX_INDEX_NUM: Final = 20_000_000
+
+
+class IndexFileSizeError(StoreLoadError):
+    """An index file's size fits neither the configured geometry nor RocketMQ's default."""
+
+
 def index_file_size(hash_slot_num: int, max_index_num: int) -> int:
     return INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + max_index_num * INDEX_ENTRY_SIZE
 
 
+def index_geometry(
+    path: Path, size: int, hash_slot_num: int, max_index_num: int
+) -> tuple[int, int]:
+    """(hash slots, max entries) of an existing index file of ``size`` bytes.
+
+    The configured geometry if the size matches it, else RocketMQ's default if that
+    matches; otherwise :class:`IndexFileSizeError` naming the settings and both sizes.
+    """
+    for slots, entries in (
+        (hash_slot_num, max_index_num),
+        (ROCKETMQ_HASH_SLOT_NUM, ROCKETMQ_MAX_INDEX_NUM),
+    ):
+        if size == index_file_size(slots, entries):
+            return slots, entries
+    raise IndexFileSizeError(
+        f"index file {path} is {size} bytes, but max_hash_slot_num={hash_slot_num} and "
+        f"max_index_num={max_index_num} make {index_file_size(hash_slot_num, max_index_num)}"
+        f"-byte files (and RocketMQ's defaults, {ROCKETMQ_HASH_SLOT_NUM} and "
+        f"{ROCKETMQ_MAX_INDEX_NUM}, make "
+        f"{index_file_size(ROCKETMQ_HASH_SLOT_NUM, ROCKETMQ_MAX_INDEX_NUM)}); set "
+        "max_hash_slot_num and max_index_num to the values the file was written with"
+    )
+
+
 class IndexFile:
-    """One mapped index file; entries are appended until ``max_index_num - 1`` are in."""
+    """One mapped index file; entries are appended until ``max_index_num - 1`` are in.
+
+    A new file gets the given geometry; an existing one keeps its own (:func:`index_geometry`).
+    """
 
     def __init__(
         self, path: Path, hash_slot_num: int, max_index_num: int, *, create: bool = False
     ) -> None:
         self.path = path
-        self.hash_slot_num = hash_slot_num
-        self.max_index_num = max_index_num
-        self.file_size = index_file_size(hash_slot_num, max_index_num)
         fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0), 0o644)
         try:
+            if not create:
+                size = os.fstat(fd).st_size
+                hash_slot_num, max_index_num = index_geometry(
+                    path, size, hash_slot_num, max_index_num
+                )
+            self.hash_slot_num = hash_slot_num
+            self.max_index_num = max_index_num
+            self.file_size = index_file_size(hash_slot_num, max_index_num)
             if create:
                 _reserve(fd, self.file_size)
-            elif os.fstat(fd).st_size != self.file_size:
-                raise ValueError(f"{path}: index file is not {self.file_size} bytes")
             self.buffer = mmap.mmap(fd, self.file_size, access=mmap.ACCESS_WRITE)
         except BaseException:
             if create:

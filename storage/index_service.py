@@ -3,7 +3,9 @@
 Every dispatched message is indexed under ``topic#UNIQ_KEY`` and ``topic#k`` for each key
 ``k`` of its KEYS property. A full file is flushed and a new one started; the checkpoint's
 ``indexMsgTimestamp`` records the end time of the last full, flushed file. After an
-unclean exit, files newer than that are dropped and rebuilt by recovery.
+unclean exit, files newer than that are dropped and rebuilt by recovery. Existing files
+keep their own geometry (the configured one or RocketMQ's default, read from the file size);
+new files get the configured one.
 """
 
 from __future__ import annotations

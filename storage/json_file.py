@@ -15,6 +15,12 @@ complete main file or a complete ``.bak``.
 
 The reader also accepts fastjson's dialect, in which integer map keys are written unquoted
 (``{"offsetTable":{"T@g":{0:12,1:3}}}``), so files written by a real RocketMQ broker load.
+
+:func:`load_config` is the one decoder of a config file's content, shared by the broker's
+managers (:mod:`storage.config_managers`) and the read-only tools (:mod:`storage.store_reader`):
+the top-level object plus the small shape checks (:func:`as_object`, :func:`as_int`,
+:func:`decode_int_map`, :func:`decode_topic_group_table`) that turn RocketMQ's tables into
+Python values.
 """
 
 from __future__ import annotations
@@ -27,14 +33,24 @@ from pathlib import Path
 
 # Re-exported: callers of load_json catch it as storage.json_file.ConfigFileError.
 from storage.errors import ConfigFileError
+from storage.fs import fsync_directory
 
 __all__ = [
+    "TOPIC_GROUP_SEPARATOR",
     "ConfigFileError",
+    "as_int",
+    "as_object",
     "backup_path",
+    "decode_int_map",
+    "decode_topic_group_table",
+    "load_config",
     "load_json",
     "parse_json_text",
     "save_json",
 ]
+
+TOPIC_GROUP_SEPARATOR = "@"
+"""Joins topic and group in consumerOffset.json keys (``"<topic>@<group>"``)."""
 
 
 # One token at a time: a complete string literal (copied untouched, so text inside strings is
@@ -90,7 +106,7 @@ def save_json(path: Path, data: object) -> None:
         _write_synced(tmp, payload)
         _back_up_current(path)
         tmp.replace(path)
-        _fsync_directory(path.parent)
+        fsync_directory(path.parent)
 
 
 def load_json(path: Path) -> object | None:
@@ -143,6 +159,62 @@ def parse_json_text(text: str) -> object:
         return json.loads(_quote_bare_int_keys(text))
 
 
+# --------------------------------------------------------------------------- decoding shapes
+
+
+def load_config(path: Path) -> dict[str, object]:
+    """The top-level object of a config file (``.bak`` fallback); ``{}`` when there is none.
+
+    Raises :class:`ConfigFileError` naming the file when it and its backup are unreadable
+    or the top level is not an object.
+    """
+    data = load_json(path)
+    if data is None:
+        return {}
+    try:
+        return as_object(data, "the top level")
+    except ValueError as exc:
+        raise ConfigFileError(f"config file {path}: {exc}") from exc
+
+
+def as_object(value: object, what: str) -> dict[str, object]:
+    """``value`` if it is a JSON object; ``ValueError`` naming ``what`` otherwise."""
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def as_int(value: object, what: str) -> int:
+    """An integer, or a map key holding one (``"12"``, also a bare key once quoted)."""
+    # bool is an int subclass, but true/false where a number belongs is a broken file.
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lstrip("-").isascii() and value.lstrip("-").isdigit():
+        return int(value)
+    raise ValueError(f"{what}: expected an integer, got {value!r}")
+
+
+def decode_int_map(value: object, what: str) -> dict[int, int]:
+    """``{"<int>": <int>}`` (``{0:6}`` in fastjson) as a dict of ints."""
+    return {as_int(key, what): as_int(item, what) for key, item in as_object(value, what).items()}
+
+
+def decode_topic_group_table(value: object, what: str) -> dict[tuple[str, str], dict[int, int]]:
+    """``{"<topic>@<group>": {<queueId>: <int>}}`` keyed by ``(topic, group)``.
+
+    Keys that do not split in two at the separator are skipped, as RocketMQ does.
+    """
+    table: dict[tuple[str, str], dict[int, int]] = {}
+    for key, queues in as_object(value, what).items():
+        topic, separator, group = key.partition(TOPIC_GROUP_SEPARATOR)
+        if topic and separator and group:
+            table[(topic, group)] = decode_int_map(queues, f"{what}[{key!r}]")
+    return table
+
+
+# --------------------------------------------------------------------------- file internals
+
+
 class _NoContentError(Exception):
     """The file is missing or holds only whitespace: nothing was ever saved there."""
 
@@ -189,7 +261,7 @@ def _back_up_current(path: Path) -> None:
     _write_synced(bak_tmp, current)
     bak_tmp.replace(backup_path(path))
     # The new .bak must be on disk before the main file is replaced (step 3).
-    _fsync_directory(path.parent)
+    fsync_directory(path.parent)
 
 
 def _is_complete(raw: bytes) -> bool:
@@ -209,21 +281,12 @@ def _write_synced(path: Path, payload: bytes) -> None:
         os.fsync(file.fileno())
 
 
-def _fsync_directory(directory: Path) -> None:
-    """Fsync a directory so that renames inside it survive a power loss."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _ensure_directory(directory: Path) -> None:
     """Create the config directory on first save, durably."""
     if directory.is_dir():
         return
     directory.mkdir(parents=True, exist_ok=True)
-    _fsync_directory(directory.parent)
+    fsync_directory(directory.parent)
 
 
 def _with_suffix(path: Path, suffix: str) -> Path:

@@ -2,37 +2,47 @@
 
 File ``k`` starts where file ``k-1`` ends; names are 20-digit start offsets. Only the last
 file is written. Offsets here are absolute (file start + position).
+
+With an :class:`~storage.allocate_service.AllocateMappedFileService`, a roll to file N asks
+for file N+1 to be prepared in the service's thread, and the next roll takes it instead of
+fallocating on the caller's thread (RocketMQ's pre-allocation). Without one (tests, tools)
+every file is created inline. A prepared file lives in the service's scratch directory
+until taken (renamed into place). :meth:`load` deletes a zero-length last file and
+trailing full-size files that were never written (a crash right after a roll).
 """
 
 from __future__ import annotations
 
 import itertools
-import os
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Final
 
 from storage.errors import StoreLoadError
 from storage.mapped_file import MappedFile, offset_to_file_name
 
+if TYPE_CHECKING:
+    from storage.allocate_service import AllocateMappedFileService
+
 DELETE_FILES_BATCH_MAX = 10
-
-
-def fsync_directory(directory: Path) -> None:
-    """Make a created, renamed or deleted directory entry durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+# A file whose first bytes are zero was never written: appends start at position 0, and
+# the first record (CommitLog) or unit (ConsumeQueue) is never all zeros.
+_NEVER_WRITTEN_HEAD: Final = bytes(8)
 
 
 class MappedFileQueue:
     """Fixed-size files in one directory, found by offset, rolled when full."""
 
-    def __init__(self, directory: Path, file_size: int) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        file_size: int,
+        allocator: AllocateMappedFileService | None = None,
+    ) -> None:
         self.directory = directory
         self.file_size = file_size
+        self.allocator = allocator
         self.files: list[MappedFile] = []
         self.flushed_where = 0
         self.store_timestamp = 0
@@ -47,15 +57,19 @@ class MappedFileQueue:
     def load(self) -> None:
         """Map every file; each must have exactly the configured size.
 
-        A zero-length *last* file is what an interrupted pre-allocation leaves behind after a
-        crash; it holds nothing and is removed. Any other wrong size is an error.
+        Trailing files that were never written are removed: a zero-length last file (an
+        interrupted creation, apache/rocketmq#6904) and full-size files whose head is zero
+        (pre-allocated ahead of need, or created at a roll, when the process stopped). The
+        first file is kept, whatever it holds: it fixes the queue's start offset. Any other
+        wrong size is an error.
         """
         self.directory.mkdir(parents=True, exist_ok=True)
+        if self.allocator is not None:
+            self.allocator.remove_leftovers()
         paths = sorted(p for p in self.directory.iterdir() if p.is_file() and p.name.isdigit())
         if paths and paths[-1].stat().st_size == 0:
             paths[-1].unlink()
             paths.pop()
-        files = []
         for path in paths:
             size = path.stat().st_size
             if size != self.file_size:
@@ -63,11 +77,19 @@ class MappedFileQueue:
                     f"{path}: file is {size} bytes but the configured file size is "
                     f"{self.file_size}; refusing to load (was the store created with another size?)"
                 )
+        while len(paths) > 1 and self._is_unused_next(paths[-2], paths[-1]):
+            paths.pop().unlink()
+        files = []
+        for path in paths:
             mapped = MappedFile(path, self.file_size)
             mapped.set_positions(self.file_size)
             files.append(mapped)
         self._check_contiguous(files)
         self.files = files
+
+    def _is_unused_next(self, previous: Path, path: Path) -> bool:
+        """Whether ``path`` directly follows ``previous`` and was never written."""
+        return int(path.name) == int(previous.name) + self.file_size and _never_written(path)
 
     def _check_contiguous(self, files: list[MappedFile]) -> None:
         for previous, current in itertools.pairwise(files):
@@ -101,14 +123,31 @@ class MappedFileQueue:
         return self._create_file(create_offset, first_in_queue=last is None)
 
     def _create_file(self, offset: int, first_in_queue: bool) -> MappedFile:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        mapped = MappedFile(
-            self.directory / offset_to_file_name(offset), self.file_size, create=True
-        )
+        """Add the file starting at ``offset``: the prepared one if ready, else a new one.
+
+        A roll (not the first file of the queue) asks the allocator for the file after it.
+        """
+        path = self._path_of(offset)
+        allocator = self.allocator
+        mapped = allocator.take(path, self.file_size) if allocator is not None else None
+        if mapped is None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            mapped = MappedFile(path, self.file_size, create=True)
         mapped.first_create_in_queue = first_in_queue
         with self._files_lock:
             self.files = [*self.files, mapped]
+        if allocator is not None and not first_in_queue:
+            allocator.request(self._path_of(offset + self.file_size), self.file_size)
         return mapped
+
+    def _path_of(self, offset: int) -> Path:
+        return self.directory / offset_to_file_name(offset)
+
+    def discard_prepared(self) -> None:
+        """Withdraw (and delete) the file prepared after the last one, if any."""
+        last = self.last_file()
+        if self.allocator is not None and last is not None:
+            self.allocator.discard(self._path_of(last.file_end_offset))
 
     def find_by_offset(
         self, offset: int, return_first_on_not_found: bool = False
@@ -199,6 +238,8 @@ class MappedFileQueue:
                     doomed.append(mapped)
             else:
                 keep.append(mapped)
+        if doomed:
+            self.discard_prepared()  # it would follow a file that is going away
         with self._files_lock:
             self.files = keep
         for mapped in doomed:
@@ -210,6 +251,7 @@ class MappedFileQueue:
         last = self.last_file()
         if last is None:
             return
+        self.discard_prepared()
         with self._files_lock:
             self.files = self.files[:-1]
         last.destroy()
@@ -250,12 +292,21 @@ class MappedFileQueue:
         return len(self.delete_first_files(count))
 
     def close(self) -> None:
+        """Unmap every file; a file prepared ahead and not taken is deleted."""
+        self.discard_prepared()
         for mapped in self.files:
             mapped.close()
 
     def destroy(self) -> None:
+        self.discard_prepared()
         for mapped in self.files:
             mapped.destroy()
         with self._files_lock:
             self.files = []
         self.flushed_where = 0
+
+
+def _never_written(path: Path) -> bool:
+    """Whether a full-size store file holds nothing (its head is zero)."""
+    with open(path, "rb") as file:
+        return file.read(len(_NEVER_WRITTEN_HEAD)) == _NEVER_WRITTEN_HEAD

@@ -21,8 +21,9 @@ import os
 import time
 from pathlib import Path
 
+from storage.allocate_service import AllocateMappedFileService
 from storage.checkpoint import StoreCheckpoint
-from storage.codec import EncodedMessage, Message, StoredMessage, encode_msg_id
+from storage.codec import EncodedMessage, Message, StoredMessage, msg_id_prefix
 from storage.commit_log import AppendResult, CommitLog, check_batch
 from storage.consume_queue import PRE_BLANK_SIZE, ConsumeQueue
 from storage.consume_queue_table import ConsumeQueueTable
@@ -59,13 +60,17 @@ class MessageStore:
         self.root = root
         self.config = config
         self.delay_levels = parse_delay_levels(config.message_delay_levels)
+        # Makes the next CommitLog and ConsumeQueue file ahead of a roll, off the owner thread.
+        self.allocate_service = AllocateMappedFileService(root / "prepared")
         self.commit_log = CommitLog(
             root / "commitlog", config.commit_log_file_size, config.store_host
         )
+        self.commit_log.queue.allocator = self.allocate_service
         self.consume_queue_table = ConsumeQueueTable(
             root / "consumequeue",
             config.consume_queue_units_per_file,
             root / "config" / "deletedTopics.json",
+            self.allocate_service,
         )
         self.flags = RunningFlags()
         self.checkpoint: StoreCheckpoint | None = None
@@ -88,7 +93,7 @@ class MessageStore:
         memory_limit = _physical_memory() * config.access_message_in_memory_max_ratio // 100
         self._reader = QueueReader(self.commit_log, config, memory_limit)
         # Every msgId of this store is this prefix (store address and port) + 16 hex digits.
-        self._msg_id_prefix = encode_msg_id(config.store_host[0], config.store_host[1], 0)[:-16]
+        self._msg_id_prefix = msg_id_prefix(*config.store_host)
 
     # ================================================================== lifecycle
 
@@ -194,6 +199,7 @@ class MessageStore:
         self.consume_queue_table.close()
         if self.checkpoint is not None:
             self.checkpoint.close()
+        self.allocate_service.shutdown()
         if self._lock_fd is not None:
             release_store_lock(self._lock_fd)
             self._lock_fd = None
@@ -393,11 +399,22 @@ class MessageStore:
         return found
 
     def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        """The first queue offset stored at or after ``timestamp_ms`` (0 for an unknown queue)."""
+        """RocketMQ's ``searchOffset``: the queue offset stored closest to ``timestamp_ms``
+        (see :meth:`ConsumeQueue.offset_by_time`); 0 for an unknown queue."""
         queue = self.consume_queue_table.find(topic, queue_id)
         if queue is None:
             return 0
         return queue.offset_by_time(
+            timestamp_ms, self.commit_log.store_time_of, self.commit_log.min_offset
+        )
+
+    def first_offset_at_or_after(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue offset stored at or after ``timestamp_ms`` (RocketMQ 5's LOWER
+        boundary: where a group starting "from this time" begins); 0 for an unknown queue."""
+        queue = self.consume_queue_table.find(topic, queue_id)
+        if queue is None:
+            return 0
+        return queue.first_offset_stored_at_or_after(
             timestamp_ms, self.commit_log.store_time_of, self.commit_log.min_offset
         )
 

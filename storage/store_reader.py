@@ -4,9 +4,10 @@ Everything here opens files with ``"rb"`` (plain reads, ``os.pread`` or a read-o
 and never takes the store lock, never writes, and never uses :class:`MessageStore`: the server
 may be appending while a tool reads. That shapes every reader:
 
-* CommitLog files are read up to the last complete record. :func:`storage.codec.check_record`
-  decides: MESSAGE goes on, BLANK ends the file, END (zeros or a record cut short) and
-  CORRUPT stop the walk for that file. A torn tail or a short last file is never an error.
+* CommitLog files are read up to the last complete record, in RocketMQ's format v1 or v2
+  (5.x). :func:`storage.codec.check_record` decides: MESSAGE goes on, BLANK ends the file,
+  END (zeros or a record cut short) and CORRUPT stop the walk for that file. A torn tail
+  or a short last file is never an error.
 * A record never straddles two files, so a byte range of one file is cut at record
   boundaries by walking TOTALSIZE from the file start or from a boundary already known
   (:func:`next_boundary`).
@@ -14,8 +15,9 @@ may be appending while a tool reads. That shapes every reader:
   pre-blank filler and still points into the CommitLog; the max offset is the number of
   valid units, ending at the first unit with a negative offset or a size <= 0 (the last file
   is partly zeros).
-* Config files are read through :func:`storage.json_file.load_json` (with its ``.bak``
-  fallback and RocketMQ's unquoted integer keys).
+* Config files are decoded by :func:`storage.json_file.load_config` and its shape helpers,
+  the same decoder the broker's managers use (``.bak`` fallback, RocketMQ's unquoted
+  integer keys).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Final
 from storage.codec import (
     CQ_UNIT_SIZE,
     CQ_UNIT_STRUCT,
-    MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODES,
     PHYSICAL_OFFSET_POSITION,
     Buffer,
     RecordKind,
@@ -42,14 +44,18 @@ from storage.codec import (
     read_store_timestamp,
 )
 from storage.errors import ConfigFileError
-from storage.json_file import load_json
+from storage.json_file import (
+    as_object,
+    decode_topic_group_table,
+    load_config,
+    load_json,
+)
 
 COMMIT_LOG_DIR: Final = "commitlog"
 CONSUME_QUEUE_DIR: Final = "consumequeue"
 CONFIG_DIR: Final = "config"
 PRE_BLANK_SIZE: Final = 0x7FFFFFFF
 """Size field of the filler units that pad a queue's first file when it starts past 0."""
-TOPIC_GROUP_SEPARATOR: Final = "@"
 
 # Enough bytes to reach STORETIMESTAMP of any record (68 + 8 with an IPv6 born host).
 _HEAD_BYTES: Final = 96
@@ -257,7 +263,7 @@ def _store_timestamp_of_head(head: bytes, physical_offset: int | None) -> int | 
     if len(head) < _HEAD_BYTES:
         return None
     _total, magic = _MAGIC_AT.unpack_from(head, 0)
-    if magic != MESSAGE_MAGIC_CODE:
+    if magic not in MESSAGE_MAGIC_CODES:
         return None
     if physical_offset is not None:
         stored_offset = _LONG.unpack_from(head, PHYSICAL_OFFSET_POSITION)[0]
@@ -491,14 +497,16 @@ def read_consumer_offsets(store_dir: Path) -> ConsumerOffsets:
     Raises ConfigFileError when the file (and its backup) cannot be read or has a wrong shape.
     """
     path = Path(store_dir) / CONFIG_DIR / "consumerOffset.json"
-    data = load_json(path)
-    if data is None:
-        return ConsumerOffsets()
-    root = _object(data, path, "the top level")
-    return ConsumerOffsets(
-        offsets=_topic_group_table(root.get("offsetTable", {}), path, "offsetTable"),
-        commit_times=_topic_group_table(root.get("commitTimeTable", {}), path, "commitTimeTable"),
-    )
+    root = load_config(path)
+    try:
+        return ConsumerOffsets(
+            offsets=decode_topic_group_table(root.get("offsetTable", {}), "offsetTable"),
+            commit_times=decode_topic_group_table(
+                root.get("commitTimeTable", {}), "commitTimeTable"
+            ),
+        )
+    except ValueError as exc:
+        raise ConfigFileError(f"config file {path}: {exc}") from exc
 
 
 def read_subscription_groups(store_dir: Path) -> dict[str, dict[str, object]]:
@@ -513,38 +521,8 @@ def read_topic_configs(store_dir: Path) -> dict[str, dict[str, object]]:
 
 def _named_table(store_dir: Path, file_name: str, key: str) -> dict[str, dict[str, object]]:
     path = Path(store_dir) / CONFIG_DIR / file_name
-    data = load_json(path)
-    if data is None:
-        return {}
-    table = _object(_object(data, path, "the top level").get(key, {}), path, key)
-    return {name: _object(entry, path, f"{key}[{name!r}]") for name, entry in table.items()}
-
-
-def _topic_group_table(
-    value: object, path: Path, what: str
-) -> dict[tuple[str, str], dict[int, int]]:
-    table: dict[tuple[str, str], dict[int, int]] = {}
-    for key, queues in _object(value, path, what).items():
-        topic, separator, group = key.partition(TOPIC_GROUP_SEPARATOR)
-        if not (topic and separator and group):
-            continue  # RocketMQ skips keys it cannot split in two
-        entries = _object(queues, path, f"{what}[{key!r}]")
-        table[(topic, group)] = {
-            _integer(queue_id, path, what): _integer(offset, path, what)
-            for queue_id, offset in entries.items()
-        }
-    return table
-
-
-def _object(value: object, path: Path, what: str) -> dict[str, object]:
-    if not isinstance(value, dict):
-        raise ConfigFileError(f"config file {path}: {what} must be a JSON object")
-    return value
-
-
-def _integer(value: object, path: Path, what: str) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lstrip("-").isdigit() and value.isascii():
-        return int(value)
-    raise ConfigFileError(f"config file {path}: {what} holds {value!r} where an integer belongs")
+    try:
+        table = as_object(load_config(path).get(key, {}), key)
+        return {name: as_object(entry, f"{key}[{name!r}]") for name, entry in table.items()}
+    except ValueError as exc:
+        raise ConfigFileError(f"config file {path}: {exc}") from exc

@@ -32,7 +32,7 @@ def by_time(broker: Broker, topic: str, begin_ms: int, end_ms: int, limit: int) 
     config = broker.topics.get(topic)
     found = Found()
     for queue_id in range(config.read_queue_nums):
-        seek = broker.topics.offset_by_time(topic, queue_id, begin_ms)
+        seek = broker.topics.offset_by_time(topic, queue_id, begin_ms, at_or_after=True)
         page = broker.messages.browse(topic, queue_id, seek.offset, limit, end_ms)
         found.messages.extend(page.messages)
         found.truncated |= page.more

@@ -3,7 +3,7 @@ delay levels' progress; dead letters and their redrive are in :mod:`app.routes.d
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
@@ -88,7 +88,14 @@ async def reset_offsets(group: GroupPath, body: OffsetResetIn, broker: BrokerDep
     "/v1/topics/{topic}/queues/{queue_id}/offset",
     tags=["topics"],
     operation_id="getOffsetByTime",
-    summary="The first offset of a queue stored at or after a time",
+    summary="The offset of a queue for a time (RocketMQ's searchOffset)",
+    description=(
+        "`boundary=closest` (the default, RocketMQ's `searchOffset`): the message stored "
+        "closest to `timestamp` — a message stored just before it may win; when every "
+        "message is earlier, the last one (max_offset - 1); when every one is later, the "
+        "first. `boundary=lower`: the first message stored at or after `timestamp` "
+        "(max_offset when none is), what a replay from that time wants."
+    ),
     response_model=QueueSeekOut,
     responses=problems(400, 403, 404, 422, 503),
 )
@@ -97,10 +104,13 @@ async def offset_by_time(
     queue_id: QueueIdPath,
     broker: BrokerDep,
     timestamp: Annotated[ParamInt, Query(ge=0, le=INT64_MAX, description="ms since the epoch.")],
+    boundary: Annotated[
+        Literal["closest", "lower"],
+        Query(description="`closest` (RocketMQ's searchOffset) or `lower` (first at or after)."),
+    ] = "closest",
 ) -> QueueSeekOut:
-    return queue_seek_out(
-        topic, timestamp, broker.topics.offset_by_time(topic, queue_id, timestamp)
-    )
+    seek = broker.topics.offset_by_time(topic, queue_id, timestamp, at_or_after=boundary == "lower")
+    return queue_seek_out(topic, timestamp, seek)
 
 
 @router.get(

@@ -7,7 +7,6 @@ them with orjson; the response models document exactly those shapes.
 from __future__ import annotations
 
 import base64
-import functools
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -29,7 +28,7 @@ from app.schemas.common import (
     ShortText,
 )
 from app.settings import MAX_PULL_MESSAGES, MAX_REQUEST_BYTES, MAX_WAIT_MS
-from services import GroupPull, QueuePull, SendReceipt, StoredMessage, encode_msg_id
+from services import GroupPull, QueuePull, SendReceipt, StoredMessage
 
 # ==================================================================== send
 
@@ -347,12 +346,6 @@ class GroupPullResponse(ResponseBody):
     queues: list[QueueProgressOut]
 
 
-@functools.lru_cache(maxsize=64)
-def _msg_id_prefix(store_host: tuple[str, int]) -> str:
-    """Hex of the store address and port: a msgId is this plus the 16-hex-digit offset."""
-    return encode_msg_id(store_host[0], store_host[1], 0)[:-16]
-
-
 def message_out(message: StoredMessage, encoding: str = "auto") -> dict[str, object]:
     """A stored message as JSON; ``auto`` sends bodies that are valid UTF-8 as text."""
     body = message.body
@@ -372,7 +365,7 @@ def message_out(message: StoredMessage, encoding: str = "auto") -> dict[str, obj
         properties = {k: v for k, v in properties.items() if k != "TAGS" and k != "KEYS"}
     offset = message.physical_offset
     return {
-        "msg_id": f"{_msg_id_prefix(message.store_host)}{offset:016X}",
+        "msg_id": message.msg_id,
         "topic": message.topic,
         "queue_id": message.queue_id,
         "queue_offset": message.queue_offset,

@@ -163,9 +163,7 @@ class QueueSeekOut(ResponseBody):
     topic: str
     queue_id: int
     timestamp: int
-    offset: int = Field(
-        description="First offset stored at or after `timestamp`; max_offset when none is."
-    )
+    offset: int = Field(description="The offset for `timestamp` under the requested `boundary`.")
     store_timestamp: int = Field(description="Store time at `offset`; 0 when there is none.")
     min_offset: int
     max_offset: int

@@ -204,7 +204,21 @@ def test_lookups_by_key_by_uniq_key_and_by_time(http: httpx.Client, topic: str) 
     future = http.get(
         f"/v1/topics/{topic}/queues/0/offset", params={"timestamp": 2 * 10**12}
     ).json()
-    assert future["offset"] == future["max_offset"] == 5
+    # RocketMQ's searchOffset: when every message is earlier, the last one (max offset - 1);
+    # the lower boundary answers the max offset (nothing is stored that late).
+    assert future["max_offset"] == 5
+    assert future["offset"] == 4
+    lower = http.get(
+        f"/v1/topics/{topic}/queues/0/offset",
+        params={"timestamp": 2 * 10**12, "boundary": "lower"},
+    ).json()
+    assert lower["offset"] == 5
+    assert (
+        http.get(
+            f"/v1/topics/{topic}/queues/0/offset", params={"timestamp": 1, "boundary": "upper"}
+        ).status_code
+        == 422
+    )
 
 
 # ---------------------------------------------------------------- offset reset

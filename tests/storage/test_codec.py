@@ -14,10 +14,13 @@ from storage.codec import (
     BLANK_MAGIC_CODE,
     CQ_UNIT_SIZE,
     CQ_UNIT_STRUCT,
+    FIXED_OVERHEAD_V4_V2,
     MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
     EncodedMessage,
     Message,
     MessageId,
+    RecordCheck,
     RecordKind,
     blank_record,
     body_crc,
@@ -29,6 +32,7 @@ from storage.codec import (
     encode_msg_id,
     encode_properties,
     java_string_hash,
+    msg_id_prefix,
     read_store_timestamp,
     tags_code,
     to_int32,
@@ -567,3 +571,138 @@ def test_cq_unit_is_20_bytes_big_endian_with_sign_extended_tags_code() -> None:
     assert unit[12:] == (-862545276).to_bytes(8, "big", signed=True)
     assert unit[12:16] == b"\xff\xff\xff\xff"  # sign extension into the high word
     assert CQ_UNIT_STRUCT.unpack(unit) == (4096, 158, -862545276)
+
+
+# ---------------------------------------------------------------- format v2 (RocketMQ 5.x)
+
+# The golden record in format v2, written out by hand from reference §2.1-2.2: magic
+# 0xDAA320AB and a two-byte topic length, everything else as in v1 (one byte longer).
+GOLDEN_V2_HEX = (
+    "0000009f"  # TOTALSIZE 159
+    "daa320ab"  # MAGICCODE v2
+    "11267e8a"  # BODYCRC
+    "00000003"  # QUEUEID
+    "00000007"  # FLAG
+    "000000000000002a"  # QUEUEOFFSET 42
+    "0000000000001000"  # PHYSICALOFFSET 4096
+    "00000000"  # SYSFLAG
+    "0000000000000457"  # BORNTIMESTAMP 1111
+    "0a000001000015b3"  # BORNHOST 10.0.0.1:5555
+    "00000000000008ae"  # STORETIMESTAMP 2222
+    "c0a8010200002a9f"  # STOREHOST 192.168.1.2:10911
+    "00000002"  # RECONSUMETIMES
+    "0000000000000000"  # PREPARED TRANSACTION OFFSET
+    "00000020"
+    + BODY.hex()  # BODY LENGTH + BODY
+    + "0006"
+    + b"FooBar".hex()  # TOPIC LENGTH (short) + TOPIC
+    + "001d"
+    + PROPERTIES_BYTES.hex()  # PROPERTIES LENGTH + PROPERTIES
+)
+GOLDEN_V2 = bytes.fromhex(GOLDEN_V2_HEX)
+
+
+def to_v2(record: bytes) -> bytes:
+    """A v1 record (IPv4 hosts) rewritten as v2: new magic, two-byte topic length."""
+    body_end = 88 + struct.unpack_from(">i", record, 84)[0]
+    head = struct.pack(">ii", len(record) + 1, MESSAGE_MAGIC_CODE_V2) + record[8:body_end]
+    return head + struct.pack(">h", record[body_end]) + record[body_end + 1 :]
+
+
+def test_golden_v2_record_is_the_v1_layout_with_a_short_topic_length() -> None:
+    assert len(GOLDEN_V2) == 159 == FIXED_OVERHEAD_V4_V2 + 32 + 6 + 29
+    assert to_v2(golden_record()) == GOLDEN_V2
+
+
+@pytest.mark.parametrize(
+    ("offset", "fmt", "expected"),
+    [
+        pytest.param(0, ">i", 159, id="TOTALSIZE@0"),
+        pytest.param(4, ">I", 0xDAA320AB, id="MAGIC@4"),
+        pytest.param(120, ">h6s", (6, b"FooBar"), id="TOPIC@120"),
+        pytest.param(128, ">h29s", (29, PROPERTIES_BYTES), id="PROPERTIES@128"),
+    ],
+)
+def test_golden_v2_field_at_reference_offset(offset: int, fmt: str, expected: Any) -> None:
+    values = struct.unpack_from(fmt, GOLDEN_V2, offset)
+    assert (values[0] if len(values) == 1 else values) == expected
+
+
+@pytest.mark.parametrize("wrap", [bytes, bytearray, memoryview, _in_mmap])
+def test_golden_v2_record_decodes_field_by_field(wrap: Any) -> None:
+    stored = decode_record(wrap(b"\x00" * 5 + GOLDEN_V2), 5)
+    assert stored.topic == "FooBar"
+    assert stored.body == BODY and type(stored.body) is bytes
+    assert stored.properties == {"TAGS": "TAG1", "KEYS": KEYS}
+    assert (stored.queue_id, stored.queue_offset, stored.physical_offset) == (3, 42, 4096)
+    assert (stored.flag, stored.sys_flag, stored.reconsume_times) == (7, 0, 2)
+    assert stored.prepared_transaction_offset == 0
+    assert stored.born_host == ("10.0.0.1", 5555)
+    assert stored.store_host == ("192.168.1.2", 10911)
+    assert (stored.born_timestamp, stored.store_timestamp) == (1111, 2222)
+    assert stored.size == 159
+    assert stored.body_crc == zlib.crc32(BODY) & 0x7FFFFFFF
+    assert stored.msg_id == "C0A8010200002A9F0000000000001000"
+    assert read_store_timestamp(GOLDEN_V2) == 2222
+
+
+def test_v2_record_with_ipv6_hosts_and_a_topic_over_127_characters() -> None:
+    topic = "T" * 200  # why RocketMQ 5 writes v2 at all
+    v1 = bytearray(golden_record(born_host=("::1", 1), store_host=("fe80::2", 2)))
+    body_end = 112 + 32  # two IPv6 hosts: the header is 112 bytes
+    assert struct.unpack_from(">i", v1, 108)[0] == 32
+    tail = v1[body_end + 1 + 6 :]
+    record = (
+        struct.pack(">ii", 0, MESSAGE_MAGIC_CODE_V2)
+        + bytes(v1[8:body_end])
+        + struct.pack(">h", 200)
+        + topic.encode()
+        + bytes(tail)
+    )
+    record = struct.pack(">i", len(record)) + record[4:]
+    assert check_record(record, 0, len(record), check_crc=True).kind is RecordKind.MESSAGE
+    stored = decode_record(record)
+    assert stored.topic == topic
+    assert stored.born_host == ("::1", 1) and stored.store_host == ("fe80::2", 2)
+    assert stored.properties == {"TAGS": "TAG1", "KEYS": KEYS}
+    assert stored.size == len(record) == 116 + 32 + 200 + 29
+
+
+def test_check_v2_record() -> None:
+    check = check_record(GOLDEN_V2, 0, len(GOLDEN_V2), check_crc=True)
+    assert check == RecordCheck(RecordKind.MESSAGE, 159)
+    cut = check_record(GOLDEN_V2, 0, 158, check_crc=False)
+    assert cut.kind is RecordKind.END, "a v2 record cut short is a torn tail"
+    as_v1_size = bytearray(GOLDEN_V2)
+    struct.pack_into(">i", as_v1_size, 0, 158)  # a v1 length does not match v2 fields
+    assert check_record(as_v1_size, 0, 159, check_crc=False).kind is RecordKind.CORRUPT
+    flipped = bytearray(GOLDEN_V2)
+    flipped[100] ^= 0xFF  # in the body
+    assert check_record(flipped, 0, 159, check_crc=False).kind is RecordKind.MESSAGE
+    assert check_record(flipped, 0, 159, check_crc=True).kind is RecordKind.CORRUPT
+    too_small = struct.pack(">ii", 91, MESSAGE_MAGIC_CODE_V2) + bytes(83)
+    assert check_record(too_small, 0, 91, check_crc=False).kind is RecordKind.CORRUPT
+
+
+# ---------------------------------------------------------------- msgId prefix
+
+
+def test_msg_id_prefix_is_the_id_before_its_16_offset_digits() -> None:
+    assert msg_id_prefix("127.0.0.1", 10911) == "7F00000100002A9F"
+    assert msg_id_prefix("::1", 10911) == "0" * 30 + "01" + "00002A9F"
+    for offset in (0, 4096, 2**40 + 5, 2**63 - 1):
+        msg_id = encode_msg_id("10.1.2.3", 8080, offset)
+        assert msg_id == msg_id_prefix("10.1.2.3", 8080) + f"{offset:016X}"
+        assert decode_msg_id(msg_id) == MessageId("10.1.2.3", 8080, offset)
+
+
+def test_a_negative_offset_is_written_as_its_twos_complement() -> None:
+    msg_id = encode_msg_id("127.0.0.1", 1, -8)
+    assert msg_id.endswith("FFFFFFFFFFFFFFF8")
+    assert decode_msg_id(msg_id).physical_offset == -8
+
+
+@pytest.mark.parametrize("offset", [-(2**63) - 1, 2**63])
+def test_encode_msg_id_refuses_an_offset_that_is_not_a_long(offset: int) -> None:
+    with pytest.raises(ValueError, match="physical offset"):
+        encode_msg_id("127.0.0.1", 1, offset)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -189,15 +189,27 @@ def test_put_beyond_the_end_fills_the_hole_and_keeps_positions(cq: ConsumeQueue)
 
 
 def search(cq: ConsumeQueue, times: dict[int, int], timestamp: int, min_physic: int = 0) -> int:
+    """RocketMQ's search: the closest message."""
+    return cq.offset_by_time(timestamp, _store_time_of(times), min_physic)
+
+
+def search_lower(
+    cq: ConsumeQueue, times: dict[int, int], timestamp: int, min_physic: int = 0
+) -> int:
+    """The first message at or after the time."""
+    return cq.first_offset_stored_at_or_after(timestamp, _store_time_of(times), min_physic)
+
+
+def _store_time_of(times: dict[int, int]) -> Callable[[int, int], int]:
     def store_time_of(physical: int, size: int) -> int:
         return times.get(physical, -1)
 
-    return cq.offset_by_time(timestamp, store_time_of, min_physic)
+    return store_time_of
 
 
 @pytest.fixture
 def timed(cq: ConsumeQueue) -> dict[int, int]:
-    """25 messages stored at 1000, 1010, 1020, ... (two per 10 ms step from 120 on)."""
+    """25 messages stored at 1000, 1010, 1020, ... 1240, across three files."""
     put_range(cq, 0, 25)
     return {n * 100: 1000 + 10 * n for n in range(25)}
 
@@ -208,16 +220,36 @@ def timed(cq: ConsumeQueue) -> dict[int, int]:
         pytest.param(1000, 0, id="exact-first"),
         pytest.param(1120, 12, id="exact-middle"),
         pytest.param(1240, 24, id="exact-last"),
-        pytest.param(1125, 13, id="between-goes-to-the-later"),
-        pytest.param(1001, 1, id="just-after-first"),
-        pytest.param(0, 0, id="before-all"),
-        pytest.param(9999, 25, id="after-all-is-max-offset"),
+        pytest.param(1123, 12, id="between-the-earlier-is-closer"),
+        pytest.param(1127, 13, id="between-the-later-is-closer"),
+        pytest.param(1125, 12, id="between-a-tie-goes-to-the-earlier"),
+        pytest.param(1001, 0, id="just-after-first"),
+        pytest.param(1009, 1, id="just-before-second"),
+        pytest.param(0, 0, id="before-all-is-the-min-offset"),
+        pytest.param(9999, 24, id="after-all-is-max-minus-one"),
+        pytest.param(1095, 9, id="across-a-file-end-to-the-earlier"),
+        pytest.param(1096, 10, id="across-a-file-end-to-the-later"),
     ],
 )
-def test_offset_by_time(
+def test_offset_by_time_is_the_closest_message(
     cq: ConsumeQueue, timed: dict[int, int], timestamp: int, expected: int
 ) -> None:
     assert search(cq, timed, timestamp) == expected
+
+
+@pytest.mark.parametrize(
+    ("timestamp", "expected"),
+    [
+        pytest.param(1120, 12, id="exact"),
+        pytest.param(1121, 13, id="between-goes-to-the-later"),
+        pytest.param(0, 0, id="before-all"),
+        pytest.param(9999, 25, id="after-all-is-the-max-offset"),
+    ],
+)
+def test_first_offset_stored_at_or_after(
+    cq: ConsumeQueue, timed: dict[int, int], timestamp: int, expected: int
+) -> None:
+    assert search_lower(cq, timed, timestamp) == expected
 
 
 def test_offset_by_time_with_equal_store_times_finds_the_first(cq: ConsumeQueue) -> None:
@@ -225,17 +257,30 @@ def test_offset_by_time_with_equal_store_times_finds_the_first(cq: ConsumeQueue)
     times = {n * 100: 1000 + 10 * (n // 4) for n in range(20)}
     assert search(cq, times, 1010) == 4
     assert search(cq, times, 1040) == 16
+    assert search(cq, times, 1012) == 7, "the last of the earlier group is the neighbour"
+    assert search(cq, times, 1018) == 8
 
 
 def test_offset_by_time_skips_messages_gone_from_the_commit_log(
     cq: ConsumeQueue, timed: dict[int, int]
 ) -> None:
-    # Units below the CommitLog's min offset count as too early.
+    # Units below the CommitLog's min offset count as too early and are never answered.
     assert search(cq, timed, 0, min_physic=500) == 5
+    assert search(cq, timed, 1021, min_physic=500) == 5
+    assert search(cq, timed, 9999, min_physic=2500) == 25, "nothing readable"
+    assert search_lower(cq, timed, 0, min_physic=500) == 5
+
+
+def test_offset_by_time_treats_a_vanished_record_as_too_early(
+    cq: ConsumeQueue, timed: dict[int, int]
+) -> None:
+    del timed[0], timed[100]  # the store time lookup fails for the first two
+    assert search(cq, timed, 1000) == 2
 
 
 def test_offset_by_time_of_an_empty_queue(cq: ConsumeQueue) -> None:
     assert search(cq, {}, 1000) == 0
+    assert search_lower(cq, {}, 1000) == 0
 
 
 def test_offset_by_time_honours_the_min_offset(cq: ConsumeQueue) -> None:
@@ -243,7 +288,8 @@ def test_offset_by_time_honours_the_min_offset(cq: ConsumeQueue) -> None:
     times = {n * 100: 1000 + n for n in range(13, 20)}
     assert search(cq, times, 0) == 13
     assert search(cq, times, 1015) == 15
-    assert search(cq, times, 5000) == 20
+    assert search(cq, times, 5000) == 19
+    assert search_lower(cq, times, 5000) == 20
 
 
 # ---------------------------------------------------------------- reload

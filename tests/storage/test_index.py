@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import struct
 import time
 from pathlib import Path
 
 import pytest
 
 from storage import Message, MessageStore, StoreConfig
+from storage.checkpoint import StoreCheckpoint
 from storage.codec import java_string_hash
-from storage.index_file import IndexFile, index_key_hash
+from storage.errors import StorageError
+from storage.index_file import IndexFile, IndexFileSizeError, index_key_hash
+from storage.index_service import IndexService
 
 
 def small_config(**overrides: object) -> StoreConfig:
@@ -113,3 +117,72 @@ def test_index_is_rebuilt_after_an_unclean_exit(tmp_path: Path, catch_up_on_open
         assert [m.physical_offset for m in store.query_message("T", "k-later")] == [
             later.physical_offset
         ]
+
+
+# ---------------------------------------------------------------- geometry of existing files
+
+ROCKETMQ_INDEX_SIZE = 420_000_040  # 40 + 5,000,000 * 4 + 20,000,000 * 20
+
+
+def write_rocketmq_index(path: Path, keys: dict[str, int], begin_ms: int) -> None:
+    """A sparse index file of RocketMQ's default size holding ``keys`` (key -> offset),
+    written byte by byte from reference §7; one second between entries."""
+    slots, entries_at = 5_000_000, 40 + 5_000_000 * 4
+    with open(path, "w+b") as file:
+        file.truncate(ROCKETMQ_INDEX_SIZE)
+        for number, (key, offset) in enumerate(keys.items(), start=1):
+            key_hash = abs(java_string_hash(key))
+            file.seek(40 + key_hash % slots * 4)
+            previous = int.from_bytes(file.read(4), "big")
+            file.seek(40 + key_hash % slots * 4)
+            file.write(number.to_bytes(4, "big"))
+            file.seek(entries_at + number * 20)
+            file.write(struct.pack(">iqii", key_hash, offset, number - 1, previous))
+        file.seek(0)
+        count = len(keys)
+        last_offset = list(keys.values())[-1]
+        end_ms = begin_ms + (count - 1) * 1000
+        header = (begin_ms, end_ms, next(iter(keys.values())), last_offset, count, count + 1)
+        file.write(struct.pack(">qqqqii", *header))
+
+
+def test_an_index_file_of_rocketmq_default_size_opens_with_its_own_geometry(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "index"
+    directory.mkdir()
+    begin = 1_700_000_000_000
+    keys = {"Orders#k1": 100, "Orders#k2": 300, "Orders#UNIQ": 500}
+    write_rocketmq_index(directory / "20231114221320000", keys, begin)
+    checkpoint = StoreCheckpoint(tmp_path / "checkpoint")
+    service = IndexService(directory, 100, 400, checkpoint)  # configured: a tiny geometry
+    try:
+        service.load(last_exit_ok=True)
+        (index,) = service.files
+        assert (index.hash_slot_num, index.max_index_num) == (5_000_000, 20_000_000)
+        assert index.file_size == ROCKETMQ_INDEX_SIZE
+        assert service.query("Orders", "k2", 10, begin, begin + 10_000) == [300]
+        assert service.query("Orders", "UNIQ", 10, begin, begin + 10_000) == [500]
+        service.build_index("Orders", 700, begin + 5_000, "k1", None)  # appends to that file
+        assert sorted(service.query("Orders", "k1", 10, begin, begin + 10_000)) == [100, 700]
+        assert len(service.files) == 1 and not index.is_full
+    finally:
+        service.close()
+        checkpoint.close()
+    size_on_disk = (directory / "20231114221320000").stat().st_blocks * 512
+    assert size_on_disk < 64 * 1024 * 1024, "the file stayed sparse"
+
+
+def test_an_index_file_of_another_size_is_a_clear_startup_error(tmp_path: Path) -> None:
+    store_dir = tmp_path / "store"
+    (store_dir / "index").mkdir(parents=True)
+    with open(store_dir / "index" / "20231114221320000", "wb") as file:
+        file.truncate(12_345)
+    with pytest.raises(IndexFileSizeError) as raised:
+        MessageStore.open(store_dir, small_config())
+    message = str(raised.value)
+    for needle in ("max_hash_slot_num=100", "max_index_num=400", "12345", "8440", "420000040"):
+        assert needle in message
+    assert isinstance(raised.value, StorageError)
+    with MessageStore.open(store_dir, small_config(message_index_enable=False)):
+        pass  # nothing else was touched

@@ -283,14 +283,20 @@ class StoreModel(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.queues))
     @rule(data=st.data())
     def offset_by_store_time(self, data: st.DataObject) -> None:
-        """The first message stored at or after a time (store times never go down)."""
+        """The message stored closest to a time, as RocketMQ (store times never go down)."""
         topic, queue_id = data.draw(st.sampled_from(sorted(self.queues)), label="queue")
         queue = self.queues[(topic, queue_id)]
         stored = data.draw(st.sampled_from(queue), label="message")
         timestamp = stored.store_timestamp + data.draw(st.sampled_from([-1, 0, 1]), label="skew")
-        expected = next(
-            (m.queue_offset for m in queue if m.store_timestamp >= timestamp), len(queue)
-        )
+        later = next((i for i, m in enumerate(queue) if m.store_timestamp >= timestamp), None)
+        if later is None:  # every message is earlier: the last one
+            expected = queue[-1].queue_offset
+        elif later == 0 or queue[later].store_timestamp == timestamp:
+            expected = queue[later].queue_offset
+        else:  # the closer neighbour; a tie goes to the earlier one
+            before, after = queue[later - 1], queue[later]
+            closer_after = timestamp - before.store_timestamp > after.store_timestamp - timestamp
+            expected = (after if closer_after else before).queue_offset
         assert self.store.offset_by_time(topic, queue_id, timestamp) == expected
 
     @rule()
