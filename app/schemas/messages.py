@@ -199,7 +199,13 @@ class PullLimits(BaseModel):
     """Query parameters every pull shares."""
 
     max_messages: ParamInt = Field(
-        default=32, ge=1, le=MAX_PULL_MESSAGES, description="Most messages to return."
+        default=32,
+        ge=1,
+        le=MAX_PULL_MESSAGES,
+        description="Most messages to return. As in RocketMQ's broker, one read of a queue "
+        "returns at most 32 messages (`maxTransferCountOnMessageInMemory`; 8 once they are "
+        "no longer in memory) and at most 256 KiB (64 KiB from disk); a group pull applies "
+        "that to each queue it reads. Pull again from `next_offset` for more.",
     )
     max_bytes: ParamInt | None = Field(
         default=None,
