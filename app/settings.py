@@ -79,6 +79,9 @@ class Settings(BaseSettings):
     max_transfer_bytes_in_disk: int = Field(
         default=64 * 1024, ge=1, description="pull byte cap for messages only on disk"
     )
+    max_transfer_count_in_memory: int = Field(
+        default=32, ge=1, description="pull count cap for messages in memory"
+    )
     max_transfer_count_in_disk: int = Field(
         default=8, ge=1, description="pull count cap for messages only on disk"
     )
