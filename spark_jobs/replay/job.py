@@ -4,7 +4,7 @@
         --tags "Created||Paid" --to parquet:/tmp/orders
     spoolmq-spark replay --store DIR --topic Orders --queue 3 --from-offset 1200 \\
         --to http://127.0.0.1:8080 --target-topic OrdersReplay --rate 500
-    spark-submit spark_jobs/replay.py --store DIR --topic Orders --dry-run
+    spark-submit spark_jobs/replay/__main__.py --store DIR --topic Orders --dry-run
 
 Selection: topics, queues, a store-time window ``[from, to)``, a queue-offset window
 ``[from, to)``, tags (``A||B``, exact) and keys (any of). Prepared and rolled-back
@@ -26,13 +26,6 @@ from pyspark.sql import functions as F
 
 from spark_jobs.datasource import COMMITLOG_FORMAT
 from spark_jobs.formatting import format_duration, format_time
-from spark_jobs.http_sender import (
-    HttpReplaySender,
-    Progress,
-    ReplayError,
-    ReplayMessage,
-    SendSummary,
-)
 from spark_jobs.options import (
     DEFAULT_SPLIT_SIZE,
     OptionError,
@@ -40,6 +33,13 @@ from spark_jobs.options import (
     parse_list,
     parse_size,
     parse_time_ms,
+)
+from spark_jobs.replay.http_sender import (
+    HttpReplaySender,
+    Progress,
+    ReplayError,
+    ReplayMessage,
+    SendSummary,
 )
 from spark_jobs.session import build_session, parse_conf
 from storage.codec import (
@@ -346,9 +346,5 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``spark-submit spark_jobs/replay.py ...``"""
-    return job_main("replay.py", DESCRIPTION, add_arguments, run, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    """``spark-submit spark_jobs/replay/__main__.py ...`` (or ``python -m spark_jobs.replay``)."""
+    return job_main("spark_jobs.replay", DESCRIPTION, add_arguments, run, argv)

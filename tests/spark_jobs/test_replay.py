@@ -12,7 +12,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
 from spark_jobs import cli
-from spark_jobs.replay import HttpTarget, Selection, run_replay
+from spark_jobs.replay.job import HttpTarget, Selection, run_replay
 from tests.spark_jobs.stores import Written, expected_row, sorted_rows, varied_message, write_store
 from tests.spark_jobs.stub_server import stub_server
 

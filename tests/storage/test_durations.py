@@ -32,4 +32,3 @@ from storage.durations import format_duration
 )
 def test_format_duration(seconds: float | None, text: str) -> None:
     assert format_duration(seconds) == text
-
