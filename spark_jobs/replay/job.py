@@ -7,8 +7,9 @@
     spark-submit spark_jobs/replay/__main__.py --store DIR --topic Orders --dry-run
 
 Selection: topics, queues, a store-time window ``[from, to)``, a queue-offset window
-``[from, to)``, tags (``A||B``, exact) and keys (any of). Prepared and rolled-back
-transaction records (never delivered) are left out. Messages come in CommitLog order per store.
+``[from, to)``, tags (``A||B``, exact; :mod:`spark_jobs.replay.tags` reads the expression) and
+keys (any of). Prepared and rolled-back transaction records (never delivered) are left out.
+Messages come in CommitLog order per store.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.datasource import COMMITLOG_FORMAT
@@ -41,6 +42,7 @@ from spark_jobs.replay.http_sender import (
     ReplayMessage,
     SendSummary,
 )
+from spark_jobs.replay.tags import parse_tag_expression
 from spark_jobs.session import build_session, parse_conf
 from storage.codec import (
     TRANSACTION_PREPARED_TYPE,
@@ -62,7 +64,7 @@ class Selection:
     to_ms: int | None = None
     from_offset: int | None = None
     to_offset: int | None = None
-    tags: tuple[str, ...] = ()
+    tags: frozenset[str] | None = None  # None: any tag or none; empty: no message
     keys: tuple[str, ...] = ()
     split_size: int = DEFAULT_SPLIT_SIZE
 
@@ -145,12 +147,19 @@ def select_messages(spark: SparkSession, selection: Selection) -> DataFrame:
         frame = frame.where(F.col("queue_offset") >= selection.from_offset)
     if selection.to_offset is not None:
         frame = frame.where(F.col("queue_offset") < selection.to_offset)
-    if selection.tags:
-        frame = frame.where(F.col("tags").isin(list(selection.tags)))
+    if selection.tags is not None:
+        frame = frame.where(_tag_condition(selection.tags))
     if selection.keys:
         wanted = F.array(*[F.lit(key) for key in selection.keys])
         frame = frame.where(F.arrays_overlap(F.col("keys"), wanted))
     return frame
+
+
+def _tag_condition(tags: frozenset[str]) -> Column:
+    """Messages with one of ``tags``; none at all for an empty set (as RocketMQ)."""
+    if not tags:
+        return F.lit(False)
+    return F.col("tags").isin(sorted(tags))
 
 
 def describe(frame: DataFrame) -> ReplaySummary:
@@ -252,7 +261,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--to-time", metavar="TIME", help="stored before (epoch ms or ISO 8601, UTC)")
     add("--from-offset", type=int, metavar="N", help="queue offset at or above N")
     add("--to-offset", type=int, metavar="N", help="queue offset below N")
-    add("--tags", help="tag expression A||B (exact tags; * for any)")
+    add("--tags", help="tag expression A||B (exact tags; * for any; no tag in it: none)")
     add("--key", action="append", default=[], help="message key(s); any of them matches")
     add("--to", metavar="DEST", help="parquet:PATH or http://host:port")
     add("--target-topic", help="topic to re-send to (HTTP)")
@@ -275,12 +284,6 @@ def _topics(values: Sequence[str]) -> tuple[str, ...]:
     return tuple(t for value in values for t in parse_list(value))
 
 
-def _tags(expression: str | None) -> tuple[str, ...]:
-    if expression is None or expression.strip() in ("", "*"):
-        return ()
-    return tuple(t.strip() for t in expression.split("||") if t.strip())
-
-
 def selection_from_args(args: argparse.Namespace) -> Selection:
     """The selection of parsed arguments."""
     return Selection(
@@ -291,7 +294,7 @@ def selection_from_args(args: argparse.Namespace) -> Selection:
         to_ms=parse_time_ms(args.to_time),
         from_offset=args.from_offset,
         to_offset=args.to_offset,
-        tags=_tags(args.tags),
+        tags=parse_tag_expression(args.tags),
         keys=tuple(args.key),
         split_size=parse_size(args.split_size, DEFAULT_SPLIT_SIZE),
     )
