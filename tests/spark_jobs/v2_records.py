@@ -26,8 +26,8 @@ LONG_TOPIC = "Orders." + "x" * 200  # longer than a v1 record can hold
 
 
 def _header_size(record: bytes) -> int:
-    sys_flag = struct.unpack_from(">i", record, 36)[0]
-    wide = (sys_flag & BORNHOST_V6_FLAG != 0) + (sys_flag & STOREHOSTADDRESS_V6_FLAG != 0)
+    sys_flag: int = struct.unpack_from(">i", record, 36)[0]
+    wide = sum(1 for flag in (BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG) if sys_flag & flag)
     return 88 + 12 * wide
 
 
