@@ -22,6 +22,8 @@ from storage.config_managers import (
     ConsumerOffsetManager,
     SubscriptionGroupConfig,
 )
+from storage.durations import format_duration as format_duration  # for the lag pages
+from storage.lag_model import LagFigures, queue_lag_figures
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +45,7 @@ class QueueLag:
     committed_offset: int  # next offset the group will consume
     min_offset: int
     max_offset: int
-    lag: int  # messages between the committed offset and the max offset
+    lag: int  # max offset - committed offset, floored at 0 (storage.lag_model)
     last_commit_timestamp: int  # ms; 0 when unknown
     # Age of the oldest message the group has not consumed; 0 when none waits, None when
     # its store time cannot be read.
@@ -57,6 +59,7 @@ class TopicLag:
 
     @property
     def total_lag(self) -> int:
+        """Lag in messages over the topic's queues."""
         return sum(q.lag for q in self.queues)
 
 
@@ -133,34 +136,33 @@ class OffsetService:
             for queue_id, committed in self._manager.offsets_of(group, key.topic).items():
                 max_offset = store.max_offset_in_queue(key.topic, queue_id)
                 min_offset = store.min_offset_in_queue(key.topic, queue_id)
-                lag = max(0, max_offset - committed)
-                seconds = self._lag_seconds(key.topic, queue_id, committed, min_offset, lag)
+                figures = self._queue_lag(key.topic, queue_id, committed, min_offset, max_offset)
                 queues.append(
                     QueueLag(
                         queue_id=queue_id,
                         committed_offset=committed,
                         min_offset=min_offset,
                         max_offset=max_offset,
-                        lag=lag,
+                        lag=figures.lag,
                         last_commit_timestamp=times.get(queue_id, 0),
-                        lag_seconds=seconds,
+                        lag_seconds=figures.lag_seconds,
                     )
                 )
             report.append(TopicLag(key.topic, queues))
         return report
 
-    def _lag_seconds(
-        self, topic: str, queue_id: int, committed: int, min_offset: int, lag: int
-    ) -> float | None:
-        """Now minus the store time of the oldest message not consumed (0 when none is)."""
-        if lag <= 0:
-            return 0.0
-        # A committed offset below the min points at expired messages: the oldest one still
-        # waiting is the first that is left.
-        stored_at = self._store.store_timestamp_at(topic, queue_id, max(committed, min_offset))
-        if stored_at < 0:
-            return None
-        return max(0.0, time.time() - stored_at / 1000)
+    def _queue_lag(
+        self, topic: str, queue_id: int, committed: int, min_offset: int, max_offset: int
+    ) -> LagFigures:
+        """Lag in messages and seconds (now - store time of the oldest unconsumed message),
+        as :mod:`storage.lag_model` defines them for every lag report."""
+
+        def store_time_at(offset: int) -> int | None:
+            stored_at = self._store.store_timestamp_at(topic, queue_id, offset)
+            return None if stored_at < 0 else stored_at
+
+        now_ms = time.time_ns() // 1_000_000
+        return queue_lag_figures(committed, min_offset, max_offset, store_time_at, now_ms)
 
 
 class OffsetPersister:

@@ -1,7 +1,7 @@
 """The ``spoolmq-spark`` command: ``replay`` and ``lag-report``.
 
-The same jobs run under ``spark-submit spark_jobs/replay.py …`` and
-``spark-submit spark_jobs/lag_report.py …`` with the same options.
+The same jobs run under ``spark-submit spark_jobs/replay/__main__.py …`` and
+``spark-submit spark_jobs/lag/__main__.py …`` with the same options.
 """
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from spark_jobs import lag_report, replay
+from spark_jobs.lag import job as lag_report
 from spark_jobs.options import OptionError
+from spark_jobs.replay import job as replay
 
 
 def build_parser() -> argparse.ArgumentParser:

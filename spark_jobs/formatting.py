@@ -1,9 +1,13 @@
-"""Human-readable numbers, durations and times (UTC) for reports and progress lines."""
+"""Human-readable numbers, durations and times (UTC) for reports and progress lines.
+
+Durations come from :func:`storage.durations.format_duration`, the admin pages' format too.
+"""
 
 from __future__ import annotations
 
-import math
 from datetime import UTC, datetime
+
+from storage.durations import format_duration as format_duration
 
 
 def format_time(milliseconds: int | None, suffix: bool = True) -> str:
@@ -17,23 +21,6 @@ def format_time(milliseconds: int | None, suffix: bool = True) -> str:
 def format_count(value: int | None) -> str:
     """Thousands separated (or an em dash)."""
     return "—" if value is None else f"{value:,}"
-
-
-def format_duration(seconds: float | None) -> str:
-    """``0 s``, ``42 s``, ``3 min 5 s``, ``2 h 10 min``, ``3 d 4 h`` (or an em dash)."""
-    if seconds is None or math.isnan(seconds):
-        return "—"
-    whole = round(seconds)
-    if whole < 60:
-        return f"{whole} s"
-    minutes, secs = divmod(whole, 60)
-    if minutes < 60:
-        return f"{minutes} min {secs} s" if secs else f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h" if hours else f"{days} d"
 
 
 def format_rate(rate: float | None) -> str:

@@ -1,14 +1,16 @@
 """CommitLog records as Arrow record batches: the row parsers of the Spark jobs, without pyspark.
 
-Two parsers produce the same batches (schema :data:`ARROW_SCHEMA`):
+Records come in RocketMQ's format v1 (``MESSAGE_MAGIC_CODE``, a one-byte topic length) or v2
+(``MESSAGE_MAGIC_CODE_V2``, RocketMQ 5.x, a two-byte topic length), with IPv4 or IPv6 born
+and store hosts (SYSFLAG says which); one file may mix them.
 
-* the vectorised one (:func:`build_batch`) gathers the fixed header fields, bodies, topics and
-  properties of many records at once with numpy, and splits properties into a map with
-  numpy too; it handles records with IPv4 born and store hosts, which is what spoolmq writes;
-* the per-record one (:func:`rows_to_batch` over :func:`record_row`) goes through
-  :func:`storage.codec.decode_record`; it is the reference in tests and the fallback for
-  batches the vectorised path does not cover (an IPv6 host, a property name repeated in one
-  record, properties that are not valid UTF-8).
+:func:`build_batch` gathers the header fields, bodies, topics and properties of many records
+at once with numpy, whatever their layout, and splits properties into a map with numpy too.
+A batch whose properties that path does not cover (a property name repeated in one record,
+bytes that are not UTF-8) gets its properties decoded record by record with
+:func:`storage.codec.decode_properties`; everything else stays vectorised.
+:func:`rows_to_batch` over :func:`record_row` builds the same batches from decoded
+:class:`~storage.codec.StoredMessage` objects: the reference in tests.
 
 :func:`walk_chain` finds the records of a byte range of one CommitLog file with the rules of
 :func:`storage.codec.check_record` (without CRC unless asked): it follows TOTALSIZE and the
@@ -19,6 +21,7 @@ stop it.
 
 from __future__ import annotations
 
+import itertools
 import zlib
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
@@ -36,7 +39,9 @@ from storage.codec import (
     BORNHOST_V6_FLAG,
     CRC_MASK,
     FIXED_OVERHEAD_V4,
+    KEY_SEPARATOR,
     MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
@@ -44,7 +49,7 @@ from storage.codec import (
     Buffer,
     RecordKind,
     StoredMessage,
-    decode_record,
+    decode_properties,
 )
 from storage.store_reader import Boundary
 
@@ -98,28 +103,25 @@ ARROW_SCHEMA: Final = pa.schema(
 )
 """Arrow schema of the batches; equal to what Spark derives from the DataFrame schema."""
 
-V4_HEADER_SIZE: Final = 88
-_HOST_FLAGS: Final = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
-# The header of a record with IPv4 born and store hosts, up to and including BODY LENGTH.
-_HEADER_DTYPE: Final = np.dtype(
+V4_HEADER_SIZE: Final = 88  # up to and including BODY LENGTH, IPv4 born and store hosts
+_IPV4_HOST: Final = 8  # address + port
+_IPV6_HOST: Final = 20
+_MIN_SIZE: Final = {
+    MESSAGE_MAGIC_CODE: FIXED_OVERHEAD_V4,
+    MESSAGE_MAGIC_CODE_V2: FIXED_OVERHEAD_V4 + 1,
+}
+"""The smallest record of each format: v2's topic length takes one byte more."""
+# The first 48 bytes of every record, whatever its hosts: up to the born host.
+_HEAD_DTYPE: Final = np.dtype(
     {
-        "names": [
-            "total_size",
-            "queue_id",
-            "queue_offset",
-            "sys_flag",
-            "born_timestamp",
-            "store_timestamp",
-            "reconsume_times",
-            "body_length",
-        ],
-        "formats": [">i4", ">i4", ">i8", ">i4", ">i8", ">i8", ">i4", ">i4"],
-        "offsets": [0, 12, 20, 36, 40, 56, 72, 84],
-        "itemsize": V4_HEADER_SIZE,
+        "names": ["total_size", "magic", "queue_id", "queue_offset", "sys_flag", "born_timestamp"],
+        "formats": [">i4", ">i4", ">i4", ">i8", ">i4", ">i8"],
+        "offsets": [0, 4, 12, 20, 36, 40],
+        "itemsize": 48,
     }
 )
-_STORE_HOST_SLICE: Final = slice(64, 72)  # store address (4) + port (4)
-_PHYSICAL_OFFSET_SLICE: Final = slice(28, 36)
+_BORN_HOST_AT: Final = 48
+_PHYSICAL_OFFSET_AT: Final = 28
 _HEX: Final = np.frombuffer(
     b"".join(f"{i:02X}".encode() for i in range(256)), dtype=np.uint8
 ).reshape(256, 2)
@@ -195,34 +197,80 @@ def _big_endian(data: Bytes, starts: Int64Array, dtype: str) -> Int64Array:
     return values.astype(np.int64)
 
 
-def _header_and_body_length(data: Bytes, positions: Int64Array) -> tuple[Int64Array, Int64Array]:
-    """Each record's header size (88, +12 per IPv6 host) and its BODY LENGTH field."""
-    sys_flag = _big_endian(data, positions + 36, ">i4")
-    header = (
-        V4_HEADER_SIZE
-        + 12 * ((sys_flag & BORNHOST_V6_FLAG) != 0)
-        + 12 * ((sys_flag & STOREHOSTADDRESS_V6_FLAG) != 0)
-    ).astype(np.int64)
-    return header, _big_endian(data, positions + header - 4, ">i4")
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """Where each record's variable fields are, relative to its start (one entry a record)."""
+
+    born_host_width: Int64Array
+    store_host_width: Int64Array
+    header: Int64Array  # up to and including BODY LENGTH: 88, +12 per IPv6 host
+    topic_length_width: Int64Array  # 1 (v1) or 2 (v2)
+
+    @classmethod
+    def of(cls, data: Bytes, positions: Int64Array) -> _Layout:
+        """The layouts of the records at ``positions`` (magic codes already checked)."""
+        sys_flag = _big_endian(data, positions + 36, ">i4")
+        return cls.of_fields(sys_flag, _big_endian(data, positions + 4, ">i4"))
+
+    @classmethod
+    def of_fields(cls, sys_flag: Any, magic: Any) -> _Layout:
+        """The layouts of records with these SYSFLAG and MAGICCODE values."""
+        born = np.where(sys_flag & BORNHOST_V6_FLAG, _IPV6_HOST, _IPV4_HOST).astype(np.int64)
+        store = np.where(sys_flag & STOREHOSTADDRESS_V6_FLAG, _IPV6_HOST, _IPV4_HOST)
+        store = store.astype(np.int64)
+        header = V4_HEADER_SIZE + (born - _IPV4_HOST) + (store - _IPV4_HOST)
+        topic_width = np.where(magic == MESSAGE_MAGIC_CODE_V2, 2, 1).astype(np.int64)
+        return cls(born, store, header, topic_width)
+
+    def take(self, index: Int64Array) -> _Layout:
+        """The layouts at ``index`` only."""
+        return _Layout(
+            self.born_host_width[index],
+            self.store_host_width[index],
+            self.header[index],
+            self.topic_length_width[index],
+        )
+
+    @property
+    def store_timestamp_at(self) -> Int64Array:
+        return _BORN_HOST_AT + self.born_host_width
+
+    @property
+    def store_host_at(self) -> Int64Array:
+        return self.store_timestamp_at + 8
+
+    @property
+    def reconsume_times_at(self) -> Int64Array:
+        return self.store_host_at + self.store_host_width
+
+
+def _topic_lengths(
+    data: Bytes, at: Int64Array, width: Int64Array, valid: npt.NDArray[np.bool_] | None = None
+) -> Int64Array:
+    """TOPIC LENGTH at each absolute position: an unsigned byte (v1) or a short (v2)."""
+    safe = at if valid is None else np.where(valid, at, 0)
+    one = np.take(data, safe, mode="clip").astype(np.int64)
+    two = _big_endian(data, safe, ">i2")
+    return np.where(width == 2, two, one)
 
 
 def first_bad_layout(data: Bytes, positions: Int64Array) -> int:
     """Index of the first record whose field lengths disagree with its TOTALSIZE (or n).
 
     Vectorised form of the layout test of :func:`storage.codec.check_record`; each record
-    must already have a valid magic code and fit in ``data``.
+    must already have a valid magic code (v1 or v2) and fit in ``data``.
     """
     if len(positions) == 0:
         return 0
     total = _big_endian(data, positions, ">i4")
-    header, body_length = _header_and_body_length(data, positions)
+    layout = _Layout.of(data, positions)
+    header, width = layout.header, layout.topic_length_width
+    body_length = _big_endian(data, positions + header - 4, ">i4")
     topic_at = header + body_length
-    ok = (header <= total) & (body_length >= 0) & (topic_at + 1 <= total)
-    topic_length = np.take(data, positions + np.where(ok, topic_at, 0), mode="clip").astype(
-        np.int64
-    )
-    properties_at = topic_at + 1 + topic_length
-    ok &= properties_at + 2 <= total
+    ok = (header <= total) & (body_length >= 0) & (topic_at + width <= total)
+    topic_length = _topic_lengths(data, positions + topic_at, width, ok)
+    properties_at = topic_at + width + topic_length
+    ok &= (topic_length >= 0) & (properties_at + 2 <= total)
     properties_length = _big_endian(data, positions + np.where(ok, properties_at, 0), ">i2")
     ok &= (properties_length >= 0) & (properties_at + 2 + properties_length == total)
     bad = np.flatnonzero(~ok)
@@ -233,7 +281,8 @@ def _first_bad_crc(data: Bytes, positions: Int64Array) -> int:
     """Index of the first record whose body CRC does not match (or n)."""
     if len(positions) == 0:
         return 0
-    header, body_length = _header_and_body_length(data, positions)
+    header = _Layout.of(data, positions).header
+    body_length = _big_endian(data, positions + header - 4, ">i4")
     stored = _big_endian(data, positions + 8, ">i4")
     view = data.data
     for index, (start, length, crc) in enumerate(
@@ -254,9 +303,10 @@ def _walk_magic(buffer: Buffer, start: int, end: int, limit: int) -> tuple[array
         if position + 8 > limit:
             return positions, Boundary(position, RecordKind.END)
         total, magic = unpack(buffer, position)
-        if magic != MESSAGE_MAGIC_CODE:
+        minimum = _MIN_SIZE.get(magic)
+        if minimum is None:
             return positions, _stop_at(position, total, magic)
-        if total < FIXED_OVERHEAD_V4:
+        if total < minimum:
             return positions, Boundary(
                 position, RecordKind.CORRUPT, f"impossible record size {total}"
             )
@@ -267,7 +317,7 @@ def _walk_magic(buffer: Buffer, start: int, end: int, limit: int) -> tuple[array
     if position + 8 > limit:
         return positions, Boundary(position, RecordKind.END)
     total, magic = unpack(buffer, position)
-    if magic != MESSAGE_MAGIC_CODE:
+    if magic not in _MIN_SIZE:
         return positions, _stop_at(position, total, magic)
     return positions, Boundary(position, RecordKind.MESSAGE)  # checked when it is read
 
@@ -427,10 +477,11 @@ def _parse_properties(values: Bytes, offsets: Int64Array) -> _Properties:
     n = len(offsets) - 1
     seg_start, seg_end, owner = _segments(values, offsets)
     name_value = np.flatnonzero(values == _NAME_VALUE_SEPARATOR).astype(np.int64)
-    at = np.searchsorted(name_value, seg_start, side="left")
-    cut = np.where(at < len(name_value), name_value[np.minimum(at, len(name_value) - 1)], -1)
-    if len(name_value) == 0:
+    if len(name_value) == 0:  # no name=value pair in the whole batch
         cut = np.full(len(seg_start), -1, dtype=np.int64)
+    else:
+        at = np.searchsorted(name_value, seg_start, side="left")
+        cut = np.where(at < len(name_value), name_value[np.minimum(at, len(name_value) - 1)], -1)
     kept = (cut >= 0) & (cut < seg_end) & (cut > seg_start) & (seg_end > cut + 1)
     index = np.flatnonzero(kept)
     owner, start, cut, end = owner[index], seg_start[index], cut[index], seg_end[index]
@@ -457,17 +508,40 @@ def _parse_properties(values: Bytes, offsets: Int64Array) -> _Properties:
     )
 
 
-def _topics(data: Bytes, positions: Int64Array, body_length: Int64Array) -> tuple[Any, Int64Array]:
-    """Topic strings of v4 records, and where each record's properties length field is."""
-    topic_at = positions + V4_HEADER_SIZE + body_length
-    topic_length = np.take(data, topic_at).astype(np.int64)
-    values, offsets = gather_ranges(data, topic_at + 1, topic_length)
-    return _string_array(values, offsets), topic_at + 1 + topic_length
+def _per_record_properties(values: Bytes, offsets: Int64Array) -> _Properties:
+    """Properties decoded record by record with :func:`storage.codec.decode_properties`: for
+    batches the vectorised split does not cover (a repeated name keeps its last value, bytes
+    that are not UTF-8 are replaced)."""
+    decoded = [
+        decode_properties(values[start:end].tobytes())
+        for start, end in itertools.pairwise(offsets.tolist())
+    ]
+    return _Properties(
+        map=pa.array([list(p.items()) for p in decoded], type=PROPERTIES_TYPE),
+        tags=pa.array([p.get(PROPERTY_TAGS) for p in decoded], type=pa.string()),
+        keys=pa.array(
+            [[k for k in p.get(PROPERTY_KEYS, "").split(KEY_SEPARATOR) if k] for p in decoded],
+            type=KEYS_TYPE,
+        ),
+        uniq_key=pa.array([p.get(PROPERTY_UNIQ_KEY) for p in decoded], type=pa.string()),
+    )
 
 
-def _is_v4_only(data: Bytes, positions: Int64Array) -> bool:
-    sys_flag = _big_endian(data, positions + 36, ">i4")
-    return not bool(np.any(sys_flag & _HOST_FLAGS))
+def _properties(values: Bytes, offsets: Int64Array) -> _Properties:
+    """Properties of n records, vectorised when the batch allows it."""
+    try:
+        return _parse_properties(values, offsets)
+    except _NeedsSlowPath:
+        return _per_record_properties(values, offsets)
+
+
+def _topics(data: Bytes, topic_at: Int64Array, width: Int64Array) -> tuple[Any, Int64Array]:
+    """Topic strings from each record's TOPIC LENGTH field (absolute positions), and where
+    each record's PROPERTIES LENGTH field is."""
+    topic_length = _topic_lengths(data, topic_at, width)
+    start = topic_at + width
+    values, offsets = gather_ranges(data, start, topic_length)
+    return _string_array(values, offsets), start + topic_length
 
 
 def build_batch(
@@ -480,54 +554,49 @@ def build_batch(
     """One Arrow record batch of the valid records at ``positions`` of a file's bytes.
 
     ``file_start`` is the file's CommitLog offset (positions are relative to the file).
-    Records outside ``record_filter`` are left out. Falls back to the per-record parser for
-    batches the vectorised one does not cover.
+    Records outside ``record_filter`` are left out before their bodies are copied.
     """
     if len(positions) == 0:
         return empty_batch()
-    if not _is_v4_only(data, positions):
-        return _slow_batch(data, positions, file_start, store_dir, record_filter)
-    parsed = _V4Records.of(data, positions)
+    parsed = _Records.of(data, positions)
     keep = _keep_mask(parsed.topics, parsed.store_ms, record_filter)
     if keep is not None:
         parsed = parsed.take(np.flatnonzero(keep))
         if len(parsed.positions) == 0:
             return empty_batch()
-    try:
-        return _vector_batch(data, parsed, file_start, store_dir)
-    except _NeedsSlowPath:
-        return _slow_batch(data, parsed.positions, file_start, store_dir, record_filter)
+    return _vector_batch(data, parsed, file_start, store_dir)
 
 
 @dataclass(frozen=True, slots=True)
-class _V4Records:
-    """The fixed header fields of records with IPv4 hosts, their topics, and where their
-    properties are: what filtering needs before the bodies are copied."""
+class _Records:
+    """The header fields of records, their topics, and where their properties are: what
+    filtering needs before the bodies are copied."""
 
     positions: Int64Array
-    header: Bytes  # (n, 88) raw header bytes
-    fields: Any  # the header viewed as _HEADER_DTYPE records
+    head: Any  # the first 48 bytes of each record, viewed as _HEAD_DTYPE records
+    layout: _Layout
     body_length: Int64Array
     store_ms: Int64Array
     topics: Any
     properties_at: Int64Array
 
     @classmethod
-    def of(cls, data: Bytes, positions: Int64Array) -> _V4Records:
+    def of(cls, data: Bytes, positions: Int64Array) -> _Records:
         """Gather the records at ``positions``."""
-        header = _gather(data, positions, V4_HEADER_SIZE)
-        fields = header.view(_HEADER_DTYPE).reshape(-1)
-        body_length = fields["body_length"].astype(np.int64)
-        topics, properties_at = _topics(data, positions, body_length)
-        store_ms = fields["store_timestamp"].astype(np.int64)
-        return cls(positions, header, fields, body_length, store_ms, topics, properties_at)
+        head = _gather(data, positions, _HEAD_DTYPE.itemsize).view(_HEAD_DTYPE).reshape(-1)
+        layout = _Layout.of_fields(head["sys_flag"], head["magic"])
+        body_length = _big_endian(data, positions + layout.header - 4, ">i4")
+        store_ms = _big_endian(data, positions + layout.store_timestamp_at, ">i8")
+        topic_at = positions + layout.header + body_length
+        topics, properties_at = _topics(data, topic_at, layout.topic_length_width)
+        return cls(positions, head, layout, body_length, store_ms, topics, properties_at)
 
-    def take(self, index: Int64Array) -> _V4Records:
+    def take(self, index: Int64Array) -> _Records:
         """The records at ``index`` only."""
-        return _V4Records(
+        return _Records(
             self.positions[index],
-            self.header[index],
-            self.fields[index],
+            self.head[index],
+            self.layout.take(index),
             self.body_length[index],
             self.store_ms[index],
             self.topics.take(pa.array(index)),
@@ -551,35 +620,54 @@ def _keep_mask(topics: Any, store_ms: Int64Array, record_filter: RecordFilter) -
     return None if bool(keep.all()) else keep
 
 
-def _vector_batch(data: Bytes, records: _V4Records, file_start: int, store_dir: str) -> Any:
-    positions, header, fields = records.positions, records.header, records.fields
-    topics, properties_at = records.topics, records.properties_at
-    n = len(positions)
-    body_values, body_offsets = gather_ranges(data, positions + V4_HEADER_SIZE, records.body_length)
-    properties_length = _big_endian(data, properties_at, ">i2")
-    raw_values, raw_offsets = gather_ranges(data, properties_at + 2, properties_length)
-    properties = _parse_properties(raw_values, raw_offsets)
-    topics.validate(full=True)
-    msg_id_bytes = np.concatenate(
-        [header[:, _STORE_HOST_SLICE], header[:, _PHYSICAL_OFFSET_SLICE]], axis=1
-    )
+def _msg_ids(data: Bytes, positions: Int64Array, layout: _Layout) -> Any:
+    """offsetMsgIds: upper-case hex of store address + port + physical offset (32 digits with
+    an IPv4 store host, 56 with IPv6), built per store-host width."""
+    widths = layout.store_host_width
+    parts, owners = [], []
+    for width in np.unique(widths).tolist():
+        index = np.flatnonzero(widths == width)
+        at = positions[index]
+        raw = np.concatenate(
+            [
+                _gather(data, at + layout.store_host_at[index], width),
+                _gather(data, at + _PHYSICAL_OFFSET_AT, 8),
+            ],
+            axis=1,
+        )
+        parts.append(_hex_strings(raw))
+        owners.append(index)
+    if len(parts) == 1:
+        return parts[0]
+    order = np.argsort(np.concatenate(owners), kind="stable")
+    return pa.concat_arrays(parts).take(pa.array(order))
+
+
+def _vector_batch(data: Bytes, records: _Records, file_start: int, store_dir: str) -> Any:
+    positions, head, layout = records.positions, records.head, records.layout
+    body_values, body_offsets = gather_ranges(data, positions + layout.header, records.body_length)
+    properties_length = _big_endian(data, records.properties_at, ">i2")
+    raw_values, raw_offsets = gather_ranges(data, records.properties_at + 2, properties_length)
+    properties = _properties(raw_values, raw_offsets)
+    records.topics.validate(full=True)
+    reconsume_times = _big_endian(data, positions + layout.reconsume_times_at, ">i4")
     columns = [
-        topics,
-        pa.array(fields["queue_id"].astype(np.int32)),
-        pa.array(fields["queue_offset"].astype(np.int64)),
+        records.topics,
+        pa.array(head["queue_id"].astype(np.int32)),
+        pa.array(head["queue_offset"].astype(np.int64)),
         pa.array(positions + file_start),
-        pa.array(fields["total_size"].astype(np.int32)),
-        _hex_strings(msg_id_bytes),
+        pa.array(head["total_size"].astype(np.int32)),
+        _msg_ids(data, positions, layout),
         properties.uniq_key,
         properties.tags,
         properties.keys,
         properties.map,
         _string_array(body_values, body_offsets, binary=True),
-        _timestamps(fields["born_timestamp"].astype(np.int64)),
-        _timestamps(fields["store_timestamp"].astype(np.int64)),
-        pa.array(fields["reconsume_times"].astype(np.int32)),
-        pa.array(fields["sys_flag"].astype(np.int32)),
-        pa.repeat(pa.scalar(store_dir, pa.string()), n),
+        _timestamps(head["born_timestamp"].astype(np.int64)),
+        _timestamps(records.store_ms),
+        pa.array(reconsume_times.astype(np.int32)),
+        pa.array(head["sys_flag"].astype(np.int32)),
+        pa.repeat(pa.scalar(store_dir, pa.string()), len(positions)),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
 
@@ -619,22 +707,6 @@ def rows_to_batch(rows: Sequence[dict[str, Any]]) -> Any:
     if not rows:
         return empty_batch()
     return pa.RecordBatch.from_pylist(list(rows), schema=ARROW_SCHEMA)
-
-
-def _slow_batch(
-    data: Bytes,
-    positions: Int64Array,
-    file_start: int,
-    store_dir: str,
-    record_filter: RecordFilter,
-) -> Any:
-    buffer = data.data
-    rows = []
-    for position in positions.tolist():
-        message = decode_record(buffer, position)
-        if record_filter.keeps(message.topic, message.store_timestamp):
-            rows.append(record_row(message, file_start + position, store_dir))
-    return rows_to_batch(rows)
 
 
 def batches(

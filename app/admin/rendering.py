@@ -20,6 +20,8 @@ from fastapi.templating import Jinja2Templates
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from services.offsets import format_duration
+
 TEMPLATES_DIR: Final = Path(__file__).resolve().parent / "templates"
 STATIC_DIR: Final = Path(__file__).resolve().parent / "static"
 
@@ -53,23 +55,6 @@ def format_bytes(value: int) -> str:
     raise AssertionError("unreachable")
 
 
-def format_seconds(value: float | None) -> str:
-    """A duration for people: ``0 s``, ``42 s``, ``3 min 5 s``, ``2 h 10 min``, ``3 d 4 h``."""
-    if value is None:
-        return "—"
-    seconds = int(value)
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes} min {seconds} s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours} h {minutes} min"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h"
-
-
 def datetime_input(value: int | None) -> str:
     """A ms timestamp as the value of a ``datetime-local`` input (UTC, seconds precision)."""
     if value is None:
@@ -99,7 +84,7 @@ templates.env.filters["preview"] = body_preview
 templates.env.filters["seg"] = path_segment
 templates.env.filters["ts"] = format_ms
 templates.env.filters["bytes"] = format_bytes
-templates.env.filters["duration"] = format_seconds
+templates.env.filters["duration"] = format_duration  # one format with the Spark reports
 templates.env.filters["datetime_input"] = datetime_input
 
 

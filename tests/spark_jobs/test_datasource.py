@@ -15,6 +15,7 @@ from spark_jobs.records import ARROW_SCHEMA
 from storage import MessageStore
 from tests.spark_jobs.stores import (
     CONFIG,
+    FILE_SIZE,
     Written,
     expected_row,
     sorted_rows,
@@ -23,6 +24,7 @@ from tests.spark_jobs.stores import (
     varied_store,
     write_store,
 )
+from tests.spark_jobs.v2_records import LONG_TOPIC, mixed_records
 
 
 def rows_of(frame: DataFrame) -> list[dict[str, Any]]:
@@ -112,3 +114,28 @@ def test_reading_a_store_that_is_being_written(spark: SparkSession, tmp_path: Pa
             for m in (varied_message(rng, i) for i in range(120, 200))
         ]
         assert rows_of(commitlog(spark, str(store_dir))) == [expected_row(w) for w in written]
+
+
+def test_v2_records_appended_to_a_store_are_read(spark: SparkSession, tmp_path: Path) -> None:
+    """RocketMQ 5.x v2 records (two-byte topic length) after spoolmq's v1 ones in one file."""
+    written = varied_store(tmp_path / "store", count=40, seed=11)
+    last = written[-1].result
+    end = last.physical_offset + last.size
+    rng = random.Random(12)
+    mix = [(varied_message(rng, i), i % 2 == 0, LONG_TOPIC if i == 3 else None) for i in range(8)]
+    store_dir = written[0].store_dir
+    buffer, appended = mixed_records(
+        mix, file_start=end, store_dir=store_dir, store_time_0=last.store_timestamp + 1
+    )
+    path = tmp_path / "store" / "commitlog" / f"{end // FILE_SIZE * FILE_SIZE:020d}"
+    assert end % FILE_SIZE + len(buffer) + 8 <= path.stat().st_size
+    with open(path, "r+b") as handle:
+        handle.seek(end % FILE_SIZE)
+        handle.write(buffer)
+    frame = commitlog(spark, str(tmp_path / "store"), split_size="8k")
+    expected = [expected_row(w) for w in written] + sorted_rows(appended)
+    assert rows_of(frame) == expected
+    long_topic = commitlog(spark, str(tmp_path / "store"), topics=LONG_TOPIC)
+    assert [row["commit_log_offset"] for row in rows_of(long_topic)] == [
+        row["commit_log_offset"] for row in sorted_rows(appended) if row["topic"] == LONG_TOPIC
+    ]

@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from spark_jobs.http_sender import (
+from spark_jobs.replay.http_sender import (
     HttpReplaySender,
     Progress,
     ReplayError,

@@ -8,21 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.lag import (
-    QueueSnapshot,
+from spark_jobs.lag.burrow import (
     Rates,
     Status,
     WindowEntry,
-    build_window,
     commit_stamps,
-    evaluate,
     evaluate_window,
-    take_snapshot,
     time_to_drain,
     window_rates,
     worst,
-    worst_queues,
 )
+from spark_jobs.lag.report import build_window, evaluate, worst_queues
+from spark_jobs.lag.snapshot import QueueSnapshot, take_snapshot
 from storage import Message, MessageStore, PutResult
 from storage.config_managers import (
     ConsumerOffsetManager,

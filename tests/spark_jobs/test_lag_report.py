@@ -29,9 +29,10 @@ from pyspark.sql import SparkSession
 
 from spark_jobs import cli
 from spark_jobs.formatting import format_time
-from spark_jobs.lag import LagReport, Status
-from spark_jobs.lag_output import iso_utc, utc_date
-from spark_jobs.lag_report import LagReportConfig, run_lag_report
+from spark_jobs.lag.burrow import Status
+from spark_jobs.lag.job import LagReportConfig, run_lag_report
+from spark_jobs.lag.output import iso_utc, utc_date
+from spark_jobs.lag.report import LagReport
 from storage import Message, MessageStore, PutResult
 from storage.config_managers import (
     ConsumerOffsetManager,

@@ -1,7 +1,9 @@
-"""The record parsers without Spark: the vectorised batches equal the codec's decoding."""
+"""The record parsers without Spark: the vectorised batches equal the codec's decoding, for
+v1 and v2 records."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from datetime import datetime
 from pathlib import Path
@@ -31,19 +33,20 @@ from storage.codec import (
 )
 from storage.store_reader import iter_store_records, scan_records, scan_stop
 from tests.spark_jobs.stores import expected_row, sorted_rows, varied_message, varied_store
+from tests.spark_jobs.v2_records import LONG_TOPIC, STORE_TIME_0, mixed_records
 
 
 @pytest.fixture
 def slow_path_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts the batches that fall back to the per-record parser."""
+    """The batch sizes whose properties fall back to decoding record by record."""
     calls: list[int] = []
-    original = records._slow_batch
+    original = records._per_record_properties
 
     def spy(*args: Any, **kwargs: Any) -> Any:
-        calls.append(len(args[1]))
+        calls.append(len(args[1]) - 1)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(records, "_slow_batch", spy)
+    monkeypatch.setattr(records, "_per_record_properties", spy)
     return calls
 
 
@@ -144,7 +147,7 @@ def test_properties_that_are_not_utf8_are_replaced(slow_path_calls: list[int]) -
     assert slow_path_calls == [1]
 
 
-def test_ipv6_hosts_use_the_per_record_parser(slow_path_calls: list[int]) -> None:
+def test_ipv6_hosts_are_read_vectorised(slow_path_calls: list[int]) -> None:
     messages = [
         Message("T", b"v6", born_host=("::1", 5), properties={"TAGS": "a"}),
         Message("T", b"v4", properties={"TAGS": "b"}),
@@ -154,7 +157,108 @@ def test_ipv6_hosts_use_the_per_record_parser(slow_path_calls: list[int]) -> Non
     assert rows == reference_rows(buffer)
     assert len(rows[0]["msg_id"]) == 56
     assert rows[0]["sys_flag"] & BORNHOST_V6_FLAG
+    assert slow_path_calls == []
+
+
+def test_store_hosts_of_both_widths_in_one_batch() -> None:
+    v4 = encode_all([Message("T", b"a"), Message("T", b"b")])
+    v6 = encode_message(
+        Message("T", b"c"), 2, len(v4), 1_710_000_002_000, store_host=("2001:db8::1", 7)
+    )
+    buffer = v4 + v6
+    rows = vector_rows(buffer)
+    assert rows == reference_rows(buffer)
+    assert [len(row["msg_id"]) for row in rows] == [32, 32, 56]
+
+
+def test_a_batch_without_any_property() -> None:
+    buffer = encode_all([Message("T", b"a"), Message("T", b"b", properties={"x": ""})])
+    rows = vector_rows(buffer)
+    assert rows == reference_rows(buffer)
+    assert [(row["properties"], row["keys"], row["tags"]) for row in rows] == [([], [], None)] * 2
+
+
+# --------------------------------------------------------------------------- format v2
+
+
+def varied_mix(count: int, seed: int) -> list[tuple[Message, bool, str | None]]:
+    """Varied messages, every other one v2 (the first too), some with IPv6 born hosts and
+    some v2 ones with a topic longer than v1 allows."""
+    rng = random.Random(seed)
+    mix = []
+    for index in range(count):
+        message = varied_message(rng, index)
+        if index % 7 == 3:
+            message = dataclasses.replace(message, born_host=("::1", 4000 + index))
+        topic = LONG_TOPIC if index % 6 == 4 else None
+        mix.append((message, index % 2 == 0, topic))
+    return mix
+
+
+def test_v2_records_mixed_with_v1_are_read_vectorised(slow_path_calls: list[int]) -> None:
+    buffer, expected = mixed_records(varied_mix(40, seed=7))
+    chain = walk_chain(buffer, 0)
+    assert len(chain.positions) == 40
+    assert chain.stop.kind is RecordKind.END
+    rows = vector_rows(buffer)
+    assert rows == expected
+    assert rows[0]["topic"] == "Orders" and rows[4]["topic"] == LONG_TOPIC
+    assert slow_path_calls == []
+
+
+def test_v2_records_with_ipv6_store_hosts() -> None:
+    buffer, expected = mixed_records(varied_mix(12, seed=8), store_host=("2001:db8::9", 10911))
+    assert vector_rows(buffer) == expected
+
+
+def test_v2_records_whose_properties_need_the_per_record_path(
+    slow_path_calls: list[int],
+) -> None:
+    message = Message("T", b"x", properties={"A": "1", "B": "2"})
+    buffer, _ = mixed_records([(message, True, None), (message, False, None)])
+    first = bytearray(buffer)
+    first[first.index(b"B\x012")] = ord("A")  # A twice in the v2 record
+    rows = vector_rows(bytes(first))
+    assert [row["properties"] for row in rows] == [[("A", "2")], [("A", "1"), ("B", "2")]]
+    assert [row["topic"] for row in rows] == ["T", "T"]
     assert slow_path_calls == [2]
+
+
+def test_v2_filters_and_a_time_window() -> None:
+    buffer, expected = mixed_records(varied_mix(30, seed=9))
+    since, until = STORE_TIME_0 + 5_000, STORE_TIME_0 + 20_000
+    kept = vector_rows(buffer, topics=frozenset({"Orders", LONG_TOPIC}), from_ms=since, to_ms=until)
+    assert kept == [
+        row
+        for row in expected
+        if row["topic"] in {"Orders", LONG_TOPIC}
+        and since <= millis(row["store_timestamp"]) < until
+    ]
+    assert kept
+
+
+def test_a_v2_record_with_a_wrong_topic_length_stops_the_walk() -> None:
+    message = Message("Topic", b"body")
+    buffer, _ = mixed_records([(message, True, None)] * 3)
+    second = len(buffer) // 3
+    broken = bytearray(buffer)
+    topic_length_at = second + 88 + len(b"body")
+    assert broken[topic_length_at : topic_length_at + 2] == b"\x00\x05"
+    broken[topic_length_at : topic_length_at + 2] = b"\x00\x06"
+    chain = walk_chain(bytes(broken), 0)
+    assert chain.positions.tolist() == [0]
+    assert (chain.stop.position, chain.stop.kind) == (second, RecordKind.CORRUPT)
+    negative = bytearray(buffer)
+    negative[topic_length_at : topic_length_at + 2] = b"\xff\xfb"  # -5
+    assert walk_chain(bytes(negative), 0).stop.position == second
+
+
+def test_v2_records_in_a_file_read_by_range(tmp_path: Path) -> None:
+    buffer, expected = mixed_records(varied_mix(25, seed=10), file_start=65_536, store_dir="/s")
+    path = tmp_path / f"{65_536:020d}"
+    path.write_bytes(buffer + bytes(4096))  # zeros after the data, as in a CommitLog file
+    batches = list(read_range(ByteRange("/s", str(path), 65_536, 0, None), batch_size=8))
+    assert [row for batch in batches for row in batch.to_pylist()] == expected
 
 
 def test_topic_and_time_filters() -> None:

@@ -12,7 +12,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
 from spark_jobs import cli
-from spark_jobs.replay import HttpTarget, Selection, run_replay
+from spark_jobs.replay.job import HttpTarget, Selection, run_replay
 from tests.spark_jobs.stores import Written, expected_row, sorted_rows, varied_message, write_store
 from tests.spark_jobs.stub_server import stub_server
 
@@ -51,7 +51,7 @@ def selected(written: list[Written], selection: Selection) -> list[Written]:
             continue
         if selection.to_offset is not None and result.queue_offset >= selection.to_offset:
             continue
-        if selection.tags and properties.get("TAGS") not in selection.tags:
+        if selection.tags is not None and properties.get("TAGS") not in selection.tags:
             continue
         if selection.keys and not keys & set(selection.keys):
             continue
@@ -66,9 +66,11 @@ def test_replay_to_parquet_returns_exactly_the_selected_messages(
     times = sorted(w.result.store_timestamp for w in replay_store)
     selections = [
         Selection(stores, topics=("Orders",), queues=(0, 3), from_offset=5, to_offset=30),
-        Selection(stores, tags=("Paid", "Shipped"), from_ms=times[100], to_ms=times[300]),
+        Selection(
+            stores, tags=frozenset({"Paid", "Shipped"}), from_ms=times[100], to_ms=times[300]
+        ),
         Selection(stores, keys=("customer-3", "order-9")),
-        Selection(stores, topics=("Payments", "Audit"), queues=(1,), tags=("Created",)),
+        Selection(stores, topics=("Payments", "Audit"), queues=(1,), tags=frozenset({"Created"})),
     ]
     for index, selection in enumerate(selections):
         expected = [expected_row(w) for w in selected(replay_store, selection)]
@@ -126,6 +128,23 @@ def test_command_line_replay_to_parquet(
     with pytest.raises(AnalysisException, match="already exists"):
         cli.main(args)
     assert cli.main([*args, "--overwrite"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("expression", "expect_all"), [("||", False), (" || ", False), (" ", False), ("*", True)]
+)
+def test_a_tag_expression_without_tags_selects_nothing(
+    spark: SparkSession,
+    replay_store: list[Written],
+    capsys: pytest.CaptureFixture[str],
+    expression: str,
+    expect_all: bool,
+) -> None:
+    store = replay_store[0].store_dir
+    args = ["replay", "--store", store, "--topic", "Orders", "--tags", expression, "--dry-run"]
+    assert cli.main(args) == 0
+    orders = sum(1 for w in replay_store if w.message.topic == "Orders")
+    assert f"selected {orders if expect_all else 0:,} messages" in capsys.readouterr().out
 
 
 def test_command_line_refuses_incomplete_targets(capsys: pytest.CaptureFixture[str]) -> None:

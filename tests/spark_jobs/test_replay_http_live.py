@@ -17,8 +17,8 @@ import httpx
 import pytest
 from pyspark.sql import SparkSession
 
-from spark_jobs.http_sender import ReplayError
-from spark_jobs.replay import HttpTarget, Selection, run_replay
+from spark_jobs.replay.http_sender import ReplayError
+from spark_jobs.replay.job import HttpTarget, Selection, run_replay
 from storage.store_reader import iter_store_records
 from tests.spark_jobs.stores import varied_store
 

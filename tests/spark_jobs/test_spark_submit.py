@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
-import spark_jobs.replay
+import spark_jobs.replay.__main__ as replay_script
 from tests.spark_jobs.stores import expected_row, sorted_rows, varied_store
 
 # Variables that would point a child at this process's own Spark gateway.
@@ -26,7 +26,7 @@ def test_replay_runs_under_spark_submit(
         "--conf", "spark.ui.enabled=false",
         "--conf", f"spark.local.dir={tmp_path / 'spark-local'}",
         "--driver-java-options", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
-        spark_jobs.replay.__file__,
+        replay_script.__file__,
         "--store", str(tmp_path / "store"),
         "--topic", "Orders",
         "--split-size", "16k",

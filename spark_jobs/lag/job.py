@@ -1,7 +1,7 @@
 """``spoolmq-spark lag-report``: consumer lag per group, topic and queue, with Burrow statuses.
 
     spoolmq-spark lag-report --store DIR [--store DIR ...] --out DIR [--history DIR]
-    spark-submit spark_jobs/lag_report.py --store DIR --out DIR --history DIR
+    spark-submit spark_jobs/lag/__main__.py --store DIR --out DIR --history DIR
 
 Each run reads the stores' ConsumeQueue files and ``consumerOffset.json`` (read-only), takes a
 snapshot, evaluates each queue's status over its last ``--window`` snapshots from the history,
@@ -38,18 +38,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_jobs.lag import (
-    DEFAULT_WINDOW,
-    KIND_NORMAL,
-    LagReport,
-    QueueKey,
-    Status,
-    WindowEntry,
-    evaluate,
-    group_totals,
-    take_snapshot,
-)
-from spark_jobs.lag_output import (
+from spark_jobs.lag.burrow import DEFAULT_WINDOW, Status, WindowEntry
+from spark_jobs.lag.output import (
     GROUP_COLUMNS,
     HISTORY_COLUMNS,
     QUEUE_COLUMNS,
@@ -58,8 +48,10 @@ from spark_jobs.lag_output import (
     utc_date,
     write_csv,
 )
+from spark_jobs.lag.report import LagReport, evaluate, group_totals
+from spark_jobs.lag.report_html import render_report
+from spark_jobs.lag.snapshot import KIND_NORMAL, QueueKey, take_snapshot
 from spark_jobs.options import OptionError, job_main, parse_time_ms
-from spark_jobs.report_html import render_report
 from spark_jobs.session import build_session, parse_conf
 from storage.errors import ConfigFileError
 
@@ -340,9 +332,5 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``spark-submit spark_jobs/lag_report.py ...``"""
-    return job_main("lag_report.py", DESCRIPTION, add_arguments, run, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    """``spark-submit spark_jobs/lag/__main__.py ...`` (or ``python -m spark_jobs.lag``)."""
+    return job_main("spark_jobs.lag", DESCRIPTION, add_arguments, run, argv)

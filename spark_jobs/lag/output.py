@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from spark_jobs.lag import GroupLag, LagReport, QueueLag
+from spark_jobs.lag.report import GroupLag, LagReport, QueueLag
 
 Column = tuple[str, str]
 """(name, type): type is string, int, long, double, bool or timestamp (ms in records)."""

@@ -4,11 +4,12 @@
         --tags "Created||Paid" --to parquet:/tmp/orders
     spoolmq-spark replay --store DIR --topic Orders --queue 3 --from-offset 1200 \\
         --to http://127.0.0.1:8080 --target-topic OrdersReplay --rate 500
-    spark-submit spark_jobs/replay.py --store DIR --topic Orders --dry-run
+    spark-submit spark_jobs/replay/__main__.py --store DIR --topic Orders --dry-run
 
 Selection: topics, queues, a store-time window ``[from, to)``, a queue-offset window
-``[from, to)``, tags (``A||B``, exact) and keys (any of). Prepared and rolled-back
-transaction records (never delivered) are left out. Messages come in CommitLog order per store.
+``[from, to)``, tags (``A||B``, exact; :mod:`spark_jobs.replay.tags` reads the expression) and
+keys (any of). Prepared and rolled-back transaction records (never delivered) are left out.
+Messages come in CommitLog order per store.
 """
 
 from __future__ import annotations
@@ -21,18 +22,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.datasource import COMMITLOG_FORMAT
 from spark_jobs.formatting import format_duration, format_time
-from spark_jobs.http_sender import (
-    HttpReplaySender,
-    Progress,
-    ReplayError,
-    ReplayMessage,
-    SendSummary,
-)
 from spark_jobs.options import (
     DEFAULT_SPLIT_SIZE,
     OptionError,
@@ -41,6 +35,14 @@ from spark_jobs.options import (
     parse_size,
     parse_time_ms,
 )
+from spark_jobs.replay.http_sender import (
+    HttpReplaySender,
+    Progress,
+    ReplayError,
+    ReplayMessage,
+    SendSummary,
+)
+from spark_jobs.replay.tags import parse_tag_expression
 from spark_jobs.session import build_session, parse_conf
 from storage.codec import (
     TRANSACTION_PREPARED_TYPE,
@@ -62,7 +64,7 @@ class Selection:
     to_ms: int | None = None
     from_offset: int | None = None
     to_offset: int | None = None
-    tags: tuple[str, ...] = ()
+    tags: frozenset[str] | None = None  # None: any tag or none; empty: no message
     keys: tuple[str, ...] = ()
     split_size: int = DEFAULT_SPLIT_SIZE
 
@@ -145,12 +147,19 @@ def select_messages(spark: SparkSession, selection: Selection) -> DataFrame:
         frame = frame.where(F.col("queue_offset") >= selection.from_offset)
     if selection.to_offset is not None:
         frame = frame.where(F.col("queue_offset") < selection.to_offset)
-    if selection.tags:
-        frame = frame.where(F.col("tags").isin(list(selection.tags)))
+    if selection.tags is not None:
+        frame = frame.where(_tag_condition(selection.tags))
     if selection.keys:
         wanted = F.array(*[F.lit(key) for key in selection.keys])
         frame = frame.where(F.arrays_overlap(F.col("keys"), wanted))
     return frame
+
+
+def _tag_condition(tags: frozenset[str]) -> Column:
+    """Messages with one of ``tags``; none at all for an empty set (as RocketMQ)."""
+    if not tags:
+        return F.lit(False)
+    return F.col("tags").isin(sorted(tags))
 
 
 def describe(frame: DataFrame) -> ReplaySummary:
@@ -252,7 +261,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--to-time", metavar="TIME", help="stored before (epoch ms or ISO 8601, UTC)")
     add("--from-offset", type=int, metavar="N", help="queue offset at or above N")
     add("--to-offset", type=int, metavar="N", help="queue offset below N")
-    add("--tags", help="tag expression A||B (exact tags; * for any)")
+    add("--tags", help="tag expression A||B (exact tags; * for any; no tag in it: none)")
     add("--key", action="append", default=[], help="message key(s); any of them matches")
     add("--to", metavar="DEST", help="parquet:PATH or http://host:port")
     add("--target-topic", help="topic to re-send to (HTTP)")
@@ -275,12 +284,6 @@ def _topics(values: Sequence[str]) -> tuple[str, ...]:
     return tuple(t for value in values for t in parse_list(value))
 
 
-def _tags(expression: str | None) -> tuple[str, ...]:
-    if expression is None or expression.strip() in ("", "*"):
-        return ()
-    return tuple(t.strip() for t in expression.split("||") if t.strip())
-
-
 def selection_from_args(args: argparse.Namespace) -> Selection:
     """The selection of parsed arguments."""
     return Selection(
@@ -291,7 +294,7 @@ def selection_from_args(args: argparse.Namespace) -> Selection:
         to_ms=parse_time_ms(args.to_time),
         from_offset=args.from_offset,
         to_offset=args.to_offset,
-        tags=_tags(args.tags),
+        tags=parse_tag_expression(args.tags),
         keys=tuple(args.key),
         split_size=parse_size(args.split_size, DEFAULT_SPLIT_SIZE),
     )
@@ -346,9 +349,5 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``spark-submit spark_jobs/replay.py ...``"""
-    return job_main("replay.py", DESCRIPTION, add_arguments, run, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    """``spark-submit spark_jobs/replay/__main__.py ...`` (or ``python -m spark_jobs.replay``)."""
+    return job_main("spark_jobs.replay", DESCRIPTION, add_arguments, run, argv)

@@ -14,7 +14,8 @@ from html import escape
 from typing import Final
 
 from spark_jobs.formatting import format_count, format_duration, format_number, format_time
-from spark_jobs.lag import GroupLag, LagReport, QueueLag, Status, worst_queues
+from spark_jobs.lag.burrow import Status
+from spark_jobs.lag.report import GroupLag, LagReport, QueueLag, worst_queues
 
 PALETTE: Final = (
     "#0072b2",
