@@ -12,6 +12,17 @@ from typing import Final
 from storage.codec import tags_code, to_int32
 
 SUB_ALL: Final = "*"
+TAG_SEPARATOR: Final = "||"
+
+
+def subscribed_tags(expression: str | None) -> frozenset[str] | None:
+    """The tags an expression subscribes to; None for every message (tagged or not).
+
+    The one reading of a tag expression: the store's pull filter and Spark replay use it.
+    """
+    if expression is None or expression in ("", SUB_ALL):
+        return None
+    return frozenset(piece.strip() for piece in expression.split(TAG_SEPARATOR) if piece.strip())
 
 
 class TagFilter:
@@ -20,15 +31,9 @@ class TagFilter:
     __slots__ = ("codes", "expression", "tags")
 
     def __init__(self, expression: str | None) -> None:
-        if expression is None or expression in ("", SUB_ALL):
-            self.expression = SUB_ALL
-            self.tags: frozenset[str] | None = None
-            self.codes: frozenset[int] | None = None
-            return
-        self.expression = expression
-        tags = frozenset(piece.strip() for piece in expression.split("||") if piece.strip())
-        self.tags = tags
-        self.codes = frozenset(tags_code(tag) for tag in tags)
+        self.tags = subscribed_tags(expression)
+        self.expression = SUB_ALL if self.tags is None else str(expression)
+        self.codes = None if self.tags is None else frozenset(tags_code(t) for t in self.tags)
 
     def __repr__(self) -> str:
         return f"TagFilter({self.expression!r})"

@@ -7,8 +7,8 @@
     spark-submit spark_jobs/replay/__main__.py --store DIR --topic Orders --dry-run
 
 Selection: topics, queues, a store-time window ``[from, to)``, a queue-offset window
-``[from, to)``, tags (``A||B``, exact; :mod:`spark_jobs.replay.tags` reads the expression) and
-keys (any of). Prepared and rolled-back transaction records (never delivered) are left out.
+``[from, to)``, tags (``A||B``, exact; read by :func:`storage.tag_filter.subscribed_tags`)
+and keys (any of). Prepared and rolled-back transaction records (never delivered) are left out.
 Messages come in CommitLog order per store.
 """
 
@@ -42,13 +42,13 @@ from spark_jobs.replay.http_sender import (
     ReplayMessage,
     SendSummary,
 )
-from spark_jobs.replay.tags import parse_tag_expression
 from spark_jobs.session import build_session, parse_conf
 from storage.codec import (
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
 )
+from storage.tag_filter import subscribed_tags
 
 DESCRIPTION = "Select stored messages and write them to Parquet or re-send them over HTTP."
 
@@ -294,7 +294,7 @@ def selection_from_args(args: argparse.Namespace) -> Selection:
         to_ms=parse_time_ms(args.to_time),
         from_offset=args.from_offset,
         to_offset=args.to_offset,
-        tags=parse_tag_expression(args.tags),
+        tags=subscribed_tags(args.tags),
         keys=tuple(args.key),
         split_size=parse_size(args.split_size, DEFAULT_SPLIT_SIZE),
     )
