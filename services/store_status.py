@@ -33,11 +33,10 @@ class StoreStatusService:
 
     def gauges(self) -> StoreGauges:
         store = self._store
-        commit_log = store.commit_log
-        max_offset = commit_log.max_offset
+        max_offset = store.max_physical_offset
         flushed = store.flushed_offset
         return StoreGauges(
-            commit_log_min_offset=max(0, commit_log.min_offset),
+            commit_log_min_offset=store.min_physical_offset,
             commit_log_max_offset=max_offset,
             flushed_offset=flushed,
             flush_lag_bytes=max(0, max_offset - flushed),

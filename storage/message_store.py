@@ -452,6 +452,16 @@ class MessageStore:
         """The CommitLog offset up to which every byte is on disk."""
         return self.commit_log.flushed_where
 
+    @property
+    def min_physical_offset(self) -> int:
+        """Where the CommitLog's oldest file starts (0 for an empty log)."""
+        return max(0, self.commit_log.min_offset)
+
+    @property
+    def max_physical_offset(self) -> int:
+        """The CommitLog's end: where the next record goes."""
+        return self.commit_log.max_offset
+
     def wake_flush(self) -> None:
         """Ask the group commit (SYNC_FLUSH) to flush now; a no-op in ASYNC_FLUSH.
 
