@@ -13,6 +13,7 @@ from services.errors import (
     TopicNotReadableError,
     TopicNotWriteableError,
 )
+from services.pop.checkpoint import REVIVE_TOPIC
 from storage import MessageStore
 from storage.codec import validate_topic
 from storage.config_managers import (
@@ -25,7 +26,7 @@ from storage.config_managers import (
     TopicConfigManager,
 )
 
-SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC})
+SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, REVIVE_TOPIC})
 """Topics the broker writes itself; clients may read them but not send to or change them."""
 
 PERM_ALL = PERM_READ | PERM_WRITE | PERM_INHERIT
