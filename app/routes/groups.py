@@ -86,6 +86,8 @@ async def put_group(
         retry_queue_nums=body.retry_queue_nums,
         retry_max_times=body.retry_max_times,
         consume_from=consume_from,
+        consume_mode=body.consume_mode or "",
+        fifo=body.fifo,
     )
     if await broker.groups.put(config):
         response.status_code = 201

@@ -101,6 +101,10 @@ RULES: Final[dict[str, Rule]] = {
     "listDeadLetters": Rule(Access.CONSUME, group=GROUP),
     "redriveDeadLetters": Rule(Access.ADMIN, dry_run_in_body=True),
     "resetOffsets": Rule(Access.ADMIN, dry_run_in_body=True),
+    # ---------------------------------------------------------------- POP (issue 12)
+    "receiveMessages": Rule(Access.CONSUME, topic=TOPIC, group=GROUP),
+    "ackMessages": Rule(Access.CONSUME, group=GROUP),
+    "changeInvisibility": Rule(Access.CONSUME, group=GROUP),
     # ---------------------------------------------------------------- health and docs
     "healthz": Rule(Access.PUBLIC),
     "readyz": Rule(Access.PUBLIC),
