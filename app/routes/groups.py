@@ -190,4 +190,5 @@ async def get_group_offsets(
         Query(min_length=1, max_length=TOPIC_MAX_LENGTH, description="Only this topic."),
     ] = None,
 ) -> GroupOffsetsResponse:
-    return group_offsets_out(group, broker.offsets.report(group, topic))
+    report = broker.offsets.report(group, topic)
+    return group_offsets_out(group, report, broker.pop.in_flight_by_queue(group))

@@ -98,6 +98,32 @@ class Received:
     messages: list[ReceivedMessage]
 
 
+@dataclass(frozen=True, slots=True)
+class QueueView:
+    """One queue of a POP group, for people (the admin pages)."""
+
+    topic: str
+    queue_id: int
+    pop_offset: int  # the next offset a receive takes
+    lowest_unacked: int  # where the lag counts from
+    in_flight: int
+    oldest_in_flight_ms: int  # age of the oldest in-flight delivery; 0 when none
+    next_redelivery_ms: int | None  # the earliest deadline, epoch ms
+
+
+@dataclass(frozen=True, slots=True)
+class InFlightView:
+    """One in-flight message, for people."""
+
+    topic: str
+    queue_id: int
+    offset: int
+    attempt: int
+    holder: str  # the token name of the receiver, where auth is on
+    returns_at_ms: int
+    ready: bool  # FIFO: due again, waiting for the next receive
+
+
 class AckOutcome(Enum):
     ACKED = "acked"
     EXPIRED = "expired"  # its invisibility ran out: it may be with someone else now
@@ -622,6 +648,46 @@ class PopService:
         return int(levels[level - 1])
 
     # ================================================================== helpers
+
+    def in_flight_by_queue(self, group: str) -> dict[tuple[str, int], int]:
+        """The group's messages in flight by (topic, queue id)."""
+        return {
+            (topic, queue_id): len(state.entries)
+            for (name, topic, queue_id), state in self.table.queues.items()
+            if name == group and state.entries
+        }
+
+    def queue_views(self, group: str) -> list[QueueView]:
+        """Per queue of a group: in flight, the oldest in-flight age, the next redelivery."""
+        now = now_ms()
+        views = []
+        for (name, topic, queue_id), state in sorted(self.table.queues.items()):
+            if name != group:
+                continue
+            entries = list(state.entries.values())
+            views.append(
+                QueueView(
+                    topic,
+                    queue_id,
+                    state.pop_offset,
+                    state.lowest_unresolved(),
+                    len(entries),
+                    max((now - e.pop_time_ms for e in entries), default=0),
+                    min((e.deadline_ms for e in entries if not e.ready), default=None),
+                )
+            )
+        return views
+
+    def in_flight_list(self, group: str, limit: int = 500) -> list[InFlightView]:
+        """The group's in-flight messages, the ones returning first first."""
+        items = [
+            InFlightView(topic, queue_id, e.offset, e.attempt, e.holder, e.deadline_ms, e.ready)
+            for (name, topic, queue_id), state in self.table.queues.items()
+            if name == group
+            for e in state.entries.values()
+        ]
+        items.sort(key=lambda v: (v.returns_at_ms, v.topic, v.queue_id, v.offset))
+        return items[:limit]
 
     def message_at(self, key: QueueKey, offset: int) -> StoredMessage | None:
         """The message at a queue offset, or None when it has left the store."""
