@@ -86,18 +86,19 @@ class AckResponse(BaseModel):
     results: list[AckOutcomeOut]
 
 
-def ack_out(group: str, results: list[AckResult]) -> AckResponse:
-    return AckResponse(
-        group=group,
-        results=[
-            AckOutcomeOut(
-                receipt_handle=r.receipt_handle[:MAX_HANDLE_LENGTH],
-                outcome=r.outcome.value,
-                detail=r.detail,
-            )
+def ack_out(group: str, results: list[AckResult]) -> dict[str, object]:
+    """The answer as plain JSON (an ack is on every worker's hot path)."""
+    return {
+        "group": group,
+        "results": [
+            {
+                "receipt_handle": r.receipt_handle[:MAX_HANDLE_LENGTH],
+                "outcome": r.outcome.value,
+                "detail": r.detail,
+            }
             for r in results
         ],
-    )
+    }
 
 
 class InvisibilityIn(RequestBody):

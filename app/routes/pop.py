@@ -76,9 +76,9 @@ async def receive_messages(
     response_model=AckResponse,
     responses=problems(400, 404, 413, 422, 503),
 )
-async def ack_messages(group: GroupPath, body: AckIn, broker: BrokerDep) -> AckResponse:
+async def ack_messages(group: GroupPath, body: AckIn, broker: BrokerDep) -> Response:
     check_group_name(group)
-    return ack_out(group, await broker.pop.ack(group, body.receipt_handles))
+    return OrjsonResponse(ack_out(group, await broker.pop.ack(group, body.receipt_handles)))
 
 
 @router.post(

@@ -2,17 +2,16 @@
 
 A handle carries everything needed to find its checkpoint (group, topic, queue, offset, CK id)
 and its deadline, as RocketMQ's ``extraInfo`` does, so the broker keeps no per-handle table.
-It is ``<payload>.<mac>``: base64url JSON and an HMAC-SHA256 (first 16 bytes) over it with a
-per-store secret kept in ``config/pop.secret``. A forged or mangled handle fails the check.
+It is ``<payload>.<mac>``: the six fields joined by spaces (no group or topic name has one),
+base64url, and an HMAC-SHA256 (first 16 bytes) over it with a per-store secret kept in
+``config/pop.secret``. A forged or mangled handle fails the check.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import hmac
-import json
 import os
 import secrets
 from dataclasses import dataclass
@@ -50,15 +49,11 @@ class HandleCodec:
         return cls(_load_or_create_secret(config_dir / SECRET_FILE))
 
     def encode(self, handle: ReceiptHandle) -> str:
-        fields = [
-            handle.group,
-            handle.topic,
-            handle.queue_id,
-            handle.offset,
-            handle.ck_id,
-            handle.deadline_ms,
-        ]
-        payload = _b64(json.dumps(fields, separators=(",", ":")).encode())
+        text = (
+            f"{handle.group} {handle.topic} {handle.queue_id} {handle.offset} "
+            f"{handle.ck_id} {handle.deadline_ms}"
+        )
+        payload = _b64(text.encode())
         return f"{payload}.{_b64(self._mac(payload))}"
 
     def decode(self, text: str) -> ReceiptHandle:
@@ -73,15 +68,13 @@ class HandleCodec:
         if not genuine:
             raise InvalidReceiptHandleError("the receipt handle is not one this store issued")
         try:
-            group, topic, queue_id, offset, ck_id, deadline_ms = json.loads(_unb64(payload))
-            return ReceiptHandle(
-                str(group), str(topic), int(queue_id), int(offset), str(ck_id), int(deadline_ms)
-            )
-        except (ValueError, TypeError, binascii.Error):
+            group, topic, queue_id, offset, ck_id, deadline_ms = _unb64(payload).decode().split(" ")
+            return ReceiptHandle(group, topic, int(queue_id), int(offset), ck_id, int(deadline_ms))
+        except (ValueError, UnicodeDecodeError, binascii.Error):
             raise InvalidReceiptHandleError("the receipt handle is malformed") from None
 
     def _mac(self, payload: str) -> bytes:
-        return hmac.new(self._secret, payload.encode(), hashlib.sha256).digest()[:_MAC_BYTES]
+        return hmac.digest(self._secret, payload.encode(), "sha256")[:_MAC_BYTES]
 
 
 def _b64(raw: bytes) -> str:

@@ -446,8 +446,10 @@ class PopService:
         self.on_schedule(deadline)
         await self._put(records)
         self.metrics.pop_received += len(out)
-        for item in out:
-            self.metrics.delivered(item.message.topic, 1, len(item.message.body))
+        for take in takes:
+            topic = _as_original(take.messages[0]).topic
+            size = sum(len(m.body) for m in take.messages)
+            self.metrics.delivered(topic, len(take.messages), size)
         return out
 
     # ================================================================== ack
