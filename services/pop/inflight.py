@@ -163,7 +163,3 @@ class InFlightTable:
 
     def committed(self) -> dict[QueueKey, int]:
         return {key: state.lowest_unresolved() for key, state in self.queues.items()}
-
-    def forget_group(self, group: str) -> None:
-        for key in [k for k in self.queues if k[0] == group]:
-            del self.queues[key]
