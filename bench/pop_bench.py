@@ -1,7 +1,8 @@
 """POP consumption (receive + ack) against offset consumption (pull + commit), same run.
 
 Against a ``spoolmq serve`` process started here on 127.0.0.1 (pinned to CPU 0 when
-``taskset`` exists; the clients run in this process):
+``taskset`` exists; the clients run in this process, on CPU 1, with httpx — the throughput
+figures include the client's cost, equally for both ways):
 
 1. Throughput: 8 workers consume the same N x 1 KiB messages twice — as one POP group
    (``receive`` 16, then ``acks`` of the 16 handles) and as an offsets group (each worker owns
@@ -207,6 +208,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2000)
     parser.add_argument("--flush", choices=("async", "sync"), default="async")
     args = parser.parse_args()
+    if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
+        os.sched_setaffinity(0, {1})  # the clients on CPU 1, the server on CPU 0
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp, server(Path(tmp), port, args.flush) as url:
         pop_rate, offset_rate = asyncio.run(throughput(url, args.messages))
