@@ -203,7 +203,8 @@ class PopService:
         floor = self.table.floor()
         if floor is None:
             floor = self._store.max_offset_in_queue(REVIVE_TOPIC, REVIVE_QUEUE_ID)
-        return PopSnapshot(floor, self.table.committed())
+        in_flight = {key: len(state.entries) for key, state in self.table.queues.items()}
+        return PopSnapshot(floor, self.table.committed(), in_flight)
 
     def persist(self, snapshot: PopSnapshot) -> None:
         """Write a snapshot (blocking: call in a worker thread)."""

@@ -22,6 +22,9 @@ STATE_FILE: Final = "popState.json"
 class PopSnapshot:
     revive_offset: int = 0
     committed: dict[QueueKey, int] = field(default_factory=dict)
+    # Messages in flight per queue at that instant: for offline readers (lag reports); a
+    # restart recounts them from the revive topic.
+    in_flight: dict[QueueKey, int] = field(default_factory=dict)
 
 
 def load_snapshot(config_dir: Path) -> PopSnapshot:
@@ -45,7 +48,13 @@ def save_snapshot(config_dir: Path, snapshot: PopSnapshot) -> None:
         {
             "reviveOffset": snapshot.revive_offset,
             "queues": [
-                {"group": g, "topic": t, "queue_id": q, "offset": o}
+                {
+                    "group": g,
+                    "topic": t,
+                    "queue_id": q,
+                    "offset": o,
+                    "inFlight": snapshot.in_flight.get((g, t, q), 0),
+                }
                 for (g, t, q), o in sorted(snapshot.committed.items())
             ],
         },

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -269,6 +270,8 @@ async def test_restart_keeps_answered_acks_and_returns_what_was_in_flight(
     acked = {body(m) for m, _, _ in got[:25]}
     await broker.pop.ack("G", [h for _, h, _ in got[:25]])
     await broker.stop()
+    state = json.loads((tmp_path / "store" / "config" / STATE_FILE).read_text())
+    assert sum(q["inFlight"] for q in state["queues"] if q["group"] == "G") == 15
     if lose_snapshot:
         (tmp_path / "store" / "config" / STATE_FILE).unlink()
     broker = Broker(config(tmp_path))
