@@ -311,3 +311,14 @@ async def test_fifo_queue_is_blocked_while_held_and_an_expired_message_comes_bac
     await broker.pop.ack("F", [again.messages[0].receipt_handle])
     rest = await receive(broker, "F", "T", 10)
     assert [body(m.message) for m in rest.messages] == ["m2", "m3", "m4", "m5"]
+
+
+async def test_receives_rotate_over_the_queues_so_none_starves(broker: Broker) -> None:
+    for queue_id in range(8):
+        await send(broker, "R", 10, queue_id=queue_id)
+    first_queues = []
+    for _ in range(8):
+        got = await receive(broker, "G", "R", n=4)
+        first_queues.append(got.messages[0].message.queue_id)
+        assert {m.message.queue_id for m in got.messages} == {first_queues[-1]}
+    assert sorted(first_queues) == list(range(8))
