@@ -4,14 +4,17 @@ holder's token name where auth is on)."""
 from __future__ import annotations
 
 import re
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
-from tests.app.auth_support import start_auth_server
-from tests.conftest import LiveServer, start_server
+from tests.app.auth_support import AuthServer, start_auth_server
+from tests.conftest import LiveServer, start_server, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -76,5 +79,32 @@ def test_the_in_flight_page_names_the_holding_token(tmp_path: Path) -> None:
         page = admin.get("/admin/groups/SecG_pop/in-flight")
         assert page.status_code == 200, page.text
         assert '<td class="name">consumer</td>' in page.text
+        parked_receives_are_capped_per_token(secured)
     finally:
         secured.stop()
+
+
+def parked_receives_are_capped_per_token(secured: AuthServer) -> None:
+    admin = secured.client("admin")
+    assert admin.put("/v1/topics/ParkedPop", json={}).status_code in (200, 201)
+    app: Any = secured.live.server.config.app
+    security = app.state.security
+    first: dict[str, httpx.Response] = {}
+    url = "/v1/groups/parked-pop/topics/ParkedPop/receive"
+
+    def park() -> None:
+        with secured.client("parker") as client:
+            first["response"] = client.post(url, json={"wait_ms": 25_000})
+
+    thread = threading.Thread(target=park)
+    thread.start()
+    wait_until(lambda: secured.live.call(lambda: security.parked.in_flight("parker")) == 1)
+    parker = secured.client("parker")
+    second = parker.post(url, json={"wait_ms": 1000})
+    assert second.status_code == 429, second.text
+    assert second.json()["code"] == "TOO_MANY_WAITERS"
+    assert parker.post(url, json={}).status_code == 200  # no wait: not a parked long-poll
+    assert admin.post("/v1/topics/ParkedPop/messages", json={"body": "wake"}).status_code == 201
+    thread.join(timeout=60)
+    assert [m["body"] for m in first["response"].json()["messages"]] == ["wake"]
+    assert secured.live.call(lambda: security.parked.in_flight("parker")) == 0
