@@ -35,6 +35,7 @@ from services import (
     PullOptions,
     SubscriptionGroupConfig,
 )
+from services.pop.views import in_flight_by_queue
 
 router = APIRouter(tags=["groups"])
 
@@ -191,4 +192,4 @@ async def get_group_offsets(
     ] = None,
 ) -> GroupOffsetsResponse:
     report = broker.offsets.report(group, topic)
-    return group_offsets_out(group, report, broker.pop.in_flight_by_queue(group))
+    return group_offsets_out(group, report, in_flight_by_queue(broker.pop.table, group))

@@ -41,6 +41,7 @@ from services.pop.handles import HandleCodec, ReceiptHandle
 from services.pop.inflight import InFlight, InFlightTable, QueueKey, QueueState
 from services.pop.rebuild import rebuild
 from services.pop.state_file import PopSnapshot, load_snapshot, save_snapshot
+from services.pop.taker import QueueTaker, Take
 from services.send import PutMessages
 from services.send_back import (
     RETRY_GROUP_TOPIC_PREFIX,
@@ -50,7 +51,7 @@ from services.send_back import (
     retry_topic,
 )
 from services.topics import TopicService
-from storage import GetMessageStatus, MessageStore, StoredMessage, TagFilter
+from storage import MessageStore, StoredMessage, TagFilter
 from storage.codec import tags_code
 from storage.config_managers import (
     CONSUME_MODE_OFFSETS,
@@ -65,8 +66,6 @@ MAX_RECEIVE_MESSAGES = 32
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
 MIN_INVISIBLE_MS = 1000
 DEFAULT_INVISIBLE_MS = 30_000
-
-_MOVED = frozenset({GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY})
 
 
 def now_ms() -> int:
@@ -98,32 +97,6 @@ class Received:
     messages: list[ReceivedMessage]
 
 
-@dataclass(frozen=True, slots=True)
-class QueueView:
-    """One queue of a POP group, for people (the admin pages)."""
-
-    topic: str
-    queue_id: int
-    pop_offset: int  # the next offset a receive takes
-    lowest_unacked: int  # where the lag counts from
-    in_flight: int
-    oldest_in_flight_ms: int  # age of the oldest in-flight delivery; 0 when none
-    next_redelivery_ms: int | None  # the earliest deadline, epoch ms
-
-
-@dataclass(frozen=True, slots=True)
-class InFlightView:
-    """One in-flight message, for people."""
-
-    topic: str
-    queue_id: int
-    offset: int
-    attempt: int
-    holder: str  # the token name of the receiver, where auth is on
-    returns_at_ms: int
-    ready: bool  # FIFO: due again, waiting for the next receive
-
-
 class AckOutcome(Enum):
     ACKED = "acked"
     EXPIRED = "expired"  # its invisibility ran out: it may be with someone else now
@@ -143,15 +116,6 @@ class InvisibilityChange:
 
     receipt_handle: str | None
     invisible_until_ms: int  # when it becomes visible again
-
-
-@dataclass(slots=True)
-class _Take:
-    """What one receive took from one queue."""
-
-    key: QueueKey
-    messages: list[StoredMessage]
-    attempts: list[int]
 
 
 class PopService:
@@ -185,7 +149,7 @@ class PopService:
         self._max_wait_ms = max_wait_ms
         self.table = InFlightTable()
         self.codec = HandleCodec.for_config_dir(config_dir)
-        self._rotation: dict[tuple[str, str], int] = {}
+        self._taker = QueueTaker(store, self.table, offsets, self._sync_committed)
         self._claimed: set[str] = set()  # groups this process switched to POP
         self.on_schedule: Callable[[int], None] = lambda deadline: None
 
@@ -233,7 +197,9 @@ class PopService:
         watch: asyncio.Future[Any] | None = None
         try:
             while True:
-                takes = self._take_round(group_config, keys, options, tag_filter)
+                takes = self._taker.take_round(
+                    group_config, keys, options.max_messages, options.max_bytes, tag_filter
+                )
                 remaining = deadline - loop.time()
                 if takes or remaining <= 0:
                     break
@@ -283,117 +249,8 @@ class PopService:
             count = max(1, group.retry_queue_nums)
         return [(topic, q) for q in range(count)]
 
-    def _take_round(
-        self,
-        group: SubscriptionGroupConfig,
-        keys: list[tuple[str, int]],
-        options: ReceiveOptions,
-        tag_filter: TagFilter,
-    ) -> list[_Take]:
-        """Read each queue once, from a rotating start, and take what is there (no await)."""
-        name = group.group_name
-        rotation = (name, keys[0][0] if keys else "")
-        first = self._rotation.get(rotation, 0) % max(1, len(keys))
-        self._rotation[rotation] = first + 1
-        takes: list[_Take] = []
-        left = options.max_messages
-        budget = options.max_bytes
-        for topic, queue_id in keys[first:] + keys[:first]:
-            if left <= 0 or (budget is not None and budget <= 0):
-                break
-            key = (name, topic, queue_id)
-            state = self._queue_state(group, key)
-            if group.fifo:
-                take = self._take_fifo(key, state, left, budget, tag_filter)
-            else:
-                retry = topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
-                take = self._take_new(
-                    key, state, left, budget, TagFilter(None) if retry else tag_filter
-                )
-            if take is not None and take.messages:
-                takes.append(take)
-                left -= len(take.messages)
-                if budget is not None:
-                    budget -= sum(m.size for m in take.messages)
-        return takes
-
-    def _queue_state(self, group: SubscriptionGroupConfig, key: QueueKey) -> QueueState:
-        state = self.table.queue(key)
-        if state is None:
-            start = self._offsets.position(group, key[1], key[2])
-            state = self.table.ensure(key, start)
-        return state
-
-    def _take_fifo(
-        self,
-        key: QueueKey,
-        state: QueueState,
-        left: int,
-        budget: int | None,
-        tag_filter: TagFilter,
-    ) -> _Take | None:
-        """FIFO: nothing while someone holds a message of the queue; what came back first."""
-        if state.held():
-            return None
-        ready = state.ready_entries()
-        if not ready:
-            return self._take_new(key, state, left, budget, tag_filter)
-        messages: list[StoredMessage] = []
-        attempts: list[int] = []
-        for entry in ready[:left]:
-            found = self._read(key, entry.offset, 1, None, None)
-            if not found or found[0].queue_offset != entry.offset:
-                # The message has expired from the store: nothing to deliver.
-                self.table.resolve(key, entry.offset, entry.ck_id)
-                continue
-            messages.append(found[0])
-            attempts.append(entry.attempt + 1)
-            entry.busy = True  # replaced by the new CK below; no revive meanwhile
-        return _Take(key, messages, attempts)
-
-    def _take_new(
-        self,
-        key: QueueKey,
-        state: QueueState,
-        left: int,
-        budget: int | None,
-        tag_filter: TagFilter,
-    ) -> _Take | None:
-        _, topic, queue_id = key
-        offset = state.pop_offset
-        result = self._store.get_message(
-            key[0],
-            topic,
-            queue_id,
-            offset,
-            left,
-            budget,
-            None if tag_filter.matches_all else tag_filter,
-        )
-        messages = result.messages
-        if messages and tag_filter.tags is not None:
-            messages = [m for m in messages if tag_filter.matches_tags(m.tags)]
-        if result.status in _MOVED or result.next_begin_offset > offset:
-            state.pop_offset = result.next_begin_offset
-        if not messages:
-            self._sync_committed(key, state)
-            return None
-        attempts = [m.reconsume_times + 1 for m in messages]
-        return _Take(key, messages, attempts)
-
-    def _read(
-        self,
-        key: QueueKey,
-        offset: int,
-        count: int,
-        budget: int | None,
-        tag_filter: TagFilter | None,
-    ) -> list[StoredMessage]:
-        result = self._store.get_message(key[0], key[1], key[2], offset, count, budget, tag_filter)
-        return list(result.messages)
-
     async def _check_out(
-        self, group: str, takes: list[_Take], options: ReceiveOptions, holder: str
+        self, group: str, takes: list[Take], options: ReceiveOptions, holder: str
     ) -> list[ReceivedMessage]:
         """Put the taken messages in flight and write their CKs (one batch, durable)."""
         pop_time = now_ms()
@@ -652,52 +509,9 @@ class PopService:
 
     # ================================================================== helpers
 
-    def in_flight_by_queue(self, group: str) -> dict[tuple[str, int], int]:
-        """The group's messages in flight by (topic, queue id)."""
-        return {
-            (topic, queue_id): len(state.entries)
-            for (name, topic, queue_id), state in self.table.queues.items()
-            if name == group and state.entries
-        }
-
-    def queue_views(self, group: str) -> list[QueueView]:
-        """Per queue of a group: in flight, the oldest in-flight age, the next redelivery."""
-        now = now_ms()
-        views = []
-        for (name, topic, queue_id), state in sorted(self.table.queues.items()):
-            if name != group:
-                continue
-            entries = list(state.entries.values())
-            views.append(
-                QueueView(
-                    topic,
-                    queue_id,
-                    state.pop_offset,
-                    state.lowest_unresolved(),
-                    len(entries),
-                    max((now - e.pop_time_ms for e in entries), default=0),
-                    min((e.deadline_ms for e in entries if not e.ready), default=None),
-                )
-            )
-        return views
-
-    def in_flight_list(self, group: str, limit: int = 500) -> list[InFlightView]:
-        """The group's in-flight messages, the ones returning first first."""
-        items = [
-            InFlightView(topic, queue_id, e.offset, e.attempt, e.holder, e.deadline_ms, e.ready)
-            for (name, topic, queue_id), state in self.table.queues.items()
-            if name == group
-            for e in state.entries.values()
-        ]
-        items.sort(key=lambda v: (v.returns_at_ms, v.topic, v.queue_id, v.offset))
-        return items[:limit]
-
     def message_at(self, key: QueueKey, offset: int) -> StoredMessage | None:
         """The message at a queue offset, or None when it has left the store."""
-        found = self._read(key, offset, 1, None, None)
-        if found and found[0].queue_offset == offset:
-            return found[0]
-        return None
+        return self._taker.message_at(key, offset)
 
     @property
     def put(self) -> PutMessages:

@@ -15,7 +15,7 @@ from app.admin.rendering import render
 from app.deps import BrokerDep
 from services import Broker
 from services.groups import check_group_name
-from services.pop.service import QueueView
+from services.pop.views import QueueView, in_flight_list, queue_views
 
 router = APIRouter(route_class=AdminRoute)
 
@@ -34,7 +34,9 @@ class PopGroupRow:
 def pop_rows(broker: Broker) -> list[PopGroupRow]:
     """Every group that consumes by POP, with its queues."""
     return [
-        PopGroupRow(config.group_name, config.fifo, broker.pop.queue_views(config.group_name))
+        PopGroupRow(
+            config.group_name, config.fifo, queue_views(broker.pop.table, config.group_name)
+        )
         for config in broker.groups.all()
         if config.consume_mode == "pop"
     ]
@@ -47,7 +49,7 @@ async def in_flight(request: Request, group: str, broker: BrokerDep) -> Response
         "title": f"In flight: {group}",
         "nav": "groups",
         "group": group,
-        "queues": broker.pop.queue_views(group),
-        "items": broker.pop.in_flight_list(group),
+        "queues": queue_views(broker.pop.table, group),
+        "items": in_flight_list(broker.pop.table, group),
     }
     return render(request, "pop_in_flight.html", context)
