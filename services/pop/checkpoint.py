@@ -32,6 +32,26 @@ TAG_ACK: Final = "ack"
 
 ACK_REASONS: Final = frozenset({"ack", "revive", "dlq", "nack", "change"})
 
+PROPERTY_POP_CK: Final = "POP_CK"
+"""On a copy the revive service put into ``%RETRY%<group>``: which delivery it replaces
+(``<topic> <queue id> <offset> <ck id>``), so a restart that finds the copy but not its ACK
+record (a crash between the two appends) does not revive the message twice."""
+
+
+def pop_ck_value(topic: str, queue_id: int, offset: int, ck_id: str) -> str:
+    return f"{topic} {queue_id} {offset} {ck_id}"
+
+
+def parse_pop_ck(value: str) -> tuple[str, int, int, str] | None:
+    parts = value.split(" ")
+    if len(parts) != 4:
+        return None
+    topic, queue_id, offset, ck_id = parts
+    try:
+        return topic, int(queue_id), int(offset), ck_id
+    except ValueError:
+        return None
+
 
 @dataclass(frozen=True, slots=True)
 class CheckPoint:

@@ -9,15 +9,18 @@ which may already have passed. Pop offsets resume after the highest offset any C
 from __future__ import annotations
 
 from services.pop.checkpoint import (
+    PROPERTY_POP_CK,
     REVIVE_GROUP,
     REVIVE_QUEUE_ID,
     REVIVE_TOPIC,
     AckRecord,
     CheckPoint,
     decode_record,
+    parse_pop_ck,
 )
 from services.pop.inflight import InFlight, InFlightTable
 from services.pop.state_file import PopSnapshot
+from services.send_back import retry_topic
 from storage import MessageStore
 
 _BATCH = 256
@@ -41,7 +44,33 @@ def rebuild(store: MessageStore, snapshot: PopSnapshot, table: InFlightTable) ->
         if result.next_begin_offset <= offset:
             break
         offset = result.next_begin_offset
+    for group in {key[0] for key, state in table.queues.items() if state.entries}:
+        _drop_revived(store, snapshot, table, group)
     return read
+
+
+def _drop_revived(
+    store: MessageStore, snapshot: PopSnapshot, table: InFlightTable, group: str
+) -> None:
+    """Take out of flight what already has a copy in ``%RETRY%<group>`` (the revive's ACK
+    record was lost in a crash right after the copy). Copies made before the snapshot were
+    acked in the log already, so the scan starts at the snapshot's committed offsets."""
+    topic = retry_topic(group)
+    for queue_id in store.queue_ids(topic):
+        offset = max(
+            snapshot.committed.get((group, topic, queue_id), 0),
+            store.min_offset_in_queue(topic, queue_id),
+        )
+        while True:
+            result = store.get_message(REVIVE_GROUP, topic, queue_id, offset, _BATCH)
+            for message in result.messages:
+                revived = parse_pop_ck(message.properties.get(PROPERTY_POP_CK, ""))
+                if revived is not None:
+                    original, original_queue, original_offset, ck_id = revived
+                    table.resolve((group, original, original_queue), original_offset, ck_id)
+            if result.next_begin_offset <= offset:
+                break
+            offset = result.next_begin_offset
 
 
 def _apply_checkpoint(table: InFlightTable, ck: CheckPoint, revive_offset: int) -> None:

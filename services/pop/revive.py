@@ -19,7 +19,7 @@ import asyncio
 import logging
 import random
 
-from services.pop.checkpoint import AckRecord, ack_message
+from services.pop.checkpoint import PROPERTY_POP_CK, AckRecord, ack_message, pop_ck_value
 from services.pop.inflight import Due, InFlight
 from services.pop.service import PopService, now_ms
 from services.send_back import PERM_READ_WRITE, SendBackRequest, retry_topic
@@ -116,6 +116,7 @@ class ReviveService:
                 pop.metrics.pop_dead_lettered += 1
                 return
             copy = await self._retry_copy(group, message)
+            copy.properties[PROPERTY_POP_CK] = pop_ck_value(*due.key[1:], due.offset, entry.ck_id)
             await asyncio.gather(pop.put([copy]), pop.put([ack]))
             pop.metrics.pop_redelivered += 1
         else:  # it has left the store: nothing to redeliver

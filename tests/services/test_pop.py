@@ -12,12 +12,14 @@ import pytest
 
 from services import Broker, BrokerConfig, OutgoingMessage, PullOptions, StoreConfig
 from services.pop.checkpoint import (
+    PROPERTY_POP_CK,
     REVIVE_TOPIC,
     AckRecord,
     CheckPoint,
     ack_message,
     checkpoint_message,
     decode_record,
+    pop_ck_value,
 )
 from services.pop.errors import (
     ConsumeModeConflictError,
@@ -27,7 +29,8 @@ from services.pop.errors import (
 from services.pop.handles import HandleCodec, ReceiptHandle
 from services.pop.service import AckOutcome, Received, ReceivedMessage, ReceiveOptions
 from services.pop.state_file import STATE_FILE
-from storage import StoredMessage
+from storage import Message, StoredMessage
+from storage.config_managers import TopicConfig
 
 DELAYS = " ".join(["1s"] * 18)  # every retry delay level is 1 s: give-backs return fast
 SMALL = StoreConfig(
@@ -322,3 +325,28 @@ async def test_receives_rotate_over_the_queues_so_none_starves(broker: Broker) -
         first_queues.append(got.messages[0].message.queue_id)
         assert {m.message.queue_id for m in got.messages} == {first_queues[-1]}
     assert sorted(first_queues) == list(range(8))
+
+
+async def test_a_copy_whose_revive_ack_was_lost_is_not_revived_again(tmp_path: Path) -> None:
+    broker = Broker(config(tmp_path))
+    await broker.start()
+    await send(broker, "T", 1)
+    [item] = (await receive(broker, "G", "T", invisible_ms=60_000)).messages
+    handle = broker.pop.codec.decode(item.receipt_handle)
+    # What a crash between the revive's two appends leaves: the copy, and no ACK record.
+    retry = "%RETRY%G"
+    await broker.topics.ensure(TopicConfig(retry, read_queue_nums=1, write_queue_nums=1, perm=6))
+    properties = dict(item.message.properties)
+    properties.update({"RETRY_TOPIC": "T", PROPERTY_POP_CK: pop_ck_value("T", 0, 0, handle.ck_id)})
+    await broker.put([Message(retry, item.message.body, 0, properties, reconsume_times=1)])
+    await broker.stop()
+    broker = Broker(config(tmp_path))
+    await broker.start()
+    try:
+        assert broker.pop.table.in_flight("G") == 0
+        [copy] = (await receive(broker, "G", "T")).messages
+        assert (copy.message.body, copy.delivery_attempt) == (b"m0", 2)
+        await broker.pop.ack("G", [copy.receipt_handle])
+        assert (await receive(broker, "G", "T")).messages == []
+    finally:
+        await broker.stop()
