@@ -21,7 +21,7 @@ from app import admin
 from app.errors import install_error_handlers
 from app.middleware import HttpShellMiddleware
 from app.openapi import build_openapi
-from app.routes import docs, groups, health, messages, redelivery, topics
+from app.routes import docs, groups, health, messages, pop, redelivery, topics
 from app.routes.fast import fast_routes
 from app.security import install_security
 from app.settings import Settings, get_settings
@@ -88,7 +88,7 @@ def create_app(
     install_error_handlers(app)
     install_security(app, settings)  # before the routers and inside HttpShellMiddleware
     app.add_middleware(HttpShellMiddleware, max_request_bytes=settings.max_request_bytes)
-    for module in (messages, topics, groups, redelivery, health, docs):
+    for module in (messages, topics, groups, redelivery, pop, health, docs):
         app.include_router(module.router)
     app.router.routes[0:0] = fast_routes()
     app.mount("/static", docs.static_files(), name="static")

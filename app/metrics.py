@@ -73,7 +73,22 @@ def render_metrics(broker: Broker, disk_used_bytes: int) -> str:
         "Periodic writes of consumerOffset.json.",
         broker.offset_persist_count,
     )
+    for name, help_text, value in (
+        ("received", "Messages handed out by POP receives.", m.pop_received),
+        ("acked", "POP acks answered acked.", m.pop_acked),
+        ("ack_expired", "POP acks answered expired.", m.pop_ack_expired),
+        ("expired", "POP deliveries whose invisibility ran out.", m.pop_expired),
+        ("redelivered", "Expired POP deliveries put back into %RETRY%<group>.", m.pop_redelivered),
+        ("dead_lettered", "Expired POP deliveries sent to %DLQ%<group>.", m.pop_dead_lettered),
+    ):
+        page.one(f"spoolmq_pop_{name}_total", "counter", help_text, value)
     if broker.state is BrokerState.RUNNING:
+        page.one(
+            "spoolmq_pop_in_flight",
+            "gauge",
+            "POP messages received and not yet acked.",
+            broker.pop.table.in_flight(),
+        )
         g = broker.store_gauges()
         page.one(
             "spoolmq_commitlog_max_offset_bytes",

@@ -28,6 +28,8 @@ _DESCRIPTIONS: Final = {
     "with consuming turned off.",
     404: "Not found: topic, group, queue or message (TOPIC_NOT_FOUND, GROUP_NOT_FOUND, "
     "QUEUE_NOT_FOUND, MESSAGE_NOT_FOUND).",
+    409: "Conflict: the group consumes the other way (CONSUME_MODE_CONFLICT: offsets vs "
+    "receive/ack), or the receipt handle's invisibility ran out (RECEIPT_HANDLE_EXPIRED).",
     413: "Too large: the request body is over the limit (4 MiB by default; refused before it "
     "is read) or a message is over the store's maximum size.",
     422: "Validation failed: a parameter or field has the wrong type or is out of bounds "

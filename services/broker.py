@@ -33,6 +33,9 @@ from services.messages import MessageQueryService
 from services.metrics import Metrics
 from services.offset_reset import OffsetResetService
 from services.offsets import OffsetPersister, OffsetService
+from services.pop.persister import PopStatePersister
+from services.pop.revive import ReviveService
+from services.pop.service import PopService
 from services.pull import PullService
 from services.schedule import DelayScheduler
 from services.send import SendLimits, SendService
@@ -98,6 +101,8 @@ class Broker:
         self._durability: DurabilityTracker | None = None
         self._scheduler: DelayScheduler | None = None
         self._index_catch_up: asyncio.Task[None] | None = None
+        self._revive: ReviveService | None = None
+        self._pop_persister: PopStatePersister | None = None
 
     # ================================================================== lifecycle
 
@@ -120,7 +125,14 @@ class Broker:
         appender = Appender(store, self._durability)
         store.start_services()
         self._services = _Services.build(self, store, appender)
+        await asyncio.to_thread(self._services.pop.load)  # in-flight state from the revive log
         store.arrival_listeners.append(self._on_arrival)
+        self._revive = ReviveService(self._services.pop, self._services.topics)
+        self._revive.start()
+        self._pop_persister = PopStatePersister(
+            self._services.pop, self.config.offset_persist_interval_s
+        )
+        self._pop_persister.start()
         self._offset_persister.start()
         self._scheduler = DelayScheduler(store, self.delay_offsets, appender.put)
         await self._scheduler.start()
@@ -155,6 +167,10 @@ class Broker:
         self.state = BrokerState.STOPPING
         self.begin_shutdown()
         await asyncio.sleep(0)  # let woken pulls write their answers
+        if self._revive is not None:
+            await self._revive.stop()
+        if self._pop_persister is not None:
+            await self._pop_persister.stop()
         await self._offset_persister.stop()
         if self._index_catch_up is not None:
             self._index_catch_up.cancel()
@@ -258,6 +274,10 @@ class Broker:
         return self.services.store_status
 
     @property
+    def pop(self) -> PopService:
+        return self.services.pop
+
+    @property
     def scheduler(self) -> DelayScheduler:
         if self._scheduler is None:
             raise BrokerUnavailableError(f"the broker is {self.state.value}")
@@ -296,6 +316,7 @@ class _Services:
     offset_reset: OffsetResetService
     dlq: DlqService
     store_status: StoreStatusService
+    pop: PopService
 
     @classmethod
     def build(cls, broker: Broker, store: MessageStore, appender: Appender) -> _Services:
@@ -304,6 +325,7 @@ class _Services:
         topics = TopicService(store, broker.topic_configs, broker.consumer_offsets, config.topics)
         groups = GroupService(broker.group_configs, broker.consumer_offsets, config.groups)
         offsets = OffsetService(store, broker.consumer_offsets, topics, groups)
+        send_back = SendBackService(store, groups.for_use, topics.ensure, put)
         return cls(
             topics=topics,
             groups=groups,
@@ -321,8 +343,21 @@ class _Services:
                 max_wait_ms=config.max_wait_ms,
             ),
             messages=MessageQueryService(store, topics),
-            send_back=SendBackService(store, groups.for_use, topics.ensure, put),
+            send_back=send_back,
             offset_reset=OffsetResetService(store, broker.consumer_offsets, topics, groups),
             dlq=DlqService(store, topics.for_send, put),
             store_status=StoreStatusService(store, config.store_dir),
+            pop=PopService(
+                store,
+                config.store_dir / "config",
+                topics,
+                groups,
+                offsets,
+                broker.consumer_offsets,
+                send_back,
+                put,
+                broker.waiters,
+                broker.metrics,
+                max_wait_ms=config.max_wait_ms,
+            ),
         )

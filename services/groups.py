@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from typing import Final
 
 from services.errors import ConsumeDisabledError, GroupNotFoundError, InvalidGroupNameError
+from services.pop.errors import ConsumeModeConflictError
 from storage.config_managers import (
+    CONSUME_MODE_POP,
     ConsumerOffsetManager,
     SubscriptionGroupConfig,
     SubscriptionGroupManager,
@@ -37,6 +39,15 @@ class GroupPolicy:
     """How unknown groups are treated."""
 
     auto_create: bool = True  # a pull or commit by an unknown group creates its config
+
+
+def check_offsets_mode(config: SubscriptionGroupConfig) -> None:
+    """409 for a pull or commit by a group that consumes by POP (receive/ack)."""
+    if config.consume_mode == CONSUME_MODE_POP:
+        raise ConsumeModeConflictError(
+            f"group {config.group_name!r} consumes by receive/ack (POP); a group consumes "
+            "either by offsets or by POP. Use another group for pull and commit"
+        )
 
 
 class GroupService:

@@ -67,6 +67,13 @@ class Metrics:
     messages_out: Counter[str] = field(default_factory=Counter)
     bytes_out: Counter[str] = field(default_factory=Counter)
     pull_duration: Histogram = field(default_factory=lambda: Histogram(PULL_DURATION_BUCKETS_S))
+    # POP consumption (services.pop)
+    pop_received: int = 0  # messages handed out by receives
+    pop_acked: int = 0  # acks answered "acked"
+    pop_ack_expired: int = 0  # acks answered "expired"
+    pop_expired: int = 0  # deliveries whose invisibility ran out
+    pop_redelivered: int = 0  # of those, copies put back into %RETRY%<group>
+    pop_dead_lettered: int = 0  # of those, sent to %DLQ%<group>
 
     def sent(self, topic: str, count: int, size: int) -> None:
         self.messages_in[topic] += count

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from services.errors import InvalidOffsetError
-from services.groups import GroupService, check_group_name
+from services.groups import GroupService, check_group_name, check_offsets_mode
 from services.topics import TopicService
 from storage import MessageStore
 from storage.config_managers import (
@@ -108,7 +108,7 @@ class OffsetService:
         check_group_name(group)
         for commit in commits:
             self._check(commit)
-        await self._groups.for_use(group)
+        check_offsets_mode(await self._groups.for_use(group))
         for commit in commits:
             self._manager.commit_offset(group, commit.topic, commit.queue_id, commit.offset)
 

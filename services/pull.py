@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from services.errors import InvalidRequestError, ServiceError
-from services.groups import GroupService
+from services.groups import GroupService, check_offsets_mode
 from services.long_poll import WaiterRegistry, WakeReason
 from services.metrics import Metrics
 from services.offsets import OffsetCommit, OffsetService
@@ -156,6 +156,7 @@ class PullService:
             raise InvalidRequestError("commit_offset needs the group whose offset it is")
         if group is not None:
             group_config = await self._groups.for_consume(group)
+            check_offsets_mode(group_config)
             if commit_offset is not None:
                 await self._offsets.commit(group, [OffsetCommit(topic, queue_id, commit_offset)])
             if offset is None:
@@ -242,6 +243,7 @@ class PullService:
         started = loop.time()
         config = self._topics.for_read(topic)
         group_config = await self._groups.for_consume(group)
+        check_offsets_mode(group_config)
         retry_keys = self._retry_keys(group, topic)
         keys = [(topic, q) for q in range(config.read_queue_nums)] + retry_keys
         start = {k: self._offsets.position(group_config, k[0], k[1]) for k in keys}

@@ -18,6 +18,7 @@ from services.errors import (
     TopicNotReadableError,
     TopicNotWriteableError,
 )
+from services.pop.checkpoint import REVIVE_TOPIC
 from storage import MessageStore
 from storage.codec import validate_topic
 from storage.config_managers import (
@@ -31,7 +32,7 @@ from storage.config_managers import (
 )
 from storage.topic_names import is_group_topic
 
-SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC})
+SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, REVIVE_TOPIC})
 """Topics the broker writes itself; clients may read them but not send to or change them."""
 
 PERM_ALL = PERM_READ | PERM_WRITE | PERM_INHERIT

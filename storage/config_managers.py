@@ -82,6 +82,9 @@ PERM_INHERIT = 1
 
 CONSUME_FROM_EARLIEST = "earliest"
 CONSUME_FROM_LATEST = "latest"
+CONSUME_MODE_OFFSETS = "offsets"
+CONSUME_MODE_POP = "pop"
+CONSUME_MODES = frozenset({"", CONSUME_MODE_OFFSETS, CONSUME_MODE_POP})
 
 _R = TypeVar("_R", bound="DataclassInstance")
 
@@ -146,8 +149,16 @@ class SubscriptionGroupConfig:
     which_broker_when_consume_slowly: int = 1
     notify_consumer_ids_changed_enable: bool = True
     consume_from: str = CONSUME_FROM_EARLIEST
+    # Our extensions for POP consumption: "" (not chosen yet), "offsets" or "pop"; and
+    # whether a POP group delivers each queue in order.
+    consume_mode: str = ""
+    fifo: bool = False
 
     def __post_init__(self) -> None:
+        if self.consume_mode not in CONSUME_MODES:
+            raise ValueError(
+                f"consume_mode must be '', 'offsets' or 'pop', not {self.consume_mode!r}"
+            )
         if self.consume_from_timestamp is None and self.consume_from not in (
             CONSUME_FROM_EARLIEST,
             CONSUME_FROM_LATEST,

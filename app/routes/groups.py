@@ -35,6 +35,7 @@ from services import (
     PullOptions,
     SubscriptionGroupConfig,
 )
+from services.pop.views import in_flight_by_queue
 
 router = APIRouter(tags=["groups"])
 
@@ -86,6 +87,8 @@ async def put_group(
         retry_queue_nums=body.retry_queue_nums,
         retry_max_times=body.retry_max_times,
         consume_from=consume_from,
+        consume_mode=body.consume_mode or "",
+        fifo=body.fifo,
     )
     if await broker.groups.put(config):
         response.status_code = 201
@@ -188,4 +191,5 @@ async def get_group_offsets(
         Query(min_length=1, max_length=TOPIC_MAX_LENGTH, description="Only this topic."),
     ] = None,
 ) -> GroupOffsetsResponse:
-    return group_offsets_out(group, broker.offsets.report(group, topic))
+    report = broker.offsets.report(group, topic)
+    return group_offsets_out(group, report, in_flight_by_queue(broker.pop.table, group))

@@ -29,7 +29,21 @@ class GroupIn(RequestBody):
     )
     retry_queue_nums: JsonInt = Field(default=1, ge=0, le=MAX_QUEUES)
     retry_max_times: JsonInt = Field(
-        default=16, ge=-1, le=10_000, description="-1 means the default, 16."
+        default=16,
+        ge=-1,
+        le=10_000,
+        description="-1 means the default, 16. Also the POP max_reconsume_times.",
+    )
+    consume_mode: Literal["offsets", "pop"] | None = Field(
+        default=None,
+        description=(
+            "offsets: pull + commit; pop: receive + ack. Unset: chosen by the first receive "
+            "(pop) — mixing the two answers 409."
+        ),
+    )
+    fifo: bool = Field(
+        default=False,
+        description="POP only: deliver each queue in order, one holder at a time.",
     )
 
     @model_validator(mode="after")
@@ -48,6 +62,8 @@ class GroupOut(ResponseBody):
     consume_from_timestamp: int | None
     retry_queue_nums: int
     retry_max_times: int
+    consume_mode: Literal["offsets", "pop"] | None = None
+    fifo: bool = False
 
 
 class GroupListResponse(ResponseBody):
@@ -68,4 +84,12 @@ def group_out(config: SubscriptionGroupConfig) -> GroupOut:
         consume_from_timestamp=timestamp,
         retry_queue_nums=config.retry_queue_nums,
         retry_max_times=config.retry_max_times,
+        consume_mode=_consume_mode(config.consume_mode),
+        fifo=config.fifo,
     )
+
+
+def _consume_mode(mode: str) -> Literal["offsets", "pop"] | None:
+    if mode == "offsets":
+        return "offsets"
+    return "pop" if mode == "pop" else None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pydantic import Field
 
 from app.schemas.common import (
@@ -56,6 +58,11 @@ class QueueLagOut(ResponseBody):
         "(0 when nothing waits; null when its store time cannot be read)."
     )
     last_commit_timestamp: int
+    in_flight: int = Field(
+        default=0,
+        description="POP groups: received and not acked yet (counted in `lag` too: a POP "
+        "group's committed offset is its lowest un-acked offset).",
+    )
 
 
 class TopicLagOut(ResponseBody):
@@ -70,7 +77,7 @@ class GroupOffsetsResponse(ResponseBody):
     topics: list[TopicLagOut]
 
 
-def queue_lag_out(lag: QueueLag) -> QueueLagOut:
+def queue_lag_out(lag: QueueLag, in_flight: int = 0) -> QueueLagOut:
     return QueueLagOut(
         queue_id=lag.queue_id,
         committed_offset=lag.committed_offset,
@@ -79,13 +86,20 @@ def queue_lag_out(lag: QueueLag) -> QueueLagOut:
         lag=lag.lag,
         lag_seconds=lag.lag_seconds,
         last_commit_timestamp=lag.last_commit_timestamp,
+        in_flight=in_flight,
     )
 
 
-def group_offsets_out(group: str, report: list[TopicLag]) -> GroupOffsetsResponse:
+def group_offsets_out(
+    group: str, report: list[TopicLag], in_flight: Mapping[tuple[str, int], int] | None = None
+) -> GroupOffsetsResponse:
+    """``in_flight``: POP messages in flight by (topic, queue id)."""
+    flying = in_flight or {}
     topics = [
         TopicLagOut(
-            topic=t.topic, total_lag=t.total_lag, queues=[queue_lag_out(q) for q in t.queues]
+            topic=t.topic,
+            total_lag=t.total_lag,
+            queues=[queue_lag_out(q, flying.get((t.topic, q.queue_id), 0)) for q in t.queues],
         )
         for t in report
     ]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from collections.abc import Mapping, Sequence
 from typing import Final
 from urllib.parse import parse_qsl, quote, urlencode
@@ -98,6 +99,7 @@ class SecurityMiddleware:
             await self.app(scope, receive, send)
             return
         principal = self._authenticate(scope, rule)
+        scope.setdefault("state", {})["principal"] = principal.name  # e.g. a POP holder
         security.check_rate(principal)
         if resolved is None or rule is None:  # no such route: 404/405 for a known caller
             await self.app(scope, receive, send)
@@ -116,7 +118,10 @@ class SecurityMiddleware:
             body, receive = await read_body(receive)
             security.check_body(principal, rule, params, body, self.broker)
             audited = audited and not (rule.dry_run_in_body and dry_run(body))
-        if rule.pull:
+        if rule.long_poll_in_body:
+            body, receive = await read_body(receive)
+            await self._long_poll(scope, receive, send, principal, _body_wait_ms(body))
+        elif rule.pull:
             await self._pull(scope, receive, send, principal, query)
         elif audited:
             await self._audited(scope, receive, send, principal, what, target_of(params, ""))
@@ -144,7 +149,13 @@ class SecurityMiddleware:
         query: Mapping[str, str],
     ) -> None:
         _cap_max_bytes(scope, query, self.security.options.max_pull_bytes)
-        if _int(query.get("wait_ms")) <= 0:
+        await self._long_poll(scope, receive, send, principal, _int(query.get("wait_ms")))
+
+    async def _long_poll(
+        self, scope: Scope, receive: Receive, send: Send, principal: Principal, wait_ms: int
+    ) -> None:
+        """Count a request that may park (``wait_ms`` > 0) against the token's cap."""
+        if wait_ms <= 0:
             await self.app(scope, receive, send)
             return
         security = self.security
@@ -307,6 +318,15 @@ def _cap_max_bytes(scope: Scope, query: Mapping[str, str], cap: int) -> None:
         pairs = parse_qsl(raw.decode("latin-1"), keep_blank_values=True)
         capped = [(k, str(cap) if k == "max_bytes" else v) for k, v in pairs]
         scope["query_string"] = urlencode(capped).encode("ascii")
+
+
+def _body_wait_ms(body: bytes) -> int:
+    """``wait_ms`` of a JSON body; 0 when absent or not a number (the route's 422 then)."""
+    try:
+        value = json.loads(body).get("wait_ms", 0)
+    except (ValueError, AttributeError):
+        return 0
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 async def read_body(receive: Receive) -> tuple[bytes, Receive]:

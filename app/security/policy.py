@@ -56,6 +56,8 @@ class Rule:
     group: Param | None = None  # None: any group
     body: BodyCheck | None = None
     pull: bool = False  # a pull: max_bytes capped; wait_ms > 0 counts as a parked long-poll
+    # A POP receive: "wait_ms" > 0 in its JSON body counts as a parked long-poll.
+    long_poll_in_body: bool = False
     dry_run_in_body: bool = False  # {"dry_run": true} is not an action (not audited)
     browser: bool = False  # an admin session cookie also authenticates GET requests
 
@@ -105,6 +107,10 @@ RULES: Final[dict[str, Rule]] = {
     "getRedriveJob": ADMIN_RULE,
     "cancelRedriveJob": ADMIN_RULE,
     "resetOffsets": Rule(Access.ADMIN, dry_run_in_body=True),
+    # ---------------------------------------------------------------- POP (issue 12)
+    "receiveMessages": Rule(Access.CONSUME, topic=TOPIC, group=GROUP, long_poll_in_body=True),
+    "ackMessages": Rule(Access.CONSUME, group=GROUP),
+    "changeInvisibility": Rule(Access.CONSUME, group=GROUP),
     # ---------------------------------------------------------------- health and docs
     "healthz": Rule(Access.PUBLIC),
     "readyz": Rule(Access.PUBLIC),

@@ -63,6 +63,8 @@ def test_group_crud(client: httpx.Client, group: str) -> None:
         "consume_from_timestamp": None,
         "retry_queue_nums": 1,
         "retry_max_times": 3,
+        "consume_mode": None,
+        "fifo": False,
     }
     updated = client.put(
         f"/v1/groups/{group}", json={"consume_from": "timestamp", "consume_from_timestamp": 1234}

@@ -141,6 +141,35 @@ def test_generated_models_see_always_sent_fields_as_required(sdk: Any) -> None:
     assert "Unset" in str(optional.annotation), "sent by retry-topic pulls only"
 
 
+def test_generated_client_receives_and_acks(sdk: Any, live_server: LiveServer) -> None:
+    send_api = importlib.import_module("spoolmq_sdk.api.messages.send_messages")
+    receive_api = importlib.import_module("spoolmq_sdk.api.groups.receive_messages")
+    ack_api = importlib.import_module("spoolmq_sdk.api.groups.ack_messages")
+    models = importlib.import_module("spoolmq_sdk.models")
+
+    with sdk.Client(base_url=live_server.url, raise_on_unexpected_status=True) as client:
+        send_api.sync("SdkPop", client=client, body=models.SendMessage(body="work item"))
+        received = receive_api.sync(
+            "sdk-workers",
+            "SdkPop",
+            client=client,
+            body=models.ReceiveIn(max_messages=4, wait_ms=1000, invisible_ms=60_000),
+        )
+        assert isinstance(received, models.ReceiveResponse)
+        [message] = received.messages
+        assert (message.body, message.delivery_attempt) == ("work item", 1)
+        acked = ack_api.sync(
+            "sdk-workers",
+            client=client,
+            body=models.AckIn(receipt_handles=[message.receipt_handle]),
+        )
+        assert isinstance(acked, models.AckResponse)
+        assert [r.outcome for r in acked.results] == ["acked"]
+        again = receive_api.sync("sdk-workers", "SdkPop", client=client, body=models.ReceiveIn())
+        assert isinstance(again, models.ReceiveResponse)
+        assert again.messages == []
+
+
 @pytest.fixture
 def fuzzed(tmp_path: Path) -> Iterator[LiveServer]:
     """Long-polls cut to 50 ms so that generated wait_ms values do not stretch the run."""

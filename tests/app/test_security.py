@@ -56,6 +56,9 @@ EXPECTED: dict[str, tuple[str, str | None]] = {
     "getGroupOffsets": ("consumer", "stranger"),
     "sendBack": ("consumer", "stranger"),
     "listDeadLetters": ("consumer", "stranger"),
+    "receiveMessages": ("consumer", "stranger"),
+    "ackMessages": ("consumer", "stranger"),
+    "changeInvisibility": ("consumer", "stranger"),
     "metrics": ("nobody", None),
     "openapi": ("nobody", None),
     "swagger_ui": ("nobody", None),
@@ -72,6 +75,9 @@ BODIES: dict[str, Any] = {
     "commitOffset": {"offset": 0},
     "resetOffsets": {"to": "earliest", "dry_run": True},
     "redriveDeadLetters": {"dry_run": True},
+    "receiveMessages": {},
+    "ackMessages": {"receipt_handles": ["not-a-handle"]},
+    "changeInvisibility": {"receipt_handle": "not-a-handle", "invisible_ms": 1000},
 }
 QUERIES: dict[str, dict[str, str]] = {
     "queryMessagesByKey": {"key": "k"},

@@ -446,6 +446,8 @@ def test_subscription_group_file_has_rocketmq_shape(config_dir: Path) -> None:
             "whichBrokerWhenConsumeSlowly": 1,
             "notifyConsumerIdsChangedEnable": True,
             "consumeFrom": "earliest",
+            "consumeMode": "",
+            "fifo": False,
         }
     }
 

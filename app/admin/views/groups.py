@@ -16,6 +16,7 @@ from app.admin.forms import Form, FormError
 from app.admin.lag import GroupLag, all_group_lags, group_lag
 from app.admin.problems import HEADINGS, AdminRoute, Problem
 from app.admin.rendering import render
+from app.admin.views.pop import pop_rows
 from app.deps import BrokerDep
 from app.responses import OrjsonResponse
 from services import Broker, SubscriptionGroupConfig, dlq_topic
@@ -68,6 +69,7 @@ async def list_groups(request: Request, broker: BrokerDep) -> Response:
     search = Form.query(request.query_params).text("q")
     context = {"title": "Groups", "nav": "groups", "rows": group_rows(broker, search)}
     context["search"] = search
+    context["pop_rows"] = pop_rows(broker)
     return render(request, "groups.html", context, fragment="_group_list.html")
 
 

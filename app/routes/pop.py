@@ -1,0 +1,103 @@
+"""POP consumption: competing consumers receive, ack, and change a message's invisibility."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from app.deps import BrokerDep, disconnect_watch
+from app.responses import OrjsonResponse, problems
+from app.routes.params import GroupPath, TopicPath
+from app.schemas.pop import (
+    AckIn,
+    AckResponse,
+    InvisibilityIn,
+    InvisibilityOut,
+    ReceiveIn,
+    ReceiveResponse,
+    ack_out,
+    invisibility_out,
+    receive_out,
+)
+from services import Broker
+from services.groups import check_group_name
+from services.pop.service import ReceiveOptions
+
+router = APIRouter(tags=["groups"])
+
+
+@router.post(
+    "/v1/groups/{group}/topics/{topic}/receive",
+    operation_id="receiveMessages",
+    summary="Receive messages for a group of competing workers (POP): ack each one",
+    description=(
+        "Takes up to `max_messages` from the topic's queues (a rotating start, so none "
+        "starves) and the group's retry topic; they stay invisible to every other receiver "
+        "for `invisible_ms`. Ack each with its `receipt_handle`; what is not acked in time "
+        "comes back with `delivery_attempt` + 1, and after the group's `retry_max_times` "
+        "goes to `%DLQ%<group>`. An empty long-poll answers 200 with no messages. A group "
+        "consumes either by offsets (pull + commit) or by receive/ack: mixing answers 409."
+    ),
+    response_model=ReceiveResponse,
+    responses=problems(400, 403, 404, 409, 413, 422, 429, 503),
+)
+async def receive_messages(
+    group: GroupPath, topic: TopicPath, body: ReceiveIn, request: Request
+) -> Response:
+    broker: Broker = request.app.state.broker
+    check_group_name(group)
+    options = ReceiveOptions(
+        max_messages=body.max_messages,
+        wait_ms=body.wait_ms,
+        invisible_ms=body.invisible_ms,
+        tags=body.tags,
+        max_bytes=request.app.state.settings.max_pull_bytes,
+    )
+    received = await broker.pop.receive(
+        group,
+        topic,
+        options,
+        holder=str(getattr(request.state, "principal", "") or ""),
+        abandon=disconnect_watch(request) if body.wait_ms else None,
+    )
+    return OrjsonResponse(receive_out(received, body.body_encoding))
+
+
+@router.post(
+    "/v1/groups/{group}/acks",
+    operation_id="ackMessages",
+    summary="Ack received messages by receipt handle (a batch; an outcome per handle)",
+    description=(
+        "`acked`: done, it never comes back. `expired`: its invisibility ran out and it may be "
+        "with someone else now; the ack removes nothing. `invalid`: not a handle this store "
+        "issued for this group, or one replaced by a change of invisibility. The answer comes "
+        "once the ACK record is durable (SYNC flush)."
+    ),
+    response_model=AckResponse,
+    responses=problems(400, 404, 413, 422, 503),
+)
+async def ack_messages(group: GroupPath, body: AckIn, broker: BrokerDep) -> Response:
+    check_group_name(group)
+    return OrjsonResponse(ack_out(group, await broker.pop.ack(group, body.receipt_handles)))
+
+
+@router.post(
+    "/v1/groups/{group}/invisibility",
+    operation_id="changeInvisibility",
+    summary="Extend (or end) one received message's invisibility; answers a new handle",
+    description=(
+        "RocketMQ's changeInvisibleTime: the message stays invisible for `invisible_ms` from "
+        "now, and the answer carries a new receipt handle — the old one stops working. "
+        "`invisible_ms: 0` gives it back: it returns after the group's retry delay for its "
+        "attempt (the delay levels), or goes to the DLQ after `retry_max_times`. An expired "
+        "handle answers 409 `RECEIPT_HANDLE_EXPIRED`; a bad one 400 `INVALID_RECEIPT_HANDLE`."
+    ),
+    response_model=InvisibilityOut,
+    responses=problems(400, 404, 409, 413, 422, 503),
+)
+async def change_invisibility(
+    group: GroupPath, body: InvisibilityIn, broker: BrokerDep
+) -> InvisibilityOut:
+    check_group_name(group)
+    change = await broker.pop.change_invisibility(group, body.receipt_handle, body.invisible_ms)
+    return invisibility_out(change)

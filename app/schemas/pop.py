@@ -1,0 +1,124 @@
+"""Request and response bodies of POP consumption: receive, ack, change of invisibility."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from app.schemas.common import JsonInt, RequestBody, ResponseBody
+from app.schemas.messages import MessageOut, message_out
+from services.pop.handles import MAX_HANDLE_LENGTH
+from services.pop.service import (
+    DEFAULT_INVISIBLE_MS,
+    MAX_INVISIBLE_MS,
+    MAX_RECEIVE_MESSAGES,
+    MIN_INVISIBLE_MS,
+    AckResult,
+    InvisibilityChange,
+    Received,
+)
+
+MAX_ACK_HANDLES = 256
+
+
+class ReceiveIn(RequestBody):
+    max_messages: JsonInt = Field(default=16, ge=1, le=MAX_RECEIVE_MESSAGES)
+    wait_ms: JsonInt = Field(
+        default=0, ge=0, le=30_000, description="Long-poll this long when nothing is there."
+    )
+    invisible_ms: JsonInt = Field(
+        default=DEFAULT_INVISIBLE_MS,
+        ge=MIN_INVISIBLE_MS,
+        le=MAX_INVISIBLE_MS,
+        description="How long the messages stay invisible to everyone else (1 s to 12 h).",
+    )
+    tags: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1024,
+        description="`*` or `A||B`: only messages with these tags (retries always pass).",
+    )
+    body_encoding: Literal["auto", "base64"] = "auto"
+
+
+class ReceivedMessageOut(MessageOut):
+    receipt_handle: str = Field(description="Ack it, or change its invisibility, with this.")
+    delivery_attempt: int = Field(description="1 on the first delivery.")
+    invisible_until: int = Field(description="Ms since the epoch; then it may come back.")
+
+
+class ReceiveResponse(ResponseBody):
+    group: str
+    topic: str
+    messages: list[ReceivedMessageOut]
+
+
+def receive_out(received: Received, encoding: str) -> dict[str, object]:
+    messages = []
+    for item in received.messages:
+        out = message_out(item.message, encoding)
+        if item.queue_topic != item.message.topic:
+            out["queue_topic"] = item.queue_topic
+        out["receipt_handle"] = item.receipt_handle
+        out["delivery_attempt"] = item.delivery_attempt
+        out["invisible_until"] = item.invisible_until_ms
+        messages.append(out)
+    return {"group": received.group, "topic": received.topic, "messages": messages}
+
+
+class AckIn(RequestBody):
+    receipt_handles: list[str] = Field(min_length=1, max_length=MAX_ACK_HANDLES)
+
+
+class AckOutcomeOut(ResponseBody):
+    receipt_handle: str
+    outcome: Literal["acked", "expired", "invalid"] = Field(
+        description=(
+            "`acked`: done. `expired`: its invisibility ran out, the message may be with "
+            "someone else (nothing was removed). `invalid`: not a current handle of this group."
+        )
+    )
+    detail: str = ""
+
+
+class AckResponse(ResponseBody):
+    group: str
+    results: list[AckOutcomeOut]
+
+
+def ack_out(group: str, results: list[AckResult]) -> dict[str, object]:
+    """The answer as plain JSON (an ack is on every worker's hot path)."""
+    return {
+        "group": group,
+        "results": [
+            {
+                "receipt_handle": r.receipt_handle[:MAX_HANDLE_LENGTH],
+                "outcome": r.outcome.value,
+                "detail": r.detail,
+            }
+            for r in results
+        ],
+    }
+
+
+class InvisibilityIn(RequestBody):
+    receipt_handle: str = Field(min_length=1, max_length=MAX_HANDLE_LENGTH)
+    invisible_ms: JsonInt = Field(
+        ge=0,
+        le=MAX_INVISIBLE_MS,
+        description="New invisibility from now; 0 gives the message back now.",
+    )
+
+
+class InvisibilityOut(ResponseBody):
+    receipt_handle: str | None = Field(
+        description="The new handle (the old one stops working); null when given back."
+    )
+    invisible_until: int = Field(description="Ms since the epoch when it becomes visible again.")
+
+
+def invisibility_out(change: InvisibilityChange) -> InvisibilityOut:
+    return InvisibilityOut(
+        receipt_handle=change.receipt_handle, invisible_until=change.invisible_until_ms
+    )

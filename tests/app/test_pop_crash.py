@@ -1,0 +1,181 @@
+"""kill -9 of a SYNC-flush server while workers receive and ack, over and over: no answered ack
+is undone (an acked message is never delivered again), nothing is lost, and what was in flight
+comes back after its invisibility."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+BIN = Path(sys.executable).parent
+ROUNDS = 20
+MESSAGES = 1200
+TOPIC, GROUP = "Crash", "crash-workers"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Server:
+    """A ``spoolmq serve`` process with SYNC flush on a fixed store."""
+
+    def __init__(self, store: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen(
+            [
+                str(BIN / "spoolmq"),
+                "serve",
+                "--store-dir",
+                str(store),
+                "--port",
+                str(self.port),
+                "--flush",
+                "sync",
+                "--message-delay-levels",
+                " ".join(["1s"] * 18),
+                "--offset-persist-interval-s",
+                "0.2",
+                "--log-level",
+                "warning",
+            ],
+            env={**os.environ, "SPOOLMQ_COMMIT_LOG_FILE_SIZE": str(4 * 1024 * 1024)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            assert self.process.poll() is None, "the server exited"
+            assert time.monotonic() < deadline, "the server did not become ready"
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        """kill -9, by the PID this test started."""
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+
+class Ledger:
+    """What the workers saw: every answered ack, and any delivery after one."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.acked: set[str] = set()
+        self.redelivered_after_ack: list[str] = []
+        self.deliveries = 0
+
+    def delivered(self, messages: list[dict[str, Any]]) -> None:
+        with self.lock:
+            self.deliveries += len(messages)
+            self.redelivered_after_ack += [m["body"] for m in messages if m["body"] in self.acked]
+
+    def answered(self, messages: list[dict[str, Any]], outcomes: list[str]) -> None:
+        with self.lock:
+            self.acked.update(
+                m["body"] for m, o in zip(messages, outcomes, strict=True) if o == "acked"
+            )
+
+
+def work(url: str, ledger: Ledger, stop: threading.Event, seed: int, ack_share: float) -> None:
+    """Receive and ack (most of) what comes, until stopped or the server dies."""
+    rng = random.Random(seed)
+    try:
+        with httpx.Client(base_url=url, timeout=10) as client:
+            while not stop.is_set():
+                response = client.post(
+                    f"/v1/groups/{GROUP}/topics/{TOPIC}/receive",
+                    json={"max_messages": 16, "wait_ms": 200, "invisible_ms": 1000},
+                )
+                if response.status_code != 200:
+                    continue
+                got = response.json()["messages"]
+                ledger.delivered(got)
+                chosen = [m for m in got if rng.random() < ack_share]
+                if not chosen:
+                    continue
+                response = client.post(
+                    f"/v1/groups/{GROUP}/acks",
+                    json={"receipt_handles": [m["receipt_handle"] for m in chosen]},
+                )
+                if response.status_code == 200:
+                    ledger.answered(chosen, [r["outcome"] for r in response.json()["results"]])
+    except httpx.TransportError:
+        return  # the server was killed
+
+
+def run_workers(url: str, ledger: Ledger, seconds: float, ack_share: float, seed: int) -> None:
+    stop = threading.Event()
+    threads = [
+        threading.Thread(target=work, args=(url, ledger, stop, seed * 10 + n, ack_share))
+        for n in range(3)
+    ]
+    for thread in threads:
+        thread.start()
+    time.sleep(seconds)
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=60)
+
+
+@pytest.mark.slow
+def test_kill_9_mid_run_undoes_no_answered_ack_and_loses_nothing(tmp_path: Path) -> None:
+    store = tmp_path / "data"
+    bodies = {f"m{i}" for i in range(MESSAGES)}
+    server = Server(store)
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            assert client.put(f"/v1/topics/{TOPIC}", json={}).status_code in (200, 201)
+            ordered = sorted(bodies)
+            for start in range(0, MESSAGES, 100):
+                batch = [{"body": b} for b in ordered[start : start + 100]]
+                sent = client.post(f"/v1/topics/{TOPIC}/messages", json={"messages": batch})
+                assert sent.status_code == 201, sent.text
+    finally:
+        server.kill()
+    ledger = Ledger()
+    rng = random.Random(12)
+    for round_no in range(ROUNDS):
+        server = Server(store)
+        stop = threading.Event()
+        threads = [
+            threading.Thread(target=work, args=(server.url, ledger, stop, round_no * 10 + n, 0.8))
+            for n in range(3)
+        ]
+        for thread in threads:
+            thread.start()
+        time.sleep(rng.uniform(0.2, 0.8))
+        server.kill()  # mid-run: receives and acks are in progress
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert not ledger.redelivered_after_ack, ledger.redelivered_after_ack[:5]
+    assert ledger.acked, "the workers acked something between the crashes"
+    server = Server(store)
+    try:
+        deadline = time.monotonic() + 120
+        while ledger.acked != bodies and time.monotonic() < deadline:
+            run_workers(server.url, ledger, 1.5, 1.0, seed=99)
+        assert not ledger.redelivered_after_ack, ledger.redelivered_after_ack[:5]
+        assert ledger.acked == bodies, f"{len(bodies - ledger.acked)} messages never came back"
+    finally:
+        server.kill()
