@@ -475,6 +475,27 @@ def read_config(store_dir: Path, file_name: str) -> object | None:
     return load_json(Path(store_dir) / CONFIG_DIR / file_name)
 
 
+POP_STATE_FILE: Final = "popState.json"
+"""POP consumption's snapshot in ``<store>/config/`` (written by the broker's POP service)."""
+
+
+def read_pop_in_flight(store_dir: Path) -> dict[tuple[str, str, int], int]:
+    """Messages received and not yet acked, by (group, topic, queue id), as of the POP
+    service's last snapshot; empty when no group consumes by POP."""
+    root = read_config(store_dir, POP_STATE_FILE)
+    queues = root.get("queues") if isinstance(root, dict) else None
+    found: dict[tuple[str, str, int], int] = {}
+    for item in queues if isinstance(queues, list) else []:
+        try:
+            key = (str(item["group"]), str(item["topic"]), int(item["queue_id"]))
+            in_flight = int(item.get("inFlight", 0))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue
+        if in_flight > 0:
+            found[key] = in_flight
+    return found
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerOffsets:
     """consumerOffset.json: per (topic, group), each queue's next offset and last commit time."""

@@ -14,8 +14,9 @@ from typing import Final
 
 from services.pop.inflight import QueueKey
 from storage.json_file import load_json, save_json
+from storage.store_reader import POP_STATE_FILE
 
-STATE_FILE: Final = "popState.json"
+STATE_FILE: Final = POP_STATE_FILE
 
 
 @dataclass(frozen=True, slots=True)

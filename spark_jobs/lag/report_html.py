@@ -343,6 +343,8 @@ def _queue_row(queue: QueueLag) -> str:
         notes.append("never committed: position is the queue's min offset")
     if row.data_loss:
         notes.append("committed offset below min offset: messages expired unconsumed")
+    if row.in_flight:
+        notes.append(f"{format_count(row.in_flight)} in flight (POP: received, not acked)")
     if row.topic_kind != "normal":
         notes.append(f"{row.topic_kind} topic")
     committed = "never" if row.never_committed else format_count(row.committed_offset)

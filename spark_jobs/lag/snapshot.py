@@ -22,12 +22,13 @@ from storage.store_reader import (
     QueueOffsets,
     all_queue_offsets,
     read_consumer_offsets,
+    read_pop_in_flight,
     read_subscription_groups,
     store_timestamp_at_queue_offset,
 )
+from storage.topic_names import DLQ_GROUP_TOPIC_PREFIX as DLQ_PREFIX
+from storage.topic_names import RETRY_GROUP_TOPIC_PREFIX as RETRY_PREFIX
 
-RETRY_PREFIX: Final = "%RETRY%"
-DLQ_PREFIX: Final = "%DLQ%"
 KIND_NORMAL: Final = "normal"
 KIND_RETRY: Final = "retry"
 
@@ -52,6 +53,9 @@ class QueueSnapshot:
     lag_seconds: float | None  # None when the oldest unconsumed message cannot be read
     oldest_unconsumed_ms: int | None
     last_commit_ms: int | None
+    # POP groups: received and not acked yet (also inside ``lag``: a POP group's committed
+    # offset is its lowest un-acked offset), from the broker's last POP snapshot.
+    in_flight: int = 0
 
     @property
     def key(self) -> QueueKey:
@@ -98,6 +102,7 @@ def queue_lag(
     committed: int,
     last_commit_ms: int | None,
     now_ms: int,
+    in_flight: int = 0,
 ) -> QueueSnapshot:
     """The snapshot row of one queue: lag in messages and seconds from the store files, as
     :mod:`storage.lag_model` defines them (the offsets service and the admin pages too)."""
@@ -122,6 +127,7 @@ def queue_lag(
         lag_seconds=figures.lag_seconds,
         oldest_unconsumed_ms=figures.oldest_unconsumed_ms,
         last_commit_ms=last_commit_ms,
+        in_flight=in_flight,
     )
 
 
@@ -143,6 +149,7 @@ def snapshot_store(store_dir: str, now_ms: int) -> Snapshot:
     for found in all_queue_offsets(Path(store_dir)):
         queues[found.topic][found.queue_id] = found
     committed = read_consumer_offsets(Path(store_dir))
+    in_flight = read_pop_in_flight(Path(store_dir))
     groups = _groups_of_store(store_dir, queues, committed.groups())
     pairs = {(t, g) for t, g in committed.offsets if not t.startswith(DLQ_PREFIX)}
     pairs |= {(RETRY_PREFIX + g, g) for g in groups if RETRY_PREFIX + g in queues}
@@ -161,6 +168,7 @@ def snapshot_store(store_dir: str, now_ms: int) -> Snapshot:
                     offsets.get(queue_id, NOT_COMMITTED),
                     times.get(queue_id),
                     now_ms,
+                    in_flight.get((group, topic, queue_id), 0),
                 )
             )
     dlq = {}

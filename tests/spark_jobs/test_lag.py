@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from services.pop.state_file import PopSnapshot, save_snapshot
 from spark_jobs.lag.burrow import (
     Rates,
     Status,
@@ -18,6 +19,7 @@ from spark_jobs.lag.burrow import (
     window_rates,
     worst,
 )
+from spark_jobs.lag.output import queue_record
 from spark_jobs.lag.report import build_window, evaluate, worst_queues
 from spark_jobs.lag.snapshot import QueueSnapshot, take_snapshot
 from storage import Message, MessageStore, PutResult
@@ -192,3 +194,25 @@ def test_window_building() -> None:
     window = build_window(past, current, 3)
     assert [e.snapshot_ms for e in window] == [minute(2), minute(3), minute(5)]
     assert window[-1] == WindowEntry(minute(5), 40, 10, 50, None)
+
+
+def test_pop_groups_show_in_flight_apart_from_lag(known_store: KnownStore) -> None:
+    # What the broker's POP service writes: billing's q0 committed at its lowest un-acked
+    # offset (4), with 2 of the messages after it received and not acked yet.
+    config_dir = Path(known_store.store_dir) / "config"
+    save_snapshot(
+        config_dir,
+        PopSnapshot(
+            revive_offset=0,
+            committed={("billing", "Orders", 0): 4, ("billing", "Orders", 1): 5},
+            in_flight={("billing", "Orders", 0): 2},
+        ),
+    )
+    snapshot = take_snapshot([known_store.store_dir], known_store.now)
+    rows = rows_by_key(snapshot.queues)
+    q0 = rows[("billing", "Orders", 0)]
+    assert (q0.lag, q0.in_flight) == (6, 2)  # lag counts from the lowest un-acked offset
+    assert rows[("billing", "Orders", 1)].in_flight == 0
+    assert rows[("audit", "Orders", 0)].in_flight == 0
+    [queue] = [q for q in evaluate(snapshot, {}).queues if q.snapshot is q0]
+    assert queue_record(queue)["in_flight"] == 2
