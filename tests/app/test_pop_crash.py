@@ -81,6 +81,9 @@ class Ledger:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.acked: set[str] = set()
+        # Acks sent whose answer never came (the server died first): each may or may not
+        # have been written, so such a message may rightly never come back.
+        self.in_doubt: set[str] = set()
         self.redelivered_after_ack: list[str] = []
         self.deliveries = 0
 
@@ -94,6 +97,10 @@ class Ledger:
             self.acked.update(
                 m["body"] for m, o in zip(messages, outcomes, strict=True) if o == "acked"
             )
+
+    def unanswered(self, messages: list[dict[str, Any]]) -> None:
+        with self.lock:
+            self.in_doubt.update(m["body"] for m in messages)
 
 
 def work(url: str, ledger: Ledger, stop: threading.Event, seed: int, ack_share: float) -> None:
@@ -113,10 +120,14 @@ def work(url: str, ledger: Ledger, stop: threading.Event, seed: int, ack_share: 
                 chosen = [m for m in got if rng.random() < ack_share]
                 if not chosen:
                     continue
-                response = client.post(
-                    f"/v1/groups/{GROUP}/acks",
-                    json={"receipt_handles": [m["receipt_handle"] for m in chosen]},
-                )
+                try:
+                    response = client.post(
+                        f"/v1/groups/{GROUP}/acks",
+                        json={"receipt_handles": [m["receipt_handle"] for m in chosen]},
+                    )
+                except httpx.TransportError:
+                    ledger.unanswered(chosen)
+                    raise
                 if response.status_code == 200:
                     ledger.answered(chosen, [r["outcome"] for r in response.json()["results"]])
     except httpx.TransportError:
@@ -173,9 +184,14 @@ def test_kill_9_mid_run_undoes_no_answered_ack_and_loses_nothing(tmp_path: Path)
     server = Server(store)
     try:
         deadline = time.monotonic() + 120
-        while ledger.acked != bodies and time.monotonic() < deadline:
+        while bodies - ledger.acked - ledger.in_doubt and time.monotonic() < deadline:
             run_workers(server.url, ledger, 1.5, 1.0, seed=99)
+        # Whatever else was in flight comes back: one more pass past the longest invisibility.
+        run_workers(server.url, ledger, 2.5, 1.0, seed=98)
         assert not ledger.redelivered_after_ack, ledger.redelivered_after_ack[:5]
-        assert ledger.acked == bodies, f"{len(bodies - ledger.acked)} messages never came back"
+        missing = bodies - ledger.acked
+        # Only a message whose ack was sent and never answered (written, maybe, just before a
+        # kill) may stay away; a message never acked at all must come back.
+        assert missing <= ledger.in_doubt, f"{len(missing - ledger.in_doubt)} messages lost"
     finally:
         server.kill()
