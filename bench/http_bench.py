@@ -442,13 +442,30 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, float]:
         figures["baseline_p50_ms"] = statistics.median(latency) * 1000
         figures["baseline_p99_ms"] = percentile(latency, 99) * 1000
 
+    figures.update(measure_spoolmq(args, workdir, [str(BIN / "spoolmq")], workdir))
+    if args.before_root:
+        before = measure_spoolmq(
+            args, workdir, [sys.executable, "-m", "app.cli"], Path(args.before_root)
+        )
+        figures.update({f"before_{key}": value for key, value in before.items()})
+    if args.redis:
+        figures.update(measure_redis(args, workdir))
+    return figures
+
+
+def measure_spoolmq(
+    args: argparse.Namespace, workdir: Path, command: list[str], cwd: Path
+) -> dict[str, float]:
+    """Send, batch send, pull and wake latency of one spoolmq server on a fresh store."""
+    figures: dict[str, float] = {}
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     store = workdir / "store"
     shutil.rmtree(store, ignore_errors=True)
-    spoolmq = [str(BIN / "spoolmq"), "serve", "--store-dir", str(store)]
+    spoolmq = [*command, "serve", "--store-dir", str(store)]
     spoolmq += ["--port", str(port), "--log-level", "warning", *args.server_arg]
-    with server(spoolmq, url, "/readyz", workdir):
+    one = json.dumps({"body": BODY_1K, "tags": "TagA", "keys": ["k1"], "queue_id": 0})
+    with server(spoolmq, url, "/readyz", cwd):
         send_one = post_script("/v1/topics/B/messages", one)
         wrk(url, send_one, 1, args.connections, workdir)  # warm up
         figures["send_rps"] = wrk(url, send_one, args.duration, args.connections, workdir)
@@ -461,8 +478,6 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, float]:
         samples = asyncio.run(wake_latency(port, args.rounds, args.consumers))
         figures["wake_p50_ms"] = statistics.median(samples) * 1000
         figures["wake_p99_ms"] = percentile(samples, 99) * 1000
-    if args.redis:
-        figures.update(measure_redis(args, workdir))
     return figures
 
 
@@ -480,6 +495,11 @@ def main() -> int:
         action="append",
         default=[],
         help="extra `spoolmq serve` flag, e.g. --server-arg=--no-message-index-enable",
+    )
+    parser.add_argument(
+        "--before-root",
+        help="a checkout of an earlier spoolmq (e.g. `git archive REV | tar -x -C DIR`) to "
+        "measure in the same runs, served from that directory with this venv",
     )
     parser.add_argument("--no-redis", dest="redis", action="store_false", help="skip Redis")
     args = parser.parse_args()
@@ -512,6 +532,9 @@ def with_ratios(f: dict[str, float]) -> dict[str, float]:
     if "redis_xadd_msgs_per_s" in f:
         f["batch_vs_redis_xadd"] = f["batch_msgs_per_s"] / f["redis_xadd_msgs_per_s"]
         f["pull_vs_redis_xreadgroup"] = f["pull_msgs_per_s"] / f["redis_xreadgroup_msgs_per_s"]
+    if "before_send_rps" in f:
+        for key in ("send_rps", "batch_msgs_per_s", "pull_msgs_per_s"):
+            f[f"{key}_vs_before"] = f[key] / f[f"before_{key}"]
     return f
 
 
@@ -531,6 +554,13 @@ ROWS: list[tuple[str, str, str, str | None]] = [
     ("batch send / baseline batch", "batch_vs_baseline_batch", "x", ">= 0.35"),
     ("batch send / Redis XADD x100", "batch_vs_redis_xadd", "x", ">= 1.0"),
     ("pull 32 / Redis XREADGROUP + XACK", "pull_vs_redis_xreadgroup", "x", ">= 1.0"),
+    ("before: single send", "before_send_rps", "req/s", None),
+    ("before: batch send", "before_batch_msgs_per_s", "msg/s", None),
+    ("before: pull 32", "before_pull_msgs_per_s", "msg/s", None),
+    ("before: wake latency p99", "before_wake_p99_ms", "ms", None),
+    ("single send / before", "send_rps_vs_before", "x", None),
+    ("batch send / before", "batch_msgs_per_s_vs_before", "x", None),
+    ("pull 32 / before", "pull_msgs_per_s_vs_before", "x", None),
 ]
 
 
