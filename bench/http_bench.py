@@ -442,7 +442,11 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, float]:
         figures["baseline_p50_ms"] = statistics.median(latency) * 1000
         figures["baseline_p99_ms"] = percentile(latency, 99) * 1000
 
-    figures.update(measure_spoolmq(args, workdir, [str(BIN / "spoolmq")], workdir))
+    if args.root:
+        command, cwd = [sys.executable, "-m", "app.cli"], Path(args.root)
+    else:
+        command, cwd = [str(BIN / "spoolmq")], workdir
+    figures.update(measure_spoolmq(args, workdir, command, cwd))
     if args.before_root:
         before = measure_spoolmq(
             args, workdir, [sys.executable, "-m", "app.cli"], Path(args.before_root)
@@ -495,6 +499,11 @@ def main() -> int:
         action="append",
         default=[],
         help="extra `spoolmq serve` flag, e.g. --server-arg=--no-message-index-enable",
+    )
+    parser.add_argument(
+        "--root",
+        help="serve spoolmq from this checkout instead of this one (a snapshot of it: "
+        "edits during a run do not leak in)",
     )
     parser.add_argument(
         "--before-root",
