@@ -14,6 +14,7 @@ Peers, measured in the same run:
    against the baseline's POST requests/s (target >= 0.9x).
 2. Batch send: 100 x 1 KiB messages per request, messages/s, against Redis XADD x100
    (target >= 1.0x) and the baseline's batch parse (target >= 0.35x).
+   The same batch send against a SYNC_FLUSH server (target >= 0.5x the ASYNC figure).
 3. Pull: 32 x 1 KiB messages per request from random offsets, messages/s, against Redis
    XREADGROUP + XACK of 32 (target >= 1.0x).
 4. Wake latency: 100 consumers parked on 100 queues of one topic; a producer sends to one queue
@@ -447,6 +448,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, float]:
     else:
         command, cwd = [str(BIN / "spoolmq")], workdir
     figures.update(measure_spoolmq(args, workdir, command, cwd))
+    figures["sync_batch_msgs_per_s"] = measure_sync_batch(args, workdir, command, cwd)
     if args.before_root:
         before = measure_spoolmq(
             args, workdir, [sys.executable, "-m", "app.cli"], Path(args.before_root)
@@ -483,6 +485,22 @@ def measure_spoolmq(
         figures["wake_p50_ms"] = statistics.median(samples) * 1000
         figures["wake_p99_ms"] = percentile(samples, 99) * 1000
     return figures
+
+
+def measure_sync_batch(
+    args: argparse.Namespace, workdir: Path, command: list[str], cwd: Path
+) -> float:
+    """Batch send messages/s of a SYNC_FLUSH server (each answer waits for the group commit)."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    store = workdir / "store"
+    shutil.rmtree(store, ignore_errors=True)
+    spoolmq = [*command, "serve", "--store-dir", str(store), "--flush", "sync"]
+    spoolmq += ["--port", str(port), "--log-level", "warning", *args.server_arg]
+    with server(spoolmq, url, "/readyz", cwd):
+        send_batch = post_script("/v1/topics/B/messages", json.dumps(BATCH))
+        wrk(url, send_batch, 1, args.connections, workdir)  # warm up
+        return wrk(url, send_batch, args.duration, args.connections, workdir) * 100
 
 
 def main() -> int:
@@ -541,6 +559,7 @@ def with_ratios(f: dict[str, float]) -> dict[str, float]:
     if "redis_xadd_msgs_per_s" in f:
         f["batch_vs_redis_xadd"] = f["batch_msgs_per_s"] / f["redis_xadd_msgs_per_s"]
         f["pull_vs_redis_xreadgroup"] = f["pull_msgs_per_s"] / f["redis_xreadgroup_msgs_per_s"]
+    f["sync_batch_vs_async_batch"] = f["sync_batch_msgs_per_s"] / f["batch_msgs_per_s"]
     if "before_send_rps" in f:
         for key in ("send_rps", "batch_msgs_per_s", "pull_msgs_per_s"):
             f[f"{key}_vs_before"] = f[key] / f[f"before_{key}"]
@@ -555,6 +574,7 @@ ROWS: list[tuple[str, str, str, str | None]] = [
     ("Redis XREADGROUP 32 + XACK", "redis_xreadgroup_msgs_per_s", "msg/s", None),
     ("single send, 1 x 1 KiB", "send_rps", "req/s", None),
     ("batch send, 100 x 1 KiB", "batch_msgs_per_s", "msg/s", None),
+    ("batch send, SYNC_FLUSH", "sync_batch_msgs_per_s", "msg/s", None),
     ("pull, 32 x 1 KiB", "pull_msgs_per_s", "msg/s", None),
     ("wake latency p50", "wake_p50_ms", "ms", None),
     ("wake latency p99", "wake_p99_ms", "ms", "<= 1.0"),
@@ -563,6 +583,7 @@ ROWS: list[tuple[str, str, str, str | None]] = [
     ("batch send / baseline batch", "batch_vs_baseline_batch", "x", ">= 0.35"),
     ("batch send / Redis XADD x100", "batch_vs_redis_xadd", "x", ">= 1.0"),
     ("pull 32 / Redis XREADGROUP + XACK", "pull_vs_redis_xreadgroup", "x", ">= 1.0"),
+    ("batch send SYNC / ASYNC", "sync_batch_vs_async_batch", "x", ">= 0.5"),
     ("before: single send", "before_send_rps", "req/s", None),
     ("before: batch send", "before_batch_msgs_per_s", "msg/s", None),
     ("before: pull 32", "before_pull_msgs_per_s", "msg/s", None),
