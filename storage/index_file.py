@@ -27,7 +27,6 @@ RocketMQ opens. Any other size is an :class:`IndexFileSizeError` at startup.
 from __future__ import annotations
 
 import mmap
-import operator
 import os
 import struct
 from pathlib import Path
@@ -65,37 +64,34 @@ def index_key_hash(key: str) -> int:
     return 0 if value == -0x80000000 else abs(value)
 
 
-_TAIL_LENGTH: Final = 12
-_TAIL_POWERS: Final = tuple(pow(31, _TAIL_LENGTH - 1 - i, 1 << 32) for i in range(_TAIL_LENGTH))
-_TAIL_SHIFT: Final = pow(31, _TAIL_LENGTH, 1 << 32)
+_TAIL_SHIFT: Final = 31**4  # the tail is the last 4 characters
 _MAX_HEADS: Final = 1024
 
 
 class UniqKeyHasher:
     """``index_key_hash(f"{topic}#{uniq_key}")`` without hashing the whole key each time.
 
-    Generated uniq keys share a per-process head and differ in their last 12 characters
-    (time and counter). Java's hash is linear, so ``h(head + tail) = h(head) * 31**12 +
-    h(tail)`` (mod 2**32): the head's hash is remembered, only the tail is hashed.
+    Generated uniq keys of one millisecond share all but their last 4 characters (the
+    counter). Java's hash is linear, so ``h(head + tail) = h(head) * 31**4 + h(tail)``
+    (mod 2**32): the head's hash is remembered, only the 4-character tail is hashed.
     """
 
     def __init__(self) -> None:
-        self._heads: dict[str, int] = {}
+        self._heads: dict[tuple[str, str], int] = {}
 
     def __call__(self, topic: str, uniq_key: str) -> int:
-        if len(uniq_key) <= _TAIL_LENGTH or not uniq_key.isascii():
+        tail = uniq_key[-4:].encode()
+        if len(tail) != 4 or len(uniq_key) <= 4:  # short, or not ASCII at the end
             return index_key_hash(f"{topic}#{uniq_key}")
-        cut = len(uniq_key) - _TAIL_LENGTH
-        head = f"{topic}#{uniq_key[:cut]}"
+        head = (topic, uniq_key[:-4])
         heads = self._heads
         head_hash = heads.get(head)
         if head_hash is None:
             if len(heads) >= _MAX_HEADS:
                 heads.clear()
-            head_hash = heads[head] = java_string_hash(head) & 0xFFFFFFFF
-        tail = uniq_key[cut:].encode()
-        tail_hash: int = sum(map(operator.mul, tail, _TAIL_POWERS))
-        h = (head_hash * _TAIL_SHIFT + tail_hash) & 0xFFFFFFFF
+            head_hash = heads[head] = java_string_hash(f"{topic}#{head[1]}") & 0xFFFFFFFF
+        c0, c1, c2, c3 = tail
+        h = (head_hash * _TAIL_SHIFT + c0 * 29791 + c1 * 961 + c2 * 31 + c3) & 0xFFFFFFFF
         if h == 0x80000000:  # Java's abs(MIN_VALUE), see index_key_hash
             return 0
         return 0x100000000 - h if h & 0x80000000 else h
