@@ -9,7 +9,7 @@ UV := $(PYTHON) -m uv
 endif
 STORE_DIR ?= ./data
 
-.PHONY: run test install bootstrap chromium lint typecheck contracts pytest bench clean
+.PHONY: run test install bootstrap chromium lint typecheck contracts pytest bench bench-tools bench-http clean
 
 bootstrap:
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv
@@ -43,6 +43,18 @@ test: lint typecheck contracts pytest
 
 bench: install
 	$(UV) run python bench/store_bench.py
+
+# The HTTP bench's load generator and its Redis Streams peer: Debian's wrk and redis-server,
+# and redis-py + hiredis put into the venv only (bench tools, not project dependencies).
+bench-tools: bootstrap
+	$(UV) sync --frozen --inexact
+	@test -x /usr/bin/wrk -a -x /usr/bin/redis-server || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq wrk redis-server >/dev/null; }
+	@$(UV) run --no-sync python -c "import redis, hiredis" 2>/dev/null || \
+		$(UV) pip install -q redis hiredis
+
+bench-http: bench-tools
+	$(UV) run --no-sync python bench/http_bench.py --repeat 3
 
 clean:
 	rm -rf .venv .mypy_cache .ruff_cache .pytest_cache

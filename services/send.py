@@ -114,12 +114,16 @@ class UniqKeyGenerator:
         self._month_end_ms = 0
 
     def next(self) -> str:
+        return self.next_many(1)[0]
+
+    def next_many(self, count: int) -> list[str]:
+        """``count`` ids of one millisecond: the head is formatted once, then the counters."""
         now = time.time_ns() // 1_000_000
         if not self._month_start_ms <= now < self._month_end_ms:
             self._set_month(now)
-        elapsed = (now - self._month_start_ms) & 0xFFFFFFFF
-        count = next(self._counter) & 0xFFFF
-        return f"{self._prefix}{elapsed:08X}{count:04X}"
+        head = f"{self._prefix}{(now - self._month_start_ms) & 0xFFFFFFFF:08X}"
+        counter = self._counter
+        return [f"{head}{next(counter) & 0xFFFF:04X}" for _ in range(count)]
 
     def _set_month(self, now_ms: int) -> None:
         year, month = time.localtime(now_ms / 1000)[:2]
@@ -182,9 +186,10 @@ class SendService:
         queue_id = self._choose_queue(config, messages, batch_queue_id, batch_sharding_key)
         born_timestamp = time.time_ns() // 1_000_000
         host = born_host if _is_ip(born_host[0]) else ("127.0.0.1", born_host[1])
+        uniq_keys = self._uniq_keys.next_many(len(messages))
         stored = [
-            self._to_store(topic, queue_id, message, born_timestamp, host, level)
-            for message, level in zip(messages, levels, strict=True)
+            self._to_store(topic, queue_id, message, born_timestamp, host, level, uniq_key)
+            for message, level, uniq_key in zip(messages, levels, uniq_keys, strict=True)
         ]
         results = await self._put(stored)
         self._metrics.sent(topic, len(stored), sum(len(m.body) for m in stored))
@@ -295,7 +300,8 @@ class SendService:
         message: OutgoingMessage,
         born_timestamp: int,
         born_host: tuple[str, int],
-        delay_level: int = 0,
+        delay_level: int,
+        uniq_key: str,
     ) -> Message:
         properties = dict(message.properties) if message.properties else {}
         if delay_level:
@@ -305,7 +311,7 @@ class SendService:
         if message.keys:
             properties[PROPERTY_KEYS] = KEY_SEPARATOR.join(message.keys)
         if not properties.get(PROPERTY_UNIQ_KEY):
-            properties[PROPERTY_UNIQ_KEY] = self._uniq_keys.next()
+            properties[PROPERTY_UNIQ_KEY] = uniq_key
         return Message(
             topic,
             message.body,

@@ -64,6 +64,39 @@ def index_key_hash(key: str) -> int:
     return 0 if value == -0x80000000 else abs(value)
 
 
+_TAIL_SHIFT: Final = 31**4  # the tail is the last 4 characters
+_MAX_HEADS: Final = 1024
+
+
+class UniqKeyHasher:
+    """``index_key_hash(f"{topic}#{uniq_key}")`` without hashing the whole key each time.
+
+    Generated uniq keys of one millisecond share all but their last 4 characters (the
+    counter). Java's hash is linear, so ``h(head + tail) = h(head) * 31**4 + h(tail)``
+    (mod 2**32): the head's hash is remembered, only the 4-character tail is hashed.
+    """
+
+    def __init__(self) -> None:
+        self._heads: dict[tuple[str, str], int] = {}
+
+    def __call__(self, topic: str, uniq_key: str) -> int:
+        tail = uniq_key[-4:].encode()
+        if len(tail) != 4 or len(uniq_key) <= 4:  # short, or not ASCII at the end
+            return index_key_hash(f"{topic}#{uniq_key}")
+        head = (topic, uniq_key[:-4])
+        heads = self._heads
+        head_hash = heads.get(head)
+        if head_hash is None:
+            if len(heads) >= _MAX_HEADS:
+                heads.clear()
+            head_hash = heads[head] = java_string_hash(f"{topic}#{head[1]}") & 0xFFFFFFFF
+        c0, c1, c2, c3 = tail
+        h = (head_hash * _TAIL_SHIFT + c0 * 29791 + c1 * 961 + c2 * 31 + c3) & 0xFFFFFFFF
+        if h == 0x80000000:  # Java's abs(MIN_VALUE), see index_key_hash
+            return 0
+        return 0x100000000 - h if h & 0x80000000 else h
+
+
 ROCKETMQ_HASH_SLOT_NUM: Final = 5_000_000
 ROCKETMQ_MAX_INDEX_NUM: Final = 20_000_000
 

@@ -16,7 +16,7 @@ from typing import Final
 
 from storage.checkpoint import StoreCheckpoint
 from storage.codec import KEY_SEPARATOR
-from storage.index_file import IndexFile, index_key_hash
+from storage.index_file import IndexFile, UniqKeyHasher, index_key_hash
 
 MAX_MSGS_NUM_BATCH: Final = 64
 
@@ -42,6 +42,7 @@ class IndexService:
         self.max_index_num = max_index_num
         self.checkpoint = checkpoint
         self.files: list[IndexFile] = []
+        self._uniq_key_hash = UniqKeyHasher()
 
     def load(self, last_exit_ok: bool) -> None:
         """Open every index file; after an unclean exit drop those newer than the checkpoint."""
@@ -84,7 +85,7 @@ class IndexService:
         ):
             return
         if uniq_key:
-            self._put(index_key_hash(f"{topic}#{uniq_key}"), physical_offset, store_timestamp)
+            self._put(self._uniq_key_hash(topic, uniq_key), physical_offset, store_timestamp)
         if keys:
             for key in keys.split(KEY_SEPARATOR):
                 if key:

@@ -80,6 +80,7 @@ class MappedFile:
         self._directory_sync_pending = create
         self._lock = threading.Lock()
         self._closed = False
+        self._write_fd = -1  # opened on the first ``write_append``
 
     def __repr__(self) -> str:
         return f"MappedFile({self.path.name}, wrote={self.wrote_position})"
@@ -135,6 +136,23 @@ class MappedFile:
         write(self.buffer, start)
         self.wrote_position = start + size
         return True
+
+    def write_append(self, data: bytes | bytearray) -> None:
+        """Write ``data`` (known to fit) at the write position with ``pwrite``, not the map.
+
+        The page cache is shared with the mapping, so readers of ``buffer`` see the bytes at
+        once; unlike a copy into the map it takes no page fault per fresh page (1.4-2.4 us a
+        record against ~0.3). The write position moves only once every byte is written.
+        """
+        start = self.wrote_position
+        fd = self._write_fd
+        if fd < 0:
+            fd = self._write_fd = os.open(self.path, os.O_WRONLY)
+        view = memoryview(data)
+        written = 0
+        while written < len(view):
+            written += os.pwrite(fd, view[written:], start + written)
+        self.wrote_position = start + len(view)
 
     def write_at(self, position: int, data: bytes) -> None:
         """Overwrite bytes below the write position (pre-blank fill, tests)."""
@@ -224,6 +242,9 @@ class MappedFile:
             if not self._closed:
                 self._closed = True
                 self.buffer.close()
+                if self._write_fd >= 0:
+                    os.close(self._write_fd)
+                    self._write_fd = -1
 
     def destroy(self) -> None:
         """Unmap and delete the file."""

@@ -31,6 +31,7 @@ from app.schemas import (
     pull_out,
     send_response_out,
 )
+from app.schemas.messages import PlainSend, plain_send
 from app.settings import MAX_REQUEST_BYTES
 from services import Broker, OutgoingMessage, PullOptions
 
@@ -85,7 +86,9 @@ async def send_messages(topic: TopicPath, request: Request) -> Response:
                 "raw body; with JSON put them in the message",
             )
         parsed = _parse_send_json(body)
-        if isinstance(parsed, SendBatch):
+        if isinstance(parsed, PlainSend):
+            messages, batch_queue_id, batch_sharding_key = parsed
+        elif isinstance(parsed, SendBatch):
             messages = [
                 _outgoing(m, ("body", "messages", i)) for i, m in enumerate(parsed.messages)
             ]
@@ -123,11 +126,14 @@ def _is_json(content_type: str) -> bool:
     )
 
 
-def _parse_send_json(body: bytes) -> SendMessage | SendBatch:
+def _parse_send_json(body: bytes) -> PlainSend | SendMessage | SendBatch:
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
         raise ApiError("MALFORMED_JSON", "the request body is not valid JSON") from None
+    plain = plain_send(data)
+    if plain is not None:
+        return plain
     model: type[SendMessage] | type[SendBatch] = SendMessage
     if isinstance(data, dict) and "messages" in data:
         model = SendBatch

@@ -7,7 +7,7 @@ them with orjson; the response models document exactly those shapes.
 from __future__ import annotations
 
 import base64
-from typing import Literal
+from typing import Any, Final, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -28,7 +28,7 @@ from app.schemas.common import (
     ShortText,
 )
 from app.settings import MAX_PULL_MESSAGES, MAX_REQUEST_BYTES, MAX_WAIT_MS
-from services import GroupPull, QueuePull, SendReceipt, StoredMessage
+from services import GroupPull, OutgoingMessage, QueuePull, SendReceipt, StoredMessage
 
 # ==================================================================== send
 
@@ -95,6 +95,82 @@ class SendBatch(RequestBody):
         default=None, ge=0, lt=MAX_QUEUES, description="Queue of the batch."
     )
     sharding_key: ShortText | None = Field(default=None, description="Sharding key of the batch.")
+
+
+class PlainSend(NamedTuple):
+    """A send body decoded without the models: its messages and the batch's queue."""
+
+    messages: list[OutgoingMessage]
+    batch_queue_id: int | None
+    batch_sharding_key: str | None
+
+
+_PLAIN_MESSAGE_FIELDS: Final = frozenset({"body", "tags", "keys", "queue_id"})
+_BATCH_FIELDS: Final = frozenset({"messages", "queue_id", "sharding_key"})
+
+
+def plain_send(data: Any) -> PlainSend | None:
+    """The common send body (UTF-8 bodies, tags, keys, queue ids) decoded straight from JSON.
+
+    Checks exactly what :class:`SendMessage` and :class:`SendBatch` check for those fields;
+    a body with any other field, or any value the models would refuse or convert, gives
+    None and goes through the models, which answer the same errors as always.
+    """
+    if type(data) is not dict:
+        return None
+    if "messages" not in data:
+        message = _plain_message(data)
+        return None if message is None else PlainSend([message], None, None)
+    if not data.keys() <= _BATCH_FIELDS:
+        return None
+    items = data["messages"]
+    queue_id = data.get("queue_id")
+    sharding_key = data.get("sharding_key")
+    if type(items) is not list or not 1 <= len(items) <= MAX_BATCH_MESSAGES:
+        return None
+    if not (_plain_queue_id(queue_id) and (sharding_key is None or _short_text(sharding_key))):
+        return None
+    messages = []
+    for item in items:
+        message = _plain_message(item)
+        if message is None:
+            return None
+        messages.append(message)
+    return PlainSend(messages, queue_id, sharding_key)
+
+
+def _plain_message(item: Any) -> OutgoingMessage | None:
+    if type(item) is not dict or not item.keys() <= _PLAIN_MESSAGE_FIELDS:
+        return None
+    body = item.get("body", "")
+    tags = item.get("tags")
+    keys = item.get("keys", ())
+    queue_id = item.get("queue_id")
+    if type(body) is not str or len(body) > MAX_REQUEST_BYTES or not _plain_queue_id(queue_id):
+        return None
+    if tags is not None and not _short_text(tags):
+        return None
+    if keys:
+        if type(keys) is not list or len(keys) > MAX_KEYS or not all(map(_short_text, keys)):
+            return None
+        keys = tuple(keys)
+    elif keys != () and keys != []:
+        return None
+    else:
+        keys = ()
+    try:
+        encoded = body.encode()
+    except UnicodeEncodeError:  # a lone surrogate: the models' path answers it
+        return None
+    return OutgoingMessage(encoded, tags, keys, queue_id=queue_id)
+
+
+def _plain_queue_id(value: Any) -> bool:
+    return value is None or (type(value) is int and 0 <= value < MAX_QUEUES)
+
+
+def _short_text(value: Any) -> bool:
+    return type(value) is str and 0 < len(value) <= 255
 
 
 class SendReceiptOut(ResponseBody):
