@@ -118,7 +118,7 @@ async def delete_group(group: GroupPath, broker: BrokerDep) -> Response:
         "carry queue id and offset; commit `queues[].next_offset` to acknowledge."
     ),
     response_model=GroupPullResponse,
-    responses=problems(400, 403, 404, 422, 429, 503),
+    responses=problems(400, 403, 404, 409, 422, 429, 503),
     openapi_extra={"parameters": query_parameters(GroupPullQuery)},
 )
 async def pull_group_messages(group: GroupPath, topic: TopicPath, request: Request) -> Response:
@@ -140,7 +140,7 @@ async def pull_group_messages(group: GroupPath, topic: TopicPath, request: Reque
     operation_id="commitOffset",
     summary="Commit one queue's offset (the next offset to consume)",
     response_model=OffsetCommitResponse,
-    responses=problems(400, 404, 413, 422, 503),
+    responses=problems(400, 404, 409, 413, 422, 503),
 )
 async def commit_offset(
     group: GroupPath,
@@ -161,7 +161,7 @@ async def commit_offset(
     operation_id="commitOffsets",
     summary="Commit several offsets (all are checked before any is stored)",
     response_model=OffsetCommitResponse,
-    responses=problems(400, 404, 413, 422, 503),
+    responses=problems(400, 404, 409, 413, 422, 503),
 )
 async def commit_offsets(
     group: GroupPath, body: OffsetBatchIn, broker: BrokerDep

@@ -184,7 +184,7 @@ def _parse_properties(items: list[str]) -> dict[str, str]:
     operation_id="pullMessages",
     summary="Pull from one queue, long-polling when there is nothing",
     response_model=PullResponse,
-    responses=problems(400, 403, 404, 422, 429, 503),
+    responses=problems(400, 403, 404, 409, 422, 429, 503),
     openapi_extra={"parameters": query_parameters(PullQuery)},
 )
 async def pull_messages(topic: TopicPath, queue_id: QueueIdPath, request: Request) -> Response:
