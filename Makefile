@@ -9,7 +9,7 @@ UV := $(PYTHON) -m uv
 endif
 STORE_DIR ?= ./data
 
-.PHONY: run test install bootstrap chromium lint typecheck contracts pytest bench bench-tools bench-http clean
+.PHONY: run test install bootstrap chromium etcd lint typecheck contracts pytest bench bench-tools bench-http clean
 
 bootstrap:
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv
@@ -36,7 +36,12 @@ chromium:
 	@test -x /usr/bin/chromium || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; }
 
-pytest: install chromium
+# The cluster tests start Debian's etcd (package etcd-server) on loopback ports.
+etcd:
+	@test -x /usr/bin/etcd || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq etcd-server >/dev/null; }
+
+pytest: install chromium etcd
 	$(UV) run pytest
 
 test: lint typecheck contracts pytest

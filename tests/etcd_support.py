@@ -1,0 +1,85 @@
+"""A real etcd server (Debian's ``etcd-server``) for tests: one member on free loopback ports."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import httpx
+
+ETCD_BINARY = shutil.which("etcd") or "/usr/bin/etcd"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class EtcdServer:
+    """One etcd member started by a test; stopped (by its PID) by the same test."""
+
+    data_dir: Path
+    client_port: int
+    peer_port: int
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.client_port}"
+
+    def start(self) -> EtcdServer:
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        log_path = self.data_dir.parent / f"{self.data_dir.name}.log"
+        with log_path.open("ab") as log:
+            self.process = self._spawn(peer, log)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(self.url + "/health", timeout=1).json().get("health") == "true":
+                    return self
+            except (httpx.HTTPError, ValueError):
+                pass
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"etcd on {self.url} did not start (see {log_path})")
+            time.sleep(0.05)
+
+    def _spawn(self, peer: str, log: BinaryIO) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [
+                ETCD_BINARY,
+                "--name=spoolmq-test",
+                f"--data-dir={self.data_dir}",
+                f"--listen-client-urls={self.url}",
+                f"--advertise-client-urls={self.url}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=spoolmq-test={peer}",
+                "--log-level=error",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def stop(self) -> None:
+        """Stop etcd (SIGTERM, then SIGKILL) — it can be started again on the same data."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+
+def start_etcd(tmp_dir: Path) -> EtcdServer:
+    return EtcdServer(tmp_dir / "etcd", free_port(), free_port()).start()
