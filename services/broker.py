@@ -79,6 +79,9 @@ from storage.truncation import truncate_commit_log
 
 log = logging.getLogger(__name__)
 
+BROKER_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+"""A replica's name: it travels in the HA handshake and in the sync-state set."""
+
 
 class BrokerState(Enum):
     NEW = "new"
