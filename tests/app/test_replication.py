@@ -40,7 +40,7 @@ def pulled(client: httpx.Client, url: str) -> list[dict[str, Any]]:
 
 
 def caught_up(master: LiveServer, slave: LiveServer) -> bool:
-    return status(slave)["max_physical_offset"] == status(master)["max_physical_offset"]
+    return bool(status(slave)["max_physical_offset"] == status(master)["max_physical_offset"])
 
 
 @pytest.fixture(scope="module")
