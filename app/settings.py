@@ -308,6 +308,8 @@ class Settings(BaseSettings):
     def _slave_needs_master(self) -> Settings:
         if self.role == "slave" and (self.master_http is None or self.master_ha is None):
             raise ValueError("a slave needs --master-http and --master-ha")
+        if self.replication == "sync" and self.ha_listen is None:
+            raise ValueError("sync replication needs --ha-listen (slaves connect there)")
         return self
 
     def master_address(self) -> MasterAddress | None:

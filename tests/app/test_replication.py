@@ -220,3 +220,13 @@ def test_epochs_route(pair: tuple[LiveServer, LiveServer]) -> None:
     assert epochs[-1]["epoch"] == status(master)["epoch"]
     assert epochs[0]["startOffset"] == 0
     wait_until(lambda: slave.client().get("/v1/replication/epochs").json()["epochs"] == epochs)
+
+
+def test_openapi_documents_not_master(pair: tuple[LiveServer, LiveServer]) -> None:
+    master, _ = pair
+    document = master.client().get("/openapi.json").json()
+    send = document["paths"]["/v1/topics/{topic}/messages"]["post"]["responses"]
+    assert "NOT_MASTER" in send["421"]["description"]
+    assert "421" not in document["paths"]["/v1/topics/{topic}"]["get"]["responses"]
+    status = document["paths"]["/v1/replication"]["get"]
+    assert status["operationId"] == "getReplicaStatus"

@@ -63,6 +63,7 @@ def test_environment_names_the_master(monkeypatch: pytest.MonkeyPatch) -> None:
         {"master_http": "ftp://127.0.0.1"},
         {"broker_name": "has space"},
         {"replication": "semi"},
+        {"replication": "sync"},  # without an HA port no slave can ever be in sync
     ],
 )
 def test_invalid_replication_settings(values: dict[str, str]) -> None:

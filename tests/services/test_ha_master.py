@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from services import Broker, BrokerConfig, OutgoingMessage
+from services import Broker, BrokerConfig, FlushDiskType, OutgoingMessage
 from services.errors import NotMasterError, ReplicaRoleError
 from services.ha import MasterAddress, split_host_port
 from services.ha.protocol import OFFSET_REPORT, TRANSFER_HEADER, hello
@@ -179,6 +179,29 @@ async def test_sync_replication_statuses(tmp_path: Path) -> None:
         assert await asyncio.wait_for(put, 10) == ["PUT_OK"]
         # Not acked: stored, answered FLUSH_SLAVE_TIMEOUT.
         assert await send(broker, b"ignored", count=2) == ["FLUSH_SLAVE_TIMEOUT"] * 2
+        await slave.close()
+    finally:
+        await broker.stop()
+
+
+async def test_sync_replication_with_sync_flush(tmp_path: Path) -> None:
+    """SYNC_FLUSH and sync replication: the put waits for its fsync, then for the slave."""
+    store = dataclasses.replace(SMALL, flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    broker = await make_broker(tmp_path, replication="sync", store=store)
+    try:
+        slave = await FakeSlave.connect(broker, "s1")
+        await send(broker, b"first")  # SLAVE_NOT_AVAILABLE until the slave acks
+        end = broker.replica_status().max_physical_offset
+        await slave.read_until(end)
+        await slave.ack(end)
+        await wait_for(lambda: broker.sync_state_set() == frozenset({"s1"}))
+        put = asyncio.create_task(send(broker, b"durable"))
+        end = end + 1  # the put's end is past the last ack
+        await slave.read_until(end)
+        end = slave.start + len(slave.received) if slave.start is not None else end
+        await slave.ack(end)
+        assert await asyncio.wait_for(put, 10) == ["PUT_OK"]
+        assert broker.replica_status().confirmed_offset >= end  # flushed on the master
         await slave.close()
     finally:
         await broker.stop()
