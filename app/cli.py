@@ -36,6 +36,7 @@ from app.server import build_server
 from app.settings import Settings
 from services import Broker, OutgoingMessage, PullOptions
 from services.errors import ServiceError, StorageError
+from services.ha import split_host_port
 
 DEMO_TOPIC = "DemoTopic"
 
@@ -82,6 +83,13 @@ def _serve(args: argparse.Namespace) -> int:
             auth_enabled=settings.auth_file is not None,
             allow_anonymous=settings.allow_anonymous,
         )
+        if settings.ha_listen is not None:
+            # The HA port has no authentication: beyond loopback only when asked for.
+            check_bind(
+                split_host_port(settings.ha_listen)[0],
+                auth_enabled=False,
+                allow_anonymous=settings.allow_anonymous,
+            )
         app = create_app(settings, on_start_failure=start_failed)
         server = build_server(app, settings)
     except (UnsafeBindError, AuthFileError) as exc:

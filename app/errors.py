@@ -22,6 +22,7 @@ from starlette.routing import Match
 
 from services.errors import (
     BrokerUnavailableError,
+    NotMasterError,
     ServiceError,
     StorageError,
     TooManyWaitersError,
@@ -58,6 +59,9 @@ STATUS_BY_CODE: Final[Mapping[str, int]] = {
     "CONSUME_MODE_CONFLICT": 409,
     "INVALID_RECEIPT_HANDLE": 400,
     "RECEIPT_HANDLE_EXPIRED": 409,
+    "NOT_MASTER": 421,  # a write reached a read-only slave; the body names the master
+    "REPLICA_DIVERGED": 409,
+    "REPLICA_ROLE_CONFLICT": 409,
     # storage
     "MESSAGE_ILLEGAL": 400,
     "INVALID_TOPIC_NAME": 400,
@@ -65,6 +69,7 @@ STATUS_BY_CODE: Final[Mapping[str, int]] = {
     "PROPERTIES_TOO_LARGE": 413,
     "STORE_NOT_WRITEABLE": 503,
     "STORE_CLOSED": 503,
+    "REPLICA_APPEND_REJECTED": 409,
     # the HTTP shell
     "MALFORMED_JSON": 400,
     "INVALID_BODY_ENCODING": 422,
@@ -101,6 +106,7 @@ def problem_body(
     instance: str,
     request_id: str,
     errors: list[dict[str, Any]] | None = None,
+    extensions: Mapping[str, Any] | None = None,
 ) -> bytes:
     body: dict[str, Any] = {
         "type": f"urn:spoolmq:problem:{code.lower().replace('_', '-')}",
@@ -113,6 +119,8 @@ def problem_body(
     }
     if errors is not None:
         body["errors"] = errors
+    if extensions:
+        body.update(extensions)
     return orjson.dumps(body)
 
 
@@ -124,10 +132,11 @@ def problem_response(
     status: int | None = None,
     headers: Mapping[str, str] | None = None,
     errors: list[dict[str, Any]] | None = None,
+    extensions: Mapping[str, Any] | None = None,
 ) -> Response:
     status = status or STATUS_BY_CODE.get(code, 500)
     request_id = request.scope.get("state", {}).get("request_id", "")
-    content = problem_body(status, code, detail, request.url.path, request_id, errors)
+    content = problem_body(status, code, detail, request.url.path, request_id, errors, extensions)
     return Response(content, status, headers=dict(headers or {}), media_type=PROBLEM_MEDIA_TYPE)
 
 
@@ -147,6 +156,16 @@ async def _service_error(request: Request, exc: Exception) -> Response:
     if isinstance(exc, TooManyWaitersError | BrokerUnavailableError):
         headers["Retry-After"] = str(exc.retry_after_s)
     return _domain_problem(request, exc.code, str(exc), headers)
+
+
+def not_master_response(request: Request, exc: NotMasterError) -> Response:
+    """421 NOT_MASTER with the master's HTTP address in ``master`` (a problem extension)."""
+    return problem_response(request, exc.code, str(exc), extensions={"master": exc.master})
+
+
+async def _not_master_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, NotMasterError)
+    return not_master_response(request, exc)
 
 
 async def _storage_error(request: Request, exc: Exception) -> Response:
@@ -220,6 +239,7 @@ def _allowed_methods(request: Request) -> list[str]:
 def install_error_handlers(app: FastAPI) -> None:
     """Register the handlers; Starlette's MRO lookup routes every subclass to its base's."""
     app.add_exception_handler(ServiceError, _service_error)
+    app.add_exception_handler(NotMasterError, _not_master_error)
     app.add_exception_handler(StorageError, _storage_error)
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _validation_error)

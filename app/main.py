@@ -21,7 +21,8 @@ from app import admin
 from app.errors import install_error_handlers
 from app.middleware import HttpShellMiddleware
 from app.openapi import build_openapi
-from app.routes import docs, groups, health, messages, pop, redelivery, topics
+from app.replica_guard import ReplicaGuardMiddleware, document_not_master
+from app.routes import docs, groups, health, messages, pop, redelivery, replication, topics
 from app.routes.fast import fast_routes
 from app.security import install_security
 from app.settings import Settings, get_settings
@@ -45,6 +46,11 @@ TAGS: list[dict[str, Any]] = [
     {"name": "topics", "description": "Topic configs and queue offsets."},
     {"name": "groups", "description": "Consumer groups: configs, group pulls, offsets, lag."},
     {"name": "health", "description": "Liveness, readiness, metrics."},
+    {
+        "name": "replication",
+        "description": "Replica status, epochs and configs (what a slave fetches from its "
+        "master). A slave answers every write with 421 NOT_MASTER naming its master.",
+    },
 ]
 
 
@@ -86,15 +92,16 @@ def create_app(
     app.state.broker = broker
     app.state.settings = settings
     install_error_handlers(app)
+    app.add_middleware(ReplicaGuardMiddleware, broker=broker)  # innermost: after security
     install_security(app, settings)  # before the routers and inside HttpShellMiddleware
     app.add_middleware(HttpShellMiddleware, max_request_bytes=settings.max_request_bytes)
-    for module in (messages, topics, groups, redelivery, pop, health, docs):
+    for module in (messages, topics, groups, redelivery, pop, replication, health, docs):
         app.include_router(module.router)
     app.router.routes[0:0] = fast_routes()
     app.mount("/static", docs.static_files(), name="static")
     app.include_router(admin.router)  # browser pages under /admin, not in the schema
     app.mount("/admin/static", admin.static_files(), name="admin-static")
-    app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
+    app.openapi = lambda: document_not_master(build_openapi(app))  # type: ignore[method-assign]
     return app
 
 

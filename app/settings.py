@@ -10,11 +10,13 @@ import dataclasses
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services import (
+    BROKER_NAME_PATTERN,
     BrokerConfig,
     FlushDiskType,
     GroupPolicy,
@@ -23,6 +25,7 @@ from services import (
     StoreConfig,
     TopicPolicy,
 )
+from services.ha import MasterAddress, split_host_port
 
 MIB = 1024 * 1024
 MAX_WAIT_MS = 30_000
@@ -172,6 +175,46 @@ class Settings(BaseSettings):
         default=5.0, gt=0, description="seconds between consumerOffset.json writes"
     )
 
+    # ---------------------------------------------------------------- replication
+    role: Literal["master", "slave"] = Field(
+        default="master", description="master takes writes; a slave replicates and serves reads"
+    )
+    replication: Literal["async", "sync"] = Field(
+        default="async",
+        description="async answers a send after the master's flush; sync once the in-sync "
+        "slaves have it",
+    )
+    broker_name: str = Field(
+        default="broker-a",
+        pattern=BROKER_NAME_PATTERN,
+        max_length=64,
+        description="this replica's name (a master lists its slaves by it)",
+    )
+    ha_listen: str | None = Field(
+        default=None, description="HOST:PORT a master streams its CommitLog on (port 0: any)"
+    )
+    master_http: str | None = Field(default=None, description="a slave's master: its HTTP base URL")
+    master_ha: str | None = Field(default=None, description="a slave's master: its HA HOST:PORT")
+    master_name: str | None = Field(
+        default=None, description="a slave's master: its broker name (default: its HA address)"
+    )
+    ha_max_gap_bytes: int = Field(
+        default=256 * MIB, ge=1, description="a slave farther behind is not in sync"
+    )
+    ha_catch_up_window_s: float = Field(
+        default=15.0, gt=0, description="a slave not caught up for longer is not in sync"
+    )
+    ha_heartbeat_s: float = Field(
+        default=1.0, gt=0, description="seconds between HA heartbeats and slave reports"
+    )
+    config_sync_interval_s: float = Field(
+        default=2.0, gt=0, description="seconds between a slave's copies of the master's configs"
+    )
+    truncate_on_divergence: bool = Field(
+        default=True,
+        description="a slave starting with a tail its master's epochs do not confirm cuts it",
+    )
+
     # ---------------------------------------------------------------- HTTP limits
     max_request_bytes: int = Field(
         default=MAX_REQUEST_BYTES, ge=1024, description="largest request body in bytes (413 beyond)"
@@ -239,6 +282,41 @@ class Settings(BaseSettings):
         """``SPOOLMQ_AUTH_FILE=`` (empty) means none, e.g. to unset the Dockerfile's."""
         return None if value == "" else value
 
+    @field_validator("ha_listen", "master_ha", "master_http", "master_name", mode="before")
+    @classmethod
+    def _empty_address_is_none(cls, value: Any) -> Any:
+        return None if value == "" else value
+
+    @field_validator("ha_listen", "master_ha")
+    @classmethod
+    def _host_port(cls, value: str | None) -> str | None:
+        if value is not None:
+            split_host_port(value)
+        return value
+
+    @field_validator("master_http")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            parts = urlsplit(value)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ValueError(f"expected an http(s) URL, got {value!r}")
+            value = value.rstrip("/")
+        return value
+
+    @model_validator(mode="after")
+    def _slave_needs_master(self) -> Settings:
+        if self.role == "slave" and (self.master_http is None or self.master_ha is None):
+            raise ValueError("a slave needs --master-http and --master-ha")
+        if self.replication == "sync" and self.ha_listen is None:
+            raise ValueError("sync replication needs --ha-listen (slaves connect there)")
+        return self
+
+    def master_address(self) -> MasterAddress | None:
+        if self.role != "slave" or self.master_http is None or self.master_ha is None:
+            return None
+        return MasterAddress(self.master_name or self.master_ha, self.master_http, self.master_ha)
+
     def store_config(self) -> StoreConfig:
         """The StoreConfig (and its RetentionConfig) with every field this class shares."""
         flush = FlushDiskType.SYNC_FLUSH if self.flush == "sync" else FlushDiskType.ASYNC_FLUSH
@@ -264,6 +342,16 @@ class Settings(BaseSettings):
             max_parked_pulls=self.max_parked_pulls,
             max_wait_ms=self.long_poll_max_ms,
             offset_persist_interval_s=self.offset_persist_interval_s,
+            role=self.role,
+            replication=self.replication,
+            broker_name=self.broker_name,
+            ha_listen=self.ha_listen,
+            master=self.master_address(),
+            ha_max_gap_bytes=self.ha_max_gap_bytes,
+            ha_catch_up_window_s=self.ha_catch_up_window_s,
+            ha_heartbeat_s=self.ha_heartbeat_s,
+            config_sync_interval_s=self.config_sync_interval_s,
+            truncate_on_divergence=self.truncate_on_divergence,
         )
 
 

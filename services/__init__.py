@@ -5,7 +5,7 @@ needs (store config, statuses, stored messages, topic names, message properties)
 re-exported here: the HTTP layer imports :mod:`services`, never :mod:`storage`.
 """
 
-from services.broker import Broker, BrokerConfig, BrokerState
+from services.broker import BROKER_NAME_PATTERN, Broker, BrokerConfig, BrokerState
 from services.groups import MAX_GROUP_LENGTH, GroupPolicy
 from services.long_poll import WaiterRegistry, WakeReason
 from services.messages import QueuePage
@@ -39,6 +39,7 @@ from storage.topic_names import (
 )
 
 __all__ = [
+    "BROKER_NAME_PATTERN",
     "CONSUME_FROM_EARLIEST",
     "CONSUME_FROM_LATEST",
     "DLQ_GROUP_TOPIC_PREFIX",

@@ -5,12 +5,17 @@ broker hands it to them as a :data:`PutMessages`). One message is appended alone
 atomically; with SYNC_FLUSH the caller then waits for the group commit, and a flush slower
 than ``sync_flush_timeout_ms`` answers FLUSH_DISK_TIMEOUT (stored; visible once flushed).
 With ASYNC_FLUSH the put returns as soon as the bytes are in the page cache.
+
+On a master with slaves a :class:`ReplicationHook` hears of every append (to wake the HA
+connections) and, after the flush wait, confirms the put: with sync replication it waits for
+the in-sync slaves (FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE when they cannot).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from services.durability import DurabilityTracker
 from storage import Message, MessageStore, PutResult, PutStatus
@@ -19,12 +24,28 @@ PutMessages = Callable[[list[Message]], Awaitable[list[PutResult]]]
 """Appends one message (a list of one) or one atomic batch and waits until it is durable."""
 
 
+class ReplicationHook(Protocol):
+    """What the put path tells replication (see :mod:`services.ha`)."""
+
+    def appended(self, end_offset: int, store_timestamp: int) -> None:
+        """Bytes up to ``end_offset`` are in the CommitLog (wake the HA connections)."""
+
+    async def confirm(self, end_offset: int) -> PutStatus:
+        """PUT_OK once replicated as the mode requires, else the status to answer."""
+
+
 class Appender:
     """Appends to the store and waits for durability through its tracker."""
 
-    def __init__(self, store: MessageStore, durability: DurabilityTracker) -> None:
+    def __init__(
+        self,
+        store: MessageStore,
+        durability: DurabilityTracker,
+        replication: ReplicationHook | None = None,
+    ) -> None:
         self._store = store
         self._durability = durability
+        self.replication = replication  # set while this broker is a master with an HA port
 
     async def put(self, messages: list[Message]) -> list[PutResult]:
         """Append one message or one atomic batch, then wait until it is durable."""
@@ -33,6 +54,18 @@ class Appender:
             results = [store.put_message(messages[0])]
         else:
             results = store.put_messages(messages)
-        if not results or await self._durability.wait(max(r.end_offset for r in results)):
+        if not results:
             return results
-        return [dataclasses.replace(r, status=PutStatus.FLUSH_DISK_TIMEOUT) for r in results]
+        end = max(r.end_offset for r in results)
+        replication = self.replication
+        if replication is not None:
+            replication.appended(end, results[-1].store_timestamp)
+        if not await self._durability.wait(end):
+            status = PutStatus.FLUSH_DISK_TIMEOUT
+        elif replication is None:
+            return results
+        else:
+            status = await replication.confirm(end)
+            if status is PutStatus.PUT_OK:
+                return results
+        return [dataclasses.replace(r, status=status) for r in results]

@@ -21,7 +21,10 @@ The tree::
     │   ├── TopicNotReadableError       the topic's perm has no read bit
     │   └── ConsumeDisabledError        the group's consume_enable is false
     ├── TooManyWaitersError             the cap on parked long-polls is reached; retry later
-    └── BrokerUnavailableError          the broker is starting, stopping or failed
+    ├── BrokerUnavailableError          the broker is starting, stopping or failed
+    ├── NotMasterError                  a write reached a slave; it names the master
+    ├── ReplicaDivergedError            this replica's log has a tail its master never confirmed
+    └── ReplicaRoleError                a role change this replica cannot make in its role
 
 Each class carries a stable ``code`` (the same vocabulary as :mod:`storage.errors`); the
 HTTP layer maps codes to statuses in one place. Services never know a status code.
@@ -164,3 +167,25 @@ class BrokerUnavailableError(ServiceError):
     def __init__(self, message: str, retry_after_s: int = 1) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class NotMasterError(ServiceError):
+    """A write reached a read-only slave; ``master`` is the master's HTTP address."""
+
+    code: ClassVar[str] = "NOT_MASTER"
+
+    def __init__(self, message: str, master: str | None) -> None:
+        super().__init__(message)
+        self.master = master
+
+
+class ReplicaDivergedError(ServiceError):
+    """This replica's CommitLog has a tail the master's epochs do not confirm."""
+
+    code: ClassVar[str] = "REPLICA_DIVERGED"
+
+
+class ReplicaRoleError(ServiceError):
+    """A role change asked of a replica in the wrong role (a master told to follow)."""
+
+    code: ClassVar[str] = "REPLICA_ROLE_CONFLICT"

@@ -18,6 +18,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from storage.codec import (
     BLANK_MAGIC_CODE,
@@ -43,7 +44,12 @@ from storage.codec import (
     to_int32,
 )
 from storage.consume_queue import PRE_BLANK_SIZE
-from storage.errors import MessageRejectedError, MessageTooLargeError, StoreNotWriteableError
+from storage.errors import (
+    MessageRejectedError,
+    MessageTooLargeError,
+    StorageError,
+    StoreNotWriteableError,
+)
 from storage.mapped_file import MappedFile
 from storage.mapped_file_queue import MappedFileQueue
 from storage.store_types import TransferLimits
@@ -85,6 +91,12 @@ def _valid_v4_record(
     if check_crc and zlib.crc32(buffer[position + 88 : body_end]) & 0x7FFFFFFF != crc:
         return None
     return total, queue_id, body_end
+
+
+class ReplicaAppendError(StorageError):
+    """Replicated bytes do not continue this CommitLog (wrong offset, or they span files)."""
+
+    code: ClassVar[str] = "REPLICA_APPEND_REJECTED"
 
 
 @dataclass(slots=True)  # not frozen: ~1 µs less per put (see StoredMessage)
@@ -174,6 +186,45 @@ class CommitLog:
                 f"batch of {total} bytes does not fit in a CommitLog file of {self.file_size}"
             )
         return self._append_all(self._file_with_room(total), messages, store_timestamp)
+
+    def append_raw(self, offset: int, data: bytes) -> int:
+        """Append bytes replicated from a master at ``offset``; the new max offset.
+
+        ``offset`` must be this log's max offset, or, for an empty log, the start of a file
+        (a slave at 0 is sent from the start of the master's last file). A chunk never spans
+        two files: the master sends a file's bytes up to its end, BLANK included.
+        Queue offsets are not touched here: the store dispatches the records.
+        """
+        files = self.queue.files
+        if files:
+            if offset != self.max_offset:
+                raise ReplicaAppendError(
+                    f"replicated bytes start at {offset} but this CommitLog ends at "
+                    f"{self.max_offset}"
+                )
+        elif offset % self.file_size:
+            raise ReplicaAppendError(
+                f"an empty CommitLog takes replicated bytes only from a file start; got {offset}"
+            )
+        if not data:
+            return offset
+        position = offset % self.file_size
+        if position + len(data) > self.file_size:
+            raise ReplicaAppendError(
+                f"{len(data)} replicated bytes at {offset} would span two CommitLog files"
+            )
+        try:
+            mapped = self.queue.get_last_mapped_file(offset)
+        except OSError as exc:
+            raise StoreNotWriteableError(f"cannot create a CommitLog file: {exc}") from exc
+        if mapped is None or mapped.file_from_offset + mapped.wrote_position != offset:
+            raise ReplicaAppendError(f"no CommitLog file takes replicated bytes at {offset}")
+        try:
+            mapped.write_append(data)
+        except OSError as exc:
+            reason = "disk full" if exc.errno == errno.ENOSPC else "file error"
+            raise StoreNotWriteableError(f"{reason}: cannot write the CommitLog: {exc}") from exc
+        return offset + len(data)
 
     def _append_in(
         self, mapped: MappedFile, message: EncodedMessage, store_timestamp: int

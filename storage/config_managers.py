@@ -241,6 +241,28 @@ class _ConfigFile(ABC):
                     self._dirty = True
                 raise
 
+    def to_json(self) -> dict[str, object]:
+        """The file's content as it would be written now (a master sends it to slaves)."""
+        with self._lock:
+            return self._encode()
+
+    def replace_from_json(self, root: Mapping[str, object]) -> None:
+        """Take a master's content as the table and write it (a slave's config sync).
+
+        ValueError when the content does not have the file's shape; nothing changes then.
+        """
+        with self._persist_lock:
+            with self._lock:
+                previous = self._encode()
+                try:
+                    self._decode(root)
+                except (ValueError, TypeError) as exc:
+                    self._decode(previous)
+                    raise ValueError(f"config {self.file_name}: {exc}") from exc
+                snapshot = self._encode()
+                self._dirty = False
+            save_json(self._path, snapshot)
+
     def persist_if_dirty(self) -> bool:
         """Persist only if the table changed; return whether it did."""
         if not self.dirty:

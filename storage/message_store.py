@@ -23,8 +23,8 @@ from pathlib import Path
 
 from storage.allocate_service import AllocateMappedFileService
 from storage.checkpoint import StoreCheckpoint
-from storage.codec import EncodedMessage, Message, StoredMessage, msg_id_prefix
-from storage.commit_log import AppendResult, CommitLog, check_batch
+from storage.codec import EncodedMessage, Message, RecordKind, StoredMessage, msg_id_prefix
+from storage.commit_log import AppendResult, CommitLog, ReplicaAppendError, check_batch
 from storage.consume_queue import PRE_BLANK_SIZE, ConsumeQueue
 from storage.consume_queue_table import ConsumeQueueTable
 from storage.delay_levels import parse_delay_levels, redirect_delayed
@@ -48,6 +48,9 @@ from storage.store_types import (
     StoreConfig,
 )
 from storage.tag_filter import TagFilter
+
+REPLICATION_CHUNK_BYTES = 32 * 1024
+"""RocketMQ's haTransferBatchSize: the most CommitLog bytes one replication batch carries."""
 
 
 class MessageStore:
@@ -288,6 +291,78 @@ class MessageStore:
         before the next put."""
         self.flags.mark_writeable()
 
+    # ================================================================== replication
+
+    def append_replicated(self, offset: int, data: bytes) -> int:
+        """Append CommitLog bytes from a master (byte for byte); the new max offset.
+
+        The complete records among them are dispatched to the ConsumeQueues and the index
+        at once, waking long-polls; a partial record at the tail waits for the next chunk.
+        """
+        if self._closed:
+            raise StoreClosedError("the store is closed")
+        end = self.commit_log.append_raw(offset, data)
+        self._dispatch_replicated()
+        return end
+
+    def _dispatch_replicated(self) -> None:
+        dispatcher = self.dispatcher
+        table = self.commit_log.topic_queue_table
+        start = max(dispatcher.reput_from_offset, self.commit_log.min_offset)
+        last_timestamp = 0
+        for scanned in self.commit_log.scan(start):
+            if scanned.check.kind is not RecordKind.MESSAGE:
+                break  # the tail of a record still on its way
+            request = dispatcher.request_from_record(scanned.offset, scanned.data)
+            if not dispatcher.dispatch(request, notify=True):
+                break
+            if request.is_dispatchable:
+                table[(request.topic, request.queue_id)] = request.queue_offset + 1
+            dispatcher.reput_from_offset = request.end_offset
+            last_timestamp = request.store_timestamp
+        last = self.commit_log.queue.last_file()
+        if last_timestamp and last is not None:
+            last.store_timestamp = last_timestamp
+
+    def read_replication_chunk(
+        self, offset: int, max_bytes: int = REPLICATION_CHUNK_BYTES
+    ) -> bytes:
+        """Written CommitLog bytes from ``offset`` to the end of its file's data, capped.
+
+        Empty at the log's end. An offset below the oldest file (deleted by retention) or
+        past the end is refused: a slave there cannot continue from this log.
+        """
+        commit_log = self.commit_log
+        if offset == commit_log.max_offset:
+            return b""
+        mapped = commit_log.queue.find_by_offset(offset)
+        if mapped is None or offset > commit_log.max_offset:
+            raise ReplicaAppendError(
+                f"offset {offset} is outside this CommitLog "
+                f"[{self.min_physical_offset}, {commit_log.max_offset}]"
+            )
+        position = offset - mapped.file_from_offset
+        size = min(max_bytes, mapped.read_position - position)
+        return mapped.read(position, size) or b""
+
+    def replication_start(self, slave_offset: int) -> int:
+        """Where to stream from for a slave that reports ``slave_offset``.
+
+        A slave at 0 starts at the beginning of this log's last file (RocketMQ), not at 0.
+        """
+        if slave_offset:
+            return slave_offset
+        max_offset = self.commit_log.max_offset
+        return max_offset - max_offset % self.commit_log.file_size
+
+    @property
+    def last_store_timestamp(self) -> int:
+        """Store time of the newest record in the CommitLog; 0 when unknown."""
+        last = self.commit_log.queue.last_file()
+        if last is not None and last.store_timestamp:
+            return last.store_timestamp
+        return self.checkpoint.physic_msg_timestamp if self.checkpoint is not None else 0
+
     # ================================================================== dispatch
 
     def dispatch_pending(self, up_to_offset: int) -> int:
@@ -390,7 +465,8 @@ class MessageStore:
         end = time.time_ns() // 1_000_000 + 1000 if end is None else end
         offsets = self.index_service.query(topic, key, max_num, begin, end)
         found = []
-        for offset in sorted(set(offsets)):
+        max_offset = self.commit_log.max_offset  # entries past it were truncated away
+        for offset in sorted(o for o in set(offsets) if o < max_offset):
             message = self.look_message_by_offset(offset)
             if message is None or message.topic != topic:
                 continue

@@ -68,6 +68,8 @@ class StoreConfig:
 class PutStatus(Enum):
     PUT_OK = "PUT_OK"
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"  # sync replication: a slave did not ack in time
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"  # sync replication: no slave in sync
 
 
 @dataclass(slots=True)  # not frozen: ~1 µs less per put (see StoredMessage)

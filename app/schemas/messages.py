@@ -182,11 +182,15 @@ class SendReceiptOut(ResponseBody):
     queue_offset: int
     commit_log_offset: int
     store_timestamp: int = Field(description="Milliseconds since the epoch.")
-    status: Literal["PUT_OK", "FLUSH_DISK_TIMEOUT"] = Field(
+    status: Literal[
+        "PUT_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE"
+    ] = Field(
         default="PUT_OK",
         description=(
             "FLUSH_DISK_TIMEOUT (SYNC_FLUSH only): stored, but not confirmed on disk in time; "
-            "it becomes visible once flushed."
+            "it becomes visible once flushed. With sync replication: FLUSH_SLAVE_TIMEOUT, "
+            "stored on the master but not acknowledged by every in-sync slave in time; "
+            "SLAVE_NOT_AVAILABLE, stored on the master while no slave is in sync."
         ),
     )
     delay_level: int = Field(default=0, description="The delay level used; 0 if not delayed.")

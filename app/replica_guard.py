@@ -1,0 +1,88 @@
+"""Read-only slaves: every write request answers 421 NOT_MASTER, naming the master.
+
+A write is any state-changing method under ``/v1/`` (send, batch, send-back, offset
+commits, topic and group changes, POP receive and ack, redrive, reset), a state-changing
+admin form, and a group pull that commits as it reads (``auto_commit=true``). Reads —
+pulls, lookups, queues, offsets, admin pages — go through. The check is one attribute
+read on a master. :func:`document_not_master` adds the 421 answer to the write operations
+of the OpenAPI document.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+
+from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.errors import not_master_response
+from services import Broker
+from services.errors import NotMasterError
+
+_SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
+_ADMIN_SAFE_POSTS: Final = ("/admin/login", "/admin/logout")
+_GROUP_PULL: Final = re.compile(r"^/v1/groups/[^/]+/topics/[^/]+/messages$")
+_AUTO_COMMIT: Final = re.compile(rb"(?:^|&)auto_commit=(?:true|1)(?:&|$)", re.IGNORECASE)
+
+NOT_MASTER_RESPONSE: Final[dict[str, Any]] = {
+    "description": "This broker is a read-only slave (NOT_MASTER): send writes to the master "
+    "named in `detail` and in the `master` field (its HTTP address).",
+    "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
+}
+
+
+def is_write(scope: Scope) -> bool:
+    """Whether a request changes state (see the module docstring)."""
+    method = scope["method"]
+    path: str = scope["path"]
+    if method in _SAFE_METHODS:
+        return (
+            method == "GET"
+            and _GROUP_PULL.match(path) is not None
+            and _AUTO_COMMIT.search(scope.get("query_string", b"")) is not None
+        )
+    if path.startswith("/v1/"):
+        return True
+    return (
+        path.startswith("/admin/")
+        and path not in _ADMIN_SAFE_POSTS
+        and not path.endswith("/preview")
+    )
+
+
+class ReplicaGuardMiddleware:
+    """Answers writes on a slave with 421 before any route runs."""
+
+    def __init__(self, app: ASGIApp, broker: Broker) -> None:
+        self.app = app
+        self.broker = broker
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self.broker.role != "master" and is_write(scope):
+            try:
+                self.broker.check_writable()
+            except NotMasterError as exc:
+                response = not_master_response(Request(scope), exc)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def document_not_master(schema: dict[str, Any]) -> dict[str, Any]:
+    """Add the 421 answer to every state-changing operation (idempotent)."""
+    for path, item in schema.get("paths", {}).items():
+        for method, operation in item.items():
+            scope = {"method": method.upper(), "path": path, "query_string": b"auto_commit=true"}
+            if not isinstance(operation, dict) or not is_write(scope):
+                continue
+            responses = operation.setdefault("responses", {})
+            if "421" not in responses:
+                headers = responses.get("200", responses.get("204", {})).get("headers", {})
+                entry = dict(NOT_MASTER_RESPONSE)
+                request_id = headers.get("X-Request-Id")
+                if request_id is not None:
+                    entry["headers"] = {"X-Request-Id": request_id}
+                responses["421"] = entry
+                operation["responses"] = dict(sorted(responses.items()))
+    return schema

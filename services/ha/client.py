@@ -1,0 +1,140 @@
+"""The slave's HA client: stream the master's CommitLog and append it byte for byte.
+
+On each connect it fetches the master's epochs and refuses to stream when this log has a
+tail the master never confirmed (truncation happens at startup, before the store opens).
+Then it says its name and max offset, appends every batch through
+``MessageStore.append_replicated`` (which dispatches and wakes long-polls), and reports its
+max offset after each batch and every heartbeat. A lost connection is retried with backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import httpx
+
+from services.errors import ReplicaDivergedError
+from services.ha.address import MasterAddress, split_host_port
+from services.ha.epochs import check_consistent, fetch_master_epochs
+from services.ha.protocol import OFFSET_REPORT, TRANSFER_HEADER, hello
+from storage import MessageStore
+from storage.commit_log import ReplicaAppendError
+from storage.epoch_file import EpochEntry, EpochFile
+
+log = logging.getLogger(__name__)
+
+_BACKOFF_FIRST_S = 0.1
+_BACKOFF_MAX_S = 2.0
+
+
+class HAClient:
+    """One slave's replication from one master."""
+
+    def __init__(
+        self,
+        store: MessageStore,
+        epochs: EpochFile,
+        master: MasterAddress,
+        name: str,
+        heartbeat_s: float = 1.0,
+    ) -> None:
+        self.store = store
+        self.epochs = epochs
+        self.master = master
+        self.name = name
+        self.heartbeat_s = heartbeat_s
+        self.connected = False
+        self.error: str | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._remote_epochs: list[EpochEntry] = []
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"ha-client-{self.master.name}")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        self.connected = False
+
+    async def check(self) -> None:
+        """Fetch the master's epochs; ReplicaDivergedError when this log diverges."""
+        remote = await fetch_master_epochs(self.master.http_url)
+        check_consistent(
+            self.epochs.entries, remote, self.store.max_physical_offset, self.master.http_url
+        )
+        self._remote_epochs = remote
+        self._adopt_epochs()
+
+    async def _run(self) -> None:
+        backoff = _BACKOFF_FIRST_S
+        while True:
+            try:
+                await self.check()
+                await self._stream()
+                backoff = _BACKOFF_FIRST_S
+            except ReplicaDivergedError as exc:
+                self.error = str(exc)
+                log.error("replication stopped: %s", exc)
+                return
+            except (OSError, asyncio.IncompleteReadError, httpx.HTTPError, ValueError) as exc:
+                self.error = f"master {self.master.name} unreachable or refused: {exc}"
+                log.info("replication from %s interrupted: %s", self.master.ha_address, exc)
+            finally:
+                self.connected = False
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, _BACKOFF_MAX_S)
+
+    async def _stream(self) -> None:
+        host, port = split_host_port(self.master.ha_address)
+        reader, writer = await asyncio.open_connection(host, port)
+        reporter: asyncio.Task[None] | None = None
+        try:
+            writer.write(hello(self.name) + OFFSET_REPORT.pack(self.store.max_physical_offset))
+            await writer.drain()
+            reporter = asyncio.create_task(self._report_every_heartbeat(writer))
+            self.connected = True
+            self.error = None
+            await self._receive(reader, writer)
+        finally:
+            if reporter is not None:
+                reporter.cancel()
+                await asyncio.gather(reporter, return_exceptions=True)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _receive(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        store = self.store
+        while True:
+            header = await reader.readexactly(TRANSFER_HEADER.size)
+            offset, size = TRANSFER_HEADER.unpack(header)
+            if not size:
+                continue  # a heartbeat
+            data = await reader.readexactly(size)
+            try:
+                end = store.append_replicated(offset, data)
+            except ReplicaAppendError as exc:
+                raise ValueError(str(exc)) from exc
+            self._adopt_epochs()
+            writer.write(OFFSET_REPORT.pack(end))
+            await writer.drain()
+
+    async def _report_every_heartbeat(self, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_s)
+            writer.write(OFFSET_REPORT.pack(self.store.max_physical_offset))
+            await writer.drain()
+
+    def _adopt_epochs(self) -> None:
+        """Take the master's epochs that start at or below this log's end as this log's own."""
+        max_offset = self.store.max_physical_offset
+        covered = [e for e in self._remote_epochs if e.start_offset <= max_offset]
+        if (
+            len(covered) > len(self.epochs.entries)
+            or tuple(covered) != self.epochs.entries[: len(covered)]
+        ):
+            self.epochs.replace(covered)

@@ -1,0 +1,87 @@
+"""A slave copies its master's config files (RocketMQ's SlaveSynchronize).
+
+Every ``interval_s`` it fetches ``GET {master}/v1/replication/configs`` and writes each
+file through its config manager (the crash-safe writer), only when it changed. The POP
+state file goes to disk as it is: the slave reads it only when promoted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+import httpx
+
+from storage.config_managers import (
+    ConsumerOffsetManager,
+    DelayOffsetManager,
+    SubscriptionGroupManager,
+    TopicConfigManager,
+)
+from storage.json_file import save_json
+from storage.store_reader import POP_STATE_FILE
+
+log = logging.getLogger(__name__)
+
+ConfigManager = (
+    TopicConfigManager | SubscriptionGroupManager | ConsumerOffsetManager | DelayOffsetManager
+)
+
+
+class SlaveConfigSync:
+    """Periodic copy of the master's configs into this slave's managers."""
+
+    def __init__(
+        self,
+        http_url: str,
+        managers: Mapping[str, ConfigManager],
+        config_dir: Path,
+        interval_s: float = 2.0,
+    ) -> None:
+        self.http_url = http_url
+        self.managers = managers
+        self.config_dir = config_dir
+        self.interval_s = interval_s
+        self.sync_count = 0
+        self._last: dict[str, object] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="slave-config-sync")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.sync_once()
+            except (httpx.HTTPError, ValueError, OSError) as exc:
+                log.info("config sync from %s failed: %s", self.http_url, exc)
+            await asyncio.sleep(self.interval_s)
+
+    async def sync_once(self) -> None:
+        async with httpx.AsyncClient(base_url=self.http_url, timeout=5.0) as client:
+            response = await client.get("/v1/replication/configs")
+            response.raise_for_status()
+            root = response.json()
+        if not isinstance(root, dict):
+            raise ValueError("the configs answer is not an object")
+        await asyncio.to_thread(self._write, root)
+        self.sync_count += 1
+
+    def _write(self, root: dict[str, object]) -> None:
+        for key, manager in self.managers.items():
+            content = root.get(key)
+            if isinstance(content, dict) and content != self._last.get(key):
+                manager.replace_from_json(content)
+                self._last[key] = content
+        pop_state = root.get("pop_state")
+        if isinstance(pop_state, dict) and pop_state != self._last.get("pop_state"):
+            save_json(self.config_dir / POP_STATE_FILE, pop_state)
+            self._last["pop_state"] = pop_state
