@@ -1,0 +1,1 @@
+"""``spoolmq proxy``: a stateless HTTP front for a cluster of broker groups."""

@@ -1,0 +1,55 @@
+"""The proxy's FastAPI app: one route registry (kept fresh by an etcd watch), one shared
+``httpx.AsyncClient`` to the brokers, and the routes of :mod:`app.proxy.routes`."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+import httpx
+from fastapi import FastAPI, Request
+from starlette.responses import Response
+
+from app.errors import install_error_handlers, problem_response
+from app.proxy.forward import Forwarder, ProxyError
+from app.proxy.routes import router
+from services.cluster import EtcdClient, EtcdUnavailableError, RouteRegistry
+from services.cluster.proxy_routing import SendPicker
+
+BROKER_TIMEOUT_S = 40.0
+"""Long enough for a broker's longest long-poll; a connect failure is still quick."""
+
+
+def create_proxy_app(cluster: str, etcd_endpoints: Sequence[str]) -> FastAPI:
+    """A stateless proxy for ``cluster``: everything it knows comes from etcd."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        etcd = EtcdClient(list(etcd_endpoints))
+        registry = RouteRegistry(etcd, cluster)
+        client = httpx.AsyncClient(timeout=httpx.Timeout(BROKER_TIMEOUT_S, connect=2.0))
+        app.state.registry = registry
+        app.state.forwarder = Forwarder(client)
+        app.state.picker = SendPicker()
+        try:
+            await registry.refresh()
+        except EtcdUnavailableError:
+            pass  # the watch keeps trying; until then every route is unknown
+        registry.start()
+        try:
+            yield
+        finally:
+            await registry.stop()
+            await client.aclose()
+            await etcd.aclose()
+
+    app = FastAPI(title="spoolmq proxy", lifespan=lifespan, docs_url=None, redoc_url=None)
+    install_error_handlers(app)
+    app.add_exception_handler(ProxyError, _proxy_error)
+    app.include_router(router)
+    return app
+
+
+async def _proxy_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ProxyError)
+    return problem_response(request, exc.code, exc.detail, status=exc.status, headers=exc.headers)

@@ -1,0 +1,229 @@
+"""The proxy's routing decisions, free of I/O: which group and member serve a request, how
+cluster-wide queue ids map to a group's local ids, and how per-group answers merge.
+
+Like RocketMQ 5's proxy, these rules hold no state of their own: everything comes from the
+:class:`ClusterView` read from etcd, so any number of proxies route the same way.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from services.cluster.route_table import BrokerMember, ClusterView, QueueRoute, TopicRoute
+from services.errors import BatchRejectedError, BrokerUnavailableError, NotFoundError
+from services.send import shard_queue
+
+HANDLE_SEPARATOR = "~"
+"""Separates the broker group from the broker's own receipt handle in a proxied handle."""
+
+
+class RouteNotFoundError(NotFoundError):
+    """The route table has no route for the topic."""
+
+    code: ClassVar[str] = "TOPIC_NOT_FOUND"
+
+
+class QueueNotRoutedError(NotFoundError):
+    """A cluster-wide queue id the topic's route does not have."""
+
+    code: ClassVar[str] = "QUEUE_NOT_FOUND"
+
+
+class NoMasterError(BrokerUnavailableError):
+    """A group has no master (a failover is under way): writes there must wait."""
+
+    code: ClassVar[str] = "BROKER_UNAVAILABLE"
+
+
+class SplitBatchError(BatchRejectedError):
+    """A batch names more than one queue or sharding key: it cannot be stored atomically."""
+
+
+def topic_route(view: ClusterView, topic: str) -> TopicRoute:
+    route = view.topics.get(topic)
+    if route is None:
+        raise RouteNotFoundError(f"no route for topic {topic!r} in cluster {view.cluster!r}")
+    return route
+
+
+def queue_route(route: TopicRoute, queue_id: int) -> QueueRoute:
+    queue = route.queue(queue_id)
+    if queue is None:
+        raise QueueNotRoutedError(
+            f"topic {route.topic!r} has queues 0..{len(route.queues) - 1}, not {queue_id}"
+        )
+    return queue
+
+
+def master_of(view: ClusterView, group: str) -> BrokerMember:
+    master = view.master_of(group)
+    if master is None:
+        raise NoMasterError(f"broker group {group!r} has no master right now")
+    return master
+
+
+def readers(view: ClusterView, group: str) -> list[BrokerMember]:
+    """Who may serve a read of ``group``: its master first, then its slaves."""
+    route = view.groups.get(group)
+    return list(route.replicas()) if route else []
+
+
+def groups_with_master(view: ClusterView) -> list[str]:
+    return [name for name, group in sorted(view.groups.items()) if group.master is not None]
+
+
+@dataclass
+class SendPicker:
+    """Chooses the cluster-wide queue of a send: explicit id, sharding key, or round robin."""
+
+    counters: dict[str, Iterator[int]]
+
+    def __init__(self) -> None:
+        self.counters = {}
+
+    def pick(
+        self,
+        view: ClusterView,
+        route: TopicRoute,
+        queue_id: int | None,
+        sharding_key: str | None,
+        avoid: Iterable[str] = (),
+    ) -> QueueRoute:
+        """The queue to send to; ``avoid`` names groups that just failed (round robin only)."""
+        if queue_id is not None:
+            return queue_route(route, queue_id)
+        if sharding_key is not None:
+            return route.queues[shard_queue(sharding_key, len(route.queues))]
+        skip = set(avoid)
+        writable = [
+            q for q in route.queues if q.group not in skip and view.master_of(q.group) is not None
+        ]
+        if not writable:
+            raise NoMasterError(f"no broker group of topic {route.topic!r} has a master right now")
+        counter = self.counters.setdefault(route.topic, itertools.count())
+        return writable[next(counter) % len(writable)]
+
+
+def batch_queue_id(body: Mapping[str, Any]) -> int | None:
+    """The one explicit cluster-wide queue id of a JSON send (single or batch), if any."""
+    ids = {body.get("queue_id")}
+    for message in body.get("messages") or ():
+        if isinstance(message, dict):
+            ids.add(message.get("queue_id"))
+    ids.discard(None)
+    if len(ids) > 1:
+        raise SplitBatchError(
+            "every message of a batch goes to one queue: give one queue_id or sharding_key"
+        )
+    found = ids.pop() if ids else None
+    return found if isinstance(found, int) and not isinstance(found, bool) else None
+
+
+def batch_sharding_key(body: Mapping[str, Any]) -> str | None:
+    keys = {body.get("sharding_key")}
+    for message in body.get("messages") or ():
+        if isinstance(message, dict):
+            keys.add(message.get("sharding_key"))
+    keys.discard(None)
+    if len(keys) > 1:
+        raise SplitBatchError(
+            "every message of a batch goes to one queue: give one queue_id or sharding_key"
+        )
+    found = keys.pop() if keys else None
+    return found if isinstance(found, str) else None
+
+
+def localize_send(body: dict[str, Any], local_queue_id: int) -> dict[str, Any]:
+    """The JSON send for the chosen group: its local queue id, no sharding key left."""
+    out = {k: v for k, v in body.items() if k != "sharding_key"}
+    out["queue_id"] = local_queue_id
+    if isinstance(out.get("messages"), list):
+        out["messages"] = [
+            {k: v for k, v in m.items() if k not in ("queue_id", "sharding_key")}
+            if isinstance(m, dict)
+            else m
+            for m in out["messages"]
+        ]
+    return out
+
+
+def globalize(route: TopicRoute, group: str, items: Iterable[dict[str, Any]]) -> None:
+    """Rewrite ``queue_id`` of a broker's messages/receipts/queues to cluster-wide ids.
+
+    Only entries of the routed topic itself change; a retry topic's queues (``queue_topic``
+    or a ``topic`` other than the route's) are the broker's own and keep their ids.
+    """
+    for item in items:
+        if item.get("queue_topic") is not None:
+            continue
+        if item.get("topic", route.topic) != route.topic:
+            continue
+        local = item.get("queue_id")
+        if isinstance(local, int):
+            cluster_id = route.global_id(group, local)
+            if cluster_id is not None:
+                item["queue_id"] = cluster_id
+
+
+def split_commits(
+    offsets: Sequence[Mapping[str, Any]], topic_routes: Mapping[str, TopicRoute]
+) -> dict[str, list[dict[str, Any]]]:
+    """Split a batch of commits with cluster-wide ids into each group's local commits.
+
+    A commit of a broker's own queue (its retry topic) names that group in ``broker_group``.
+    """
+    per_group: dict[str, list[dict[str, Any]]] = {}
+    for entry in offsets:
+        topic = str(entry.get("topic"))
+        group = entry.get("broker_group")
+        queue_id = entry.get("queue_id")
+        local = dict(entry)
+        local.pop("broker_group", None)
+        topic_of = topic_routes.get(topic)
+        if isinstance(group, str) and (topic_of is None or topic.startswith("%")):
+            per_group.setdefault(group, []).append(local)
+            continue
+        if topic_of is None:
+            raise RouteNotFoundError(f"no route for topic {topic!r}")
+        if not isinstance(queue_id, int):
+            raise QueueNotRoutedError("each offset names an integer queue_id")
+        queue = queue_route(topic_of, queue_id)
+        local["queue_id"] = queue.local_queue_id
+        per_group.setdefault(queue.group, []).append(local)
+    return per_group
+
+
+def merge_group_pulls(
+    route: TopicRoute, answers: Sequence[tuple[str, dict[str, Any]]], group: str
+) -> dict[str, Any]:
+    """One group pull answer from each broker group's answer, queue ids cluster-wide.
+
+    Each message and queue carries ``broker_group`` so a retry-topic commit finds its group.
+    """
+    messages: list[dict[str, Any]] = []
+    queues: list[dict[str, Any]] = []
+    for broker_group, answer in answers:
+        for item in answer.get("messages", ()):
+            item["broker_group"] = broker_group
+            messages.append(item)
+        for item in answer.get("queues", ()):
+            item["broker_group"] = broker_group
+            queues.append(item)
+        globalize(route, broker_group, answer.get("messages", ()))
+        globalize(route, broker_group, answer.get("queues", ()))
+    return {"group": group, "topic": route.topic, "messages": messages, "queues": queues}
+
+
+def prefix_handle(group: str, handle: str) -> str:
+    return f"{group}{HANDLE_SEPARATOR}{handle}"
+
+
+def split_handle(handle: str) -> tuple[str, str] | None:
+    """``(broker group, broker's handle)`` of a proxied handle, or None when it is not one."""
+    group, sep, inner = handle.partition(HANDLE_SEPARATOR)
+    if not sep or not group or not inner:
+        return None
+    return group, inner
