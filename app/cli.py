@@ -1,6 +1,7 @@
 """The ``spoolmq`` command line: ``spoolmq serve`` runs the HTTP server, ``spoolmq token
 create`` makes a bearer token for the auth file, ``spoolmq demo`` sends and pulls a few
-messages through the services without a server.
+messages through the services without a server, ``spoolmq proxy`` fronts a cluster of broker
+groups whose route table is in etcd.
 
 Every setting of :class:`app.settings.Settings` is a flag (``--max-parked-pulls``) and an
 environment variable (``SPOOLMQ_MAX_PARKED_PULLS``); a flag wins over the variable.
@@ -23,6 +24,7 @@ from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
 from app.main import create_app
+from app.proxy.main import create_proxy_app
 from app.security import (
     AuthFileError,
     UnsafeBindError,
@@ -188,6 +190,40 @@ def _add_token_commands(commands: Any) -> None:
     create.add_argument("--max-parked-pulls", type=int, help="its own long-poll cap")
 
 
+def _proxy(args: argparse.Namespace) -> int:
+    import uvicorn  # only the proxy runs a plain uvicorn server
+
+    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        check_bind(args.host, auth_enabled=False, allow_anonymous=args.allow_anonymous)
+    except UnsafeBindError as exc:
+        print(f"spoolmq: {exc}", file=sys.stderr)
+        return 2
+    app = create_proxy_app(args.cluster, args.etcd)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+def _add_proxy_command(commands: Any) -> None:
+    proxy = commands.add_parser(
+        "proxy",
+        help="run a stateless proxy in front of a cluster's broker groups",
+        description="Serve the broker HTTP API for a whole cluster: each request goes to the "
+        "right group's master (or a slave, for reads), as the route table in etcd says.",
+    )
+    proxy.add_argument("--cluster", required=True, help="the cluster's name in etcd")
+    proxy.add_argument(
+        "--etcd", required=True, action="append", help="an etcd URL (repeat for several)"
+    )
+    proxy.add_argument("--host", default="127.0.0.1")
+    proxy.add_argument("--port", type=int, default=8081)
+    proxy.add_argument(
+        "--allow-anonymous",
+        action="store_true",
+        help="listen beyond loopback although the proxy checks no tokens",
+    )
+
+
 def _token_name(value: str) -> str:
     if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._@:-]{0,63}$", value):
         raise argparse.ArgumentTypeError(
@@ -214,6 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--store-dir", default="./data")
     _add_token_commands(commands)
+    _add_proxy_command(commands)
     return parser
 
 
@@ -225,6 +262,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _demo(args.store_dir)
     if args.command == "token":
         return _token_create(args)
+    if args.command == "proxy":
+        return _proxy(args)
     return 2  # pragma: no cover - argparse enforces the choices
 
 

@@ -1,0 +1,138 @@
+"""The proxy's routing decisions over a hand-made cluster view."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.cluster import BrokerMember, ClusterView, GroupRoute, spread_queues
+from services.cluster.proxy_routing import (
+    NoMasterError,
+    QueueNotRoutedError,
+    RouteNotFoundError,
+    SendPicker,
+    SplitBatchError,
+    batch_queue_id,
+    batch_sharding_key,
+    globalize,
+    localize_send,
+    merge_group_pulls,
+    prefix_handle,
+    queue_route,
+    readers,
+    split_commits,
+    split_handle,
+    topic_route,
+)
+
+A = BrokerMember("a", "g1", "http://127.0.0.1:1", "127.0.0.1:2", "master")
+A2 = BrokerMember("a2", "g1", "http://127.0.0.1:3", "127.0.0.1:4", "slave")
+B = BrokerMember("b", "g2", "http://127.0.0.1:5", "127.0.0.1:6", "master")
+ROUTE = spread_queues("T", 6, ["g1", "g2"])
+
+
+def view(*, g2_master: bool = True) -> ClusterView:
+    return ClusterView(
+        "c1",
+        1,
+        {
+            "g1": GroupRoute("g1", 1, A, (A2,)),
+            "g2": GroupRoute("g2", 1, B if g2_master else None),
+        },
+        {"T": ROUTE},
+    )
+
+
+def test_queue_ids_map_to_groups_and_back() -> None:
+    assert topic_route(view(), "T") is ROUTE
+    with pytest.raises(RouteNotFoundError):
+        topic_route(view(), "U")
+    q = queue_route(ROUTE, 4)
+    assert (q.group, q.local_queue_id) == ("g2", 1)
+    with pytest.raises(QueueNotRoutedError):
+        queue_route(ROUTE, 6)
+    items = [
+        {"topic": "T", "queue_id": 1},
+        {"topic": "%RETRY%G", "queue_id": 0},
+        {"topic": "T", "queue_id": 0, "queue_topic": "%RETRY%G"},
+    ]
+    globalize(ROUTE, "g2", items)
+    assert [i["queue_id"] for i in items] == [4, 0, 0]
+
+
+def test_reads_go_to_the_master_first_then_slaves() -> None:
+    assert readers(view(), "g1") == [A, A2]
+    assert readers(view(g2_master=False), "g2") == []
+
+
+def test_send_picks_explicit_key_or_round_robin_over_groups_with_a_master() -> None:
+    picker = SendPicker()
+    assert picker.pick(view(), ROUTE, 5, None).queue_id == 5
+    keyed = {picker.pick(view(), ROUTE, None, "k1").queue_id for _ in range(3)}
+    assert len(keyed) == 1
+    spread = [picker.pick(view(), ROUTE, None, None).queue_id for _ in range(12)]
+    assert sorted(spread) == sorted(list(range(6)) * 2)
+    only_g1 = {picker.pick(view(g2_master=False), ROUTE, None, None).group for _ in range(6)}
+    assert only_g1 == {"g1"}
+    assert {picker.pick(view(), ROUTE, None, None, ["g1"]).group for _ in range(6)} == {"g2"}
+    with pytest.raises(NoMasterError):
+        picker.pick(view(g2_master=False), ROUTE, None, None, ["g1"])
+
+
+def test_a_batch_names_one_queue_and_is_localized() -> None:
+    body = {"messages": [{"body": "a", "queue_id": 4}, {"body": "b"}], "sharding_key": None}
+    assert batch_queue_id(body) == 4
+    assert batch_sharding_key({"body": "x", "sharding_key": "k"}) == "k"
+    with pytest.raises(SplitBatchError):
+        batch_queue_id({"messages": [{"queue_id": 0}, {"queue_id": 5}]})
+    assert localize_send(body, 1) == {"messages": [{"body": "a"}, {"body": "b"}], "queue_id": 1}
+    assert localize_send({"body": "x", "sharding_key": "k"}, 2) == {"body": "x", "queue_id": 2}
+
+
+def test_commits_split_per_group_with_local_ids() -> None:
+    split = split_commits(
+        [
+            {"topic": "T", "queue_id": 0, "offset": 3},
+            {"topic": "T", "queue_id": 5, "offset": 7},
+            {"topic": "%RETRY%G", "queue_id": 0, "offset": 1, "broker_group": "g2"},
+        ],
+        {"T": ROUTE},
+    )
+    assert split == {
+        "g1": [{"topic": "T", "queue_id": 0, "offset": 3}],
+        "g2": [
+            {"topic": "T", "queue_id": 2, "offset": 7},
+            {"topic": "%RETRY%G", "queue_id": 0, "offset": 1},
+        ],
+    }
+    with pytest.raises(QueueNotRoutedError):
+        split_commits([{"topic": "T", "queue_id": 9, "offset": 0}], {"T": ROUTE})
+
+
+def test_group_pulls_merge_with_cluster_wide_ids() -> None:
+    merged = merge_group_pulls(
+        ROUTE,
+        [
+            ("g1", {"messages": [{"topic": "T", "queue_id": 2}], "queues": []}),
+            (
+                "g2",
+                {
+                    "messages": [{"topic": "T", "queue_id": 0}],
+                    "queues": [{"topic": "T", "queue_id": 0, "next_offset": 1}],
+                },
+            ),
+        ],
+        "G",
+    )
+    assert [(m["queue_id"], m["broker_group"]) for m in merged["messages"]] == [
+        (2, "g1"),
+        (3, "g2"),
+    ]
+    assert merged["queues"] == [
+        {"topic": "T", "queue_id": 3, "next_offset": 1, "broker_group": "g2"}
+    ]
+
+
+def test_receipt_handles_carry_their_group() -> None:
+    assert split_handle(prefix_handle("g2", "abc.def")) == ("g2", "abc.def")
+    assert split_handle("no-group") is None
+    assert split_handle("~x") is None
