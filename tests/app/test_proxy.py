@@ -128,7 +128,10 @@ def send(http: httpx.Client, topic: str, body: str, **fields: Any) -> dict[str, 
 
 
 def local_queue_counts(live: LiveServer, topic: str) -> dict[int, int]:
-    detail = httpx.get(f"{live.url}/v1/topics/{topic}", timeout=10).json()
+    answer = httpx.get(f"{live.url}/v1/topics/{topic}", timeout=10)
+    if answer.status_code == 404:  # not (yet) on this broker
+        return {}
+    detail = answer.json()
     return {q["queue_id"]: q["max_offset"] for q in detail["queues"]}
 
 
