@@ -231,21 +231,21 @@ async def pull_queue(topic: str, queue_id: int, request: Request) -> Response:
 async def _each_group(
     groups: Sequence[str],
     ask: Callable[[str], Awaitable[BrokerAnswer]],
-) -> list[tuple[str, BrokerAnswer | BrokerUnreachableError]]:
+) -> list[tuple[str, BrokerAnswer | ProxyError]]:
     """Ask every group concurrently; an unreachable group is kept as its error."""
 
-    async def one(group: str) -> BrokerAnswer | BrokerUnreachableError:
+    async def one(group: str) -> BrokerAnswer | ProxyError:
         try:
             return await ask(group)
-        except BrokerUnreachableError as exc:
+        except ProxyError as exc:  # unreachable, or no replica known
             return exc
 
     answers = await asyncio.gather(*(one(g) for g in groups))
     return list(zip(groups, answers, strict=True))
 
 
-def _all_unreachable(answers: Sequence[tuple[str, Any]]) -> BrokerUnreachableError | None:
-    errors = [a for _, a in answers if isinstance(a, BrokerUnreachableError)]
+def _all_unreachable(answers: Sequence[tuple[str, Any]]) -> ProxyError | None:
+    errors = [a for _, a in answers if isinstance(a, ProxyError)]
     return errors[0] if errors and len(errors) == len(answers) else None
 
 
@@ -272,7 +272,7 @@ async def query_by_key(topic: str, request: Request) -> Response:
         raise down
     found: list[dict[str, Any]] = []
     for group, answer in answers:
-        if isinstance(answer, BrokerUnreachableError):
+        if isinstance(answer, ProxyError):
             continue
         if not answer.ok:
             return answer.response()
@@ -304,7 +304,7 @@ async def get_message(msg_id: str, request: Request) -> Response:
         raise down
     missing: BrokerAnswer | None = None
     for group, answer in answers:
-        if isinstance(answer, BrokerUnreachableError):
+        if isinstance(answer, ProxyError):
             continue
         if answer.ok:
             out = answer.json()
@@ -378,7 +378,7 @@ async def pull_group(group: str, topic: str, request: Request) -> Response:
             break
         try:
             answer = await ask(name, left, 0)
-        except (BrokerUnreachableError, NoMasterError) as exc:
+        except (ProxyError, NoMasterError) as exc:
             last_error = exc
             continue
         reached += 1
@@ -406,7 +406,7 @@ async def _first_non_empty(
     async def one(name: str) -> tuple[str, dict[str, Any]] | None:
         try:
             answer = await ask(name)
-        except (BrokerUnreachableError, NoMasterError):
+        except (ProxyError, NoMasterError):
             return None
         if not answer.ok:
             return None
@@ -498,7 +498,7 @@ async def receive(group: str, topic: str, request: Request) -> Response:
     for name in _rotated(route.groups()):
         try:
             answer = await ask(name, 0)
-        except (BrokerUnreachableError, NoMasterError) as exc:
+        except (ProxyError, NoMasterError) as exc:
             last_error = exc
             continue
         reached += 1
@@ -594,5 +594,7 @@ async def healthz(request: Request) -> Response:
             "cluster": view.cluster,
             "revision": view.revision,
             "masters": {g: m.name if m else None for g, m in masters.items()},
+            "slaves": {g: [m.name for m in r.slaves] for g, r in view.groups.items()},
+            "topics": sorted(view.topics),
         }
     )

@@ -307,8 +307,16 @@ def test_a_new_master_in_etcd_is_followed(cluster: Cluster, tmp_path: Path) -> N
         config_sync_interval_s=0.2,
     )
     try:
+        put_members(cluster.etcd.url, {}, member("b2", "g2", slave, "slave"))
+        wait_until(lambda: http.get("/healthz").json()["slaves"].get("g2") == ["b2"])
         wait_until(lambda: local_queue_counts(slave, "Fail").get(1) == 1, timeout=60)
         b.stop()
+        # The master is gone and etcd still names it: reads fall back to the slave ...
+        from_slave = http.get("/v1/topics/Fail/queues/3/messages").json()
+        assert [(m["body"], m["queue_id"]) for m in from_slave["messages"]] == [("before", 3)]
+        # ... while writes there wait for a new master.
+        refused = http.post("/v1/topics/Fail/messages", json={"body": "x", "queue_id": 3})
+        assert refused.status_code == 503 and "retry-after" in refused.headers
         asyncio.run_coroutine_threadsafe(slave.broker.promote(2), slave.broker.loop).result(60)
         put_members(cluster.etcd.url, {"g2": member("b2", "g2", slave)})
         wait_until(lambda: http.get("/healthz").json()["masters"].get("g2") == "b2", timeout=30)
