@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from services.cluster.route_table import BrokerMember, ClusterView, QueueRoute, TopicRoute
@@ -75,14 +74,11 @@ def groups_with_master(view: ClusterView) -> list[str]:
     return [name for name, group in sorted(view.groups.items()) if group.master is not None]
 
 
-@dataclass
 class SendPicker:
     """Chooses the cluster-wide queue of a send: explicit id, sharding key, or round robin."""
 
-    counters: dict[str, Iterator[int]]
-
     def __init__(self) -> None:
-        self.counters = {}
+        self.counters: dict[str, Iterator[int]] = {}
 
     def pick(
         self,
