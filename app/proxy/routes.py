@@ -19,6 +19,7 @@ from starlette.responses import Response
 from app.errors import ApiError
 from app.proxy.forward import BrokerAnswer, BrokerUnreachableError, Forwarder, ProxyError
 from app.responses import OrjsonResponse
+from app.schemas.common import MAX_QUEUES
 from services.cluster import BrokerMember, ClusterView, RouteRegistry, TopicRoute, spread_queues
 from services.cluster.proxy_routing import (
     NoMasterError,
@@ -102,16 +103,13 @@ async def put_topic(topic: str, request: Request) -> Response:
     """Spread the topic's queues over groups, create it on each master, then store the route."""
     body = _json_body(await request.body())
     view = _view(request)
-    groups = body.pop("groups", None)
-    if groups is None:
-        groups = groups_with_master(view)
-    if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
-        raise ApiError("VALIDATION_FAILED", "groups is a list of broker group names")
-    count = body.get("write_queue_nums", 8)
-    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-        raise ApiError("VALIDATION_FAILED", "write_queue_nums is an integer of at least 1")
+    groups = _hosting_groups(view, body.pop("groups", None))
     if not groups:
         raise NoMasterError("no broker group has a master to host the topic")
+    count = body.get("write_queue_nums", 8)
+    most = MAX_QUEUES * len(groups)
+    if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= most:
+        raise ApiError("VALIDATION_FAILED", f"write_queue_nums is an integer from 1 to {most}")
     route = spread_queues(topic, count, groups)
     masters = {g: master_of(view, g) for g in route.groups()}
     created = False
@@ -127,6 +125,18 @@ async def put_topic(topic: str, request: Request) -> Response:
     await _registry(request).put_topic_route(route)
     await _registry(request).refresh()
     return OrjsonResponse(_route_out(route), status_code=201 if created else 200)
+
+
+def _hosting_groups(view: ClusterView, given: Any) -> list[str]:
+    """The groups a new topic goes to: those named (each known), else every group with a master."""
+    if given is None:
+        return groups_with_master(view)
+    if not isinstance(given, list) or not given or not all(isinstance(g, str) for g in given):
+        raise ApiError("VALIDATION_FAILED", "groups is a non-empty list of broker group names")
+    unknown = sorted(set(given) - set(view.groups))
+    if unknown:
+        raise ApiError("VALIDATION_FAILED", f"no broker group is named {', '.join(unknown)}")
+    return list(given)
 
 
 @router.get("/v1/topics/{topic}/route")

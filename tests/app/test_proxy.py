@@ -180,6 +180,18 @@ def test_topic_is_spread_and_sends_reach_every_queue_of_both_groups(cluster: Clu
 def test_errors_are_problems_and_broker_4xx_passes_through(cluster: Cluster) -> None:
     http = cluster.http
     create_topic(http, "Errs", 4)
+    invalid: list[dict[str, Any]] = [
+        {"groups": ["g1", "nope"]},
+        {"groups": []},
+        {"write_queue_nums": 10**9},
+    ]
+    for bad in invalid:
+        refused = http.put("/v1/topics/Bad", json=bad)
+        assert (refused.status_code, refused.json()["code"]) == (422, "VALIDATION_FAILED")
+    bad_name = http.put("/v1/topics/%25bad", json={})
+    assert bad_name.status_code == 400, bad_name.text
+    for name in ("Bad", "%25bad"):
+        assert http.get(f"/v1/topics/{name}/route").status_code == 404
     missing = http.post("/v1/topics/Nope/messages", json={"body": "x"})
     assert missing.status_code == 404
     assert missing.headers["content-type"].startswith("application/problem+json")
