@@ -1,5 +1,5 @@
 """The proxy's FastAPI app: one route registry (kept fresh by an etcd watch), one shared
-``httpx.AsyncClient`` to the brokers, and the routes of :mod:`app.proxy.routes`."""
+``httpx.AsyncClient`` to the brokers, and the proxy's endpoints."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from fastapi import FastAPI, Request
 from starlette.responses import Response
 
 from app.errors import install_error_handlers, problem_response
+from app.proxy import consume, messages, pop, topics
 from app.proxy.forward import Forwarder, ProxyError
-from app.proxy.routes import router
 from services.cluster import EtcdClient, EtcdUnavailableError, RouteRegistry
 from services.cluster.proxy_routing import SendPicker
 
@@ -46,7 +46,8 @@ def create_proxy_app(cluster: str, etcd_endpoints: Sequence[str]) -> FastAPI:
     app = FastAPI(title="spoolmq proxy", lifespan=lifespan, docs_url=None, redoc_url=None)
     install_error_handlers(app)
     app.add_exception_handler(ProxyError, _proxy_error)
-    app.include_router(router)
+    for module in (topics, messages, consume, pop):
+        app.include_router(module.router)
     return app
 
 

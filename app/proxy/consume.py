@@ -1,0 +1,161 @@
+"""Proxy endpoints for consumer groups: their configs, group pulls merged across broker
+groups, and offset commits split per group."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from app.errors import ApiError
+from app.proxy.context import (
+    DEFAULT_MAX_MESSAGES,
+    cluster_view,
+    first_non_empty,
+    forwarder,
+    int_param,
+    json_body,
+    params_without,
+    rotated,
+)
+from app.proxy.forward import BrokerAnswer, ProxyError
+from app.responses import OrjsonResponse
+from services.cluster.proxy_routing import (
+    NoMasterError,
+    globalize,
+    groups_with_master,
+    master_of,
+    merge_group_pulls,
+    queue_route,
+    readers,
+    split_commits,
+    topic_route,
+)
+
+router = APIRouter()
+
+
+# ================================================================ consumer groups
+
+
+@router.api_route("/v1/groups/{group}", methods=["PUT", "DELETE"])
+async def group_config(group: str, request: Request) -> Response:
+    """A consumer group's config goes to every master (each group keeps its own offsets)."""
+    view = cluster_view(request)
+    content = await request.body()
+    first: BrokerAnswer | None = None
+    for name in groups_with_master(view):
+        answer = await forwarder(request).call(
+            master_of(view, name),
+            request.method,
+            f"/v1/groups/{group}",
+            content=content,
+            headers=request.headers,
+        )
+        if not answer.ok:
+            return answer.response()
+        first = first or answer
+    if first is None:
+        raise NoMasterError("no broker group has a master right now")
+    return first.response()
+
+
+@router.get("/v1/groups/{group}/topics/{topic}/messages")
+async def pull_group(group: str, topic: str, request: Request) -> Response:
+    """Pull from every group hosting the topic, within ``max_messages`` overall.
+
+    Groups are asked in turn (a rotating start, so none starves) with what is left of the
+    budget; when none has anything and the pull long-polls, all are asked at once and the
+    first answer with messages is taken.
+    """
+    view = cluster_view(request)
+    route = topic_route(view, topic)
+    budget = int_param(request, "max_messages", DEFAULT_MAX_MESSAGES)
+    wait_ms = int_param(request, "wait_ms", 0)
+    auto_commit = request.query_params.get("auto_commit", "").lower() in ("true", "1", "yes")
+    params = params_without(request, "max_messages", "wait_ms")
+
+    async def ask(name: str, max_messages: int, wait: int) -> BrokerAnswer:
+        members = [master_of(view, name)] if auto_commit else readers(view, name)
+        _, answer = await forwarder(request).call_any(
+            members,
+            "GET",
+            f"/v1/groups/{group}/topics/{topic}/messages",
+            params=[*params, ("max_messages", str(max_messages)), ("wait_ms", str(wait))],
+            headers=request.headers,
+        )
+        return answer
+
+    answers: list[tuple[str, dict[str, Any]]] = []
+    reached = 0
+    last_error: ProxyError | NoMasterError | None = None
+    left = budget
+    for name in rotated(route.groups()):
+        if left <= 0:
+            break
+        try:
+            answer = await ask(name, left, 0)
+        except (ProxyError, NoMasterError) as exc:
+            last_error = exc
+            continue
+        reached += 1
+        if not answer.ok:
+            return answer.response()
+        out = answer.json()
+        answers.append((name, out))
+        left -= len(out.get("messages", ()))
+    if reached == 0 and last_error is not None:
+        raise last_error
+    if left == budget and wait_ms > 0:
+        polled = await first_non_empty(
+            [name for name, _ in answers], lambda name: ask(name, budget, wait_ms)
+        )
+        if polled is not None:
+            answers = [polled]
+    return OrjsonResponse(merge_group_pulls(route, answers, group))
+
+
+@router.put("/v1/groups/{group}/topics/{topic}/queues/{queue_id}/offset")
+async def commit_offset(group: str, topic: str, queue_id: int, request: Request) -> Response:
+    view = cluster_view(request)
+    route = topic_route(view, topic)
+    queue = queue_route(route, queue_id)
+    answer = await forwarder(request).call(
+        master_of(view, queue.group),
+        "PUT",
+        f"/v1/groups/{group}/topics/{topic}/queues/{queue.local_queue_id}/offset",
+        content=await request.body(),
+        headers=request.headers,
+    )
+    if not answer.ok:
+        return answer.response()
+    out = answer.json()
+    globalize(route, queue.group, out.get("offsets", ()))
+    return answer.with_body(out)
+
+
+@router.post("/v1/groups/{group}/offsets")
+async def commit_offsets(group: str, request: Request) -> Response:
+    """Split commits of cluster-wide queues into one batch per broker group."""
+    body = json_body(await request.body())
+    offsets = body.get("offsets")
+    if (
+        not isinstance(offsets, list)
+        or not offsets
+        or not all(isinstance(o, dict) for o in offsets)
+    ):
+        raise ApiError("VALIDATION_FAILED", "offsets is a non-empty list of objects")
+    view = cluster_view(request)
+    per_group = split_commits(offsets, view.topics)
+    for name, local in per_group.items():
+        answer = await forwarder(request).call(
+            master_of(view, name),
+            "POST",
+            f"/v1/groups/{group}/offsets",
+            json={"offsets": local},
+            headers=request.headers,
+        )
+        if not answer.ok:
+            return answer.response()
+    return OrjsonResponse({"group": group, "offsets": offsets})
