@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from app.errors import ApiError
 from app.proxy.context import (
     DEFAULT_MAX_MESSAGES,
     all_unreachable,
@@ -22,6 +23,7 @@ from app.proxy.context import (
 )
 from app.proxy.forward import BrokerAnswer, BrokerUnreachableError, ProxyError
 from app.responses import OrjsonResponse
+from services.cluster import EtcdUnavailableError
 from services.cluster.proxy_routing import (
     NoMasterError,
     batch_queue_id,
@@ -51,6 +53,8 @@ async def send(topic: str, request: Request) -> Response:
     else:
         explicit = int_param(request, "queue_id", -1)
         explicit = None if explicit < 0 and "queue_id" not in request.query_params else explicit
+        if explicit is not None and explicit < 0:
+            raise ApiError("VALIDATION_FAILED", "queue_id is an integer of at least 0")
         key = request.query_params.get("sharding_key")
     failed: list[str] = []
     refreshed = False
@@ -85,8 +89,11 @@ async def send(topic: str, request: Request) -> Response:
             failed.append(queue.group)
             continue
         if answer.status == 421 and not refreshed:
-            refreshed = True  # the route table is behind a failover: read it again
-            await route_registry(request).refresh()
+            refreshed = True  # the route table may be behind a failover: read it again
+            try:
+                await route_registry(request).refresh()
+            except EtcdUnavailableError:
+                return answer.response()
             continue
         if not answer.ok:
             return answer.response()

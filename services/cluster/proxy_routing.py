@@ -12,7 +12,12 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 from services.cluster.route_table import BrokerMember, ClusterView, QueueRoute, TopicRoute
-from services.errors import BatchRejectedError, BrokerUnavailableError, NotFoundError
+from services.errors import (
+    BatchRejectedError,
+    BrokerUnavailableError,
+    NotFoundError,
+    ServiceError,
+)
 from services.send import shard_queue
 
 HANDLE_SEPARATOR = "~"
@@ -35,6 +40,12 @@ class NoMasterError(BrokerUnavailableError):
     """A group has no master (a failover is under way): writes there must wait."""
 
     code: ClassVar[str] = "BROKER_UNAVAILABLE"
+
+
+class SendFieldError(ServiceError):
+    """A send's ``queue_id`` or ``sharding_key`` has the wrong type or range."""
+
+    code: ClassVar[str] = "VALIDATION_FAILED"
 
 
 class SplitBatchError(BatchRejectedError):
@@ -115,7 +126,11 @@ def batch_queue_id(body: Mapping[str, Any]) -> int | None:
             "every message of a batch goes to one queue: give one queue_id or sharding_key"
         )
     found = ids.pop() if ids else None
-    return found if isinstance(found, int) and not isinstance(found, bool) else None
+    if found is None:
+        return None
+    if not isinstance(found, int) or isinstance(found, bool) or found < 0:
+        raise SendFieldError(f"queue_id is an integer of at least 0, not {found!r}")
+    return found
 
 
 def batch_sharding_key(body: Mapping[str, Any]) -> str | None:
@@ -129,7 +144,9 @@ def batch_sharding_key(body: Mapping[str, Any]) -> str | None:
             "every message of a batch goes to one queue: give one queue_id or sharding_key"
         )
     found = keys.pop() if keys else None
-    return found if isinstance(found, str) else None
+    if found is not None and not isinstance(found, str):
+        raise SendFieldError(f"sharding_key is a string, not {found!r}")
+    return found
 
 
 def localize_send(body: dict[str, Any], local_queue_id: int) -> dict[str, Any]:

@@ -202,6 +202,11 @@ def test_errors_are_problems_and_broker_4xx_passes_through(cluster: Cluster) -> 
         "/v1/topics/Errs/messages", content=b"{", headers={"content-type": "application/json"}
     )
     assert (bad_json.status_code, bad_json.json()["code"]) == (400, "MALFORMED_JSON")
+    for bad_queue in ("2", -1):
+        wrong = http.post("/v1/topics/Errs/messages", json={"body": "x", "queue_id": bad_queue})
+        assert (wrong.status_code, wrong.json()["code"]) == (422, "VALIDATION_FAILED")
+    raw_wrong = http.post("/v1/topics/Errs/messages", params={"queue_id": "-3"}, content=b"x")
+    assert raw_wrong.status_code == 422
     split = http.post(
         "/v1/topics/Errs/messages",
         json={"messages": [{"body": "a", "queue_id": 0}, {"body": "b", "queue_id": 3}]},
@@ -369,3 +374,17 @@ def test_a_broker_down_is_503_for_its_queues_while_the_other_group_serves(
     group_pull = http.get("/v1/groups/Any/topics/Half/messages", params={"max_messages": 32})
     assert group_pull.status_code == 200
     assert {m["queue_id"] for m in group_pull.json()["messages"]} == {2, 3}
+
+
+def test_with_etcd_down_the_proxy_keeps_routing_on_its_last_view(cluster: Cluster) -> None:
+    http = cluster.http
+    create_topic(http, "Kept", 4)
+    cluster.etcd.stop()
+    assert send(http, "Kept", "still routed", queue_id=3)["queue_id"] == 3
+    assert http.get("/v1/topics/Kept/queues/3/messages").json()["messages"][0]["body"] == (
+        "still routed"
+    )
+    refused = http.put("/v1/topics/New", json={"write_queue_nums": 2})
+    assert refused.status_code == 503
+    assert refused.json()["code"] == "ETCD_UNAVAILABLE"
+    assert refused.headers["retry-after"] == "1"

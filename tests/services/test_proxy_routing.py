@@ -9,6 +9,7 @@ from services.cluster.proxy_routing import (
     NoMasterError,
     QueueNotRoutedError,
     RouteNotFoundError,
+    SendFieldError,
     SendPicker,
     SplitBatchError,
     batch_queue_id,
@@ -84,6 +85,11 @@ def test_a_batch_names_one_queue_and_is_localized() -> None:
     assert batch_sharding_key({"body": "x", "sharding_key": "k"}) == "k"
     with pytest.raises(SplitBatchError):
         batch_queue_id({"messages": [{"queue_id": 0}, {"queue_id": 5}]})
+    for bad in ("1", True, -1, 1.5):
+        with pytest.raises(SendFieldError):
+            batch_queue_id({"body": "x", "queue_id": bad})
+    with pytest.raises(SendFieldError):
+        batch_sharding_key({"body": "x", "sharding_key": 7})
     assert localize_send(body, 1) == {"messages": [{"body": "a"}, {"body": "b"}], "queue_id": 1}
     assert localize_send({"body": "x", "sharding_key": "k"}, 2) == {"body": "x", "queue_id": 2}
 
