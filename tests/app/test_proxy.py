@@ -334,9 +334,12 @@ def test_a_new_master_in_etcd_is_followed(cluster: Cluster, tmp_path: Path) -> N
         # ... while writes there wait for a new master.
         refused = http.post("/v1/topics/Fail/messages", json={"body": "x", "queue_id": 3})
         assert refused.status_code == 503 and "retry-after" in refused.headers
-        asyncio.run_coroutine_threadsafe(slave.broker.promote(2), slave.broker.loop).result(60)
         put_members(cluster.etcd.url, {"g2": member("b2", "g2", slave)})
         wait_until(lambda: http.get("/healthz").json()["masters"].get("g2") == "b2", timeout=30)
+        # Named master before it is promoted: its 421 passes through as the broker gave it.
+        early = http.post("/v1/topics/Fail/messages", json={"body": "x", "queue_id": 3})
+        assert (early.status_code, early.json()["code"]) == (421, "NOT_MASTER")
+        asyncio.run_coroutine_threadsafe(slave.broker.promote(2), slave.broker.loop).result(60)
         pulled = http.get("/v1/topics/Fail/queues/3/messages").json()
         assert [(m["body"], m["queue_id"]) for m in pulled["messages"]] == [("before", 3)]
         found = http.get(f"/v1/messages/{before['msg_id']}")
