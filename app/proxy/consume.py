@@ -3,6 +3,7 @@ groups, and offset commits split per group."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -32,6 +33,9 @@ from services.cluster.proxy_routing import (
     split_commits,
     topic_route,
 )
+from services.cluster.route_table import BrokerMember
+
+log = logging.getLogger(__name__)
 
 router = APIRouter()
 
@@ -76,13 +80,16 @@ async def pull_group(group: str, topic: str, request: Request) -> Response:
     auto_commit = request.query_params.get("auto_commit", "").lower() in ("true", "1", "yes")
     params = params_without(request, "max_messages", "wait_ms")
 
-    async def ask(name: str, max_messages: int, wait: int) -> BrokerAnswer:
+    async def ask(name: str, max_messages: int, wait: int, commit: bool = True) -> BrokerAnswer:
         members = [master_of(view, name)] if auto_commit else readers(view, name)
+        query = [*params, ("max_messages", str(max_messages)), ("wait_ms", str(wait))]
+        if not commit:
+            query = [(k, v) for k, v in query if k != "auto_commit"]
         _, answer = await forwarder(request).call_any(
             members,
             "GET",
             f"/v1/groups/{group}/topics/{topic}/messages",
-            params=[*params, ("max_messages", str(max_messages)), ("wait_ms", str(wait))],
+            params=query,
             headers=request.headers,
         )
         return answer
@@ -108,12 +115,38 @@ async def pull_group(group: str, topic: str, request: Request) -> Response:
     if reached == 0 and last_error is not None:
         raise last_error
     if left == budget and wait_ms > 0:
+        # The race's losers must not commit what they found: every group long-polls without
+        # auto-commit, and only the winner's delivered messages are committed afterwards.
         polled = await first_non_empty(
-            [name for name, _ in answers], lambda name: ask(name, budget, wait_ms)
+            [name for name, _ in answers], lambda name: ask(name, budget, wait_ms, commit=False)
         )
         if polled is not None:
+            if auto_commit:
+                await _commit_delivered(request, group, master_of(view, polled[0]), polled[1])
             answers = [polled]
     return OrjsonResponse(merge_group_pulls(route, answers, group))
+
+
+async def _commit_delivered(
+    request: Request, group: str, master: BrokerMember, pulled: dict[str, Any]
+) -> None:
+    """Commit the positions past what one broker group's pull returned (local queue ids)."""
+    offsets = [
+        {"topic": q["topic"], "queue_id": q["queue_id"], "offset": q["next_offset"]}
+        for q in pulled.get("queues", ())
+        if q.get("next_offset", 0) > q.get("offset", 0)
+    ]
+    if not offsets:
+        return
+    answer = await forwarder(request).call(
+        master,
+        "POST",
+        f"/v1/groups/{group}/offsets",
+        json={"offsets": offsets},
+        headers=request.headers,
+    )
+    if not answer.ok:  # delivered but not committed: they come again (at least once)
+        log.warning("group %s: committing pulled offsets answered %s", group, answer.status)
 
 
 @router.put("/v1/groups/{group}/topics/{topic}/queues/{queue_id}/offset")

@@ -270,6 +270,26 @@ def test_group_pull_through_the_proxy_drains_everything_exactly_once(cluster: Cl
     }
 
 
+def test_an_auto_commit_long_poll_commits_only_what_it_delivered(cluster: Cluster) -> None:
+    http = cluster.http
+    create_topic(http, "Parked")
+    assert http.put("/v1/groups/Sleepers", json={}).status_code in (200, 201)
+    params = {"wait_ms": 20000, "auto_commit": "true"}
+    late = threading.Timer(0.3, lambda: send(http_other, "Parked", "wake"))
+    with httpx.Client(base_url=cluster.proxy.url, timeout=40) as http_other:
+        late.start()
+        parked = http.get("/v1/groups/Sleepers/topics/Parked/messages", params=params).json()
+        late.join()
+    assert [m["body"] for m in parked["messages"]] == ["wake"]
+    # committed by the proxy once the race was decided: not delivered again
+    again = http.get("/v1/groups/Sleepers/topics/Parked/messages", params={"auto_commit": "true"})
+    assert again.status_code == 200
+    assert again.json()["messages"] == []
+    send(http, "Parked", "next")
+    after = http.get("/v1/groups/Sleepers/topics/Parked/messages", params={"auto_commit": "true"})
+    assert [m["body"] for m in after.json()["messages"]] == ["next"]
+
+
 def test_pop_receive_and_ack_through_the_proxy(cluster: Cluster) -> None:
     http = cluster.http
     create_topic(http, "Jobs", 4)
