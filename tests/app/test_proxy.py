@@ -274,7 +274,7 @@ def test_an_auto_commit_long_poll_commits_only_what_it_delivered(cluster: Cluste
     http = cluster.http
     create_topic(http, "Parked")
     assert http.put("/v1/groups/Sleepers", json={}).status_code in (200, 201)
-    params = {"wait_ms": 20000, "auto_commit": "true"}
+    params: dict[str, str | int] = {"wait_ms": 20000, "auto_commit": "true"}
     late = threading.Timer(0.3, lambda: send(http_other, "Parked", "wake"))
     with httpx.Client(base_url=cluster.proxy.url, timeout=40) as http_other:
         late.start()
