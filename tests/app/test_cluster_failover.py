@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,9 @@ class Producers:
         with self.lock:
             return len(self.acked)
 
+    def acked_more_than(self, count: int) -> bool:
+        return self.acked_count() > count
+
     def _other(self, url: str) -> str:
         return self.urls[1] if url == self.urls[0] else self.urls[0]
 
@@ -77,6 +81,14 @@ class Producers:
 def in_sync(master: ClusterBroker, slave: ClusterBroker) -> bool:
     answer = httpx.get(f"{master.url}/v1/topics/Kill/route", timeout=10)
     return answer.status_code == 200 and slave.name in answer.json()["groups"][0]["in_sync"]
+
+
+def is_master(broker: ClusterBroker) -> bool:
+    return broker.role() == "master"
+
+
+def holds_all(broker: ClusterBroker, ids: set[str]) -> bool:
+    return ids <= set(pull_ids(broker.url, 0) + pull_ids(broker.url, 1))
 
 
 def pull_ids(url: str, queue_id: int) -> list[str]:
@@ -114,11 +126,11 @@ def test_kill_the_master_again_and_again_under_load_loses_no_acked_message(
         rounds = 0
         deadline = time.monotonic() + LOOP_BUDGET_S
         while rounds < ROUNDS and time.monotonic() < deadline:
-            wait_until(lambda m=master, s=slave: in_sync(m, s), timeout=30)
+            wait_until(partial(in_sync, master, slave), timeout=30)
             before = producers.acked_count()
-            wait_until(lambda n=before: producers.acked_count() > n, timeout=30)
+            wait_until(partial(producers.acked_more_than, before), timeout=30)
             master.kill()
-            wait_until(lambda s=slave: s.role() == "master", timeout=30)
+            wait_until(partial(is_master, slave), timeout=30)
             master.start()  # restarted: truncates an unconfirmed tail and rejoins as slave
             assert master.role() == "slave"
             master, slave = slave, master
@@ -129,7 +141,7 @@ def test_kill_the_master_again_and_again_under_load_loses_no_acked_message(
         acked = set(producers.acked)
         assert len(acked) == len(producers.acked)
         for broker in (master, slave):  # the slave, caught up, holds the same queues
-            wait_until(lambda br=broker: acked <= set(pull_ids(br.url, 0) + pull_ids(br.url, 1)))
+            wait_until(partial(holds_all, broker, acked))
             stored = pull_ids(broker.url, 0) + pull_ids(broker.url, 1)
             assert len(stored) == len(set(stored)), "a message appears twice in a ConsumeQueue"
         assert len(acked) > ROUNDS
