@@ -35,7 +35,7 @@ from services.cluster.election import (
 from services.cluster.etcd import Compare, EtcdClient, EtcdUnavailableError, KeyValue, put_op
 from services.cluster.registry import RouteRegistry
 from services.cluster.route_table import BrokerMember, ClusterKeys, spread_queues
-from services.errors import ReplicaDivergedError, ReplicaRoleError
+from services.errors import ReplicaDivergedError
 from services.ha.address import MasterAddress
 from services.topics import SYSTEM_TOPICS
 
@@ -49,6 +49,10 @@ FatalHook = Callable[[BaseException], None]
 
 class ClusterJoinError(RuntimeError):
     """The broker could not take its place in the cluster (etcd unreachable, no master)."""
+
+
+class MasterRoleLostError(RuntimeError):
+    """This master found another broker elected in its place: it must restart as a slave."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +215,7 @@ class ClusterMember:
         log.error("%s; refusing writes", message)
         self.broker.block_writes(NoMasterError(message, None, retry_after_s=2))
         if self.on_fatal is not None:
-            self.on_fatal(ReplicaRoleError(message + "; restart it to rejoin as a slave"))
+            self.on_fatal(MasterRoleLostError(message + "; restart it to rejoin as a slave"))
 
     # ---------------------------------------------------------------- publishing
 

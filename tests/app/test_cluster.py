@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -149,3 +150,20 @@ def test_route_names_the_group_master_slaves_and_in_sync_set(
     missing = route(a, "NoSuchTopic")
     assert missing.status_code == 404
     assert missing.headers["content-type"].startswith("application/problem+json")
+
+
+def test_a_master_cut_off_past_its_lease_yields_to_the_new_master_and_exits(
+    pair: tuple[ClusterBroker, ClusterBroker], tmp_path: Path
+) -> None:
+    a, b = pair
+    wait_until(lambda: in_sync(a, b))
+    assert a.process is not None
+    a.process.send_signal(signal.SIGSTOP)  # frozen: no lease renewal, no answers
+    try:
+        wait_until(lambda: b.role() == "master", timeout=30)
+    finally:
+        a.process.send_signal(signal.SIGCONT)
+    assert a.process.wait(timeout=30) == 1  # it sees b holding the key, fences itself, exits
+    log = (tmp_path / "a.log").read_text()
+    assert "spoolmq: stopped: broker a is no longer master of g1" in log
+    assert send(b.url, "on-b").status_code == 201
