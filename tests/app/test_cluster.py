@@ -147,6 +147,10 @@ def test_route_names_the_group_master_slaves_and_in_sync_set(
         assert group["slaves"][0]["http_url"] == b.url
         assert group["in_sync"] == ["b"]
         assert group["epoch"] == a.replica()["epoch"]
+    page = httpx.get(f"{b.url}/admin/cluster", timeout=10)
+    assert page.status_code == 200
+    for text in ("test (group g1)", "Clu", f'href="{a.url}/admin/cluster">a<', "slave"):
+        assert text in page.text
     missing = route(a, "NoSuchTopic")
     assert missing.status_code == 404
     assert missing.headers["content-type"].startswith("application/problem+json")

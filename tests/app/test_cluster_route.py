@@ -64,3 +64,10 @@ def test_cluster_settings_need_etcd_and_a_fixed_ha_port(tmp_path: Path) -> None:
     assert config.lease_ttl_s == 3
     assert settings.broker_config().cluster_managed
     assert Settings(store_dir=tmp_path).cluster_config() is None
+
+
+def test_admin_cluster_page_outside_a_cluster(client: httpx.Client) -> None:
+    page = client.get("/admin/cluster")
+    assert page.status_code == 200
+    assert "not in a cluster" in page.text
+    assert "Topic routes" not in page.text
