@@ -75,6 +75,13 @@ def may_campaign(name: str, sync_state: SyncState | None) -> bool:
     return sync_state is not None and name in sync_state.members
 
 
+def may_campaign_at_start(name: str, sync_state: SyncState | None) -> bool:
+    """A broker starting up may take a free master key if the group never published an
+    in-sync set, or it was the last master or in that master's in-sync set — never a stale
+    replica that could make the complete ones truncate to it."""
+    return sync_state is None or name == sync_state.master or name in sync_state.members
+
+
 def campaign_order(candidates: Iterable[BrokerMember]) -> list[BrokerMember]:
     """Who goes first: the highest confirmed offset, ties broken by name."""
     return sorted(candidates, key=lambda m: (-m.confirmed_offset, m.name))

@@ -29,6 +29,7 @@ from services.cluster.election import (
     campaign,
     first_candidate,
     may_campaign,
+    may_campaign_at_start,
     read_epoch,
     republish_master,
 )
@@ -87,6 +88,7 @@ class ClusterMember:
         self._tasks: list[asyncio.Task[None]] = []
         self._published_sync: SyncState | None = None
         self._fenced = False
+        self._announced: tuple[bytes, int] | None = None
 
     @property
     def name(self) -> str:
@@ -114,18 +116,34 @@ class ClusterMember:
     # ================================================================== joining
 
     async def join(self) -> None:
-        """Before the broker starts: take a lease, then campaign or find the master to follow."""
+        """Before the broker starts: take a lease, then campaign or find the master to follow.
+
+        A master key still held under this broker's own name is a previous life's (killed
+        before its lease lapsed): wait for it to go rather than follow oneself.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.join_timeout_s
         try:
             self.lease = await self.etcd.grant(self.config.lease_ttl_s)
-            if self.broker.config.role == "master" and await self._campaign_at_start():
-                return
-            master = await self._wait_for_master()
+            while True:
+                if self.broker.config.role == "master" and await self._campaign_at_start():
+                    return
+                kv = await self.etcd.get(self.keys.master(self.group))
+                holder = BrokerMember.from_json(kv.value) if kv is not None else None
+                if holder is not None and holder.name != self.name:
+                    break
+                if loop.time() > deadline:
+                    raise ClusterJoinError(f"group {self.group} has no master to follow")
+                await asyncio.sleep(0.2)
         except EtcdUnavailableError as exc:
             raise ClusterJoinError(f"cannot join cluster {self.config.cluster}: {exc}") from exc
-        log.info("broker %s joins group %s as slave of %s", self.name, self.group, master.name)
-        self.broker.prepare_role("slave", master)
+        log.info("broker %s joins group %s as slave of %s", self.name, self.group, holder.name)
+        self.broker.prepare_role("slave", _address(holder))
 
     async def _campaign_at_start(self) -> bool:
+        sync_state = SyncState.from_kv(await self.etcd.get(self.keys.sync_state(self.group)))
+        if not may_campaign_at_start(self.name, sync_state):
+            return False
         seen = await read_epoch(self.etcd, self.keys, self.group)
         local = await asyncio.to_thread(self.broker.local_epoch)
         epoch = max(seen.epoch, local) + 1
@@ -135,17 +153,6 @@ class ClusterMember:
             self.elections_won += 1
             return True
         return False
-
-    async def _wait_for_master(self) -> MasterAddress:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.config.join_timeout_s
-        while True:
-            kv = await self.etcd.get(self.keys.master(self.group))
-            if kv is not None:
-                return _address(BrokerMember.from_json(kv.value))
-            if loop.time() > deadline:
-                raise ClusterJoinError(f"group {self.group} has no master to follow")
-            await asyncio.sleep(0.2)
 
     # ================================================================== running
 
@@ -230,8 +237,10 @@ class ClusterMember:
             await asyncio.sleep(self.config.publish_interval_s)
 
     async def _publish_once(self) -> None:
-        me = self.me()
-        await self.etcd.put(self.keys.broker(self.group, self.name), me.to_json(), self.lease)
+        announced = (self.me().to_json(), self.lease)
+        if announced != self._announced:  # unchanged: the lease alone keeps the key
+            await self.etcd.put(self.keys.broker(self.group, self.name), *announced)
+            self._announced = announced
         if self.broker.role != "master" or self._fenced:
             return
         await self.publish_sync_state()

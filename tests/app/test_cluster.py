@@ -171,3 +171,18 @@ def test_a_master_cut_off_past_its_lease_yields_to_the_new_master_and_exits(
     log = (tmp_path / "a.log").read_text()
     assert "spoolmq: stopped: broker a is no longer master of g1" in log
     assert send(b.url, "on-b").status_code == 201
+
+
+def test_a_master_restarted_before_its_lease_lapses_does_not_follow_itself(
+    pair: tuple[ClusterBroker, ClusterBroker],
+) -> None:
+    a, b = pair
+    wait_until(lambda: in_sync(a, b))
+    assert send(a.url, "before").status_code == 201
+    a.kill()
+    a.start()  # its old master key is still there until the lease lapses: it waits it out
+    wait_until(lambda: {a.role(), b.role()} == {"master", "slave"})
+    master, slave = (a, b) if a.role() == "master" else (b, a)
+    assert slave.replica()["master"]["name"] == master.name
+    assert master.replica()["epoch"] > 1
+    assert send(master.url, "after").status_code == 201

@@ -15,6 +15,7 @@ from services.cluster.election import (
     campaign_order,
     first_candidate,
     may_campaign,
+    may_campaign_at_start,
     read_epoch,
     republish_master,
 )
@@ -34,6 +35,14 @@ def test_only_sync_state_members_may_campaign() -> None:
     assert may_campaign("b", state)
     assert not may_campaign("c", state)
     assert not may_campaign("b", None)  # never published: nobody knows who is complete
+
+
+def test_at_start_a_stale_replica_may_not_take_a_free_master_key() -> None:
+    state = SyncState(3, "a", frozenset({"b"}))
+    assert may_campaign_at_start("a", state)  # the last master holds every acked message
+    assert may_campaign_at_start("b", state)
+    assert not may_campaign_at_start("c", state)  # fell behind: it would make b truncate
+    assert may_campaign_at_start("c", None)  # a new group: the first master starts it
 
 
 def test_highest_confirmed_offset_first_then_name() -> None:
