@@ -168,7 +168,12 @@ class ClusterMember:
             self._tasks.append(asyncio.create_task(job(), name=name))
 
     async def stop(self) -> None:
-        """Leave the cluster: revoking the lease frees the master key for a fast failover."""
+        """Leave the cluster: revoking the lease frees the master key for a fast failover.
+
+        Writes are refused first, so nothing is acknowledged here once a successor may be.
+        """
+        if self.broker.role == "master":
+            self.broker.block_writes(NoMasterError(f"broker {self.name} is shutting down"))
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

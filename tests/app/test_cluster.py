@@ -186,3 +186,16 @@ def test_a_master_restarted_before_its_lease_lapses_does_not_follow_itself(
     assert slave.replica()["master"]["name"] == master.name
     assert master.replica()["epoch"] > 1
     assert send(master.url, "after").status_code == 201
+
+
+def test_a_master_stopped_cleanly_hands_over_at_once(
+    pair: tuple[ClusterBroker, ClusterBroker],
+) -> None:
+    a, b = pair
+    wait_until(lambda: in_sync(a, b))
+    epoch = a.replica()["epoch"]
+    a.stop()  # revokes its lease: no waiting for a TTL
+    assert a.process is not None and a.process.returncode == 0
+    wait_until(lambda: b.role() == "master")
+    assert b.replica()["epoch"] == epoch + 1
+    assert send(b.url, "after-handover").status_code == 201
