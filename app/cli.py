@@ -37,6 +37,7 @@ from app.security.principals import ConsumeGrant
 from app.server import build_server
 from app.settings import Settings
 from services import Broker, OutgoingMessage, PullOptions
+from services.cluster.member import MasterRoleLostError
 from services.errors import ServiceError, StorageError
 from services.ha import split_host_port
 
@@ -102,6 +103,9 @@ def _serve(args: argparse.Namespace) -> int:
             "no --auth-file: every caller is admin (listening on %s)", settings.host
         )
     server.run()
+    if failures and isinstance(failures[0], MasterRoleLostError):
+        print(f"spoolmq: stopped: {failures[0]}", file=sys.stderr)
+        return 1
     if failures:
         print(f"spoolmq: could not start: {failures[0]}", file=sys.stderr)
         return 1

@@ -59,6 +59,7 @@ STATUS_BY_CODE: Final[Mapping[str, int]] = {
     "CONSUME_MODE_CONFLICT": 409,
     "INVALID_RECEIPT_HANDLE": 400,
     "RECEIPT_HANDLE_EXPIRED": 409,
+    "NO_MASTER": 503,  # a failover is under way (or this master lost its key): retry
     "NOT_MASTER": 421,  # a write reached a read-only slave; the body names the master
     "REPLICA_DIVERGED": 409,
     "REPLICA_ROLE_CONFLICT": 409,
@@ -159,8 +160,15 @@ async def _service_error(request: Request, exc: Exception) -> Response:
 
 
 def not_master_response(request: Request, exc: NotMasterError) -> Response:
-    """421 NOT_MASTER with the master's HTTP address in ``master`` (a problem extension)."""
-    return problem_response(request, exc.code, str(exc), extensions={"master": exc.master})
+    """421 NOT_MASTER with the master's HTTP address in ``master`` (a problem extension);
+    503 NO_MASTER with Retry-After while the group has no master to name."""
+    headers = {}
+    retry_after = getattr(exc, "retry_after_s", None)
+    if retry_after is not None:
+        headers["Retry-After"] = str(retry_after)
+    return problem_response(
+        request, exc.code, str(exc), headers=headers, extensions={"master": exc.master}
+    )
 
 
 async def _not_master_error(request: Request, exc: Exception) -> Response:

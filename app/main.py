@@ -22,11 +22,22 @@ from app.errors import install_error_handlers
 from app.middleware import HttpShellMiddleware
 from app.openapi import build_openapi
 from app.replica_guard import ReplicaGuardMiddleware, document_not_master
-from app.routes import docs, groups, health, messages, pop, redelivery, replication, topics
+from app.routes import (
+    cluster,
+    docs,
+    groups,
+    health,
+    messages,
+    pop,
+    redelivery,
+    replication,
+    topics,
+)
 from app.routes.fast import fast_routes
 from app.security import install_security
 from app.settings import Settings, get_settings
 from services import Broker
+from services.cluster.member import ClusterMember
 
 log = logging.getLogger("spoolmq")
 
@@ -51,6 +62,11 @@ TAGS: list[dict[str, Any]] = [
         "description": "Replica status, epochs and configs (what a slave fetches from its "
         "master). A slave answers every write with 421 NOT_MASTER naming its master.",
     },
+    {
+        "name": "cluster",
+        "description": "Routes across broker groups (cluster mode: kept in etcd). During a "
+        "failover a slave answers writes with 503 NO_MASTER and Retry-After.",
+    },
 ]
 
 
@@ -67,14 +83,18 @@ def create_app(
     """Build the app; the broker opens the store when the app's lifespan starts."""
     settings = settings or get_settings()
     broker = Broker(settings.broker_config())
+    cluster_config = settings.cluster_config()
+    member = ClusterMember(broker, cluster_config, on_start_failure) if cluster_config else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        start = asyncio.create_task(_start(broker, on_start_failure), name="broker-start")
+        start = asyncio.create_task(_start(broker, member, on_start_failure), name="broker-start")
         try:
             yield
         finally:
             await asyncio.wait({start})  # an open in progress cannot be interrupted
+            if member is not None:
+                await member.stop()
             await broker.stop()
 
     app = FastAPI(
@@ -90,12 +110,13 @@ def create_app(
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.broker = broker
+    app.state.cluster = member
     app.state.settings = settings
     install_error_handlers(app)
     app.add_middleware(ReplicaGuardMiddleware, broker=broker)  # innermost: after security
     install_security(app, settings)  # before the routers and inside HttpShellMiddleware
     app.add_middleware(HttpShellMiddleware, max_request_bytes=settings.max_request_bytes)
-    for module in (messages, topics, groups, redelivery, pop, replication, health, docs):
+    for module in (messages, topics, groups, redelivery, pop, replication, cluster, health, docs):
         app.include_router(module.router)
     app.router.routes[0:0] = fast_routes()
     app.mount("/static", docs.static_files(), name="static")
@@ -105,9 +126,15 @@ def create_app(
     return app
 
 
-async def _start(broker: Broker, on_failure: StartFailureHook | None) -> None:
+async def _start(
+    broker: Broker, member: ClusterMember | None, on_failure: StartFailureHook | None
+) -> None:
     try:
+        if member is not None:
+            await member.join()  # the election decides master or slave
         await broker.start()
+        if member is not None:
+            member.start()
     except Exception as exc:
         log.error("spoolmq could not start: %s", exc)
         if on_failure is not None:

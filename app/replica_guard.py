@@ -59,7 +59,7 @@ class ReplicaGuardMiddleware:
         self.broker = broker
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and self.broker.role != "master" and is_write(scope):
+        if scope["type"] == "http" and not self.broker.accepts_writes and is_write(scope):
             try:
                 self.broker.check_writable()
             except NotMasterError as exc:

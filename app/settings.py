@@ -7,6 +7,7 @@ Every store size and limit of :class:`storage.StoreConfig` has a field of the sa
 from __future__ import annotations
 
 import dataclasses
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -25,6 +26,7 @@ from services import (
     StoreConfig,
     TopicPolicy,
 )
+from services.cluster.member import ClusterConfig
 from services.ha import MasterAddress, split_host_port
 
 MIB = 1024 * 1024
@@ -215,6 +217,27 @@ class Settings(BaseSettings):
         description="a slave starting with a tail its master's epochs do not confirm cuts it",
     )
 
+    # ---------------------------------------------------------------- cluster
+    cluster: str | None = Field(
+        default=None,
+        description="cluster name: join it through etcd (election and failover by group)",
+    )
+    etcd: str | None = Field(
+        default=None, description="etcd client URLs, comma-separated (needed with --cluster)"
+    )
+    broker_group: str | None = Field(
+        default=None,
+        description="this broker's group in the cluster (its master and slaves; default "
+        "the broker name)",
+    )
+    etcd_lease_ttl_s: int = Field(
+        default=3, ge=1, le=60, description="seconds a dead broker's lease lasts in etcd"
+    )
+    advertise_url: str | None = Field(
+        default=None,
+        description="this broker's HTTP base URL as others reach it (default http://HOST:PORT)",
+    )
+
     # ---------------------------------------------------------------- HTTP limits
     max_request_bytes: int = Field(
         default=MAX_REQUEST_BYTES, ge=1024, description="largest request body in bytes (413 beyond)"
@@ -282,7 +305,17 @@ class Settings(BaseSettings):
         """``SPOOLMQ_AUTH_FILE=`` (empty) means none, e.g. to unset the Dockerfile's."""
         return None if value == "" else value
 
-    @field_validator("ha_listen", "master_ha", "master_http", "master_name", mode="before")
+    @field_validator(
+        "ha_listen",
+        "master_ha",
+        "master_http",
+        "master_name",
+        "cluster",
+        "etcd",
+        "broker_group",
+        "advertise_url",
+        mode="before",
+    )
     @classmethod
     def _empty_address_is_none(cls, value: Any) -> Any:
         return None if value == "" else value
@@ -294,7 +327,24 @@ class Settings(BaseSettings):
             split_host_port(value)
         return value
 
-    @field_validator("master_http")
+    @field_validator("cluster", "broker_group")
+    @classmethod
+    def _cluster_name(cls, value: str | None) -> str | None:
+        if value is not None and re.fullmatch(BROKER_NAME_PATTERN, value) is None:
+            raise ValueError(f"expected letters, digits, '.', '_' or '-', got {value!r}")
+        return value
+
+    @field_validator("etcd")
+    @classmethod
+    def _etcd_urls(cls, value: str | None) -> str | None:
+        if value is not None:
+            for url in value.split(","):
+                parts = urlsplit(url.strip())
+                if parts.scheme not in ("http", "https") or not parts.netloc:
+                    raise ValueError(f"expected http(s) URLs, got {url!r}")
+        return value
+
+    @field_validator("master_http", "advertise_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
         if value is not None:
@@ -306,11 +356,40 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _slave_needs_master(self) -> Settings:
-        if self.role == "slave" and (self.master_http is None or self.master_ha is None):
+        if self.cluster is not None:
+            self._check_cluster()
+        elif self.role == "slave" and (self.master_http is None or self.master_ha is None):
             raise ValueError("a slave needs --master-http and --master-ha")
         if self.replication == "sync" and self.ha_listen is None:
             raise ValueError("sync replication needs --ha-listen (slaves connect there)")
         return self
+
+    def _check_cluster(self) -> None:
+        if self.etcd is None:
+            raise ValueError("--cluster needs --etcd (the etcd client URLs)")
+        if self.ha_listen is None or split_host_port(self.ha_listen)[1] == 0:
+            raise ValueError("--cluster needs --ha-listen with a fixed port (slaves follow it)")
+
+    @property
+    def in_cluster(self) -> bool:
+        return self.cluster is not None
+
+    def http_url(self) -> str:
+        """How other brokers and clients reach this one over HTTP."""
+        return self.advertise_url or f"http://{self.host}:{self.port}"
+
+    def cluster_config(self, http_url: str | None = None) -> ClusterConfig | None:
+        """Where this broker belongs in its cluster (None outside cluster mode)."""
+        if self.cluster is None or self.etcd is None or self.ha_listen is None:
+            return None
+        return ClusterConfig(
+            cluster=self.cluster,
+            group=self.broker_group or self.broker_name,
+            etcd_endpoints=[url.strip().rstrip("/") for url in self.etcd.split(",")],
+            http_url=http_url or self.http_url(),
+            ha_address=self.ha_listen,
+            lease_ttl_s=self.etcd_lease_ttl_s,
+        )
 
     def master_address(self) -> MasterAddress | None:
         if self.role != "slave" or self.master_http is None or self.master_ha is None:
@@ -352,6 +431,7 @@ class Settings(BaseSettings):
             ha_heartbeat_s=self.ha_heartbeat_s,
             config_sync_interval_s=self.config_sync_interval_s,
             truncate_on_divergence=self.truncate_on_divergence,
+            cluster_managed=self.in_cluster,
         )
 
 

@@ -116,9 +116,10 @@ class BrokerConfig:
     ha_heartbeat_s: float = 1.0
     config_sync_interval_s: float = 2.0
     truncate_on_divergence: bool = True  # a slave cuts an unconfirmed tail at start
+    cluster_managed: bool = False  # an election picks the role (prepare_role) before start
 
     def __post_init__(self) -> None:
-        if self.role == "slave" and self.master is None:
+        if self.role == "slave" and self.master is None and not self.cluster_managed:
             raise ValueError("a slave needs its master's address")
 
 
@@ -157,6 +158,8 @@ class Broker:
         self._ha_client: HAClient | None = None
         self._config_sync: SlaveConfigSync | None = None
         self._write_tasks_started = False
+        self._start_epoch = 0  # an elected master's epoch (0: the next local one)
+        self._write_block: NotMasterError | None = None
         self.sync_state_listeners: list[Callable[[frozenset[str]], None]] = []
 
     # ================================================================== lifecycle
@@ -186,9 +189,8 @@ class Broker:
         self._scheduler = DelayScheduler(store, self.delay_offsets, appender.put)
         try:
             if self._role == "master":
-                await asyncio.to_thread(
-                    self._epochs.begin, self._epochs.last_epoch + 1, store.max_physical_offset
-                )
+                epoch = max(self._start_epoch, self._epochs.last_epoch + 1)
+                await asyncio.to_thread(self._epochs.begin, epoch, store.max_physical_offset)
                 await self._start_write_tasks()
                 await self._start_ha_server()
             else:
@@ -341,8 +343,36 @@ class Broker:
         """The HA address a master listens on (the port picked when 0 was asked)."""
         return self._ha.address if self._ha is not None else None
 
+    def prepare_role(self, role: Role, master: MasterAddress | None, epoch: int = 0) -> None:
+        """Before start: the role an election gave this broker (and a master's epoch)."""
+        if self.state is not BrokerState.NEW:
+            raise RuntimeError("the role is prepared before the broker starts")
+        if role == "slave" and master is None:
+            raise ValueError("a slave needs its master's address")
+        self._role = role
+        self._master = master if role == "slave" else None
+        self._start_epoch = epoch
+
+    def local_epoch(self) -> int:
+        """The last epoch this store recorded (reads the epoch file; before start too)."""
+        return self._epochs.load().last_epoch
+
+    @property
+    def accepts_writes(self) -> bool:
+        """A master not fenced off by its cluster."""
+        return self._role == "master" and self._write_block is None
+
+    def block_writes(self, error: NotMasterError) -> None:
+        """Refuse writes with ``error`` (a failover in progress, or a master that lost its key)."""
+        self._write_block = error
+
+    def allow_writes(self) -> None:
+        self._write_block = None
+
     def check_writable(self) -> None:
         """NotMasterError on a slave: writes go to the master."""
+        if self._write_block is not None:
+            raise self._write_block
         if self._role != "master":
             master = self._master
             if master is None:  # pragma: no cover - a slave always has a master

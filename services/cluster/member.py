@@ -1,0 +1,382 @@
+"""A broker as a member of a cluster: its lease, what it publishes, and its part in failover.
+
+Each broker grants a lease and keeps it alive (every TTL/3); its ``brokers/<name>`` key hangs
+on that lease and is refreshed about every 500 ms with its role, epoch and confirmed offset.
+A master also holds the group's ``master`` key on the same lease and writes ``sync_state``
+whenever its set of in-sync slaves changes.
+
+At start a broker asked to be master campaigns; if another holds the key it starts as that
+master's slave instead. A slave watches the master key: when it goes (the lease lapsed) the
+eligible slaves campaign (:mod:`services.cluster.election`), the winner is promoted and the
+others follow it. While etcd is unreachable nothing changes: the master keeps serving. A
+master that finds, once etcd answers, that another broker holds the key stops taking writes
+and reports a fatal condition (the process exits; restarted, it rejoins as a slave).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from services.cluster.election import (
+    EpochRecord,
+    NoMasterError,
+    SyncState,
+    campaign,
+    first_candidate,
+    may_campaign,
+    may_campaign_at_start,
+    read_epoch,
+    republish_master,
+)
+from services.cluster.etcd import Compare, EtcdClient, EtcdUnavailableError, KeyValue, put_op
+from services.cluster.registry import RouteRegistry
+from services.cluster.route_table import BrokerMember, ClusterKeys, spread_queues
+from services.errors import ReplicaDivergedError
+from services.ha.address import MasterAddress
+from services.topics import SYSTEM_TOPICS
+
+if TYPE_CHECKING:
+    from services.broker import Broker
+
+log = logging.getLogger(__name__)
+
+FatalHook = Callable[[BaseException], None]
+
+
+class ClusterJoinError(RuntimeError):
+    """The broker could not take its place in the cluster (etcd unreachable, no master)."""
+
+
+class MasterRoleLostError(RuntimeError):
+    """This master found another broker elected in its place: it must restart as a slave."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    """Where the broker belongs and how it talks to etcd."""
+
+    cluster: str
+    group: str
+    etcd_endpoints: Sequence[str]
+    http_url: str  # how others reach this broker over HTTP
+    ha_address: str  # the HA HOST:PORT this broker streams on once master
+    lease_ttl_s: int = 3
+    publish_interval_s: float = 0.5
+    campaign_grace_s: float = 1.0
+    join_timeout_s: float = 30.0
+
+
+class ClusterMember:
+    """Runs one broker's membership, election and failover against etcd."""
+
+    def __init__(
+        self, broker: Broker, config: ClusterConfig, on_fatal: FatalHook | None = None
+    ) -> None:
+        self.broker = broker
+        self.config = config
+        self.keys = ClusterKeys(config.cluster)
+        self.etcd = EtcdClient(config.etcd_endpoints)
+        self.registry = RouteRegistry(self.etcd, config.cluster)
+        self.on_fatal = on_fatal
+        self.lease = 0
+        self.elections_won = 0
+        self._tasks: list[asyncio.Task[None]] = []
+        self._published_sync: SyncState | None = None
+        self._fenced = False
+        self._announced: tuple[bytes, int] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.broker.config.broker_name
+
+    @property
+    def group(self) -> str:
+        return self.config.group
+
+    def me(self) -> BrokerMember:
+        """This broker as it announces itself right now."""
+        offset = 0
+        if self.broker.running:
+            offset = self.broker.replica_status().confirmed_offset
+        return BrokerMember(
+            self.name,
+            self.group,
+            self.config.http_url,
+            self.config.ha_address,
+            self.broker.role,
+            self.broker.epoch,
+            offset,
+        )
+
+    # ================================================================== joining
+
+    async def join(self) -> None:
+        """Before the broker starts: take a lease, then campaign or find the master to follow.
+
+        A master key still held under this broker's own name is a previous life's (killed
+        before its lease lapsed): wait for it to go rather than follow oneself.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.join_timeout_s
+        try:
+            self.lease = await self.etcd.grant(self.config.lease_ttl_s)
+            while True:
+                if self.broker.config.role == "master" and await self._campaign_at_start():
+                    return
+                kv = await self.etcd.get(self.keys.master(self.group))
+                holder = BrokerMember.from_json(kv.value) if kv is not None else None
+                if holder is not None and holder.name != self.name:
+                    break
+                if loop.time() > deadline:
+                    raise ClusterJoinError(f"group {self.group} has no master to follow")
+                await asyncio.sleep(0.2)
+        except EtcdUnavailableError as exc:
+            raise ClusterJoinError(f"cannot join cluster {self.config.cluster}: {exc}") from exc
+        log.info("broker %s joins group %s as slave of %s", self.name, self.group, holder.name)
+        self.broker.prepare_role("slave", _address(holder))
+
+    async def _campaign_at_start(self) -> bool:
+        sync_state = SyncState.from_kv(await self.etcd.get(self.keys.sync_state(self.group)))
+        if not may_campaign_at_start(self.name, sync_state):
+            return False
+        seen = await read_epoch(self.etcd, self.keys, self.group)
+        local = await asyncio.to_thread(self.broker.local_epoch)
+        epoch = max(seen.epoch, local) + 1
+        if await campaign(self.etcd, self.keys, self.me(), self.lease, seen, epoch):
+            log.info("broker %s elected master of %s at epoch %d", self.name, self.group, epoch)
+            self.broker.prepare_role("master", None, epoch)
+            self.elections_won += 1
+            return True
+        return False
+
+    # ================================================================== running
+
+    def start(self) -> None:
+        """Once the broker runs: keep the lease, publish, follow the master key and routes."""
+        self.registry.start()
+        self.broker.sync_state_listeners.append(self._on_sync_state)
+        for name, job in (
+            ("cluster-lease", self._keep_lease),
+            ("cluster-publish", self._publish_loop),
+            ("cluster-master-watch", self._watch_master),
+        ):
+            self._tasks.append(asyncio.create_task(job(), name=name))
+
+    async def stop(self) -> None:
+        """Leave the cluster: revoking the lease frees the master key for a fast failover.
+
+        Writes are refused first, so nothing is acknowledged here once a successor may be.
+        """
+        if self.broker.role == "master":
+            self.broker.block_writes(NoMasterError(f"broker {self.name} is shutting down"))
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        await self.registry.stop()
+        if self.lease:
+            with contextlib.suppress(EtcdUnavailableError):
+                await self.etcd.revoke(self.lease)
+        await self.etcd.aclose()
+
+    async def _keep_lease(self) -> None:
+        interval = max(self.config.lease_ttl_s / 3, 0.2)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                if await self.etcd.keep_alive(self.lease) <= 0:
+                    await self._lease_lost()
+            except EtcdUnavailableError as exc:
+                log.warning("etcd unreachable (%s); %s keeps its role", exc, self.name)
+            except Exception:
+                log.exception("cluster lease renewal failed")
+
+    async def _lease_lost(self) -> None:
+        """The lease lapsed (etcd was out of reach too long): take a new one, keep or yield."""
+        log.warning("broker %s lost its lease; taking a new one", self.name)
+        self.lease = await self.etcd.grant(self.config.lease_ttl_s)
+        if self.broker.role != "master":
+            return
+        seen = await read_epoch(self.etcd, self.keys, self.group)
+        still_mine = seen.master == self.name and seen.epoch == self.broker.epoch
+        if still_mine and await self._reclaim(seen):
+            log.info("broker %s kept the master key of %s", self.name, self.group)
+            return
+        await self._fence("another broker was elected master while this one was cut off")
+
+    async def _reclaim(self, seen: EpochRecord) -> bool:
+        result = await self.etcd.txn(
+            [
+                Compare(self.keys.master(self.group), "CREATE", 0),
+                Compare(self.keys.epoch(self.group), "MOD", seen.mod_revision),
+            ],
+            [put_op(self.keys.master(self.group), self.me().to_json(), self.lease)],
+        )
+        return result.succeeded
+
+    async def _fence(self, reason: str) -> None:
+        if self._fenced:
+            return
+        self._fenced = True
+        message = f"broker {self.name} is no longer master of {self.group}: {reason}"
+        log.error("%s; refusing writes", message)
+        self.broker.block_writes(NoMasterError(message, None, retry_after_s=2))
+        if self.on_fatal is not None:
+            self.on_fatal(MasterRoleLostError(message + "; restart it to rejoin as a slave"))
+
+    # ---------------------------------------------------------------- publishing
+
+    async def _publish_loop(self) -> None:
+        while True:
+            try:
+                await self._publish_once()
+            except EtcdUnavailableError:
+                pass  # the lease loop reports it
+            except Exception:
+                log.exception("cluster publish failed")
+            await asyncio.sleep(self.config.publish_interval_s)
+
+    async def _publish_once(self) -> None:
+        announced = (self.me().to_json(), self.lease)
+        if announced != self._announced:  # unchanged: the lease alone keeps the key
+            await self.etcd.put(self.keys.broker(self.group, self.name), *announced)
+            self._announced = announced
+        if self.broker.role != "master" or self._fenced:
+            return
+        await self.publish_sync_state()
+        await self._register_topic_routes()
+
+    def _on_sync_state(self, in_sync: frozenset[str]) -> None:
+        """Publish a changed in-sync set at once: who may campaign must not lag behind it."""
+        del in_sync
+        task = asyncio.create_task(self._publish_sync_now(), name="cluster-sync-state")
+        self._tasks.append(task)
+        task.add_done_callback(self._forget)
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        with contextlib.suppress(ValueError):
+            self._tasks.remove(task)
+
+    async def _publish_sync_now(self) -> None:
+        try:
+            await self.publish_sync_state()
+        except EtcdUnavailableError:
+            pass  # the publish loop writes it when etcd answers again
+
+    async def publish_sync_state(self) -> None:
+        """Write the in-sync set when it differs from what this master last wrote."""
+        state = SyncState(self.broker.epoch, self.name, self.broker.sync_state_set())
+        if state != self._published_sync:
+            await self.etcd.put(self.keys.sync_state(self.group), state.to_json())
+            self._published_sync = state
+
+    async def _register_topic_routes(self) -> None:
+        for config in self.broker.topics.all():
+            topic = config.topic_name
+            if topic.startswith("%") or topic in SYSTEM_TOPICS:
+                continue
+            if topic not in self.registry.view.topics:
+                await self.register_topic(topic, config.read_queue_nums)
+
+    async def register_topic(self, topic: str, queue_count: int) -> None:
+        """Give ``topic`` a route over this group when it has none yet."""
+        route = spread_queues(topic, queue_count, [self.group])
+        key = self.keys.topic(topic)
+        await self.etcd.txn([Compare(key, "CREATE", 0)], [put_op(key, route.to_json())])
+        await self.registry.refresh()
+
+    # ---------------------------------------------------------------- failover
+
+    async def _watch_master(self) -> None:
+        key = self.keys.master(self.group)
+        while True:
+            try:
+                kvs, revision = await self.etcd.get_prefix(key)
+                master = next((kv for kv in kvs if kv.key == key), None)
+                changed = await self._on_master(master)
+                if changed or master is None:
+                    continue  # look again at once: an election is under way
+                async for _ in self.etcd.watch_prefix(key, revision + 1):
+                    break
+            except EtcdUnavailableError:
+                await asyncio.sleep(0.5)
+            except Exception:
+                log.exception("cluster master watch failed")
+                await asyncio.sleep(0.5)
+
+    async def _on_master(self, kv: KeyValue | None) -> bool:
+        """React to the master key's current value; True when this broker changed role."""
+        if kv is None:
+            if self.broker.role == "master":
+                await asyncio.sleep(0.2)  # the lease loop decides what a master does
+                return False
+            return await self._elect()
+        holder = BrokerMember.from_json(kv.value)
+        if holder.name == self.name:
+            return False
+        if self.broker.role == "master":
+            await self._fence(f"{holder.name} holds the master key")
+            await asyncio.sleep(1)
+            return False
+        await self._follow(holder)
+        return False
+
+    async def _follow(self, holder: BrokerMember) -> None:
+        self.broker.allow_writes()  # a slave answers 421 again, naming the master
+        current = self.broker.master_address
+        address = _address(holder)
+        if current == address:
+            return
+        log.info("broker %s follows the new master %s", self.name, holder.name)
+        try:
+            await self.broker.follow(address)
+        except ReplicaDivergedError as exc:
+            log.error("cannot follow %s: %s", holder.name, exc)
+            if self.on_fatal is not None:
+                self.on_fatal(exc)
+
+    async def _elect(self) -> bool:
+        """The group has no master: campaign when this broker may and it is its turn."""
+        self.broker.block_writes(NoMasterError(f"group {self.group} is electing a master"))
+        sync_state = SyncState.from_kv(await self.etcd.get(self.keys.sync_state(self.group)))
+        if not may_campaign(self.name, sync_state):
+            await asyncio.sleep(0.3)
+            return False
+        kvs, _ = await self.etcd.get_prefix(self.keys.brokers_prefix(self.group))
+        members = [BrokerMember.from_json(kv.value) for kv in kvs]
+        me = self.me()
+        members = [m for m in members if m.name != self.name and m.role != "master"] + [me]
+        first = first_candidate(members, sync_state)
+        if first is not None and first.name != self.name:
+            await asyncio.sleep(self.config.campaign_grace_s)
+            if await self.etcd.get(self.keys.master(self.group)) is not None:
+                return False
+        seen = await read_epoch(self.etcd, self.keys, self.group)
+        epoch = max(seen.epoch, self.broker.epoch) + 1
+        if not await campaign(self.etcd, self.keys, me, self.lease, seen, epoch):
+            return False
+        await self._take_over(epoch)
+        return True
+
+    async def _take_over(self, epoch: int) -> None:
+        try:
+            await self.broker.promote(epoch)
+        except Exception:
+            log.exception("promotion to epoch %d failed; giving the master key up", epoch)
+            with contextlib.suppress(EtcdUnavailableError):
+                await self.etcd.delete(self.keys.master(self.group))
+            return
+        self.elections_won += 1
+        self.broker.allow_writes()
+        log.info("broker %s is master of %s at epoch %d", self.name, self.group, epoch)
+        await republish_master(self.etcd, self.keys, self.me(), self.lease)
+        await self.publish_sync_state()
+
+
+def _address(member: BrokerMember) -> MasterAddress:
+    return MasterAddress(member.name, member.http_url, member.ha_address)

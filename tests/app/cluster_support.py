@@ -1,0 +1,116 @@
+"""``spoolmq serve`` processes in cluster mode against a real etcd, for the cluster tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.etcd_support import free_port
+
+BIN = Path(sys.executable).parent
+FILE_SIZE = 256 * 1024
+
+
+@dataclass
+class ClusterBroker:
+    """One broker process of a test cluster; stopped (by its PID) by the same test."""
+
+    name: str
+    store: Path
+    etcd_url: str
+    group: str = "g1"
+    replication: str = "sync"
+    port: int = field(default_factory=free_port)
+    ha_port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, role: str = "master") -> ClusterBroker:
+        log = (self.store.parent / f"{self.store.name}.log").open("ab")
+        self.process = subprocess.Popen(
+            [
+                str(BIN / "spoolmq"),
+                "serve",
+                "--store-dir",
+                str(self.store),
+                "--port",
+                str(self.port),
+                "--role",
+                role,
+                "--broker-name",
+                self.name,
+                "--ha-listen",
+                f"127.0.0.1:{self.ha_port}",
+                "--replication",
+                self.replication,
+                "--cluster",
+                "test",
+                "--etcd",
+                self.etcd_url,
+                "--broker-group",
+                self.group,
+                "--etcd-lease-ttl-s",
+                "2",
+                "--commit-log-file-size",
+                str(FILE_SIZE),
+                "--consume-queue-units-per-file",
+                "1000",
+                "--config-sync-interval-s",
+                "0.2",
+                "--ha-heartbeat-s",
+                "0.2",
+                "--log-level",
+                os.environ.get("SPOOLMQ_TEST_LOG_LEVEL", "warning"),
+            ],
+            env=dict(os.environ),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"broker {self.name} did not become ready")
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        """kill -9: no lease revoked, no flush — the lease has to lapse."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def replica(self) -> dict[str, Any]:
+        answer: dict[str, Any] = httpx.get(f"{self.url}/v1/replication", timeout=10).json()
+        return answer
+
+    def role(self) -> str | None:
+        try:
+            return str(self.replica()["role"])
+        except httpx.HTTPError:
+            return None
