@@ -37,8 +37,8 @@ class ProxyServer:
         assert not self.thread.is_alive(), "the proxy did not stop"
 
 
-def start_proxy(etcd_url: str) -> ProxyServer:
-    app = create_proxy_app(CLUSTER, [etcd_url])
+def start_proxy(etcd_url: str, cluster: str = CLUSTER) -> ProxyServer:
+    app = create_proxy_app(cluster, [etcd_url])
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
