@@ -41,7 +41,7 @@ def deployment(tmp_path: Path) -> Iterator[Deployment]:
             broker.start()  # g1-b finds g1's master key held and follows g1-a
         proxy = start_proxy(etcd.url, cluster="test")
         with httpx.Client(base_url=proxy.url, timeout=40) as http:
-            yield Deployment(etcd, *brokers, proxy, http)
+            yield Deployment(etcd, brokers[0], brokers[1], brokers[2], proxy, http)
     finally:
         if proxy is not None:
             proxy.stop()
