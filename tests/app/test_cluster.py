@@ -151,6 +151,16 @@ def test_route_names_the_group_master_slaves_and_in_sync_set(
     assert page.status_code == 200
     for text in ("test (group g1)", "Clu", f'href="{a.url}/admin/cluster">a<', "slave"):
         assert text in page.text
+    assert "Replicating from <strong>a</strong>" in page.text
+    for i in range(5):
+        assert send(a.url, f"lag-{i}").status_code == 201
+    master_page = httpx.get(f"{a.url}/admin/cluster", timeout=10).text
+    row = master_page.split('<td class="name">b</td>', 1)[1].split("</tr>", 1)[0]
+    cells = [c.split(">", 1)[1] for c in row.split("</td>")[:4]]
+    acked, lag_bytes, lag_seconds, in_sync_cell = (c.strip() for c in cells)
+    assert int(acked) > 0 and int(lag_bytes) >= 0  # sync replication: answered once b had it
+    assert lag_seconds == "—" or float(lag_seconds) >= 0
+    assert in_sync_cell == "yes"
     missing = route(a, "NoSuchTopic")
     assert missing.status_code == 404
     assert missing.headers["content-type"].startswith("application/problem+json")
