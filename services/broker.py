@@ -56,6 +56,7 @@ from services.messages import MessageQueryService
 from services.metrics import Metrics
 from services.offset_reset import OffsetResetService
 from services.offsets import OffsetPersister, OffsetService
+from services.pop.handles import secret_text
 from services.pop.persister import PopStatePersister
 from services.pop.revive import ReviveService
 from services.pop.service import PopService
@@ -410,7 +411,8 @@ class Broker:
         return self._epochs.entries
 
     def replication_configs(self) -> dict[str, object]:
-        """What a slave copies: every config file's content, and the POP state file."""
+        """What a slave copies: every config file's content, the POP state file, and the secret
+        that signs receipt handles (so handles stay valid when the slave takes over)."""
         self._require_store()
         return {
             "topics": self.topic_configs.to_json(),
@@ -418,6 +420,7 @@ class Broker:
             "consumer_offsets": self.consumer_offsets.to_json(),
             "delay_offsets": self.delay_offsets.to_json(),
             "pop_state": load_json(self.config.store_dir / "config" / POP_STATE_FILE) or {},
+            "pop_secret": secret_text(self.config.store_dir / "config"),
         }
 
     async def promote(self, epoch: int) -> None:

@@ -59,6 +59,10 @@ class ReplicationConfigsOut(ResponseBody):
     consumer_offsets: dict[str, Any]
     delay_offsets: dict[str, Any]
     pop_state: dict[str, Any]
+    pop_secret: str | None = Field(
+        description="The hex secret that signs POP receipt handles (null until the first "
+        "receive), copied so that handles stay valid when a slave takes over."
+    )
 
 
 def replica_status_out(status: ReplicaStatus) -> ReplicaStatusOut:

@@ -2,7 +2,8 @@
 
 Every ``interval_s`` it fetches ``GET {master}/v1/replication/configs`` and writes each
 file through its config manager (the crash-safe writer), only when it changed. The POP
-state file goes to disk as it is: the slave reads it only when promoted.
+state file and the secret that signs receipt handles go to disk as they are: the slave reads
+them only when promoted.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import httpx
 
+from services.pop.handles import adopt_secret
 from storage.config_managers import (
     ConsumerOffsetManager,
     DelayOffsetManager,
@@ -85,3 +87,7 @@ class SlaveConfigSync:
         if isinstance(pop_state, dict) and pop_state != self._last.get("pop_state"):
             save_json(self.config_dir / POP_STATE_FILE, pop_state)
             self._last["pop_state"] = pop_state
+        pop_secret = root.get("pop_secret")
+        if isinstance(pop_secret, str) and pop_secret != self._last.get("pop_secret"):
+            adopt_secret(self.config_dir, pop_secret)
+            self._last["pop_secret"] = pop_secret

@@ -87,6 +87,29 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
+def secret_text(config_dir: Path) -> str | None:
+    """The store's secret as kept on disk (hex), for a slave to copy; None when not made yet."""
+    try:
+        return (config_dir / SECRET_FILE).read_text().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def adopt_secret(config_dir: Path, text: str) -> None:
+    """Keep the master's secret (hex), so handles it issued stay valid after a failover."""
+    bytes.fromhex(text)  # ValueError when it is not hex
+    path = config_dir / SECRET_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, text.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    tmp.replace(path)
+
+
 def _load_or_create_secret(path: Path) -> bytes:
     """Read the secret; create it (32 random bytes, hex, mode 0600, fsynced) when absent."""
     try:

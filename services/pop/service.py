@@ -152,6 +152,7 @@ class PopService:
 
     def load(self) -> int:
         """Rebuild the in-flight table from the revive topic (blocking; call before serving)."""
+        self.codec = HandleCodec.for_config_dir(self._config_dir)  # a slave copied its master's
         read = rebuild(self._store, load_snapshot(self._config_dir), self.table)
         for key, committed in self.table.committed().items():
             self._consumer_offsets.commit_offset(key[0], key[1], key[2], committed)

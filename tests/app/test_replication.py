@@ -186,6 +186,9 @@ def test_configs_follow_the_master(pair: tuple[LiveServer, LiveServer]) -> None:
     )
     assert created.status_code in (200, 201), created.text
     assert client.put("/v1/groups/GRep", json={}).status_code in (200, 201)
+    for i in range(5):  # the topic the offset is committed on, whatever ran before
+        sent = client.post("/v1/topics/RepA/messages", json={"body": f"c{i}", "queue_id": 0})
+        assert sent.status_code == 201, sent.text
     commit = client.put("/v1/groups/GRep/topics/RepA/queues/0/offset", json={"offset": 5})
     assert commit.status_code == 200, commit.text
     reader = slave.client()
@@ -211,6 +214,7 @@ def test_configs_follow_the_master(pair: tuple[LiveServer, LiveServer]) -> None:
         "consumer_offsets",
         "delay_offsets",
         "pop_state",
+        "pop_secret",
     }
 
 

@@ -151,3 +151,39 @@ def test_follow_refuses_a_diverged_master(tmp_path: Path) -> None:
         s.stop()
         y.stop()
         x.stop()
+
+
+def test_receipt_handles_issued_by_the_old_master_ack_on_the_promoted_slave(
+    tmp_path: Path,
+) -> None:
+    a = start_server(
+        tmp_path / "a", commit_log_file_size=FILE_SIZE, broker_name="a", ha_listen="127.0.0.1:0"
+    )
+    b = start_server(tmp_path / "b", **slave_settings("b", a))
+    try:
+        with httpx.Client(base_url=a.url, timeout=10) as http:
+            assert http.put("/v1/groups/Workers", json={"consume_mode": "pop"}).is_success
+            send_many(a, "job", 4)
+            received = http.post(
+                "/v1/groups/Workers/topics/Fail/receive",
+                json={"max_messages": 4, "invisible_ms": 60000},
+            ).json()["messages"]
+        assert len(received) == 4
+        # the CK records are in the replicated CommitLog; the handle secret comes with the configs
+        wait_until(lambda: replica(b)["max_physical_offset"] == replica(a)["max_physical_offset"])
+        secret = (tmp_path / "a" / "config" / "pop.secret").read_text()
+        wait_until(lambda: (tmp_path / "b" / "config" / "pop.secret").read_text() == secret)
+        a.stop()
+        run_on(b, b.broker.promote(2))
+        with httpx.Client(base_url=b.url, timeout=10) as http:
+            handles = [m["receipt_handle"] for m in received]
+            answer = http.post("/v1/groups/Workers/acks", json={"receipt_handles": handles})
+            assert answer.status_code == 200, answer.text
+            assert [r["outcome"] for r in answer.json()["results"]] == ["acked"] * 4
+            again = http.post(
+                "/v1/groups/Workers/topics/Fail/receive", json={"max_messages": 4, "wait_ms": 0}
+            )
+            assert again.json()["messages"] == []  # in flight then acked: nothing comes back
+    finally:
+        b.stop()
+        a.stop()
