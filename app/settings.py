@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services import (
@@ -215,6 +215,11 @@ class Settings(BaseSettings):
     truncate_on_divergence: bool = Field(
         default=True,
         description="a slave starting with a tail its master's epochs do not confirm cuts it",
+    )
+    replication_token: SecretStr | None = Field(
+        default=None,
+        description="the bearer token a slave presents to its master's /v1/replication routes "
+        "when the master has an auth file (an admin token of that file; prefer the env var)",
     )
 
     # ---------------------------------------------------------------- cluster
@@ -431,6 +436,9 @@ class Settings(BaseSettings):
             ha_heartbeat_s=self.ha_heartbeat_s,
             config_sync_interval_s=self.config_sync_interval_s,
             truncate_on_divergence=self.truncate_on_divergence,
+            replication_token=(
+                self.replication_token.get_secret_value() if self.replication_token else None
+            ),
             cluster_managed=self.in_cluster,
         )
 

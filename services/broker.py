@@ -117,6 +117,7 @@ class BrokerConfig:
     ha_heartbeat_s: float = 1.0
     config_sync_interval_s: float = 2.0
     truncate_on_divergence: bool = True  # a slave cuts an unconfirmed tail at start
+    replication_token: str | None = field(default=None, repr=False)  # for a master's auth file
     cluster_managed: bool = False  # an election picks the role (prepare_role) before start
 
     def __post_init__(self) -> None:
@@ -255,7 +256,7 @@ class Broker:
         if self._role != "slave" or master is None or not self.config.truncate_on_divergence:
             return None
         try:
-            return await fetch_master_epochs(master.http_url)
+            return await fetch_master_epochs(master.http_url, self._replication_headers)
         except (httpx.HTTPError, ValueError, OSError) as exc:
             log.warning(
                 "cannot fetch the epochs of master %s (%s); replication checks them on connect",
@@ -475,7 +476,14 @@ class Broker:
             master,
             self.config.broker_name,
             self.config.ha_heartbeat_s,
+            self._replication_headers,
         )
+
+    @property
+    def _replication_headers(self) -> dict[str, str] | None:
+        """What a slave presents to its master's replication routes (its auth file's token)."""
+        token = self.config.replication_token
+        return {"Authorization": f"Bearer {token}"} if token else None
 
     def _start_following(self, master: MasterAddress, client: HAClient | None = None) -> None:
         self._ha_client = client or self._new_client(master)
@@ -491,6 +499,7 @@ class Broker:
             managers,
             self.config.store_dir / "config",
             self.config.config_sync_interval_s,
+            self._replication_headers,
         )
         self._config_sync.start()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Mapping
 
 import httpx
 
@@ -39,12 +40,14 @@ class HAClient:
         master: MasterAddress,
         name: str,
         heartbeat_s: float = 1.0,
+        http_headers: Mapping[str, str] | None = None,
     ) -> None:
         self.store = store
         self.epochs = epochs
         self.master = master
         self.name = name
         self.heartbeat_s = heartbeat_s
+        self.http_headers = http_headers
         self.connected = False
         self.error: str | None = None
         self._task: asyncio.Task[None] | None = None
@@ -62,7 +65,7 @@ class HAClient:
 
     async def check(self) -> None:
         """Fetch the master's epochs; ReplicaDivergedError when this log diverges."""
-        remote = await fetch_master_epochs(self.master.http_url)
+        remote = await fetch_master_epochs(self.master.http_url, self.http_headers)
         check_consistent(
             self.epochs.entries, remote, self.store.max_physical_offset, self.master.http_url
         )

@@ -41,11 +41,13 @@ class SlaveConfigSync:
         managers: Mapping[str, ConfigManager],
         config_dir: Path,
         interval_s: float = 2.0,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self.http_url = http_url
         self.managers = managers
         self.config_dir = config_dir
         self.interval_s = interval_s
+        self.headers = headers
         self.sync_count = 0
         self._last: dict[str, object] = {}
         self._task: asyncio.Task[None] | None = None
@@ -68,7 +70,9 @@ class SlaveConfigSync:
             await asyncio.sleep(self.interval_s)
 
     async def sync_once(self) -> None:
-        async with httpx.AsyncClient(base_url=self.http_url, timeout=5.0) as client:
+        async with httpx.AsyncClient(
+            base_url=self.http_url, timeout=5.0, headers=self.headers
+        ) as client:
             response = await client.get("/v1/replication/configs")
             response.raise_for_status()
             root = response.json()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import httpx
 
 from services.errors import ReplicaDivergedError
@@ -10,9 +12,16 @@ from storage.epoch_file import EpochEntry, consistent_offset, decode_entries
 HTTP_TIMEOUT_S = 5.0
 
 
-async def fetch_master_epochs(http_url: str) -> list[EpochEntry]:
-    """``GET {http_url}/v1/replication/epochs``; httpx errors and ValueError pass through."""
-    async with httpx.AsyncClient(base_url=http_url, timeout=HTTP_TIMEOUT_S) as client:
+async def fetch_master_epochs(
+    http_url: str, headers: Mapping[str, str] | None = None
+) -> list[EpochEntry]:
+    """``GET {http_url}/v1/replication/epochs``; httpx errors and ValueError pass through.
+
+    ``headers`` carry the replication token when the master has an auth file.
+    """
+    async with httpx.AsyncClient(
+        base_url=http_url, timeout=HTTP_TIMEOUT_S, headers=headers
+    ) as client:
         response = await client.get("/v1/replication/epochs")
         response.raise_for_status()
         return decode_entries(response.json())
