@@ -63,6 +63,7 @@ STATUS_BY_CODE: Final[Mapping[str, int]] = {
     "NOT_MASTER": 421,  # a write reached a read-only slave; the body names the master
     "REPLICA_DIVERGED": 409,
     "REPLICA_ROLE_CONFLICT": 409,
+    "ROUTE_CONFLICT": 409,  # the proxy: a topic's queues do not move between broker groups
     # storage
     "MESSAGE_ILLEGAL": 400,
     "INVALID_TOPIC_NAME": 400,

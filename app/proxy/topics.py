@@ -36,14 +36,15 @@ async def put_topic(topic: str, request: Request) -> Response:
     """Spread the topic's queues over groups, create it on each master, then store the route."""
     body = json_body(await request.body())
     view = cluster_view(request)
-    groups = _hosting_groups(view, body.pop("groups", None))
+    named = body.pop("groups", None)
+    groups = _hosting_groups(view, named)
     if not groups:
         raise NoMasterError("no broker group has a master to host the topic")
     count = body.get("write_queue_nums", 8)
     most = MAX_QUEUES * len(groups)
     if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= most:
         raise ApiError("VALIDATION_FAILED", f"write_queue_nums is an integer from 1 to {most}")
-    route = spread_queues(topic, count, groups)
+    route = _kept_route(view.topics.get(topic), spread_queues(topic, count, groups), named)
     masters = {g: master_of(view, g) for g in route.groups()}
     created = False
     for group, master in masters.items():
@@ -58,6 +59,25 @@ async def put_topic(topic: str, request: Request) -> Response:
     await route_registry(request).put_topic_route(route)
     await route_registry(request).refresh()
     return OrjsonResponse(_route_out(route), status_code=201 if created else 200)
+
+
+def _kept_route(existing: TopicRoute | None, wanted: TopicRoute, named: Any) -> TopicRoute:
+    """A topic that has a route keeps it: messages stay in the queues that hold them.
+
+    Asked for again with the same queue count it answers its route, unless other groups are
+    named; without named groups, the groups with a master now may be fewer than its own.
+    """
+    if existing is None or existing == wanted:
+        return wanted
+    same_count = len(existing.queues) == len(wanted.queues)
+    same_groups = set(wanted.groups()) == set(existing.groups())
+    if same_count and (same_groups or named is None):
+        return existing
+    raise ApiError(
+        "ROUTE_CONFLICT",
+        f"topic {existing.topic!r} already has {len(existing.queues)} queues over "
+        f"{', '.join(existing.groups())}; its queues do not move between broker groups",
+    )
 
 
 def _hosting_groups(view: ClusterView, given: Any) -> list[str]:

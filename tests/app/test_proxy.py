@@ -177,6 +177,19 @@ def test_topic_is_spread_and_sends_reach_every_queue_of_both_groups(cluster: Clu
     assert raw.status_code == 201 and raw.json()["messages"][0]["queue_id"] == 5
 
 
+def test_a_topic_keeps_its_route_once_created(cluster: Cluster) -> None:
+    http = cluster.http
+    first = create_topic(http, "Kept", 4)
+    again = http.put("/v1/topics/Kept", json={"write_queue_nums": 4})
+    assert again.status_code == 200, again.text
+    assert again.json()["queues"] == first["queues"]
+    for changed in ({"write_queue_nums": 6}, {"write_queue_nums": 4, "groups": ["g1"]}):
+        refused = http.put("/v1/topics/Kept", json=changed)
+        assert refused.status_code == 409, refused.text
+        assert refused.json()["code"] == "ROUTE_CONFLICT"
+    assert http.get("/v1/topics/Kept/route").json()["queues"] == first["queues"]
+
+
 def test_errors_are_problems_and_broker_4xx_passes_through(cluster: Cluster) -> None:
     http = cluster.http
     create_topic(http, "Errs", 4)
