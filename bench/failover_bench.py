@@ -182,30 +182,38 @@ def throughput(url: str, threads: int, seconds: float) -> float:
     return sum(counts) / seconds
 
 
+def spread(values: list[float], digits: int = 2) -> str:
+    def show(value: float) -> str:
+        return f"{value:.{digits}f}"
+
+    return f"{show(statistics.median(values))} [{show(min(values))}-{show(max(values))}]"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--lease-ttl", type=int, default=2)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--repeat", type=int, default=3, help="alternating throughput runs")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="spoolmq-failover-"))
     etcd, etcd_url = start_etcd(root)
     servers: list[Server] = []
+    sync_rates: list[float] = []
+    single_rates: list[float] = []
     try:
         a = cluster_server("a", root, etcd_url, args.lease_ttl)
         b = cluster_server("b", root, etcd_url, args.lease_ttl)
-        servers += [a.start(), b.start()]
+        single = Server("solo", root / "solo", [])
+        servers += [a.start(), b.start(), single.start()]
         create_topic(a)
-        wait_for(lambda: in_sync(a, b))
-        sync_rate = throughput(a.url, args.threads, args.seconds)
-        times = failover_rounds(a, b, args.rounds)
-        for server in servers:
-            server.stop()
-        single = Server("solo", root / "solo", []).start()
-        servers.append(single)
         create_topic(single)
-        single_rate = throughput(single.url, args.threads, args.seconds)
+        wait_for(lambda: in_sync(a, b))
+        for _ in range(args.repeat):  # the same run, alternating, so both see the same machine
+            sync_rates.append(throughput(a.url, args.threads, args.seconds))
+            single_rates.append(throughput(single.url, args.threads, args.seconds))
+        times = failover_rounds(a, b, args.rounds)
     finally:
         for server in servers:
             server.kill()
@@ -217,10 +225,14 @@ def main() -> None:
         f"  median {statistics.median(times):.2f} s, min {min(times):.2f} s, "
         f"max {max(times):.2f} s  ({', '.join(f'{t:.2f}' for t in times)})"
     )
-    print(f"send throughput, {args.threads} threads x {args.seconds:.0f} s, 1 KiB, PUT_OK only:")
-    print(f"  sync pair   {sync_rate:8.0f} msg/s")
-    print(f"  single      {single_rate:8.0f} msg/s")
-    print(f"  ratio       {sync_rate / single_rate:8.2f}")
+    print(
+        f"send throughput, {args.threads} threads x {args.seconds:.0f} s, 1 KiB, PUT_OK only, "
+        f"{args.repeat} alternating runs, median [min-max]:"
+    )
+    print(f"  sync pair   {spread(sync_rates, 0)} msg/s")
+    print(f"  single      {spread(single_rates, 0)} msg/s")
+    ratios = [s / one for s, one in zip(sync_rates, single_rates, strict=True)]
+    print(f"  sync / single  {spread(ratios)}")
 
 
 if __name__ == "__main__":
