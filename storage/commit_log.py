@@ -27,14 +27,11 @@ from storage.codec import (
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODES,
     OUT_OF_RANGE,
-    PROPERTY_DELAY,
-    TRANSACTION_TYPE_MASK,
+    EncodedBatch,
     EncodedMessage,
-    Message,
     RecordCheck,
     RecordKind,
     StoredMessage,
-    check_numbers,
     check_record,
     decode_msg_id,
     decode_record,
@@ -116,23 +113,21 @@ class UnitsRead:
     removed: bool
 
 
-def check_batch(messages: list[Message]) -> None:
-    """A batch is all or nothing: refuse it before anything is written."""
-    first = messages[0]
-    try:
-        delayed = any(int(m.properties.get(PROPERTY_DELAY, "0") or 0) > 0 for m in messages)
-    except ValueError:
-        raise MessageRejectedError("DELAY must be a delay level (an integer)") from None
-    if delayed:
-        raise MessageRejectedError("a batch cannot be delayed; send delayed messages one by one")
-    # RocketMQ answers MESSAGE_ILLEGAL too (reference §2.9): a prepared message would
-    # take a queue offset that is never dispatched, leaving a hole in the ConsumeQueue.
-    if any(m.sys_flag & TRANSACTION_TYPE_MASK for m in messages):
-        raise MessageRejectedError("a batch cannot hold transactional messages")
-    if any(m.topic != first.topic or m.queue_id != first.queue_id for m in messages):
-        raise MessageRejectedError("every message of a batch must have the same topic and queue")
-    for message in messages:
-        check_numbers(message)
+@dataclass(slots=True)  # not frozen: one per batch, cheaper to build (see StoredMessage)
+class AppendedBatch:
+    """Where one batch went: what its dispatch and its put results need, as plain lists."""
+
+    topic: str
+    queue_id: int
+    first_queue_offset: int
+    offsets: list[int]  # physical offset of each record
+    sizes: list[int]
+    units: bytes  # the batch's ConsumeQueue units, packed
+    tags_codes: list[int]
+    keys: list[str | None]
+    uniq_keys: list[str | None]
+    store_timestamp: int
+    end_offset: int
 
 
 class CommitLog:
@@ -174,6 +169,48 @@ class CommitLog:
                 f"batch of {total} bytes does not fit in a CommitLog file of {self.file_size}"
             )
         return self._append_all(self._file_with_room(total), messages, store_timestamp)
+
+    def append_encoded_batch(self, batch: EncodedBatch, store_timestamp: int) -> AppendedBatch:
+        """Append a batch of one (topic, queue) with consecutive queue offsets, in one file,
+        with one ``pwrite``. Nothing reaches the file, and no queue offset moves, unless
+        every record packs."""
+        total = batch.size
+        if total > self.max_append_size:
+            raise MessageTooLargeError(
+                f"batch of {total} bytes does not fit in a CommitLog file of {self.file_size}"
+            )
+        mapped = self._file_with_room(total)
+        key = (batch.topic, batch.queue_id)
+        table = self.topic_queue_table
+        first_queue_offset = table.get(key, 0)
+        base = mapped.file_from_offset + mapped.wrote_position
+        try:
+            data, units, offsets = batch.pack(
+                base, first_queue_offset, store_timestamp, self.store_address, self.store_host[1]
+            )
+        except struct.error:
+            # Nothing is acknowledged or written: the write position has not moved.
+            raise MessageRejectedError(OUT_OF_RANGE) from None
+        try:
+            mapped.write_append(data)
+        except OSError as exc:
+            reason = "disk full" if exc.errno == errno.ENOSPC else "file error"
+            raise StoreNotWriteableError(f"{reason}: cannot write the CommitLog: {exc}") from exc
+        mapped.store_timestamp = store_timestamp
+        table[key] = first_queue_offset + batch.count
+        return AppendedBatch(
+            batch.topic,
+            batch.queue_id,
+            first_queue_offset,
+            offsets,
+            batch.sizes,
+            units,
+            batch.tags_codes,
+            batch.keys,
+            batch.uniq_keys,
+            store_timestamp,
+            base + total,
+        )
 
     def _append_in(
         self, mapped: MappedFile, message: EncodedMessage, store_timestamp: int

@@ -91,6 +91,37 @@ class IndexService:
                 if key:
                     self._put(index_key_hash(f"{topic}#{key}"), physical_offset, store_timestamp)
 
+    def build_index_batch(
+        self,
+        topic: str,
+        offsets: list[int],
+        store_timestamp: int,
+        keys: list[str | None],
+        uniq_keys: list[str | None],
+    ) -> None:
+        """Index the records of one batch (rising offsets) in one loop; as
+        :meth:`build_index` for each, records an earlier dispatch indexed are skipped."""
+        files = self.files
+        last = files[-1] if files else None
+        done_to = -1
+        if last is not None and (last.index_count > 1 or last.end_phy_offset > 0):
+            done_to = last.end_phy_offset
+        uniq_key_hash = self._uniq_key_hash
+        entries: list[tuple[int, int]] = []
+        add = entries.append
+        for physical_offset, key_text, uniq_key in zip(offsets, keys, uniq_keys, strict=True):
+            if physical_offset <= done_to:
+                continue
+            if uniq_key:
+                add((uniq_key_hash(topic, uniq_key), physical_offset))
+            if key_text:
+                for key in key_text.split(KEY_SEPARATOR):
+                    if key:
+                        add((index_key_hash(f"{topic}#{key}"), physical_offset))
+        done = last.put_hashes(entries, store_timestamp) if last is not None else 0
+        for key_hash, physical_offset in entries[done:]:  # a full (or no) file: roll
+            self._put(key_hash, physical_offset, store_timestamp)
+
     def _put(self, key_hash: int, physical_offset: int, store_timestamp: int) -> None:
         files = self.files
         if files and files[-1].put_hash(key_hash, physical_offset, store_timestamp):
