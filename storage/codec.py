@@ -203,6 +203,32 @@ def java_string_hash(value: str) -> int:
     return h - 0x100000000 if h & 0x80000000 else h
 
 
+_POWERS_OF_31: Final = tuple(pow(31, n, 1 << 32) for n in range(_MAX_FAST_HASH_LENGTH + 1))
+
+
+def java_string_hash_after(prefix_hash: int, value: str) -> int:
+    """``java_string_hash(prefix + value)`` from the prefix's hash, hashing ``value`` only.
+
+    Java's hash is linear: ``h(p + v) = h(p) * 31**len(v) + h(v)`` (mod 2**32), so a
+    remembered prefix (an index key's ``topic#``) is not hashed again. Uncached: the
+    values (index keys) are nearly always new.
+    """
+    if not value.isascii() or len(value) > _MAX_FAST_HASH_LENGTH:
+        h = prefix_hash * pow(31, _utf16_length(value), 1 << 32) + java_string_hash(value)
+    else:
+        units = value.encode()
+        length = len(units)
+        h = prefix_hash * _POWERS_OF_31[length] + sum(
+            map(operator.mul, units, _hash_powers(length))
+        )
+    h &= 0xFFFFFFFF
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+def _utf16_length(value: str) -> int:
+    return len(value.encode("utf-16-le")) // 2
+
+
 def tags_code(tags: str | None) -> int:
     """The ConsumeQueue tags code of a TAGS value: its Java hash, 0 when there is no tag."""
     if not tags:

@@ -32,7 +32,7 @@ import struct
 from pathlib import Path
 from typing import Final
 
-from storage.codec import java_string_hash
+from storage.codec import java_string_hash, java_string_hash_after
 from storage.errors import StoreLoadError
 from storage.mapped_file import _reserve
 
@@ -95,6 +95,23 @@ class UniqKeyHasher:
         if h == 0x80000000:  # Java's abs(MIN_VALUE), see index_key_hash
             return 0
         return 0x100000000 - h if h & 0x80000000 else h
+
+
+class KeyHasher:
+    """``index_key_hash(f"{topic}#{key}")`` with the hash of ``topic#`` remembered, so only
+    the key is hashed (business keys are nearly always new: no cache of whole keys)."""
+
+    def __init__(self) -> None:
+        self._prefixes: dict[str, int] = {}
+
+    def __call__(self, topic: str, key: str) -> int:
+        prefix_hash = self._prefixes.get(topic)
+        if prefix_hash is None:
+            if len(self._prefixes) >= _MAX_HEADS:
+                self._prefixes.clear()
+            prefix_hash = self._prefixes[topic] = java_string_hash(f"{topic}#") & 0xFFFFFFFF
+        value = java_string_hash_after(prefix_hash, key)
+        return 0 if value == -0x80000000 else abs(value)
 
 
 ROCKETMQ_HASH_SLOT_NUM: Final = 5_000_000

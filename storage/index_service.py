@@ -16,7 +16,7 @@ from typing import Final
 
 from storage.checkpoint import StoreCheckpoint
 from storage.codec import KEY_SEPARATOR
-from storage.index_file import IndexFile, UniqKeyHasher, index_key_hash
+from storage.index_file import IndexFile, KeyHasher, UniqKeyHasher
 
 MAX_MSGS_NUM_BATCH: Final = 64
 
@@ -43,6 +43,7 @@ class IndexService:
         self.checkpoint = checkpoint
         self.files: list[IndexFile] = []
         self._uniq_key_hash = UniqKeyHasher()
+        self._key_hash = KeyHasher()
 
     def load(self, last_exit_ok: bool) -> None:
         """Open every index file; after an unclean exit drop those newer than the checkpoint."""
@@ -89,7 +90,7 @@ class IndexService:
         if keys:
             for key in keys.split(KEY_SEPARATOR):
                 if key:
-                    self._put(index_key_hash(f"{topic}#{key}"), physical_offset, store_timestamp)
+                    self._put(self._key_hash(topic, key), physical_offset, store_timestamp)
 
     def build_index_batch(
         self,
@@ -106,7 +107,7 @@ class IndexService:
         done_to = -1
         if last is not None and (last.index_count > 1 or last.end_phy_offset > 0):
             done_to = last.end_phy_offset
-        uniq_key_hash = self._uniq_key_hash
+        uniq_key_hash, key_hash = self._uniq_key_hash, self._key_hash
         entries: list[tuple[int, int]] = []
         add = entries.append
         for physical_offset, key_text, uniq_key in zip(offsets, keys, uniq_keys, strict=True):
@@ -117,10 +118,10 @@ class IndexService:
             if key_text:
                 for key in key_text.split(KEY_SEPARATOR):
                     if key:
-                        add((index_key_hash(f"{topic}#{key}"), physical_offset))
+                        add((key_hash(topic, key), physical_offset))
         done = last.put_hashes(entries, store_timestamp) if last is not None else 0
-        for key_hash, physical_offset in entries[done:]:  # a full (or no) file: roll
-            self._put(key_hash, physical_offset, store_timestamp)
+        for hashed, physical_offset in entries[done:]:  # a full (or no) file: roll
+            self._put(hashed, physical_offset, store_timestamp)
 
     def _put(self, key_hash: int, physical_offset: int, store_timestamp: int) -> None:
         files = self.files
