@@ -18,6 +18,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from storage.codec import (
     BLANK_MAGIC_CODE,
@@ -44,6 +45,9 @@ from storage.errors import MessageRejectedError, MessageTooLargeError, StoreNotW
 from storage.mapped_file import MappedFile
 from storage.mapped_file_queue import MappedFileQueue
 from storage.store_types import TransferLimits
+
+PREFAULT_AHEAD: Final = 4 * 1024 * 1024
+"""Pages mapped in ahead of the write position, asked for again every half of that."""
 
 _INT = struct.Struct(">i")
 _SHORT = struct.Struct(">h")
@@ -198,6 +202,8 @@ class CommitLog:
             raise StoreNotWriteableError(f"{reason}: cannot write the CommitLog: {exc}") from exc
         mapped.store_timestamp = store_timestamp
         table[key] = first_queue_offset + batch.count
+        if mapped.wrote_position >= mapped.prefault_next:
+            self._prefault_ahead(mapped)
         return AppendedBatch(
             batch.topic,
             batch.queue_id,
@@ -245,6 +251,8 @@ class CommitLog:
         mapped.store_timestamp = store_timestamp
         if dispatchable:
             self.topic_queue_table[key] = queue_offset + 1
+        if position + size >= mapped.prefault_next:
+            self._prefault_ahead(mapped)
         return AppendResult(physical_offset, size, queue_offset, store_timestamp)
 
     def _append_all(
@@ -285,6 +293,15 @@ class CommitLog:
         if queue_offset != first_queue_offset:
             table[key] = queue_offset
         return results
+
+    def _prefault_ahead(self, mapped: MappedFile) -> None:
+        """Have the allocator's worker map in the pages ahead of the write position."""
+        allocator = self.queue.allocator
+        end = min(mapped.file_size, mapped.wrote_position + PREFAULT_AHEAD)
+        # Ask again half way there; never again once the file's end is asked for.
+        mapped.prefault_next = end - PREFAULT_AHEAD // 2 if end < mapped.file_size else end + 1
+        if allocator is not None:
+            allocator.prefault(mapped, end)
 
     def _file_with_room(self, size: int) -> MappedFile:
         """The last file if ``size`` plus a blank fits, else a fresh file after a BLANK."""

@@ -264,3 +264,28 @@ def test_a_crash_with_prepared_files_present_recovers_every_message(tmp_path: Pa
         assert store.max_offset_in_queue("T", 0) == 41
     with MessageStore.open(store_dir, config) as store:
         assert store.max_offset_in_queue("T", 0) == 41
+
+
+def test_the_worker_prefaults_pages_ahead_of_the_write_position(tmp_path: Path) -> None:
+    config = StoreConfig(commit_log_file_size=16 * 1024 * 1024, message_index_enable=False)
+    with MessageStore.open(tmp_path / "store", config) as store:
+        first = store.put_message(Message("T", b"x" * 1000))
+        for _ in range(49):
+            store.put_message(Message("T", b"x" * 1000))
+        store.put_messages([Message("T", b"y" * 1000) for _ in range(20)])
+        store.allocate_service.wait_until_idle()
+        active = store.commit_log.queue.files[-1]
+        # Asked for 4 MiB past the first record; asked again only half way there.
+        assert active.prefaulted_position == first.size + 4 * 1024 * 1024
+        assert active.prefault_next == first.size + 2 * 1024 * 1024
+        assert [len(m.body) for m in store.get_message("g", "T", 0, 0, 100).messages] == [1000] * 32
+
+
+def test_a_file_prefaulted_to_its_end_is_not_asked_again(tmp_path: Path) -> None:
+    config = StoreConfig(commit_log_file_size=1024 * 1024, message_index_enable=False)
+    with MessageStore.open(tmp_path / "store", config) as store:
+        store.put_message(Message("T", b"x" * 1000))
+        store.allocate_service.wait_until_idle()
+        active = store.commit_log.queue.files[-1]
+        assert active.prefaulted_position == active.file_size
+        assert active.prefault_next == active.file_size + 1
