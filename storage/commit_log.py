@@ -202,8 +202,6 @@ class CommitLog:
             raise StoreNotWriteableError(f"{reason}: cannot write the CommitLog: {exc}") from exc
         mapped.store_timestamp = store_timestamp
         table[key] = first_queue_offset + batch.count
-        if mapped.wrote_position >= mapped.prefault_next:
-            self._prefault_ahead(mapped)
         return AppendedBatch(
             batch.topic,
             batch.queue_id,
@@ -295,7 +293,11 @@ class CommitLog:
         return results
 
     def _prefault_ahead(self, mapped: MappedFile) -> None:
-        """Have the allocator's worker map in the pages ahead of the write position."""
+        """Have the allocator's worker map in the pages ahead of the write position.
+
+        Only records packed into the map ask for it: a batch's ``pwrite`` takes no page
+        fault, and mapping pages in for it would only add work.
+        """
         allocator = self.queue.allocator
         end = min(mapped.file_size, mapped.wrote_position + PREFAULT_AHEAD)
         # Ask again half way there; never again once the file's end is asked for.

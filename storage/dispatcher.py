@@ -21,6 +21,8 @@ from storage.codec import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
     EncodedMessage,
@@ -167,15 +169,17 @@ class Dispatcher:
 
     def dispatch(self, request: DispatchRequest, notify: bool) -> bool:
         """Index one record; False (store marked not writeable) when a file cannot be made."""
+        topic = request.topic
         deleted = self.table.deleted_topics
-        if deleted and request.physical_offset < deleted.get(request.topic, -1):
+        if deleted and request.physical_offset < deleted.get(topic, -1):
             return True  # a record of a topic deleted since: never dispatched again
-        dispatchable = request.is_dispatchable
+        kind = request.sys_flag & TRANSACTION_TYPE_MASK  # = request.is_dispatchable, inlined
+        dispatchable = kind in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
         if dispatchable:
-            queues = self.table.queues.get(request.topic)  # = table.find_or_create, inlined
+            queues = self.table.queues.get(topic)  # = table.find_or_create, inlined
             queue = queues.get(request.queue_id) if queues is not None else None
             if queue is None:
-                queue = self.table.find_or_create(request.topic, request.queue_id)
+                queue = self.table.find_or_create(topic, request.queue_id)
             try:
                 queue.put(
                     request.physical_offset, request.size, request.tags_code, request.queue_offset
@@ -186,13 +190,12 @@ class Dispatcher:
             queue.last_store_timestamp = request.store_timestamp
             if self.checkpoint is not None:
                 self.checkpoint.logics_msg_timestamp = request.store_timestamp
-        if self.index_service is not None and self.index_caught_up:
+        if self.index_caught_up and self.index_service is not None:
             self._index(request)
-        if notify and dispatchable:
+        if notify and dispatchable and self.arrival_listeners:
+            max_offset, code = request.queue_offset + 1, request.tags_code
             for listener in self.arrival_listeners:
-                listener(
-                    request.topic, request.queue_id, request.queue_offset + 1, request.tags_code
-                )
+                listener(topic, request.queue_id, max_offset, code)
         return True
 
     def _dispatch_failed(self, exc: OSError) -> None:

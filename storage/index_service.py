@@ -85,12 +85,15 @@ class IndexService:
             and physical_offset <= last.end_phy_offset
         ):
             return
-        if uniq_key:
-            self._put(self._uniq_key_hash(topic, uniq_key), physical_offset, store_timestamp)
+        put = self._put if last is None or last.is_full else last.put_hash
+        if uniq_key and not put(
+            self._uniq_key_hash(topic, uniq_key), physical_offset, store_timestamp
+        ):
+            put = self._put  # the file filled up: roll
         if keys:
             for key in keys.split(KEY_SEPARATOR):
-                if key:
-                    self._put(self._key_hash(topic, key), physical_offset, store_timestamp)
+                if key and not put(self._key_hash(topic, key), physical_offset, store_timestamp):
+                    put = self._put
 
     def build_index_batch(
         self,
@@ -123,16 +126,18 @@ class IndexService:
         for hashed, physical_offset in entries[done:]:  # a full (or no) file: roll
             self._put(hashed, physical_offset, store_timestamp)
 
-    def _put(self, key_hash: int, physical_offset: int, store_timestamp: int) -> None:
+    def _put(self, key_hash: int, physical_offset: int, store_timestamp: int) -> bool:
+        """Add one entry to the last file, rolling to a new one when it is full; True."""
         files = self.files
         if files and files[-1].put_hash(key_hash, physical_offset, store_timestamp):
-            return
+            return True
         index = self._writable_file(store_timestamp)
         if not index.put_hash(key_hash, physical_offset, store_timestamp):
             self._seal(index)
             self._new_file(store_timestamp, index).put_hash(
                 key_hash, physical_offset, store_timestamp
             )
+        return True
 
     def _writable_file(self, now_ms: int) -> IndexFile:
         if self.files and not self.files[-1].is_full:

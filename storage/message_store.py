@@ -25,6 +25,7 @@ from pathlib import Path
 from storage.allocate_service import AllocateMappedFileService
 from storage.checkpoint import StoreCheckpoint
 from storage.codec import (
+    PROPERTY_DELAY,
     EncodedBatch,
     EncodedMessage,
     Message,
@@ -227,7 +228,9 @@ class MessageStore:
     def put_message(self, message: Message) -> PutResult:
         """Validate, append and (in ASYNC_FLUSH) dispatch one message."""
         self._check_writeable()
-        encoded = self._encode(redirect_delayed(message, self.delay_levels))
+        if PROPERTY_DELAY in message.properties:
+            message = redirect_delayed(message, self.delay_levels)
+        encoded = self._encode(message)
         try:
             result = self.commit_log.append(encoded, time.time_ns() // 1_000_000)
         except StoreNotWriteableError as exc:
