@@ -163,17 +163,6 @@ class CommitLog:
             mapped = self._file_with_room(size)
         return self._append_in(mapped, message, store_timestamp)
 
-    def append_batch(
-        self, messages: list[EncodedMessage], store_timestamp: int
-    ) -> list[AppendResult]:
-        """Append records of one (topic, queue) with consecutive queue offsets, in one file."""
-        total = sum(m.size for m in messages)
-        if total > self.max_append_size:
-            raise MessageTooLargeError(
-                f"batch of {total} bytes does not fit in a CommitLog file of {self.file_size}"
-            )
-        return self._append_all(self._file_with_room(total), messages, store_timestamp)
-
     def append_encoded_batch(self, batch: EncodedBatch, store_timestamp: int) -> AppendedBatch:
         """Append a batch of one (topic, queue) with consecutive queue offsets, in one file,
         with one ``pwrite``. Nothing reaches the file, and no queue offset moves, unless
@@ -252,45 +241,6 @@ class CommitLog:
         if position + size >= mapped.prefault_next:
             self._prefault_ahead(mapped)
         return AppendResult(physical_offset, size, queue_offset, store_timestamp)
-
-    def _append_all(
-        self, mapped: MappedFile, messages: list[EncodedMessage], store_timestamp: int
-    ) -> list[AppendResult]:
-        """Pack a batch of one queue into one buffer, then write it with one ``pwrite``.
-
-        Nothing reaches the file, and no queue offset moves, unless every record packs.
-        """
-        buffer = bytearray(sum(m.size for m in messages))
-        base = mapped.file_from_offset + mapped.wrote_position
-        table = self.topic_queue_table
-        host, port = self.store_address, self.store_host[1]
-        key = (messages[0].topic, messages[0].queue_id)
-        first_queue_offset = queue_offset = table.get(key, 0)
-        results = []
-        position = 0
-        try:
-            for message in messages:
-                # Prepared and rolled-back transaction halves take no queue offset (§2.3).
-                dispatchable = message.is_dispatchable
-                offset = queue_offset if dispatchable else 0
-                message.write_into(
-                    buffer, position, offset, base + position, store_timestamp, host, port
-                )
-                results.append(AppendResult(base + position, message.size, offset, store_timestamp))
-                position += message.size
-                queue_offset += dispatchable
-        except struct.error:
-            # Nothing is acknowledged or written: the write position has not moved.
-            raise MessageRejectedError(OUT_OF_RANGE) from None
-        try:
-            mapped.write_append(buffer)
-        except OSError as exc:
-            reason = "disk full" if exc.errno == errno.ENOSPC else "file error"
-            raise StoreNotWriteableError(f"{reason}: cannot write the CommitLog: {exc}") from exc
-        mapped.store_timestamp = store_timestamp
-        if queue_offset != first_queue_offset:
-            table[key] = queue_offset
-        return results
 
     def _prefault_ahead(self, mapped: MappedFile) -> None:
         """Have the allocator's worker map in the pages ahead of the write position.
