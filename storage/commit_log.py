@@ -46,7 +46,7 @@ from storage.mapped_file import MappedFile
 from storage.mapped_file_queue import MappedFileQueue
 from storage.store_types import TransferLimits
 
-PREFAULT_AHEAD: Final = 4 * 1024 * 1024
+PREFAULT_AHEAD: Final = 1024 * 1024
 """Pages mapped in ahead of the write position, asked for again every half of that."""
 
 _INT = struct.Struct(">i")
