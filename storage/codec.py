@@ -203,6 +203,32 @@ def java_string_hash(value: str) -> int:
     return h - 0x100000000 if h & 0x80000000 else h
 
 
+_POWERS_OF_31: Final = tuple(pow(31, n, 1 << 32) for n in range(_MAX_FAST_HASH_LENGTH + 1))
+
+
+def java_string_hash_after(prefix_hash: int, value: str) -> int:
+    """``java_string_hash(prefix + value)`` from the prefix's hash, hashing ``value`` only.
+
+    Java's hash is linear: ``h(p + v) = h(p) * 31**len(v) + h(v)`` (mod 2**32), so a
+    remembered prefix (an index key's ``topic#``) is not hashed again. Uncached: the
+    values (index keys) are nearly always new.
+    """
+    if not value.isascii() or len(value) > _MAX_FAST_HASH_LENGTH:
+        h = prefix_hash * pow(31, _utf16_length(value), 1 << 32) + java_string_hash(value)
+    else:
+        units = value.encode()
+        length = len(units)
+        h = prefix_hash * _POWERS_OF_31[length] + sum(
+            map(operator.mul, units, _hash_powers(length))
+        )
+    h &= 0xFFFFFFFF
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+def _utf16_length(value: str) -> int:
+    return len(value.encode("utf-16-le")) // 2
+
+
 def tags_code(tags: str | None) -> int:
     """The ConsumeQueue tags code of a TAGS value: its Java hash, 0 when there is no tag."""
     if not tags:
@@ -416,17 +442,7 @@ class EncodedMessage:
         topic = message.topic
         topic_bytes, topic_field = _checked_topic(topic)
         properties = message.properties
-        try:
-            properties_bytes = encode_properties(properties)
-        except UnicodeEncodeError as exc:  # e.g. a lone surrogate ("\ud800" in JSON)
-            raise MessageRejectedError(
-                f"message properties are not valid Unicode: {exc.reason}"
-            ) from None
-        if len(properties_bytes) > MAX_PROPERTIES_LENGTH:
-            raise PropertiesTooLargeError(
-                f"message properties are {len(properties_bytes)} bytes encoded, "
-                f"over the limit of {MAX_PROPERTIES_LENGTH}"
-            )
+        properties_bytes = _properties_field(properties)
         born_host, born_port = message.born_host
         born_address = encode_host(born_host)
         sys_flag = message.sys_flag & ~_HOST_V6_BITS
@@ -503,6 +519,201 @@ class EncodedMessage:
         end = p + len(body)
         buffer[p:end] = body
         buffer[end : position + self.size] = self.tail
+
+
+def _properties_field(properties: dict[str, str]) -> bytes:
+    """The encoded properties, refused when not valid Unicode or over the length limit."""
+    try:
+        properties_bytes = encode_properties(properties)
+    except UnicodeEncodeError as exc:  # e.g. a lone surrogate ("\ud800" in JSON)
+        raise MessageRejectedError(
+            f"message properties are not valid Unicode: {exc.reason}"
+        ) from None
+    if len(properties_bytes) > MAX_PROPERTIES_LENGTH:
+        raise PropertiesTooLargeError(
+            f"message properties are {len(properties_bytes)} bytes encoded, "
+            f"over the limit of {MAX_PROPERTIES_LENGTH}"
+        )
+    return properties_bytes
+
+
+def check_batch(messages: list[Message]) -> None:
+    """A batch is all or nothing: refuse it before anything is encoded or written.
+
+    One topic and queue, no delay, no transaction halves, every number within its width.
+    """
+    first = messages[0]
+    topic, queue_id = first.topic, first.queue_id
+    for message in messages:
+        properties = message.properties
+        if PROPERTY_DELAY in properties and _delay_level(properties[PROPERTY_DELAY]) > 0:
+            raise MessageRejectedError(
+                "a batch cannot be delayed; send delayed messages one by one"
+            )
+        # RocketMQ answers MESSAGE_ILLEGAL too (reference §2.9): a prepared message would
+        # take a queue offset that is never dispatched, leaving a hole in the ConsumeQueue.
+        if message.sys_flag & TRANSACTION_TYPE_MASK:
+            raise MessageRejectedError("a batch cannot hold transactional messages")
+        if message.topic != topic or message.queue_id != queue_id:
+            raise MessageRejectedError(
+                "every message of a batch must have the same topic and queue"
+            )
+        check_numbers(message)
+
+
+def _delay_level(value: str) -> int:
+    try:
+        return int(value or 0)
+    except ValueError:
+        raise MessageRejectedError("DELAY must be a delay level (an integer)") from None
+
+
+class EncodedBatch:
+    """A checked batch of one (topic, queue) encoded as one object: no object per record.
+
+    Everything a record needs but its offsets and store time is computed here, in one loop,
+    into plain lists; :meth:`pack` then lays every record out with one ``struct`` call and
+    one ``join`` for the batch, and packs the batch's ConsumeQueue units alongside. All
+    records of a batch are dispatchable (``check_batch`` refuses transaction halves), so
+    their queue offsets are consecutive.
+    """
+
+    __slots__ = (
+        "count",
+        "keys",
+        "queue_id",
+        "records",
+        "size",
+        "sizes",
+        "tags_codes",
+        "topic",
+        "uniq_keys",
+    )
+
+    def __init__(self, messages: list[Message], store_v6: bool, max_body_size: int) -> None:
+        first = messages[0]
+        topic = first.topic
+        _, topic_field = _checked_topic(topic)
+        topic_length = len(topic_field) - 1
+        store_bit = STOREHOSTADDRESS_V6_FLAG if store_v6 else 0
+        records = []
+        sizes = []
+        tags_codes = []
+        keys = []
+        uniq_keys = []
+        total = 0
+        for message in messages:
+            body = message.body
+            body_length = len(body)
+            if body_length > max_body_size:
+                raise MessageTooLargeError(
+                    f"message body is {body_length} bytes, over the limit of {max_body_size}"
+                )
+            properties = message.properties
+            properties_bytes = _properties_field(properties)
+            born_host, born_port = message.born_host
+            born_address = encode_host(born_host)
+            sys_flag = (message.sys_flag & ~_HOST_V6_BITS) | store_bit
+            if len(born_address) == 16:
+                sys_flag |= BORNHOST_V6_FLAG
+            header = _HEADER_BY_HOST_BITS[sys_flag & _HOST_V6_BITS]
+            size = header.size + body_length + 3 + topic_length + len(properties_bytes)
+            tags = properties.get(PROPERTY_TAGS)
+            records.append(
+                (
+                    header.pack,
+                    size,
+                    zlib.crc32(body) & CRC_MASK,
+                    message.flag,
+                    sys_flag,
+                    message.born_timestamp,
+                    born_address,
+                    born_port,
+                    message.reconsume_times,
+                    message.prepared_transaction_offset,
+                    body,
+                    topic_field + _SHORT.pack(len(properties_bytes)) + properties_bytes,
+                )
+            )
+            sizes.append(size)
+            tags_codes.append(java_string_hash(tags) if tags else 0)
+            keys.append(properties.get(PROPERTY_KEYS))
+            uniq_keys.append(properties.get(PROPERTY_UNIQ_KEY))
+            total += size
+        self.topic = topic
+        self.queue_id = first.queue_id
+        self.count = len(records)
+        self.records = records
+        self.size = total
+        self.sizes = sizes
+        self.tags_codes = tags_codes
+        self.keys = keys
+        self.uniq_keys = uniq_keys
+
+    def pack(
+        self,
+        physical_offset: int,
+        queue_offset: int,
+        store_timestamp: int,
+        store_address: bytes,
+        store_port: int,
+    ) -> tuple[bytes, bytes, list[int]]:
+        """The records laid out from ``physical_offset``, their ConsumeQueue units and their
+        physical offsets. ``struct.error`` when a number does not fit its field."""
+        queue_id = self.queue_id
+        parts: list[bytes] = []
+        extend = parts.extend
+        units: list[bytes] = []
+        add_unit = units.append
+        pack_unit = CQ_UNIT_STRUCT.pack
+        offsets: list[int] = []
+        add_offset = offsets.append
+        offset = physical_offset
+        for record, tags_code in zip(self.records, self.tags_codes, strict=True):
+            (
+                pack,
+                size,
+                crc,
+                flag,
+                sys_flag,
+                born,
+                address,
+                port,
+                reconsume,
+                prepared,
+                body,
+                tail,
+            ) = record
+            extend(
+                (
+                    pack(
+                        size,
+                        MESSAGE_MAGIC_CODE,
+                        crc,
+                        queue_id,
+                        flag,
+                        queue_offset,
+                        offset,
+                        sys_flag,
+                        born,
+                        address,
+                        port,
+                        store_timestamp,
+                        store_address,
+                        store_port,
+                        reconsume,
+                        prepared,
+                        len(body),
+                    ),
+                    body,
+                    tail,
+                )
+            )
+            add_unit(pack_unit(offset, size, tags_code))
+            add_offset(offset)
+            offset += size
+            queue_offset += 1
+        return b"".join(parts), b"".join(units), offsets
 
 
 def encode_message(

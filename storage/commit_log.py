@@ -18,7 +18,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Final
 
 from storage.codec import (
     BLANK_MAGIC_CODE,
@@ -28,14 +28,11 @@ from storage.codec import (
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODES,
     OUT_OF_RANGE,
-    PROPERTY_DELAY,
-    TRANSACTION_TYPE_MASK,
+    EncodedBatch,
     EncodedMessage,
-    Message,
     RecordCheck,
     RecordKind,
     StoredMessage,
-    check_numbers,
     check_record,
     decode_msg_id,
     decode_record,
@@ -53,6 +50,9 @@ from storage.errors import (
 from storage.mapped_file import MappedFile
 from storage.mapped_file_queue import MappedFileQueue
 from storage.store_types import TransferLimits
+
+PREFAULT_AHEAD: Final = 1024 * 1024
+"""Pages mapped in ahead of the write position, asked for again every half of that."""
 
 _INT = struct.Struct(">i")
 _SHORT = struct.Struct(">h")
@@ -128,23 +128,21 @@ class UnitsRead:
     removed: bool
 
 
-def check_batch(messages: list[Message]) -> None:
-    """A batch is all or nothing: refuse it before anything is written."""
-    first = messages[0]
-    try:
-        delayed = any(int(m.properties.get(PROPERTY_DELAY, "0") or 0) > 0 for m in messages)
-    except ValueError:
-        raise MessageRejectedError("DELAY must be a delay level (an integer)") from None
-    if delayed:
-        raise MessageRejectedError("a batch cannot be delayed; send delayed messages one by one")
-    # RocketMQ answers MESSAGE_ILLEGAL too (reference §2.9): a prepared message would
-    # take a queue offset that is never dispatched, leaving a hole in the ConsumeQueue.
-    if any(m.sys_flag & TRANSACTION_TYPE_MASK for m in messages):
-        raise MessageRejectedError("a batch cannot hold transactional messages")
-    if any(m.topic != first.topic or m.queue_id != first.queue_id for m in messages):
-        raise MessageRejectedError("every message of a batch must have the same topic and queue")
-    for message in messages:
-        check_numbers(message)
+@dataclass(slots=True)  # not frozen: one per batch, cheaper to build (see StoredMessage)
+class AppendedBatch:
+    """Where one batch went: what its dispatch and its put results need, as plain lists."""
+
+    topic: str
+    queue_id: int
+    first_queue_offset: int
+    offsets: list[int]  # physical offset of each record
+    sizes: list[int]
+    units: bytes  # the batch's ConsumeQueue units, packed
+    tags_codes: list[int]
+    keys: list[str | None]
+    uniq_keys: list[str | None]
+    store_timestamp: int
+    end_offset: int
 
 
 class CommitLog:
@@ -176,16 +174,47 @@ class CommitLog:
             mapped = self._file_with_room(size)
         return self._append_in(mapped, message, store_timestamp)
 
-    def append_batch(
-        self, messages: list[EncodedMessage], store_timestamp: int
-    ) -> list[AppendResult]:
-        """Append records of one (topic, queue) with consecutive queue offsets, in one file."""
-        total = sum(m.size for m in messages)
+    def append_encoded_batch(self, batch: EncodedBatch, store_timestamp: int) -> AppendedBatch:
+        """Append a batch of one (topic, queue) with consecutive queue offsets, in one file,
+        with one ``pwrite``. Nothing reaches the file, and no queue offset moves, unless
+        every record packs."""
+        total = batch.size
         if total > self.max_append_size:
             raise MessageTooLargeError(
                 f"batch of {total} bytes does not fit in a CommitLog file of {self.file_size}"
             )
-        return self._append_all(self._file_with_room(total), messages, store_timestamp)
+        mapped = self._file_with_room(total)
+        key = (batch.topic, batch.queue_id)
+        table = self.topic_queue_table
+        first_queue_offset = table.get(key, 0)
+        base = mapped.file_from_offset + mapped.wrote_position
+        try:
+            data, units, offsets = batch.pack(
+                base, first_queue_offset, store_timestamp, self.store_address, self.store_host[1]
+            )
+        except struct.error:
+            # Nothing is acknowledged or written: the write position has not moved.
+            raise MessageRejectedError(OUT_OF_RANGE) from None
+        try:
+            mapped.write_append(data)
+        except OSError as exc:
+            reason = "disk full" if exc.errno == errno.ENOSPC else "file error"
+            raise StoreNotWriteableError(f"{reason}: cannot write the CommitLog: {exc}") from exc
+        mapped.store_timestamp = store_timestamp
+        table[key] = first_queue_offset + batch.count
+        return AppendedBatch(
+            batch.topic,
+            batch.queue_id,
+            first_queue_offset,
+            offsets,
+            batch.sizes,
+            units,
+            batch.tags_codes,
+            batch.keys,
+            batch.uniq_keys,
+            store_timestamp,
+            base + total,
+        )
 
     def append_raw(self, offset: int, data: bytes) -> int:
         """Append bytes replicated from a master at ``offset``; the new max offset.
@@ -259,46 +288,22 @@ class CommitLog:
         mapped.store_timestamp = store_timestamp
         if dispatchable:
             self.topic_queue_table[key] = queue_offset + 1
+        if position + size >= mapped.prefault_next:
+            self._prefault_ahead(mapped)
         return AppendResult(physical_offset, size, queue_offset, store_timestamp)
 
-    def _append_all(
-        self, mapped: MappedFile, messages: list[EncodedMessage], store_timestamp: int
-    ) -> list[AppendResult]:
-        """Pack a batch of one queue into one buffer, then write it with one ``pwrite``.
+    def _prefault_ahead(self, mapped: MappedFile) -> None:
+        """Have the allocator's worker map in the pages ahead of the write position.
 
-        Nothing reaches the file, and no queue offset moves, unless every record packs.
+        Only records packed into the map ask for it: a batch's ``pwrite`` takes no page
+        fault, and mapping pages in for it would only add work.
         """
-        buffer = bytearray(sum(m.size for m in messages))
-        base = mapped.file_from_offset + mapped.wrote_position
-        table = self.topic_queue_table
-        host, port = self.store_address, self.store_host[1]
-        key = (messages[0].topic, messages[0].queue_id)
-        first_queue_offset = queue_offset = table.get(key, 0)
-        results = []
-        position = 0
-        try:
-            for message in messages:
-                # Prepared and rolled-back transaction halves take no queue offset (§2.3).
-                dispatchable = message.is_dispatchable
-                offset = queue_offset if dispatchable else 0
-                message.write_into(
-                    buffer, position, offset, base + position, store_timestamp, host, port
-                )
-                results.append(AppendResult(base + position, message.size, offset, store_timestamp))
-                position += message.size
-                queue_offset += dispatchable
-        except struct.error:
-            # Nothing is acknowledged or written: the write position has not moved.
-            raise MessageRejectedError(OUT_OF_RANGE) from None
-        try:
-            mapped.write_append(buffer)
-        except OSError as exc:
-            reason = "disk full" if exc.errno == errno.ENOSPC else "file error"
-            raise StoreNotWriteableError(f"{reason}: cannot write the CommitLog: {exc}") from exc
-        mapped.store_timestamp = store_timestamp
-        if queue_offset != first_queue_offset:
-            table[key] = queue_offset
-        return results
+        allocator = self.queue.allocator
+        end = min(mapped.file_size, mapped.wrote_position + PREFAULT_AHEAD)
+        # Ask again half way there; never again once the file's end is asked for.
+        mapped.prefault_next = end - PREFAULT_AHEAD // 2 if end < mapped.file_size else end + 1
+        if allocator is not None:
+            allocator.prefault(mapped, end)
 
     def _file_with_room(self, size: int) -> MappedFile:
         """The last file if ``size`` plus a blank fits, else a fresh file after a BLANK."""

@@ -111,6 +111,30 @@ class ConsumeQueue:
         self.max_physic_offset = physical_offset + size
         return True
 
+    def put_units(self, queue_offset: int, units: bytes) -> bool:
+        """Write consecutive packed units from ``queue_offset`` (a batch): one copy when they
+        all fit the started last file and are new, else unit by unit through :meth:`put`."""
+        first_physical, first_size, _ = _unpack_unit(units)
+        files = self.queue.files
+        if files and first_physical + first_size > self.max_physic_offset:
+            last = files[-1]
+            position = last.wrote_position
+            end = position + len(units)
+            if (
+                position > 0
+                and end <= self.file_size
+                and last.file_from_offset + position == queue_offset * CQ_UNIT_SIZE
+            ):
+                last.buffer[position:end] = units
+                last.wrote_position = end
+                physical, size, _ = _unpack_unit(units, len(units) - CQ_UNIT_SIZE)
+                self.max_physic_offset = physical + size
+                return True
+        for index, (physical, size, code) in enumerate(CQ_UNIT_STRUCT.iter_unpack(units)):
+            if not self.put(physical, size, code, queue_offset + index):
+                return False
+        return True
+
     def _pre_blank_fill(self, mapped: MappedFile, expect: int) -> None:
         """First file of a queue that starts at a non-zero offset: pad with blank units."""
         self.min_logic_offset = expect

@@ -21,6 +21,8 @@ from storage.codec import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
     EncodedMessage,
@@ -28,7 +30,7 @@ from storage.codec import (
     decode_record,
     tags_code,
 )
-from storage.commit_log import AppendResult, CommitLog
+from storage.commit_log import AppendedBatch, AppendResult, CommitLog
 from storage.consume_queue_table import ConsumeQueueTable
 from storage.delay_levels import SCHEDULE_TOPIC, deliver_timestamp
 from storage.index_service import IndexService
@@ -66,7 +68,7 @@ class Dispatcher:
         self.index_caught_up = False
         # A ConsumeQueue file could not be written: re-dispatch once writeable again.
         self.needs_reput = False
-        self.pending: deque[DispatchRequest] = deque()
+        self.pending: deque[DispatchRequest | AppendedBatch] = deque()
 
     # ------------------------------------------------------------------ requests
 
@@ -123,17 +125,61 @@ class Dispatcher:
         elif not self.needs_reput and self.dispatch(request, notify=True):
             self.reput_from_offset = result.physical_offset + result.size
 
+    def dispatch_appended_batch(self, batch: AppendedBatch) -> None:
+        """After a batch append: dispatch it now (ASYNC_FLUSH) or once flushed (SYNC_FLUSH)."""
+        if self.sync_flush:
+            self.pending.append(batch)
+        elif not self.needs_reput and self.dispatch_batch(batch, notify=True):
+            self.reput_from_offset = batch.end_offset
+
+    def dispatch_batch(self, batch: AppendedBatch, notify: bool) -> bool:
+        """A batch's units in one ConsumeQueue write, its keys in one index loop, and one
+        arrival notice per distinct tags code; False as :meth:`dispatch`."""
+        topic, queue_id = batch.topic, batch.queue_id
+        deleted = self.table.deleted_topics
+        if deleted and batch.offsets[0] < deleted.get(topic, -1):
+            return True  # records of a topic deleted since: never dispatched again
+        queues = self.table.queues.get(topic)
+        queue = queues.get(queue_id) if queues is not None else None
+        if queue is None:
+            queue = self.table.find_or_create(topic, queue_id)
+        try:
+            queue.put_units(batch.first_queue_offset, batch.units)
+        except OSError as exc:
+            self._dispatch_failed(exc)
+            return False
+        store_timestamp = batch.store_timestamp
+        queue.last_store_timestamp = store_timestamp
+        if self.checkpoint is not None:
+            self.checkpoint.logics_msg_timestamp = store_timestamp
+        index = self.index_service
+        if index is not None and self.index_caught_up:
+            index.build_index_batch(
+                topic, batch.offsets, store_timestamp, batch.keys, batch.uniq_keys
+            )
+            self.index_reput_offset = batch.end_offset
+        if notify and self.arrival_listeners:
+            # Waiters filter by tags code: one notice per distinct code, once the whole
+            # batch is in (the queue's max offset is the batch's end for every notice).
+            max_offset = batch.first_queue_offset + len(batch.offsets)
+            for code in dict.fromkeys(batch.tags_codes):
+                for listener in self.arrival_listeners:
+                    listener(topic, queue_id, max_offset, code)
+        return True
+
     def dispatch(self, request: DispatchRequest, notify: bool) -> bool:
         """Index one record; False (store marked not writeable) when a file cannot be made."""
+        topic = request.topic
         deleted = self.table.deleted_topics
-        if deleted and request.physical_offset < deleted.get(request.topic, -1):
+        if deleted and request.physical_offset < deleted.get(topic, -1):
             return True  # a record of a topic deleted since: never dispatched again
-        dispatchable = request.is_dispatchable
+        kind = request.sys_flag & TRANSACTION_TYPE_MASK  # = request.is_dispatchable, inlined
+        dispatchable = kind in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
         if dispatchable:
-            queues = self.table.queues.get(request.topic)  # = table.find_or_create, inlined
+            queues = self.table.queues.get(topic)  # = table.find_or_create, inlined
             queue = queues.get(request.queue_id) if queues is not None else None
             if queue is None:
-                queue = self.table.find_or_create(request.topic, request.queue_id)
+                queue = self.table.find_or_create(topic, request.queue_id)
             try:
                 queue.put(
                     request.physical_offset, request.size, request.tags_code, request.queue_offset
@@ -144,13 +190,12 @@ class Dispatcher:
             queue.last_store_timestamp = request.store_timestamp
             if self.checkpoint is not None:
                 self.checkpoint.logics_msg_timestamp = request.store_timestamp
-        if self.index_service is not None and self.index_caught_up:
+        if self.index_caught_up and self.index_service is not None:
             self._index(request)
-        if notify and dispatchable:
+        if notify and dispatchable and self.arrival_listeners:
+            max_offset, code = request.queue_offset + 1, request.tags_code
             for listener in self.arrival_listeners:
-                listener(
-                    request.topic, request.queue_id, request.queue_offset + 1, request.tags_code
-                )
+                listener(topic, request.queue_id, max_offset, code)
         return True
 
     def _dispatch_failed(self, exc: OSError) -> None:
@@ -167,7 +212,11 @@ class Dispatcher:
         count = 0
         while pending and pending[0].end_offset <= up_to_offset and not self.needs_reput:
             request = pending.popleft()
-            if not self.dispatch(request, notify=True):
+            if isinstance(request, AppendedBatch):
+                dispatched = self.dispatch_batch(request, notify=True)
+            else:
+                dispatched = self.dispatch(request, notify=True)
+            if not dispatched:
                 pending.appendleft(request)
                 break
             self.reput_from_offset = request.end_offset

@@ -32,7 +32,7 @@ import struct
 from pathlib import Path
 from typing import Final
 
-from storage.codec import java_string_hash
+from storage.codec import java_string_hash, java_string_hash_after
 from storage.errors import StoreLoadError
 from storage.mapped_file import _reserve
 
@@ -95,6 +95,23 @@ class UniqKeyHasher:
         if h == 0x80000000:  # Java's abs(MIN_VALUE), see index_key_hash
             return 0
         return 0x100000000 - h if h & 0x80000000 else h
+
+
+class KeyHasher:
+    """``index_key_hash(f"{topic}#{key}")`` with the hash of ``topic#`` remembered, so only
+    the key is hashed (business keys are nearly always new: no cache of whole keys)."""
+
+    def __init__(self) -> None:
+        self._prefixes: dict[str, int] = {}
+
+    def __call__(self, topic: str, key: str) -> int:
+        prefix_hash = self._prefixes.get(topic)
+        if prefix_hash is None:
+            if len(self._prefixes) >= _MAX_HEADS:
+                self._prefixes.clear()
+            prefix_hash = self._prefixes[topic] = java_string_hash(f"{topic}#") & 0xFFFFFFFF
+        value = java_string_hash_after(prefix_hash, key)
+        return 0 if value == -0x80000000 else abs(value)
 
 
 ROCKETMQ_HASH_SLOT_NUM: Final = 5_000_000
@@ -226,6 +243,45 @@ class IndexFile:
         self.end_phy_offset = phy_offset
         self.end_timestamp = store_timestamp
         return True
+
+    def put_hashes(self, entries: list[tuple[int, int]], store_timestamp: int) -> int:
+        """Add (key hash, physical offset) entries of one store time, as :meth:`put_hash`
+        each, in one loop; returns how many went in (fewer when the file fills up)."""
+        if not entries:
+            return 0
+        count = self.index_count
+        room = self.max_index_num - count
+        if room <= 0:
+            return 0
+        if room < len(entries):
+            entries = entries[:room]
+        if count <= 1:
+            self.begin_phy_offset = entries[0][1]
+            self.begin_timestamp = store_timestamp
+        time_diff = 0
+        if self.begin_timestamp > 0:
+            time_diff = min(_INT_MAX, max(0, (store_timestamp - self.begin_timestamp) // 1000))
+        buffer = self.buffer
+        slots = self.hash_slot_num
+        unpack_slot = _SLOT.unpack_from
+        pack_slot = _SLOT.pack_into
+        entry_at = self._entries_at + count * INDEX_ENTRY_SIZE
+        new_slots = 0
+        for key_hash, phy_offset in entries:
+            slot_at = INDEX_HEADER_SIZE + (key_hash % slots) * HASH_SLOT_SIZE
+            previous = unpack_slot(buffer, slot_at)[0]
+            if previous <= 0 or previous > count:
+                previous = 0
+                new_slots += 1
+            _pack_entry(buffer, entry_at, key_hash, phy_offset, time_diff, previous)
+            pack_slot(buffer, slot_at, count)
+            count += 1
+            entry_at += INDEX_ENTRY_SIZE
+        self.hash_slot_count += new_slots
+        self.index_count = count
+        self.end_phy_offset = entries[-1][1]
+        self.end_timestamp = store_timestamp
+        return len(entries)
 
     def _entry_position(self, number: int) -> int:
         return INDEX_HEADER_SIZE + self.hash_slot_num * HASH_SLOT_SIZE + number * INDEX_ENTRY_SIZE

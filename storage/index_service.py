@@ -16,7 +16,7 @@ from typing import Final
 
 from storage.checkpoint import StoreCheckpoint
 from storage.codec import KEY_SEPARATOR
-from storage.index_file import IndexFile, UniqKeyHasher, index_key_hash
+from storage.index_file import IndexFile, KeyHasher, UniqKeyHasher
 
 MAX_MSGS_NUM_BATCH: Final = 64
 
@@ -43,6 +43,7 @@ class IndexService:
         self.checkpoint = checkpoint
         self.files: list[IndexFile] = []
         self._uniq_key_hash = UniqKeyHasher()
+        self._key_hash = KeyHasher()
 
     def load(self, last_exit_ok: bool) -> None:
         """Open every index file; after an unclean exit drop those newer than the checkpoint."""
@@ -84,23 +85,59 @@ class IndexService:
             and physical_offset <= last.end_phy_offset
         ):
             return
-        if uniq_key:
-            self._put(self._uniq_key_hash(topic, uniq_key), physical_offset, store_timestamp)
+        put = self._put if last is None or last.is_full else last.put_hash
+        if uniq_key and not put(
+            self._uniq_key_hash(topic, uniq_key), physical_offset, store_timestamp
+        ):
+            put = self._put  # the file filled up: roll
         if keys:
             for key in keys.split(KEY_SEPARATOR):
-                if key:
-                    self._put(index_key_hash(f"{topic}#{key}"), physical_offset, store_timestamp)
+                if key and not put(self._key_hash(topic, key), physical_offset, store_timestamp):
+                    put = self._put
 
-    def _put(self, key_hash: int, physical_offset: int, store_timestamp: int) -> None:
+    def build_index_batch(
+        self,
+        topic: str,
+        offsets: list[int],
+        store_timestamp: int,
+        keys: list[str | None],
+        uniq_keys: list[str | None],
+    ) -> None:
+        """Index the records of one batch (rising offsets) in one loop; as
+        :meth:`build_index` for each, records an earlier dispatch indexed are skipped."""
+        files = self.files
+        last = files[-1] if files else None
+        done_to = -1
+        if last is not None and (last.index_count > 1 or last.end_phy_offset > 0):
+            done_to = last.end_phy_offset
+        uniq_key_hash, key_hash = self._uniq_key_hash, self._key_hash
+        entries: list[tuple[int, int]] = []
+        add = entries.append
+        for physical_offset, key_text, uniq_key in zip(offsets, keys, uniq_keys, strict=True):
+            if physical_offset <= done_to:
+                continue
+            if uniq_key:
+                add((uniq_key_hash(topic, uniq_key), physical_offset))
+            if key_text:
+                for key in key_text.split(KEY_SEPARATOR):
+                    if key:
+                        add((key_hash(topic, key), physical_offset))
+        done = last.put_hashes(entries, store_timestamp) if last is not None else 0
+        for hashed, physical_offset in entries[done:]:  # a full (or no) file: roll
+            self._put(hashed, physical_offset, store_timestamp)
+
+    def _put(self, key_hash: int, physical_offset: int, store_timestamp: int) -> bool:
+        """Add one entry to the last file, rolling to a new one when it is full; True."""
         files = self.files
         if files and files[-1].put_hash(key_hash, physical_offset, store_timestamp):
-            return
+            return True
         index = self._writable_file(store_timestamp)
         if not index.put_hash(key_hash, physical_offset, store_timestamp):
             self._seal(index)
             self._new_file(store_timestamp, index).put_hash(
                 key_hash, physical_offset, store_timestamp
             )
+        return True
 
     def _writable_file(self, now_ms: int) -> IndexFile:
         if self.files and not self.files[-1].is_full:

@@ -12,18 +12,35 @@ that creates the file.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import mmap
 import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Final
+from typing import Final, cast
 
 from storage.fs import fsync_directory
 
 OS_PAGE_SIZE: Final = 4096
 FILE_NAME_WIDTH: Final = 20
+MADV_POPULATE_READ: Final = 22  # Linux 5.14+: map the file's pages in, content untouched
+
+
+def _libc_madvise() -> Callable[[int, int, int], int] | None:
+    """libc's ``madvise`` through ctypes, which releases the GIL for the call (the
+    ``mmap.madvise`` method holds it); None where there is no such libc."""
+    try:
+        function = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):  # pragma: no cover - every Linux libc has it
+        return None
+    function.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    function.restype = ctypes.c_int
+    return cast("Callable[[int, int, int], int]", function)
+
+
+_madvise = _libc_madvise()
 
 
 def offset_to_file_name(offset: int) -> str:
@@ -81,6 +98,10 @@ class MappedFile:
         self._lock = threading.Lock()
         self._closed = False
         self._write_fd = -1  # opened on the first ``write_append``
+        # Pages ahead of the write position mapped in off the owner thread (``prefault``):
+        # the write position at which the owner asks for more, and how far it is done.
+        self.prefault_next = 0
+        self.prefaulted_position = 0
 
     def __repr__(self) -> str:
         return f"MappedFile({self.path.name}, wrote={self.wrote_position})"
@@ -225,6 +246,32 @@ class MappedFile:
         buffer = self.buffer
         for page in range(0, min(length, self.file_size), OS_PAGE_SIZE):
             buffer[page] = 0
+
+    def prefault(self, end: int) -> bool:
+        """Map the file's pages up to ``end`` into this mapping (RocketMQ's
+        ``warmMappedFile``, for the pages ahead of the write position of the active file).
+
+        Runs on a worker thread: ``madvise(MADV_POPULATE_READ)`` through ctypes releases the
+        GIL and neither changes nor dirties a byte, so appends on the owner thread go on
+        meanwhile and then take no page fault of their own. False where the kernel lacks
+        it (before Linux 5.14): there is nothing to do then.
+        """
+        if _madvise is None:
+            return False
+        with self._lock:  # close() waits: the address stays mapped during the call
+            if self._closed:
+                return True
+            start = self.prefaulted_position // OS_PAGE_SIZE * OS_PAGE_SIZE
+            end = min(end, self.file_size)
+            if end <= start:
+                return True
+            view = ctypes.c_char.from_buffer(self.buffer)
+            address = ctypes.addressof(view)
+            del view  # an exported buffer would keep the mapping from closing
+            if _madvise(address + start, end - start, MADV_POPULATE_READ) != 0:
+                return False
+            self.prefaulted_position = end
+        return True
 
     def move_to(self, path: Path) -> None:
         """Rename the file (same file system); the mapping stays valid. The next flush

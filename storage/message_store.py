@@ -17,14 +17,24 @@ The store is synchronous and has one writer: the owner calls put/get/flush from 
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from pathlib import Path
 
 from storage.allocate_service import AllocateMappedFileService
 from storage.checkpoint import StoreCheckpoint
-from storage.codec import EncodedMessage, Message, RecordKind, StoredMessage, msg_id_prefix
-from storage.commit_log import AppendResult, CommitLog, ReplicaAppendError, check_batch
+from storage.codec import (
+    PROPERTY_DELAY,
+    EncodedBatch,
+    EncodedMessage,
+    Message,
+    RecordKind,
+    StoredMessage,
+    check_batch,
+    msg_id_prefix,
+)
+from storage.commit_log import AppendResult, CommitLog, ReplicaAppendError
 from storage.consume_queue import PRE_BLANK_SIZE, ConsumeQueue
 from storage.consume_queue_table import ConsumeQueueTable
 from storage.delay_levels import parse_delay_levels, redirect_delayed
@@ -222,7 +232,9 @@ class MessageStore:
     def put_message(self, message: Message) -> PutResult:
         """Validate, append and (in ASYNC_FLUSH) dispatch one message."""
         self._check_writeable()
-        encoded = self._encode(redirect_delayed(message, self.delay_levels))
+        if PROPERTY_DELAY in message.properties:
+            message = redirect_delayed(message, self.delay_levels)
+        encoded = self._encode(message)
         try:
             result = self.commit_log.append(encoded, time.time_ns() // 1_000_000)
         except StoreNotWriteableError as exc:
@@ -236,20 +248,40 @@ class MessageStore:
         if not messages:
             return []
         check_batch(messages)
-        encoded = [self._encode(m) for m in messages]
+        self._check_queue_id(messages[0].queue_id)
+        batch = EncodedBatch(messages, self.commit_log.store_v6, self.config.max_message_size)
         try:
-            appended = self.commit_log.append_batch(encoded, time.time_ns() // 1_000_000)
+            appended = self.commit_log.append_encoded_batch(batch, time.time_ns() // 1_000_000)
         except StoreNotWriteableError as exc:
             self.flags.mark_not_writeable(str(exc))
             raise
-        return [self._after_append(e, r) for e, r in zip(encoded, appended, strict=True)]
+        self.dispatcher.dispatch_appended_batch(appended)
+        prefix = self._msg_id_prefix
+        topic, queue_id = appended.topic, appended.queue_id
+        store_timestamp = appended.store_timestamp
+        return [
+            PutResult(
+                prefix + f"{offset:016X}",
+                topic,
+                queue_id,
+                queue_offset,
+                offset,
+                size,
+                store_timestamp,
+            )
+            for queue_offset, offset, size in zip(
+                itertools.count(appended.first_queue_offset), appended.offsets, appended.sizes
+            )
+        ]
+
+    def _check_queue_id(self, queue_id: int) -> None:
+        if not 0 <= queue_id < self.config.max_queues_per_topic:
+            raise QueueIdOutOfRangeError(
+                f"queue id {queue_id} is out of range: 0 to {self.config.max_queues_per_topic - 1}"
+            )
 
     def _encode(self, message: Message) -> EncodedMessage:
-        if not 0 <= message.queue_id < self.config.max_queues_per_topic:
-            raise QueueIdOutOfRangeError(
-                f"queue id {message.queue_id} is out of range: 0 to "
-                f"{self.config.max_queues_per_topic - 1}"
-            )
+        self._check_queue_id(message.queue_id)
         return EncodedMessage(message, self.commit_log.store_v6, self.config.max_message_size)
 
     def _after_append(self, encoded: EncodedMessage, result: AppendResult) -> PutResult:

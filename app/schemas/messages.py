@@ -170,7 +170,18 @@ def _plain_queue_id(value: Any) -> bool:
 
 
 def _short_text(value: Any) -> bool:
-    return type(value) is str and 0 < len(value) <= 255
+    return type(value) is str and 0 < len(value) <= 255 and _valid_unicode(value)
+
+
+def _valid_unicode(value: str) -> bool:
+    """No lone surrogate: the models refuse one (``string_unicode``)."""
+    if value.isascii():
+        return True
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class SendReceiptOut(ResponseBody):

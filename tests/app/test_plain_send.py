@@ -73,6 +73,8 @@ def test_anything_else_goes_through_the_models() -> None:
     assert plain_send({"body": "x", "properties": {"a": "b"}}) is None
     assert plain_send({"body": "x", "queue_id": 1.0}) is None  # the models convert it
     assert plain_send({"body": "x", "queue_id": True}) is None
+    assert plain_send({"body": "x", "tags": "\ud800"}) is None  # the models refuse it
+    assert plain_send({"body": "x", "keys": ["k", "\udfff"]}) is None
     assert plain_send({"messages": []}) is None
     assert plain_send({"body": "\ud800"}) is None
     assert plain_send([{"body": "x"}]) is None

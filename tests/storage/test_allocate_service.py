@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -15,6 +16,7 @@ import storage.mapped_file
 import storage.mapped_file_queue
 from storage.allocate_service import AllocateMappedFileService
 from storage.codec import Message
+from storage.commit_log import PREFAULT_AHEAD
 from storage.consume_queue import ConsumeQueue
 from storage.mapped_file import MappedFile, offset_to_file_name
 from storage.mapped_file_queue import MappedFileQueue
@@ -264,3 +266,31 @@ def test_a_crash_with_prepared_files_present_recovers_every_message(tmp_path: Pa
         assert store.max_offset_in_queue("T", 0) == 41
     with MessageStore.open(store_dir, config) as store:
         assert store.max_offset_in_queue("T", 0) == 41
+
+
+def test_the_worker_prefaults_pages_ahead_of_the_write_position(tmp_path: Path) -> None:
+    config = StoreConfig(commit_log_file_size=16 * 1024 * 1024, message_index_enable=False)
+    with MessageStore.open(tmp_path / "store", config) as store:
+        first = store.put_message(Message("T", b"x" * 1000))
+        for _ in range(49):
+            store.put_message(Message("T", b"x" * 1000))
+        store.put_messages([Message("T", b"y" * 1000) for _ in range(20)])
+        store.allocate_service.wait_until_idle()
+        active = store.commit_log.queue.files[-1]
+        # Asked for PREFAULT_AHEAD past the first record; asked again only half way there.
+        assert active.prefaulted_position == first.size + PREFAULT_AHEAD
+        assert active.prefault_next == first.size + PREFAULT_AHEAD // 2
+        worker = store.allocate_service._thread
+        assert worker is not None and worker.native_id is not None
+        assert os.getpriority(os.PRIO_PROCESS, worker.native_id) == 19  # out of the loop's way
+        assert [len(m.body) for m in store.get_message("g", "T", 0, 0, 100).messages] == [1000] * 32
+
+
+def test_a_file_prefaulted_to_its_end_is_not_asked_again(tmp_path: Path) -> None:
+    config = StoreConfig(commit_log_file_size=1024 * 1024, message_index_enable=False)
+    with MessageStore.open(tmp_path / "store", config) as store:
+        store.put_message(Message("T", b"x" * 1000))
+        store.allocate_service.wait_until_idle()
+        active = store.commit_log.queue.files[-1]
+        assert active.prefaulted_position == active.file_size
+        assert active.prefault_next == active.file_size + 1

@@ -17,6 +17,7 @@ from storage.codec import (
     FIXED_OVERHEAD_V4_V2,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
+    EncodedBatch,
     EncodedMessage,
     Message,
     MessageId,
@@ -24,6 +25,7 @@ from storage.codec import (
     RecordKind,
     blank_record,
     body_crc,
+    check_batch,
     check_record,
     decode_msg_id,
     decode_properties,
@@ -706,3 +708,76 @@ def test_a_negative_offset_is_written_as_its_twos_complement() -> None:
 def test_encode_msg_id_refuses_an_offset_that_is_not_a_long(offset: int) -> None:
     with pytest.raises(ValueError, match="physical offset"):
         encode_msg_id("127.0.0.1", 1, offset)
+
+
+# ---------------------------------------------------------------- whole-batch encoder
+
+
+def batch_messages() -> list[Message]:
+    return [
+        golden_message(),
+        golden_message(body=b"", properties={}),
+        golden_message(body=bytes(range(256)) * 3, properties={"TAGS": "Étiquette", "k": "日本"}),
+        golden_message(born_host=("::1", 7), flag=-1, reconsume_times=9, born_timestamp=-5),
+        golden_message(properties={"UNIQ_KEY": "7F000001ABCD", "KEYS": "a b"}),
+    ]
+
+
+@pytest.mark.parametrize("store_host", [("192.168.1.2", 10911), ("fe80::2", 10911)])
+def test_encoded_batch_packs_what_the_record_encoder_packs(store_host: tuple[str, int]) -> None:
+    messages = batch_messages()
+    store_address = ipaddress.ip_address(store_host[0]).packed
+    batch = EncodedBatch(messages, len(store_address) == 16, 4096)
+    data, units, offsets = batch.pack(5000, 40, 123456, store_address, store_host[1])
+    expected = []
+    offset = 5000
+    for queue_offset, message in enumerate(messages, 40):
+        record = encode_message(message, queue_offset, offset, 123456, store_host, 4096)
+        expected.append(record)
+        offset += len(record)
+    assert data == b"".join(expected)
+    assert batch.size == len(data) and batch.count == len(messages)
+    assert batch.sizes == [len(r) for r in expected]
+    assert offsets == [5000 + sum(batch.sizes[:i]) for i in range(len(messages))]
+    assert list(CQ_UNIT_STRUCT.iter_unpack(units)) == [
+        (o, size, tags_code(m.properties.get("TAGS")))
+        for o, size, m in zip(offsets, batch.sizes, messages, strict=True)
+    ]
+    assert batch.keys == [m.properties.get("KEYS") for m in messages]
+    assert batch.uniq_keys == [m.properties.get("UNIQ_KEY") for m in messages]
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        (golden_message(body=b"x" * 4097), MessageTooLargeError),
+        (golden_message(properties={"p": "x" * 40000}), PropertiesTooLargeError),
+        (golden_message(properties={"p": "\ud800"}), MessageRejectedError),
+    ],
+)
+def test_encoded_batch_refuses_what_the_record_encoder_refuses(
+    bad: Message, error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        EncodedMessage(bad, store_v6=False, max_body_size=4096)
+    with pytest.raises(error):
+        EncodedBatch([golden_message(), bad], store_v6=False, max_body_size=4096)
+
+
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        (golden_message(properties={"DELAY": "2"}), "cannot be delayed"),
+        (golden_message(properties={"DELAY": "x"}), "DELAY must be"),
+        (golden_message(sys_flag=0x4), "transactional"),
+        (golden_message(queue_id=4), "same topic and queue"),
+        (golden_message(topic="Other"), "same topic and queue"),
+        (golden_message(flag=2**31), "out of range"),
+    ],
+)
+def test_check_batch_refuses_a_batch_that_cannot_be_written_whole(
+    bad: Message, reason: str
+) -> None:
+    check_batch([golden_message(), golden_message(properties={"DELAY": "0"})])
+    with pytest.raises(MessageRejectedError, match=reason):
+        check_batch([golden_message(), bad])

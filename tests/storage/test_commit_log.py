@@ -11,6 +11,7 @@ import pytest
 from storage.codec import (
     BLANK_MAGIC_CODE,
     TRANSACTION_PREPARED_TYPE,
+    EncodedBatch,
     EncodedMessage,
     Message,
     RecordKind,
@@ -49,6 +50,13 @@ def encoded(
     if size is not None:
         assert result.size == size
     return result
+
+
+def batch(count: int, size: int) -> EncodedBatch:
+    """A batch of ``count`` records of ``size`` bytes each to queue 0 of topic T."""
+    body = b"b" * (size - OVERHEAD_T)
+    messages = [Message(topic="T", body=body) for _ in range(count)]
+    return EncodedBatch(messages, store_v6=False, max_body_size=1 << 20)
 
 
 def file_bytes(log: CommitLog, offset: int) -> bytes:
@@ -142,24 +150,29 @@ def test_prepared_transaction_messages_take_no_queue_offset(log: CommitLog) -> N
 
 def test_batch_gets_consecutive_offsets_in_one_file(log: CommitLog) -> None:
     log.append(encoded(body=b"x"), 1)
-    results = log.append_batch([encoded(300) for _ in range(5)], 5)
-    assert [r.queue_offset for r in results] == [1, 2, 3, 4, 5]
-    assert [r.physical_offset for r in results] == [93 + 300 * i for i in range(5)]
-    assert {r.store_timestamp for r in results} == {5}
+    appended = log.append_encoded_batch(batch(5, 300), 5)
+    assert appended.first_queue_offset == 1
+    assert appended.offsets == [93 + 300 * i for i in range(5)]
+    assert appended.sizes == [300] * 5
+    assert appended.end_offset == log.max_offset == 93 + 1500
+    assert appended.store_timestamp == 5
+    assert log.topic_queue_table == {("T", 0): 6}
+    stored = [log.look_message(offset) for offset in appended.offsets]
+    assert [m.queue_offset if m else None for m in stored] == [1, 2, 3, 4, 5]
 
 
 def test_batch_never_straddles_files(log: CommitLog) -> None:
     log.append(encoded(3000), 1)
     # 1096 bytes left; 4 x 300 = 1200 would fit only if split: the whole batch rolls.
-    results = log.append_batch([encoded(300) for _ in range(4)], 1)
-    assert [r.physical_offset for r in results] == [FILE_SIZE + 300 * i for i in range(4)]
-    assert [r.queue_offset for r in results] == [1, 2, 3, 4]
+    appended = log.append_encoded_batch(batch(4, 300), 1)
+    assert appended.offsets == [FILE_SIZE + 300 * i for i in range(4)]
+    assert appended.first_queue_offset == 1
     assert file_bytes(log, 0)[3000:3008] == struct.pack(">ii", 1096, BLANK_MAGIC_CODE)
 
 
 def test_batch_bigger_than_a_file_is_refused(log: CommitLog) -> None:
     with pytest.raises(MessageTooLargeError):
-        log.append_batch([encoded(1000) for _ in range(5)], 1)
+        log.append_encoded_batch(batch(5, 1000), 1)
     assert log.max_offset == 0
     assert log.topic_queue_table == {}
 

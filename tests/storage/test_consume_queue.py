@@ -323,3 +323,43 @@ def test_reload_of_an_exactly_full_file(cq: ConsumeQueue, root: Path) -> None:
         assert again.get_unit(10) == (1000, 100, 10)
     finally:
         again.close()
+
+
+# ---------------------------------------------------------------- batches of units
+
+
+def packed_units(start: int, stop: int, size: int = 100) -> bytes:
+    return b"".join(CQ_UNIT_STRUCT.pack(n * size, size, n) for n in range(start, stop))
+
+
+@pytest.mark.parametrize(
+    "batches",
+    [
+        [(0, 1), (1, 4), (4, 10), (10, 13)],  # fills a file exactly, then starts the next
+        [(0, 3), (3, 12), (12, 25)],  # batches straddling file ends
+        [(5, 8), (8, 9)],  # a queue starting at offset 5: pre-blank units first
+        [(0, 2), (4, 6)],  # a hole: filled with pre-blank units, as one put would
+    ],
+)
+def test_put_units_writes_what_unit_by_unit_puts_write(
+    root: Path, batches: list[tuple[int, int]]
+) -> None:
+    one_by_one = ConsumeQueue(root / "single", "TopicA", 3, UNITS)
+    packed = ConsumeQueue(root / "packed", "TopicA", 3, UNITS)
+    for start, stop in batches:
+        put_range(one_by_one, start, stop)
+        assert packed.put_units(start, packed_units(start, stop))
+    assert files_on_disk(packed) == files_on_disk(one_by_one)
+    assert packed.max_physic_offset == one_by_one.max_physic_offset
+    assert (packed.min_offset, packed.max_offset) == (one_by_one.min_offset, one_by_one.max_offset)
+    one_by_one.close()
+    packed.close()
+
+
+def test_put_units_skips_units_already_in_place(cq: ConsumeQueue) -> None:
+    assert cq.put_units(0, packed_units(0, 4))
+    before = files_on_disk(cq)
+    assert cq.put_units(0, packed_units(0, 4))  # a re-dispatch of the same batch
+    assert cq.put_units(2, packed_units(2, 4))
+    assert files_on_disk(cq) == before
+    assert cq.max_offset == 4

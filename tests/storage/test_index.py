@@ -186,3 +186,36 @@ def test_an_index_file_of_another_size_is_a_clear_startup_error(tmp_path: Path) 
     assert isinstance(raised.value, StorageError)
     with MessageStore.open(store_dir, small_config(message_index_enable=False)):
         pass  # nothing else was touched
+
+
+def test_put_hashes_writes_what_put_hash_writes_and_stops_when_full(tmp_path: Path) -> None:
+    one_by_one = IndexFile(tmp_path / "20261121000000000", 7, 30, create=True)
+    batched = IndexFile(tmp_path / "20261121000000001", 7, 30, create=True)
+    now = 1_700_000_000_000
+    entries = [(index_key_hash(f"T#k{i % 11}"), 100 * i) for i in range(40)]
+    accepted = sum(one_by_one.put_hash(h, offset, now + 5000) for h, offset in entries)
+    assert batched.put_hashes(entries[:10], now + 5000) == 10
+    assert batched.put_hashes([], now + 5000) == 0
+    assert batched.put_hashes(entries[10:], now + 5000) == accepted - 10 == 19
+    assert batched.put_hashes(entries[29:], now + 5000) == 0
+    one_by_one.close()
+    batched.close()
+    first = (tmp_path / "20261121000000000").read_bytes()
+    assert (tmp_path / "20261121000000001").read_bytes() == first
+
+
+def test_batches_roll_index_files_and_queries_span_them(tmp_path: Path) -> None:
+    with MessageStore.open(tmp_path, small_config(max_index_num=20)) as store:
+        for start in range(0, 100, 25):
+            batch = [
+                Message(
+                    "T", str(i).encode(), properties={"KEYS": f"k{i} x{i}", "UNIQ_KEY": f"u{i}"}
+                )
+                for i in range(start, start + 25)
+            ]
+            store.put_messages(batch)
+        assert store.index_service is not None
+        assert len(store.index_service.files) >= 10
+        for i in (0, 37, 99):
+            for key in (f"k{i}", f"x{i}", f"u{i}"):
+                assert [m.body for m in store.query_message("T", key)] == [str(i).encode()]

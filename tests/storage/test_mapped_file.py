@@ -186,3 +186,30 @@ def test_destroy_removes_the_file(mapped: MappedFile) -> None:
     mapped.destroy()
     assert not mapped.path.exists()
     mapped.destroy()  # a second destroy is harmless
+
+
+def resident_kib(path: Path) -> int:
+    """Resident KiB of this process's mapping of ``path`` (from /proc/self/smaps)."""
+    lines = Path("/proc/self/smaps").read_text().splitlines()
+    for number, line in enumerate(lines):
+        if line.endswith(str(path)):
+            for field in lines[number + 1 :]:
+                if field.startswith("Rss:"):
+                    return int(field.split()[1])
+    raise AssertionError(f"{path} is not mapped")
+
+
+def test_prefault_maps_pages_in_without_changing_them(tmp_path: Path) -> None:
+    mapped = MappedFile(tmp_path / offset_to_file_name(0), 128 * OS_PAGE_SIZE, create=True)
+    mapped.append(b"head")
+    before = resident_kib(mapped.path)
+    assert mapped.prefault(64 * OS_PAGE_SIZE)
+    assert mapped.prefaulted_position == 64 * OS_PAGE_SIZE
+    assert resident_kib(mapped.path) >= before + 60 * OS_PAGE_SIZE // 1024
+    assert mapped.buffer[:4] == b"head" and mapped.buffer[4 : 64 * OS_PAGE_SIZE].count(0) == (
+        64 * OS_PAGE_SIZE - 4
+    )
+    assert mapped.prefault(mapped.file_size * 2)  # capped at the file's end
+    assert mapped.prefaulted_position == mapped.file_size
+    mapped.close()
+    assert mapped.prefault(mapped.file_size)  # a closed file: nothing to do

@@ -602,12 +602,15 @@ def test_arrival_listener_gets_topic_queue_new_max_and_tags_code(store: MessageS
     store.put_message(message("TopicA", queue_id=1))
     store.put_message(message("TopicB", queue_id=0, tags="Hello World"))
     store.put_messages([message("TopicA", queue_id=3, tags="TAG1") for _ in range(2)])
+    # A batch is dispatched whole: one notice per distinct tags code, with its end.
+    store.put_messages([message("TopicA", queue_id=4, tags=t) for t in ("TagA", None, "TagA")])
     assert calls == [
         ("TopicA", 1, 1, 2598919),
         ("TopicA", 1, 2, 0),
         ("TopicB", 0, 1, -862545276),
-        ("TopicA", 3, 1, 2567159),
         ("TopicA", 3, 2, 2567159),
+        ("TopicA", 4, 3, 2598919),
+        ("TopicA", 4, 3, 0),
     ]
 
 
