@@ -173,6 +173,8 @@ def test_receipt_handles_issued_by_the_old_master_ack_on_the_promoted_slave(
         wait_until(lambda: replica(b)["max_physical_offset"] == replica(a)["max_physical_offset"])
         secret = (tmp_path / "a" / "config" / "pop.secret").read_text()
         wait_until(lambda: (tmp_path / "b" / "config" / "pop.secret").read_text() == secret)
+        wait_until(lambda: httpx.get(f"{b.url}/v1/topics/Fail", timeout=10).is_success)
+        wait_until(lambda: httpx.get(f"{b.url}/v1/groups/Workers", timeout=10).is_success)
         a.stop()
         run_on(b, b.broker.promote(2))
         with httpx.Client(base_url=b.url, timeout=10) as http:
@@ -183,6 +185,7 @@ def test_receipt_handles_issued_by_the_old_master_ack_on_the_promoted_slave(
             again = http.post(
                 "/v1/groups/Workers/topics/Fail/receive", json={"max_messages": 4, "wait_ms": 0}
             )
+            assert again.status_code == 200, again.text
             assert again.json()["messages"] == []  # in flight then acked: nothing comes back
     finally:
         b.stop()
