@@ -14,24 +14,15 @@ import httpx
 import orjson
 from starlette.responses import Response
 
-from app.errors import PROBLEM_MEDIA_TYPE
+from app.errors import PROBLEM_MEDIA_TYPE, ApiError
 from services.cluster import BrokerMember
 
 RETRY_AFTER_S = 1
 FORWARDED_HEADERS = ("content-type", "authorization", "x-request-id")
 
 
-class ProxyError(Exception):
-    """An answer the proxy gives itself: a problem+json with a status and stable code."""
-
-    def __init__(
-        self, status: int, code: str, detail: str, headers: Mapping[str, str] | None = None
-    ) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.code = code
-        self.detail = detail
-        self.headers = dict(headers or {})
+class ProxyError(ApiError):
+    """An answer the proxy gives itself: a problem+json whose status its code decides."""
 
 
 class BrokerUnreachableError(ProxyError):
@@ -39,7 +30,6 @@ class BrokerUnreachableError(ProxyError):
 
     def __init__(self, member: BrokerMember, reason: str) -> None:
         super().__init__(
-            503,
             "BROKER_UNAVAILABLE",
             f"broker {member.name} of group {member.group} does not answer: {reason}",
             {"Retry-After": str(RETRY_AFTER_S)},
@@ -123,7 +113,7 @@ class Forwarder:
         if last is not None:
             raise last
         raise ProxyError(
-            503, "BROKER_UNAVAILABLE", "no replica is known", {"Retry-After": str(RETRY_AFTER_S)}
+            "BROKER_UNAVAILABLE", "no replica is known", {"Retry-After": str(RETRY_AFTER_S)}
         )
 
 

@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from app.errors import install_error_handlers, problem_response
 from app.proxy import consume, messages, pop, topics
-from app.proxy.forward import Forwarder, ProxyError
+from app.proxy.forward import Forwarder
 from services.cluster import EtcdClient, EtcdError, EtcdUnavailableError, RouteRegistry
 from services.cluster.proxy_routing import SendPicker
 
@@ -45,7 +45,6 @@ def create_proxy_app(cluster: str, etcd_endpoints: Sequence[str]) -> FastAPI:
 
     app = FastAPI(title="spoolmq proxy", lifespan=lifespan, docs_url=None, redoc_url=None)
     install_error_handlers(app)
-    app.add_exception_handler(ProxyError, _proxy_error)
     app.add_exception_handler(EtcdError, _etcd_error)
     app.add_exception_handler(EtcdUnavailableError, _etcd_error)
     for module in (topics, messages, consume, pop):
@@ -53,14 +52,7 @@ def create_proxy_app(cluster: str, etcd_endpoints: Sequence[str]) -> FastAPI:
     return app
 
 
-async def _proxy_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, ProxyError)
-    return problem_response(request, exc.code, exc.detail, status=exc.status, headers=exc.headers)
-
-
 async def _etcd_error(request: Request, exc: Exception) -> Response:
     """The route table cannot be read or written right now: the client may retry."""
     detail = f"the route table in etcd is not available: {exc}"
-    return problem_response(
-        request, "ETCD_UNAVAILABLE", detail, status=503, headers={"Retry-After": "1"}
-    )
+    return problem_response(request, "ETCD_UNAVAILABLE", detail, headers={"Retry-After": "1"})

@@ -193,5 +193,5 @@ async def get_message(msg_id: str, request: Request) -> Response:
             return answer.with_body(out)
         missing = missing or answer
     if missing is None:
-        raise ProxyError(404, "MESSAGE_NOT_FOUND", f"no broker group has message {msg_id}")
+        raise ProxyError("MESSAGE_NOT_FOUND", f"no broker group has message {msg_id}")
     return missing.response()

@@ -123,7 +123,7 @@ async def change_invisibility(group: str, request: Request) -> Response:
     split = split_handle(handle) if isinstance(handle, str) else None
     view = cluster_view(request)
     if split is None or split[0] not in view.groups:
-        raise ProxyError(400, "INVALID_RECEIPT_HANDLE", "not a receipt handle this proxy issued")
+        raise ProxyError("INVALID_RECEIPT_HANDLE", "not a receipt handle this proxy issued")
     name, inner = split
     answer = await forwarder(request).call(
         master_of(view, name),
