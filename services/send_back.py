@@ -128,7 +128,8 @@ class SendBackService:
                 perm=PERM_READ_WRITE,
             )
         )
-        message = self._retry_message(original, topic, queue_count, delay_level, origin_id, limit)
+        queue_id = self._rng.randrange(queue_count)
+        message = retry_message(original, topic, queue_id, origin_id, limit, delay_level)
         [result] = await self._put([message])
         deliver_at = result.store_timestamp
         if delay_level:
@@ -163,33 +164,35 @@ class SendBackService:
             raise MessageNotFoundError(f"{name} does not exist (or its file has expired)")
         return found
 
-    def _retry_message(
-        self,
-        original: StoredMessage,
-        topic: str,
-        queue_count: int,
-        delay_level: int,
-        origin_id: str,
-        limit: int,
-    ) -> Message:
-        properties = dict(original.properties)
-        properties.setdefault(PROPERTY_RETRY_TOPIC, original.topic)
-        properties[PROPERTY_ORIGIN_MESSAGE_ID] = origin_id
-        properties[PROPERTY_MAX_RECONSUME_TIMES] = str(limit)
-        properties.pop(PROPERTY_DELAY, None)
-        if delay_level:
-            properties[PROPERTY_DELAY] = str(delay_level)
-        return Message(
-            topic=topic,
-            body=original.body,
-            queue_id=self._rng.randrange(queue_count),
-            properties=properties,
-            flag=original.flag,
-            sys_flag=original.sys_flag & ~TRANSACTION_TYPE_MASK,
-            born_timestamp=original.born_timestamp,
-            born_host=original.born_host,
-            reconsume_times=original.reconsume_times + 1,
-        )
+
+def retry_message(
+    original: StoredMessage,
+    topic: str,
+    queue_id: int,
+    origin_id: str,
+    limit: int,
+    delay_level: int = 0,
+) -> Message:
+    """``original`` again for ``topic`` (a retry or DLQ topic): reconsume times + 1, its origin
+    id and first topic kept, no transaction flag, delayed by ``delay_level`` when given."""
+    properties = dict(original.properties)
+    properties.setdefault(PROPERTY_RETRY_TOPIC, original.topic)
+    properties[PROPERTY_ORIGIN_MESSAGE_ID] = origin_id
+    properties[PROPERTY_MAX_RECONSUME_TIMES] = str(limit)
+    properties.pop(PROPERTY_DELAY, None)
+    if delay_level:
+        properties[PROPERTY_DELAY] = str(delay_level)
+    return Message(
+        topic=topic,
+        body=original.body,
+        queue_id=queue_id,
+        properties=properties,
+        flag=original.flag,
+        sys_flag=original.sys_flag & ~TRANSACTION_TYPE_MASK,
+        born_timestamp=original.born_timestamp,
+        born_host=original.born_host,
+        reconsume_times=original.reconsume_times + 1,
+    )
 
 
 __all__ = [
@@ -203,5 +206,6 @@ __all__ = [
     "SendBackService",
     "dlq_topic",
     "original_topic",
+    "retry_message",
     "retry_topic",
 ]

@@ -22,16 +22,10 @@ import random
 from services.pop.checkpoint import PROPERTY_POP_CK, AckRecord, ack_message, pop_ck_value
 from services.pop.inflight import Due, InFlight
 from services.pop.service import PopService, now_ms
-from services.send_back import PERM_READ_WRITE, SendBackRequest
+from services.send_back import PERM_READ_WRITE, SendBackRequest, retry_message
 from services.topics import TopicService
 from storage import Message, StoredMessage
-from storage.codec import (
-    PROPERTY_DELAY,
-    PROPERTY_MAX_RECONSUME_TIMES,
-    PROPERTY_ORIGIN_MESSAGE_ID,
-    PROPERTY_RETRY_TOPIC,
-    TRANSACTION_TYPE_MASK,
-)
+from storage.codec import PROPERTY_ORIGIN_MESSAGE_ID
 from storage.config_managers import SubscriptionGroupConfig, TopicConfig
 from storage.topic_names import retry_topic
 
@@ -150,21 +144,6 @@ class ReviveService:
         await self._topics.ensure(
             TopicConfig(topic, read_queue_nums=count, write_queue_nums=count, perm=PERM_READ_WRITE)
         )
-        properties = dict(original.properties)
-        properties.setdefault(PROPERTY_RETRY_TOPIC, original.topic)
-        properties[PROPERTY_ORIGIN_MESSAGE_ID] = (
-            original.properties.get(PROPERTY_ORIGIN_MESSAGE_ID) or original.msg_id
-        )
-        properties[PROPERTY_MAX_RECONSUME_TIMES] = str(group.retry_max_times)
-        properties.pop(PROPERTY_DELAY, None)
-        return Message(
-            topic=topic,
-            body=original.body,
-            queue_id=self._rng.randrange(count),
-            properties=properties,
-            flag=original.flag,
-            sys_flag=original.sys_flag & ~TRANSACTION_TYPE_MASK,
-            born_timestamp=original.born_timestamp,
-            born_host=original.born_host,
-            reconsume_times=original.reconsume_times + 1,
-        )
+        origin_id = original.properties.get(PROPERTY_ORIGIN_MESSAGE_ID) or original.msg_id
+        queue_id = self._rng.randrange(count)
+        return retry_message(original, topic, queue_id, origin_id, group.retry_max_times)
