@@ -19,6 +19,7 @@ from app.main import create_app
 from app.server import SpoolServer, build_server
 from app.settings import Settings
 from services import Broker
+from tests.etcd_support import EtcdServer, start_etcd
 
 T = TypeVar("T")
 
@@ -134,3 +135,13 @@ def wait_until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
         time.sleep(0.02)
+
+
+@pytest.fixture
+def etcd(tmp_path: Path) -> Iterator[EtcdServer]:
+    """A real etcd (Debian's etcd-server) on free loopback ports, stopped after the test."""
+    server = start_etcd(tmp_path)
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -13,13 +12,9 @@ from typing import BinaryIO
 
 import httpx
 
+from tests.net import free_port
+
 ETCD_BINARY = shutil.which("etcd") or "/usr/bin/etcd"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

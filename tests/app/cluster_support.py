@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from tests.etcd_support import free_port
+from tests.net import free_port
 
 BIN = Path(sys.executable).parent
 FILE_SIZE = 256 * 1024

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,14 +18,9 @@ from app.cli import build_parser, main
 from app.settings import Settings
 from services import StoreConfig
 from storage import MessageStore
+from tests.net import free_port
 
 BIN = Path(sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_every_setting_is_a_flag(capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,16 +12,7 @@ import pytest
 
 from tests.app.cluster_support import ClusterBroker
 from tests.conftest import wait_until
-from tests.etcd_support import EtcdServer, start_etcd
-
-
-@pytest.fixture
-def etcd(tmp_path: Path) -> Iterator[EtcdServer]:
-    server = start_etcd(tmp_path)
-    try:
-        yield server
-    finally:
-        server.stop()
+from tests.etcd_support import EtcdServer
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,17 +19,12 @@ import pytest
 
 from services.pop.checkpoint import REVIVE_TOPIC, AckRecord, decode_record
 from storage.store_reader import iter_store_records
+from tests.net import free_port
 
 BIN = Path(sys.executable).parent
 ROUNDS = 20
 MESSAGES = 1200
 TOPIC, GROUP = "Crash", "crash-workers"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Server:

@@ -11,7 +11,8 @@ import httpx
 import pytest
 
 from app.cli import main
-from tests.etcd_support import free_port, start_etcd
+from tests.etcd_support import start_etcd
+from tests.net import free_port
 
 
 def test_proxy_command_serves_the_cluster_route_table(tmp_path: Path) -> None:

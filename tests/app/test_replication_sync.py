@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,16 +19,11 @@ import httpx
 import pytest
 
 from tests.conftest import LiveServer, start_server, wait_until
+from tests.net import free_port
 
 BIN = Path(sys.executable).parent
 FILE_SIZE = 64 * 1024
 SLAVE = "slave-p"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def start_slave_process(store: Path, master: LiveServer) -> tuple[subprocess.Popen[bytes], str]:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -18,14 +16,8 @@ from services.cluster import (
     spread_queues,
 )
 from services.cluster.etcd import Compare, put_op, range_op
-from tests.etcd_support import EtcdServer, free_port, start_etcd
-
-
-@pytest.fixture
-def etcd(tmp_path: Path) -> Iterator[EtcdServer]:
-    server = start_etcd(tmp_path)
-    yield server
-    server.stop()
+from tests.etcd_support import EtcdServer
+from tests.net import free_port
 
 
 def test_put_get_prefix_and_delete(etcd: EtcdServer) -> None:

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 
 from services.cluster.election import (
     EpochRecord,
@@ -21,7 +17,7 @@ from services.cluster.election import (
 )
 from services.cluster.etcd import EtcdClient
 from services.cluster.route_table import BrokerMember, ClusterKeys
-from tests.etcd_support import EtcdServer, start_etcd
+from tests.etcd_support import EtcdServer
 
 KEYS = ClusterKeys("unit")
 
@@ -52,15 +48,6 @@ def test_highest_confirmed_offset_first_then_name() -> None:
     first = first_candidate([member("d", 99), member("c", 5), member("b", 5)], state)
     assert first is not None and first.name == "b"  # d is ahead but was not in sync
     assert first_candidate([member("d", 99)], state) is None
-
-
-@pytest.fixture
-def etcd(tmp_path: Path) -> Iterator[EtcdServer]:
-    server = start_etcd(tmp_path)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def test_one_winner_per_epoch_and_the_epoch_moves_in_the_same_txn(etcd: EtcdServer) -> None:

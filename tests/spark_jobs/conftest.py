@@ -9,12 +9,13 @@ project), 127.0.0.1, and a quiet log4j2 configuration.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.net import free_port
 
 LOG4J2 = """\
 rootLogger.level = error
@@ -78,12 +79,10 @@ def spark(spark_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -
     patch.undo()
 
 
-@pytest.fixture
-def free_port() -> int:
+@pytest.fixture(name="free_port")
+def free_port_fixture() -> int:
     """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_port()
 
 
 @pytest.fixture
