@@ -238,6 +238,7 @@ class SendService:
         else:
             written = await self._put_once(topic, idempotency_key, messages, levels, stored)
             if written.earlier is not None:
+                self._metrics.sends_replayed[topic] += 1
                 status = written.results[0].status.value
                 return [self._replayed_receipt(topic, r, status) for r in written.earlier]
             results = written.results

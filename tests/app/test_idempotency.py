@@ -53,6 +53,9 @@ def test_a_repeat_answers_the_first_receipt_and_stores_nothing(
         f"/v1/topics/{topic}/queues/{receipt['queue_id']}/messages", params={"offset": 0}
     ).json()["messages"][0]
     assert pulled["properties"]["IDEMPOTENCY_KEY"] == "order-42-paid"
+    metrics = client.get("/metrics").text
+    assert f'spoolmq_sends_replayed_total{{topic="{topic}"}} 1' in metrics
+    assert f'spoolmq_messages_in_total{{topic="{topic}"}} 1' in metrics
 
 
 def test_the_quoted_form_names_the_same_key(client: httpx.Client, topic: str) -> None:
