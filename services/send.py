@@ -161,20 +161,22 @@ def shard_queue(sharding_key: str, queue_count: int) -> int:
 
 
 def fingerprint(messages: Sequence[OutgoingMessage], delay_levels: Sequence[int]) -> str:
-    """What a repeat of a keyed send must match: SHA-256 (128 bits, hex) over each message's
-    body, tags, keys, properties and delay level, in order. Where it goes (queue_id,
-    sharding_key) is not part of it: a repeat is answered with where the first went."""
+    """What a repeat of a keyed send must match: SHA-256 (128 bits, hex) over the bodies, then
+    each message's body length, tags, keys, properties and delay level, in order. Where it
+    goes (queue_id, sharding_key) is not part of it: a repeat is answered with where the
+    first went."""
     digest = hashlib.sha256()
     update = digest.update
+    described = []
     for message, level in zip(messages, delay_levels, strict=True):
         body = message.body
-        update(b"%d\x00" % len(body))
         update(body)
-        meta = ""
-        if message.tags is not None or message.keys or message.properties:
-            properties = "\x02".join(f"{k}\x01{v}" for k, v in sorted(message.properties.items()))
-            meta = f"{message.tags or ''}\x00{' '.join(message.keys)}\x00{properties}"
-        update(f"\x00{meta}\x00{level}\x00".encode())
+        if message.tags is None and not message.keys and not message.properties:
+            described.append(f"{len(body)}\x00{level}")
+            continue
+        properties = sorted(message.properties.items())
+        described.append(repr((len(body), level, message.tags, tuple(message.keys), properties)))
+    update("\n".join(described).encode())
     return digest.hexdigest()[:32]
 
 
