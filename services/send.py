@@ -162,21 +162,23 @@ def shard_queue(sharding_key: str, queue_count: int) -> int:
 
 def fingerprint(messages: Sequence[OutgoingMessage], delay_levels: Sequence[int]) -> str:
     """What a repeat of a keyed send must match: SHA-256 (128 bits, hex) over the bodies, then
-    each message's body length, tags, keys, properties and delay level, in order. Where it
-    goes (queue_id, sharding_key) is not part of it: a repeat is answered with where the
-    first went."""
+    their lengths and delay levels and the tags, keys and properties of each message that has
+    any, in order. Where it goes (queue_id, sharding_key) is not part of it: a repeat is
+    answered with where the first went."""
     digest = hashlib.sha256()
     update = digest.update
-    described = []
-    for message, level in zip(messages, delay_levels, strict=True):
-        body = message.body
-        update(body)
-        if message.tags is None and not message.keys and not message.properties:
-            described.append(f"{len(body)}\x00{level}")
-            continue
-        properties = sorted(message.properties.items())
-        described.append(repr((len(body), level, message.tags, tuple(message.keys), properties)))
-    update("\n".join(described).encode())
+    for message in messages:
+        update(message.body)
+    described = (
+        [len(m.body) for m in messages],
+        list(delay_levels),
+        [
+            (number, m.tags, tuple(m.keys), sorted(m.properties.items()))
+            for number, m in enumerate(messages)
+            if m.tags is not None or m.keys or m.properties
+        ],
+    )
+    update(repr(described).encode())
     return digest.hexdigest()[:32]
 
 
