@@ -30,6 +30,7 @@ from app.schemas import (
     redrive_job_out,
     redrive_out,
 )
+from app.schemas.common import TIMESTAMP_DESCRIPTION, TimestampMs
 from services.dlq import (
     MAX_ACTIVE_REDRIVE_JOBS,
     REDRIVE_PROMPT_S,
@@ -99,8 +100,8 @@ async def list_dead_letters(
     ] = None,
     limit: Annotated[ParamInt, Query(ge=1, le=500, description="Most messages to return.")] = 50,
     tags: Annotated[list[str] | None, Query(max_length=64, description="Only these tags.")] = None,
-    begin_timestamp: Annotated[ParamInt | None, Query(ge=0, le=INT64_MAX)] = None,
-    end_timestamp: Annotated[ParamInt | None, Query(ge=0, le=INT64_MAX)] = None,
+    begin_timestamp: Annotated[TimestampMs | None, Query(description=TIMESTAMP_DESCRIPTION)] = None,
+    end_timestamp: Annotated[TimestampMs | None, Query(description=TIMESTAMP_DESCRIPTION)] = None,
     body_encoding: BodyEncodingQuery = "auto",
 ) -> DeadLetterPage:
     selection = DlqFilter(tags=tuple(tags or ()), begin_ms=begin_timestamp, end_ms=end_timestamp)

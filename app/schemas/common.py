@@ -30,6 +30,7 @@ from services import (
     MAX_TOPIC_LENGTH,
     TOPIC_NAME_PATTERN,
     GetMessageStatus,
+    parse_timestamp_ms,
 )
 from services.groups import check_group_name
 
@@ -85,6 +86,41 @@ def _decimal_only(value: Any) -> Any:
 
 ParamInt = Annotated[int, BeforeValidator(_decimal_only)]
 """An integer of a path or query parameter: decimal digits with an optional sign only."""
+
+
+def _timestamp(value: Any) -> Any:
+    """Text (a query parameter, or a JSON string) is epoch ms or ISO 8601; a JSON number is
+    epoch ms as for :data:`JsonInt`."""
+    if isinstance(value, str):
+        try:
+            return parse_timestamp_ms(value)
+        except ValueError as exc:
+            raise PydanticCustomError(
+                "timestamp_parsing", "{reason}", {"reason": str(exc)}
+            ) from None
+    return _whole_float_as_int(value)
+
+
+TIMESTAMP_DESCRIPTION: Final = (
+    "Milliseconds since the epoch, or an ISO 8601 time (`2024-05-01T12:00:00Z`; UTC without "
+    "a zone)."
+)
+TimestampMs = Annotated[
+    int,
+    BeforeValidator(_timestamp),
+    Field(ge=0, le=INT64_MAX),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 0, "maximum": INT64_MAX},
+                {"type": "string", "format": "date-time"},
+            ],
+            "description": TIMESTAMP_DESCRIPTION,
+        }
+    ),
+]
+"""A point in time, in a parameter or a JSON body: epoch ms or ISO 8601 (one parser for every
+route and the Spark jobs: :func:`services.parse_timestamp_ms`)."""
 
 TopicName = Annotated[
     str,

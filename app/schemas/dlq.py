@@ -7,11 +7,11 @@ from typing import Literal
 from pydantic import Field
 
 from app.schemas.common import (
-    INT64_MAX,
     JsonInt,
     RequestBody,
     ResponseBody,
     ShortText,
+    TimestampMs,
     TopicName,
 )
 from app.schemas.messages import MessageFields, message_out
@@ -81,8 +81,8 @@ class RedriveIn(RequestBody):
         default_factory=list, max_length=10_000, description="msg_ids or UNIQ_KEYs."
     )
     tags: list[ShortText] = Field(default_factory=list, max_length=64)
-    begin_timestamp: JsonInt | None = Field(default=None, ge=0, le=INT64_MAX)
-    end_timestamp: JsonInt | None = Field(default=None, ge=0, le=INT64_MAX)
+    begin_timestamp: TimestampMs | None = None
+    end_timestamp: TimestampMs | None = None
     target_topic: TopicName | None = Field(
         default=None, description="Default: each message's original topic (RETRY_TOPIC)."
     )

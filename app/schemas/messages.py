@@ -26,6 +26,7 @@ from app.schemas.common import (
     RequestBody,
     ResponseBody,
     ShortText,
+    TimestampMs,
 )
 from app.settings import MAX_PULL_MESSAGES, MAX_REQUEST_BYTES, MAX_WAIT_MS
 from services import GroupPull, OutgoingMessage, QueuePull, SendReceipt, StoredMessage
@@ -397,11 +398,11 @@ class KeyQuery(BaseModel):
     """Query parameters of a lookup by key."""
 
     key: ShortText = Field(description="A business key (KEYS) or a UNIQ_KEY.")
-    begin_timestamp: ParamInt = Field(
-        default=0, ge=0, le=INT64_MAX, description="Stored at or after (ms since the epoch)."
+    begin_timestamp: TimestampMs = Field(
+        default=0, description="Stored at or after (epoch ms or ISO 8601)."
     )
-    end_timestamp: ParamInt | None = Field(
-        default=None, ge=0, le=INT64_MAX, description="Stored at or before (default: now)."
+    end_timestamp: TimestampMs | None = Field(
+        default=None, description="Stored at or before (epoch ms or ISO 8601; default: now)."
     )
     max_messages: ParamInt = Field(
         default=32,
