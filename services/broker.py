@@ -35,6 +35,7 @@ import httpx
 
 from services.appender import Appender
 from services.dlq import DlqService
+from services.dlq_watermark import DlqWatermark
 from services.durability import DurabilityTracker
 from services.errors import (
     BrokerUnavailableError,
@@ -688,7 +689,9 @@ class _Services:
             messages=MessageQueryService(store, topics),
             send_back=send_back,
             offset_reset=OffsetResetService(store, broker.consumer_offsets, topics, groups),
-            dlq=DlqService(store, topics.for_send, put),
+            dlq=DlqService(
+                store, topics.for_send, put, DlqWatermark(store, broker.consumer_offsets)
+            ),
             store_status=StoreStatusService(store, config.store_dir),
             pop=PopService(
                 store,

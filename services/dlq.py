@@ -2,10 +2,10 @@
 
 Redrive re-sends each selected message to its original topic (``RETRY_TOPIC``) or a named
 topic, with ``reconsume_times`` reset to 0 and ``REDRIVEN_FROM`` = the dead letter's msgId.
-The dead letter itself stays (the log is append-only), so nothing is lost if a run stops
-midway. A re-run does not send twice: a redriven message keeps its ``UNIQ_KEY``, so a
-lookup of that key in the target topic finds a copy whose ``REDRIVEN_FROM`` names this
-dead letter. ``dry_run`` reports what would move where and changes nothing.
+The dead letter stays stored (the log is append-only; the redrive watermark of
+:mod:`services.dlq_watermark` counts it no longer waiting). A re-run does not send twice: the
+copy keeps the ``UNIQ_KEY``, and its ``REDRIVEN_FROM`` names the dead letter. ``dry_run``
+reports what would move where and changes nothing.
 
 ``rate_per_s`` paces the re-sends: the n-th send waits until n / rate seconds after the
 first, and nothing waits after the last one. A redrive expected to take longer than
@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import ClassVar, Final
 
+from services.dlq_watermark import DlqWatermark
 from services.errors import (
     BrokerUnavailableError,
     InvalidRequestError,
@@ -43,6 +44,7 @@ from storage.codec import (
     PROPERTY_UNIQ_KEY,
 )
 from storage.config_managers import TopicConfig
+from storage.lag_model import DlqDepth
 
 PROPERTY_REDRIVEN_FROM: Final = "REDRIVEN_FROM"
 _DROPPED_ON_REDRIVE: Final = (
@@ -115,12 +117,21 @@ class DlqEntry:
     redriven_as: str | None  # msgId of the copy in the target, when already redriven
 
 
+class DlqState(Enum):
+    """Which dead letters a browse lists."""
+
+    WAITING = "waiting"  # not redriven yet (from the redrive watermark on)
+    REDRIVEN = "redriven"  # redriven to their original topic, still stored
+    ALL = "all"
+
+
 @dataclass(frozen=True, slots=True)
 class DlqPage:
     entries: list[DlqEntry]
     next_offset: int  # where the next page starts
     min_offset: int
     max_offset: int
+    depth: DlqDepth
 
 
 class RedriveStatus(Enum):
@@ -252,7 +263,14 @@ class _Pacer:
 class DlqService:
     """Browse and redrive one group's dead letters."""
 
-    def __init__(self, store: MessageStore, topic_for_send: TopicForSend, put: PutMessages) -> None:
+    def __init__(
+        self,
+        store: MessageStore,
+        topic_for_send: TopicForSend,
+        put: PutMessages,
+        watermark: DlqWatermark,
+    ) -> None:
+        self._watermark = watermark
         self._store = store
         self._topic_for_send = topic_for_send
         self._put = put
@@ -271,16 +289,24 @@ class DlqService:
         limit: int,
         selection: DlqFilter | None = None,
         max_bytes: int | None = None,
+        state: DlqState = DlqState.ALL,
     ) -> DlqPage:
-        """Up to ``limit`` dead letters matching ``selection`` from ``offset`` (default: the
-        oldest), their bodies within ``max_bytes`` (the first always), with where the next
-        page starts."""
+        """Up to ``limit`` dead letters in ``state`` matching ``selection`` from ``offset``
+        (default: the oldest, or the watermark for waiting ones), their bodies within
+        ``max_bytes`` (the first always), with where the next page starts and the depth."""
         topic = dlq_topic(group)
         low = self._store.min_offset_in_queue(topic, 0)
         high = self._store.max_offset_in_queue(topic, 0)
         start = max(low, offset or 0)
-        entries, next_offset = self._scan(group, start, high, limit, selection, max_bytes)
-        return DlqPage(entries, next_offset, low, high)
+        if state is DlqState.WAITING:
+            start = max(start, self._watermark.position(group))
+        entries, next_offset = self._scan(
+            group, start, high, limit, selection, max_bytes, state=state
+        )
+        return DlqPage(entries, next_offset, low, high, self._watermark.depth(group))
+
+    def depth(self, group: str) -> DlqDepth:
+        return self._watermark.depth(group)  # stored, and how many of them still wait
 
     def _scan(
         self,
@@ -291,6 +317,7 @@ class DlqService:
         selection: DlqFilter | None,
         max_bytes: int | None = None,
         target: str | None = None,
+        state: DlqState = DlqState.ALL,
     ) -> tuple[list[DlqEntry], int]:
         """Matching dead letters from ``start``, each with its copy in ``target`` (default:
         its original topic) if it was redriven there, and where a next scan starts."""
@@ -309,10 +336,15 @@ class DlqService:
                 if len(entries) >= limit:
                     return entries, message.queue_offset
                 if selection is None or selection.matches(message):
+                    entry = self._entry(message, target)
+                    if state is not DlqState.ALL and (
+                        (entry.redriven_as is None) != (state is DlqState.WAITING)
+                    ):
+                        continue
                     size += len(message.body)
                     if entries and max_bytes is not None and size > max_bytes:
                         return entries, message.queue_offset
-                    entries.append(self._entry(message, target))
+                    entries.append(entry)
             offset = result.next_begin_offset
         return entries, offset
 
@@ -352,12 +384,30 @@ class DlqService:
         entries, next_offset = self._select(request)
         self._check_prompt(request, entries)
         outcomes: list[RedriveOutcome] = []
-        if not await self._run(request, entries, outcomes):
+        completed = await self._run(request, entries, outcomes)
+        self._advance_watermark(request, outcomes)
+        if not completed:
             raise BrokerUnavailableError(
                 f"the broker is stopping: {len(outcomes)} of {len(entries)} dead letters were "
                 "redriven; run it again to finish (nothing is sent twice)"
             )
         return RedriveReport(group, dry_run, outcomes, len(entries), next_offset)
+
+    def _advance_watermark(self, request: RedriveRequest, outcomes: list[RedriveOutcome]) -> None:
+        """Move the group's redrive watermark past what is redriven now (not on a dry run)."""
+        if request.dry_run:
+            return
+        moved = {
+            o.dlq_msg_id
+            for o in outcomes
+            if o.status in (RedriveStatus.MOVED, RedriveStatus.ALREADY_MOVED)
+        }
+        self._watermark.advance(
+            request.group,
+            lambda dead: (
+                dead.msg_id in moved or self._find_copy(dead, original_topic(dead)) is not None
+            ),
+        )
 
     def _select(self, request: RedriveRequest) -> tuple[list[DlqEntry], int]:
         limit = max(1, min(request.limit, MAX_REDRIVE))
@@ -493,6 +543,7 @@ class DlqService:
             job.total = len(entries)
             job.state = RedriveJobState.RUNNING
             completed = await self._run(job.request, entries, job.outcomes)
+            self._advance_watermark(job.request, job.outcomes)
         except asyncio.CancelledError:
             job.finish(RedriveJobState.CANCELLED)
             raise
@@ -530,10 +581,12 @@ __all__ = [
     "MIN_REDRIVE_RATE",
     "PROPERTY_REDRIVEN_FROM",
     "REDRIVE_PROMPT_S",
+    "DlqDepth",
     "DlqEntry",
     "DlqFilter",
     "DlqPage",
     "DlqService",
+    "DlqState",
     "RedriveJob",
     "RedriveJobNotFoundError",
     "RedriveJobState",

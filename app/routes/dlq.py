@@ -8,7 +8,7 @@ runs and for redrives that finish promptly; a paced redrive expected to take lon
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
@@ -35,6 +35,7 @@ from services.dlq import (
     MAX_ACTIVE_REDRIVE_JOBS,
     REDRIVE_PROMPT_S,
     DlqFilter,
+    DlqState,
     RedriveRequest,
     RedriveTooLongError,
 )
@@ -85,7 +86,9 @@ def _redrive_request(group: str, body: RedriveIn) -> RedriveRequest:
     description=(
         "A page of at most `limit` messages whose bodies add up to at most the server's "
         "pull byte cap (`max_pull_bytes`, 8 MiB by default; the first message always); "
-        "`next_offset` continues."
+        "`next_offset` continues. By default only the dead letters still waiting are listed: "
+        "a redrive takes them off, as with SQS, and `waiting` falls; they stay stored "
+        "(`state=redriven` lists them, each with its copy's id in `redriven_as`)."
     ),
     response_model=DeadLetterPage,
     responses=problems(400, 422, 503),
@@ -103,10 +106,17 @@ async def list_dead_letters(
     begin_timestamp: Annotated[TimestampMs | None, Query(description=TIMESTAMP_DESCRIPTION)] = None,
     end_timestamp: Annotated[TimestampMs | None, Query(description=TIMESTAMP_DESCRIPTION)] = None,
     body_encoding: BodyEncodingQuery = "auto",
+    state: Annotated[
+        Literal["waiting", "redriven", "all"],
+        Query(
+            description="`waiting` (not redriven yet), `redriven` (a copy is in the original "
+            "topic; kept until the files expire) or `all`."
+        ),
+    ] = "waiting",
 ) -> DeadLetterPage:
     selection = DlqFilter(tags=tuple(tags or ()), begin_ms=begin_timestamp, end_ms=end_timestamp)
     max_bytes = request.app.state.settings.max_pull_bytes
-    page = broker.dlq.browse(group, offset, limit, selection, max_bytes)
+    page = broker.dlq.browse(group, offset, limit, selection, max_bytes, DlqState(state))
     return dead_letter_page_out(group, dlq_topic(group), page, body_encoding)
 
 

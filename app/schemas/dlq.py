@@ -47,6 +47,13 @@ class DeadLetterPage(ResponseBody):
     min_offset: int
     max_offset: int
     next_offset: int = Field(description="Pass as `offset` for the next page.")
+    stored: int = Field(description="Dead letters stored (waiting + redriven).")
+    waiting: int = Field(
+        description="Dead letters not redriven yet: those from the oldest one still waiting "
+        "(the group's offset on its DLQ queue, which a redrive moves; the depth the Groups "
+        "page and the Spark lag report show)."
+    )
+    redriven: int = Field(description="Dead letters redriven, still stored.")
     messages: list[DeadLetterOut]
 
 
@@ -57,6 +64,9 @@ def dead_letter_page_out(group: str, topic: str, page: DlqPage, encoding: str) -
         min_offset=page.min_offset,
         max_offset=page.max_offset,
         next_offset=page.next_offset,
+        stored=page.depth.stored,
+        waiting=page.depth.waiting,
+        redriven=page.depth.redriven,
         messages=[
             DeadLetterOut.model_validate(
                 {

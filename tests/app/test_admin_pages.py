@@ -327,7 +327,15 @@ def test_dlq_redrive_shows_each_message_outcome(admin: Admin) -> None:
         assert admin.api.get(f"/v1/messages/{new_id}").json()["topic"] == topic
         # The list refreshed itself: the dead letter now says where it went.
         expect(page.locator(f'#dlq-table tr[data-msg-id="{msg_id}"]')).to_contain_text(new_id)
+    # The depth fell: 1 still waits, 2 were redriven (and stay listed, marked).
+    expect(page.locator("#dlq-depth")).to_contain_text("1 waiting, 2 redriven")
     admin.shot("dlq-redrive")
+    admin.goto("/admin/dlq")
+    expect(page.locator(f'tr:has(a:text-is("{group}")) td.waiting')).to_have_text("1")
+    admin.goto(f"/admin/groups?q={group}")
+    expect(page.locator(f'tr[data-group="{group}"] td:nth-child(5)')).to_have_text("1")
+    admin.page.go_back()
+    admin.page.go_back()
 
     # Everything matching tag "Bad": one was moved already, one is new.
     page.get_by_label("Tags").fill("Bad")
