@@ -32,13 +32,13 @@ from app.schemas import (
 )
 from app.schemas.common import TIMESTAMP_DESCRIPTION, TimestampMs
 from services.dlq import (
-    MAX_ACTIVE_REDRIVE_JOBS,
     REDRIVE_PROMPT_S,
     DlqFilter,
     DlqState,
     RedriveRequest,
     RedriveTooLongError,
 )
+from services.redrive_jobs import MAX_ACTIVE_REDRIVE_JOBS
 from services.send_back import dlq_topic
 
 router = APIRouter(tags=["groups"])
@@ -160,7 +160,9 @@ async def redrive_dead_letters(group: GroupPath, body: RedriveIn, broker: Broker
     description=(
         "The same selection and rules as `POST /v1/groups/{group}/dlq/redrive`, with no cap "
         "on how long the paced sends take. The answer is 202 with the job and its "
-        "`Location`; `GET` it for progress and the outcomes so far, `DELETE` it to cancel. "
+        "`Location`; `GET` it for progress and the outcomes so far. `POST {Location}/cancel` "
+        "stops it and keeps it for reading; `DELETE` stops it if it still runs and forgets it "
+        "(a `GET` is then 404). "
         "Jobs live in the broker's memory: a shutdown cancels them (their sends stay made), "
         "and a new job with the same selection sends only what is left."
     ),
@@ -183,7 +185,7 @@ async def redrive_dead_letters(group: GroupPath, body: RedriveIn, broker: Broker
 async def create_redrive_job(
     group: GroupPath, body: RedriveIn, broker: BrokerDep, response: Response
 ) -> RedriveJobOut:
-    job = broker.dlq.start_job(_redrive_request(group, body))
+    job = broker.redrive_jobs.start(_redrive_request(group, body))
     response.headers["Location"] = f"{_jobs_path(group)}/{job.id}"
     return redrive_job_out(job)
 
@@ -196,7 +198,7 @@ async def create_redrive_job(
     responses=problems(400, 422, 503),
 )
 async def list_redrive_jobs(group: GroupPath, broker: BrokerDep) -> RedriveJobListOut:
-    return redrive_job_list_out(group, broker.dlq.jobs(group))
+    return redrive_job_list_out(group, broker.redrive_jobs.of_group(group))
 
 
 @router.get(
@@ -209,17 +211,33 @@ async def list_redrive_jobs(group: GroupPath, broker: BrokerDep) -> RedriveJobLi
 async def get_redrive_job(
     group: GroupPath, job_id: RedriveJobIdPath, broker: BrokerDep
 ) -> RedriveJobOut:
-    return redrive_job_out(broker.dlq.job(group, job_id))
+    return redrive_job_out(broker.redrive_jobs.get(group, job_id))
 
 
-@router.delete(
-    "/v1/groups/{group}/dlq/redrive-jobs/{job_id}",
+@router.post(
+    "/v1/groups/{group}/dlq/redrive-jobs/{job_id}/cancel",
     operation_id="cancelRedriveJob",
-    summary="Cancel a redrive job (sends already made stay); a finished job is unchanged",
+    summary="Cancel a redrive job and keep it (sends already made stay); a finished job is "
+    "unchanged",
     response_model=RedriveJobOut,
     responses={**problems(400, 422, 503), **_JOB_NOT_FOUND},
 )
 async def cancel_redrive_job(
     group: GroupPath, job_id: RedriveJobIdPath, broker: BrokerDep
 ) -> RedriveJobOut:
-    return redrive_job_out(broker.dlq.cancel_job(group, job_id))
+    return redrive_job_out(broker.redrive_jobs.cancel(group, job_id))
+
+
+@router.delete(
+    "/v1/groups/{group}/dlq/redrive-jobs/{job_id}",
+    operation_id="deleteRedriveJob",
+    summary="Forget a redrive job, cancelling it first if it still runs; answers it as it ended",
+    description="Sends already made stay. Afterwards the job is gone: `GET` answers 404 "
+    "REDRIVE_JOB_NOT_FOUND (to stop a job and keep reading it, `POST .../cancel`).",
+    response_model=RedriveJobOut,
+    responses={**problems(400, 422, 503), **_JOB_NOT_FOUND},
+)
+async def delete_redrive_job(
+    group: GroupPath, job_id: RedriveJobIdPath, broker: BrokerDep
+) -> RedriveJobOut:
+    return redrive_job_out(broker.redrive_jobs.delete(group, job_id))

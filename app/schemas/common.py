@@ -127,6 +127,25 @@ TopicName = Annotated[
     StringConstraints(min_length=1, max_length=TOPIC_MAX_LENGTH, pattern=TOPIC_PATTERN),
 ]
 ShortText = Annotated[str, StringConstraints(min_length=1, max_length=255)]
+KEY_RULES: Final = (
+    "A key is 1 to 255 characters, without spaces (they separate keys in the KEYS property) "
+    "and without the control characters U+0001 and U+0002 (RocketMQ's property separators); "
+    "422 INVALID_PROPERTY otherwise."
+)
+MessageKey = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=255),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 255,
+            "pattern": "^[^ \\u0001\\u0002]+$",
+            "description": KEY_RULES,
+        }
+    ),
+]
+"""A business key (checked by the send service; the schema documents the rule)."""
 PropertyValue = Annotated[str, StringConstraints(min_length=1, max_length=16_384)]
 
 checked_group_name: Final = check_group_name

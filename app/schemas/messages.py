@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.schemas.common import (
     INT64_MAX,
+    KEY_RULES,
     MAX_BATCH_MESSAGES,
     MAX_DELAY_LEVEL,
     MAX_KEYS,
@@ -20,6 +21,7 @@ from app.schemas.common import (
     MAX_QUEUES,
     GroupName,
     JsonInt,
+    MessageKey,
     ParamInt,
     PropertyValue,
     PullStatus,
@@ -48,10 +50,10 @@ class SendMessage(RequestBody):
     tags: ShortText | None = Field(
         default=None, description="One tag; consumers filter on it (`A||B`). May not contain `||`."
     )
-    keys: list[ShortText] = Field(
+    keys: list[MessageKey] = Field(
         default_factory=list,
         max_length=MAX_KEYS,
-        description="Business keys (no spaces), stored in the KEYS property.",
+        description=f"Business keys, stored in the KEYS property. {KEY_RULES}",
     )
     properties: dict[ShortText, PropertyValue] = Field(
         default_factory=dict,
@@ -244,8 +246,8 @@ class RawSendQuery(BaseModel):
     """Query parameters of a raw-body send (they describe the one message)."""
 
     tags: ShortText | None = Field(default=None, description="Raw body only: its tag.")
-    keys: list[ShortText] | None = Field(
-        default=None, max_length=MAX_KEYS, description="Raw body only: its keys."
+    keys: list[MessageKey] | None = Field(
+        default=None, max_length=MAX_KEYS, description=f"Raw body only: its keys. {KEY_RULES}"
     )
     properties: list[str] | None = Field(
         default=None,
