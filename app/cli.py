@@ -141,7 +141,7 @@ async def _run_demo(broker: Broker) -> None:
 
 
 def _token_create(args: argparse.Namespace) -> int:
-    """Print a new token once, and the auth-file entry that holds its digest."""
+    """Print a new token once (stderr), and the auth-file entry holding its digest (stdout)."""
     try:
         for grant in args.consume:
             ConsumeGrant.parse(grant)
@@ -159,11 +159,15 @@ def _token_create(args: argparse.Namespace) -> int:
         burst=args.burst,
         max_parked_pulls=args.max_parked_pulls,
     )
-    print("Token (shown only now; give it to the client, it is not stored anywhere):")
-    print(f"  {token}")
-    print()
-    print("Add this entry to the auth file (--auth-file) and restart the server:")
-    print()
+    # stdout is the entry alone, so `>> auth.toml` appends it; the token goes to stderr,
+    # alone on its last line, so `2> name.token` keeps it and `tail -n 1` reads it back.
+    print(
+        f"spoolmq: the token of {args.name!r} follows, shown only now (the auth file keeps "
+        "only its SHA-256); its auth-file entry went to stdout: append it to the file "
+        "(--auth-file) and restart the server.",
+        file=sys.stderr,
+    )
+    print(token, file=sys.stderr)
     print(entry, end="")
     return 0
 
@@ -174,8 +178,9 @@ def _add_token_commands(commands: Any) -> None:
     create = actions.add_parser(
         "create",
         help="print a new token and its auth-file entry",
-        description="Print a new random token (once) and the [[tokens]] entry to paste into "
-        "the auth file; the file keeps only the token's SHA-256.",
+        description="Print the [[tokens]] entry for the auth file on stdout (`>> auth.toml` "
+        "appends it; the file keeps only the token's SHA-256) and the new random token, "
+        "once, on stderr (its last line: `2> name.token`).",
     )
     create.add_argument("--name", required=True, type=_token_name, help="unique, for logs")
     create.add_argument("--admin", action="store_true", help="may do everything")
