@@ -34,8 +34,8 @@ from app.security import (
     new_token,
 )
 from app.security.principals import ConsumeGrant
-from app.server import build_server
-from app.settings import Settings
+from app.server import ListenError, build_server, listen_socket
+from app.settings import SETTING_SECTIONS, Settings
 from services import Broker, OutgoingMessage, PullOptions
 from services.cluster.member import MasterRoleLostError
 from services.errors import ServiceError, StorageError
@@ -44,7 +44,7 @@ from services.ha import split_host_port
 DEMO_TOPIC = "DemoTopic"
 
 
-def _add_setting(parser: argparse.ArgumentParser, name: str, field: FieldInfo) -> None:
+def _add_setting(parser: Any, name: str, field: FieldInfo) -> None:
     flag = "--" + name.replace("_", "-")
     help_text = f"{field.description} (env SPOOLMQ_{name.upper()}, default {field.default})"
     annotation = field.annotation
@@ -98,11 +98,16 @@ def _serve(args: argparse.Namespace) -> int:
     except (UnsafeBindError, AuthFileError) as exc:
         print(f"spoolmq: {exc}", file=sys.stderr)
         return 2
+    try:
+        sock = listen_socket(settings.host, settings.port)
+    except ListenError as exc:
+        print(f"spoolmq: {exc}", file=sys.stderr)
+        return 2
     if settings.auth_file is None:
         logging.getLogger("spoolmq").warning(
             "no --auth-file: every caller is admin (listening on %s)", settings.host
         )
-    server.run()
+    server.run(sockets=[sock])
     if failures and isinstance(failures[0], MasterRoleLostError):
         print(f"spoolmq: stopped: {failures[0]}", file=sys.stderr)
         return 1
@@ -247,10 +252,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser(
         "serve",
         help="run the HTTP API server",
-        description="Run the HTTP API on one store directory (one worker, uvloop, httptools).",
+        usage="spoolmq serve [--FLAG VALUE ...]",
+        description="Run the HTTP API on one store directory (one worker, uvloop, httptools). "
+        "Every flag is also an environment variable (SPOOLMQ_<FLAG>); a flag wins.",
     )
+    section: Any = serve
     for name, field in Settings.model_fields.items():
-        _add_setting(serve, name, field)
+        if name in SETTING_SECTIONS:
+            section = serve.add_argument_group(SETTING_SECTIONS[name])
+        _add_setting(section, name, field)
     demo = commands.add_parser(
         "demo",
         help="send and pull a few messages without a server",
