@@ -23,6 +23,7 @@ from services import Broker, SubscriptionGroupConfig
 from services.errors import GroupNotFoundError
 from services.groups import check_group_name
 from services.offset_reset import ResetPlan, ResetRequest, ResetTarget
+from services.pop.views import queue_views
 
 router = APIRouter(route_class=AdminRoute)
 
@@ -91,6 +92,7 @@ async def show_group(request: Request, group: str, broker: BrokerDep) -> Respons
         nav="groups",
         config=_config(broker, group),
         dead_letters=_dead_letters(broker, group),
+        in_flight=sum(q.in_flight for q in queue_views(broker.pop.table, group)),
         targets=RESET_TARGETS,
     )
     return render(request, "group.html", context)
