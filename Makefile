@@ -11,8 +11,10 @@ STORE_DIR ?= ./data
 
 .PHONY: run test install bootstrap chromium etcd jq lint typecheck contracts pytest bench bench-tools bench-http clean
 
+# The uv that made uv.lock (the Dockerfile pins the same one).
+UV_VERSION := 0.13.9
 bootstrap:
-	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv
+	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet "uv==$(UV_VERSION)"
 
 install: bootstrap
 	$(UV) sync --frozen
