@@ -35,6 +35,7 @@ import httpx
 
 from services.appender import Appender
 from services.dlq import DlqService
+from services.dlq_watermark import DlqWatermark
 from services.durability import DurabilityTracker
 from services.errors import (
     BrokerUnavailableError,
@@ -62,6 +63,7 @@ from services.pop.persister import PopStatePersister
 from services.pop.revive import ReviveService
 from services.pop.service import PopService
 from services.pull import PullService
+from services.redrive_jobs import RedriveJobs
 from services.schedule import DelayScheduler
 from services.send import SendLimits, SendService
 from services.send_back import SendBackService
@@ -274,6 +276,7 @@ class Broker:
         self.waiters.close()
         if self._services is not None:  # end paced redrives and redrive jobs
             self._services.dlq.begin_shutdown()
+            self._services.redrive_jobs.begin_shutdown()
 
     async def stop(self) -> None:
         """Answer parked pulls, persist offsets and configs, close the store."""
@@ -611,6 +614,10 @@ class Broker:
         return self.services.dlq
 
     @property
+    def redrive_jobs(self) -> RedriveJobs:
+        return self.services.redrive_jobs
+
+    @property
     def store_status(self) -> StoreStatusService:
         return self.services.store_status
 
@@ -656,6 +663,7 @@ class _Services:
     send_back: SendBackService
     offset_reset: OffsetResetService
     dlq: DlqService
+    redrive_jobs: RedriveJobs
     store_status: StoreStatusService
     pop: PopService
     idempotency: IdempotencyService
@@ -669,6 +677,8 @@ class _Services:
         groups = GroupService(broker.group_configs, broker.consumer_offsets, config.groups)
         offsets = OffsetService(store, broker.consumer_offsets, topics, groups)
         send_back = SendBackService(store, groups.for_use, topics.ensure, idempotency.reput)
+        watermark = DlqWatermark(store, broker.consumer_offsets)
+        dlq = DlqService(store, topics.for_send, idempotency, watermark)
         return cls(
             topics=topics,
             groups=groups,
@@ -693,7 +703,8 @@ class _Services:
             messages=MessageQueryService(store, topics),
             send_back=send_back,
             offset_reset=OffsetResetService(store, broker.consumer_offsets, topics, groups),
-            dlq=DlqService(store, topics.for_send, idempotency),
+            dlq=dlq,
+            redrive_jobs=RedriveJobs(dlq),
             store_status=StoreStatusService(store, config.store_dir),
             pop=PopService(
                 store,
