@@ -435,6 +435,7 @@ class Broker:
             )
         await self._stop_replication()
         store = self._require_store()
+        store.cut_partial_tail()  # a record the old master never finished sending
         # Keys are new only once the index covers everything this replica received.
         self._built_services().idempotency.begin_writing()
         await asyncio.to_thread(self._epochs.begin, epoch, store.max_physical_offset)
@@ -453,6 +454,7 @@ class Broker:
                 f"broker {self.config.broker_name} is a master; restart it as a slave to follow"
             )
         await self._stop_replication()
+        self._require_store().cut_partial_tail()  # the new master sends whole records
         self._master = master
         client = self._new_client(master)
         try:
