@@ -36,7 +36,6 @@ from storage.keyed_records import KeyedRecords
 from storage.queue_reader import QueueReader
 from storage.record.decode import RecordKind
 from storage.record.encode import EncodedBatch, EncodedMessage, check_batch
-from storage.record.layout import PRE_BLANK_SIZE
 from storage.record.message import GetMessageStatus, Message, PutResult, StoredMessage
 from storage.record.msg_id import msg_id_prefix
 from storage.record.properties import PROPERTY_DELAY
@@ -546,12 +545,11 @@ class MessageStore:
     def store_timestamp_at(self, topic: str, queue_id: int, offset: int) -> int:
         """Store time of the message at a queue offset; -1 when there is none."""
         queue = self.consume_queue_table.find(topic, queue_id)
-        if queue is None or offset < 0:
+        if queue is None:
             return -1
-        unit = queue.get_unit(offset)
-        if unit is None or unit[1] == PRE_BLANK_SIZE:
-            return -1
-        return self.commit_log.store_time_of(unit[0], unit[1])
+        return queue.store_time_at(
+            offset, self.commit_log.store_time_of, self.commit_log.min_offset
+        )
 
     # ================================================================== flush
 

@@ -11,10 +11,10 @@ may be appending while a tool reads. That shapes every reader:
 * A record never straddles two files, so a byte range of one file is cut at record
   boundaries by walking TOTALSIZE from the file start or from a boundary already known
   (:func:`next_boundary`).
-* ConsumeQueue offsets follow RocketMQ: the min offset is the first unit that is not a
-  pre-blank filler and still points into the CommitLog; the max offset is the number of
-  valid units, ending at the first unit with a negative offset or a size <= 0 (the last file
-  is partly zeros).
+* ConsumeQueue offsets follow the rules :mod:`storage.consume_queue` writes down for the
+  store too: the min offset is the first readable unit (no pre-blank filler, still pointing
+  into the CommitLog), the max offset the number of valid units (the last file is partly
+  zeros).
 * Config files are decoded by :func:`storage.json_file.load_config` and its shape helpers,
   the same decoder the broker's managers use (``.bak`` fallback, RocketMQ's unquoted
   integer keys).
@@ -31,6 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from storage.consume_queue import (
+    Unit,
+    count_valid_units,
+    is_readable_unit,
+    is_valid_unit,
+    readable_start,
+)
 from storage.errors import ConfigFileError
 from storage.json_file import (
     as_object,
@@ -44,7 +51,6 @@ from storage.record.layout import (
     CQ_UNIT_STRUCT,
     MESSAGE_MAGIC_CODES,
     PHYSICAL_OFFSET_POSITION,
-    PRE_BLANK_SIZE,
     Buffer,
 )
 from storage.record.message import StoredMessage
@@ -59,9 +65,6 @@ _MAGIC_AT: Final = struct.Struct(">ii")
 _LONG: Final = struct.Struct(">q")
 # ConsumeQueue units are read in chunks of this many when walking (4096 units = 80 KiB).
 _UNIT_CHUNK: Final = 4096
-
-Unit = tuple[int, int, int]
-"""A ConsumeQueue unit: (commit log offset, size, tags code)."""
 
 
 # --------------------------------------------------------------------------- files
@@ -358,26 +361,13 @@ def _unit_at(path: Path, index: int) -> Unit | None:
     return int(offset), int(size), int(code)
 
 
-def _is_valid_unit(unit: Unit | None) -> bool:
-    """RocketMQ's recovery rule: offset >= 0 and size > 0 (pre-blank units pass)."""
-    return unit is not None and unit[0] >= 0 and unit[1] > 0
-
-
 def _valid_units_in_file(file: StoreFile) -> int:
-    """How many leading units of a file are valid; units are valid then zeros (binary search)."""
-    total = file.size // CQ_UNIT_SIZE
-    if total == 0 or not _is_valid_unit(_unit_at(file.path, 0)):
-        return 0
-    if _is_valid_unit(_unit_at(file.path, total - 1)):
-        return total
-    low, high = 0, total - 1  # unit low is valid, unit high is not
-    while high - low > 1:
-        middle = (low + high) // 2
-        if _is_valid_unit(_unit_at(file.path, middle)):
-            low = middle
-        else:
-            high = middle
-    return high
+    """How many leading units of a file are valid (:func:`count_valid_units`)."""
+
+    def unit_at(index: int) -> Unit:
+        return _unit_at(file.path, index) or (-1, 0, 0)  # a file cut meanwhile ends there
+
+    return count_valid_units(unit_at, file.size // CQ_UNIT_SIZE)
 
 
 def _max_offset(files: list[StoreFile]) -> int:
@@ -393,22 +383,26 @@ def _max_offset(files: list[StoreFile]) -> int:
     return end_bytes // CQ_UNIT_SIZE
 
 
+def _file_units(file: StoreFile, count: int) -> Iterator[Unit]:
+    """The first ``count`` units of a file, read a chunk at a time."""
+    for chunk_start in range(0, count, _UNIT_CHUNK):
+        data = _read_units(file.path, chunk_start, min(_UNIT_CHUNK, count - chunk_start))
+        yield from CQ_UNIT_STRUCT.iter_unpack(data[: len(data) // CQ_UNIT_SIZE * CQ_UNIT_SIZE])
+
+
 def _min_offset(files: list[StoreFile], max_offset: int, commit_log_min: int) -> int:
-    """The first unit that is not pre-blank and points at or past ``commit_log_min``."""
+    """The first readable unit (:func:`readable_start`) below ``max_offset``, else
+    ``max_offset``."""
     for file in files:
         first_index = file.start_offset // CQ_UNIT_SIZE
-        units = file.size // CQ_UNIT_SIZE
-        for chunk_start in range(0, units, _UNIT_CHUNK):
-            index = first_index + chunk_start
-            if index >= max_offset:
-                return max_offset
-            data = _read_units(file.path, chunk_start, min(_UNIT_CHUNK, units - chunk_start))
-            for offset, size, _code in CQ_UNIT_STRUCT.iter_unpack(data[: len(data) // 20 * 20]):
-                if index >= max_offset or offset < 0 or size <= 0:
-                    return max_offset
-                if size != PRE_BLANK_SIZE and offset >= commit_log_min:
-                    return index
-                index += 1
+        count = min(file.size // CQ_UNIT_SIZE, max_offset - first_index)
+        if count <= 0:
+            break
+        skipped, found = readable_start(_file_units(file, count), commit_log_min)
+        if found:
+            return first_index + skipped
+        if skipped < count:  # an invalid unit: the end of the queue's data
+            break
     return max_offset
 
 
@@ -446,7 +440,7 @@ def read_unit(store_dir: Path, topic: str, queue_id: int, offset: int) -> Unit |
     for file in consume_queue_files(store_dir, topic, queue_id):
         if file.start_offset <= byte_offset < file.end_offset:
             unit = _unit_at(file.path, (byte_offset - file.start_offset) // CQ_UNIT_SIZE)
-            return unit if _is_valid_unit(unit) else None
+            return unit if unit is not None and is_valid_unit(unit[0], unit[1]) else None
     return None
 
 
@@ -458,7 +452,8 @@ def store_timestamp_at_queue_offset(
     None when the offset holds no unit, a pre-blank unit, or a unit whose record is gone.
     """
     unit = read_unit(store_dir, topic, queue_id, offset)
-    if unit is None or unit[1] == PRE_BLANK_SIZE:
+    # min physical offset 0: a record below the CommitLog's min offset is found gone when read.
+    if unit is None or not is_readable_unit(unit[0], unit[1], 0):
         return None
     return store_timestamp_at_offset(store_dir, unit[0])
 
