@@ -62,6 +62,7 @@ from services.pop.handles import secret_text
 from services.pop.persister import PopStatePersister
 from services.pop.revive import ReviveService
 from services.pop.service import PopService
+from services.pop.state_file import POP_STATE_FILE
 from services.pull import PullService
 from services.redrive_jobs import RedriveJobs
 from services.schedule import DelayScheduler
@@ -78,7 +79,6 @@ from storage.config_managers import (
 )
 from storage.epoch_file import EpochEntry, EpochFile
 from storage.json_file import load_json
-from storage.store_reader import POP_STATE_FILE
 from storage.truncation import truncate_commit_log
 
 log = logging.getLogger(__name__)

@@ -31,6 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from storage.config_managers import (
+    ConsumerOffsetManager,
+    SubscriptionGroupManager,
+    TopicConfigManager,
+)
 from storage.consume_queue import (
     Unit,
     count_valid_units,
@@ -466,27 +471,6 @@ def read_config(store_dir: Path, file_name: str) -> object | None:
     return load_json(Path(store_dir) / CONFIG_DIR / file_name)
 
 
-POP_STATE_FILE: Final = "popState.json"
-"""POP consumption's snapshot in ``<store>/config/`` (written by the broker's POP service)."""
-
-
-def read_pop_in_flight(store_dir: Path) -> dict[tuple[str, str, int], int]:
-    """Messages received and not yet acked, by (group, topic, queue id), as of the POP
-    service's last snapshot; empty when no group consumes by POP."""
-    root = read_config(store_dir, POP_STATE_FILE)
-    queues = root.get("queues") if isinstance(root, dict) else None
-    found: dict[tuple[str, str, int], int] = {}
-    for item in queues if isinstance(queues, list) else []:
-        try:
-            key = (str(item["group"]), str(item["topic"]), int(item["queue_id"]))
-            in_flight = int(item.get("inFlight", 0))
-        except (KeyError, TypeError, ValueError, AttributeError):
-            continue
-        if in_flight > 0:
-            found[key] = in_flight
-    return found
-
-
 @dataclass(frozen=True, slots=True)
 class ConsumerOffsets:
     """consumerOffset.json: per (topic, group), each queue's next offset and last commit time."""
@@ -508,7 +492,7 @@ def read_consumer_offsets(store_dir: Path) -> ConsumerOffsets:
 
     Raises ConfigFileError when the file (and its backup) cannot be read or has a wrong shape.
     """
-    path = Path(store_dir) / CONFIG_DIR / "consumerOffset.json"
+    path = Path(store_dir) / CONFIG_DIR / ConsumerOffsetManager.file_name
     root = load_config(path)
     try:
         return ConsumerOffsets(
@@ -523,16 +507,19 @@ def read_consumer_offsets(store_dir: Path) -> ConsumerOffsets:
 
 def read_subscription_groups(store_dir: Path) -> dict[str, dict[str, object]]:
     """``subscriptionGroupTable`` of ``config/subscriptionGroup.json``: group -> its fields."""
-    return _named_table(store_dir, "subscriptionGroup.json", "subscriptionGroupTable")
+    return _named_table(store_dir, SubscriptionGroupManager)
 
 
 def read_topic_configs(store_dir: Path) -> dict[str, dict[str, object]]:
     """``topicConfigTable`` of ``config/topics.json``: topic -> its fields."""
-    return _named_table(store_dir, "topics.json", "topicConfigTable")
+    return _named_table(store_dir, TopicConfigManager)
 
 
-def _named_table(store_dir: Path, file_name: str, key: str) -> dict[str, dict[str, object]]:
-    path = Path(store_dir) / CONFIG_DIR / file_name
+def _named_table(
+    store_dir: Path, manager: type[TopicConfigManager | SubscriptionGroupManager]
+) -> dict[str, dict[str, object]]:
+    """The table of a versioned config file, read the way its manager reads it."""
+    path, key = Path(store_dir) / CONFIG_DIR / manager.file_name, manager.table_key
     try:
         table = as_object(load_config(path).get(key, {}), key)
         return {name: as_object(entry, f"{key}[{name!r}]") for name, entry in table.items()}
