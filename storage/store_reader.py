@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -50,12 +49,15 @@ from storage.json_file import (
     load_config,
     load_json,
 )
-from storage.record.decode import RecordKind, check_record, decode_record, read_store_timestamp
+from storage.record.decode import Boundary, decode_record, read_store_timestamp, walk_records
 from storage.record.layout import (
     CQ_UNIT_SIZE,
     CQ_UNIT_STRUCT,
+    HEAD_BYTES,
+    LONG_STRUCT,
     MESSAGE_MAGIC_CODES,
     PHYSICAL_OFFSET_POSITION,
+    SIZE_AND_MAGIC,
     Buffer,
 )
 from storage.record.message import StoredMessage
@@ -64,10 +66,6 @@ COMMIT_LOG_DIR: Final = "commitlog"
 CONSUME_QUEUE_DIR: Final = "consumequeue"
 CONFIG_DIR: Final = "config"
 
-# Enough bytes to reach STORETIMESTAMP of any record (68 + 8 with an IPv6 born host).
-_HEAD_BYTES: Final = 96
-_MAGIC_AT: Final = struct.Struct(">ii")
-_LONG: Final = struct.Struct(">q")
 # ConsumeQueue units are read in chunks of this many when walking (4096 units = 80 KiB).
 _UNIT_CHUNK: Final = 4096
 
@@ -145,42 +143,16 @@ def buffer_size(buffer: Buffer) -> int:
 # --------------------------------------------------------------------------- CommitLog walks
 
 
-@dataclass(frozen=True, slots=True)
-class Boundary:
-    """A position reached by a walk: a record starts there (MESSAGE) or the walk stopped.
-
-    ``kind`` is BLANK when the file ended with its end-of-file filler, END at the end of
-    written data (zeros, a record cut short, the end of the buffer) and CORRUPT at an
-    impossible record; ``reason`` says why for CORRUPT.
-    """
-
-    position: int
-    kind: RecordKind
-    reason: str = ""
-
-    @property
-    def is_record(self) -> bool:
-        """Whether a complete record starts at ``position``."""
-        return self.kind is RecordKind.MESSAGE
-
-
 def next_boundary(buffer: Buffer, known: int, target: int, limit: int | None = None) -> Boundary:
     """The first record boundary at or after ``target``, walking from the boundary ``known``.
 
     ``known`` must be a record boundary (0, the start of every file, always is). The walk
-    follows TOTALSIZE with :func:`check_record` and stops early at a BLANK, END or CORRUPT
-    position, which is returned instead. ``limit`` is the end of readable data (default: the
-    whole buffer).
+    (:func:`~storage.record.decode.walk_records`) stops early at a BLANK, END or CORRUPT
+    position, which is returned instead. ``limit`` is the end of readable data (default:
+    the whole buffer).
     """
     end = buffer_size(buffer) if limit is None else limit
-    position = known
-    while True:
-        check = check_record(buffer, position, end, check_crc=False)
-        if check.kind is not RecordKind.MESSAGE:
-            return Boundary(position, check.kind, check.reason)
-        if position >= target:
-            return Boundary(position, RecordKind.MESSAGE)
-        position += check.size
+    return walk_records(buffer, known, target, end)[1]
 
 
 def scan_records(
@@ -197,13 +169,10 @@ def scan_records(
     """
     data_end = buffer_size(buffer) if limit is None else limit
     stop_at = data_end if end is None else min(end, data_end)
-    position = start
-    while position < stop_at:
-        check = check_record(buffer, position, data_end, check_crc)
-        if check.kind is not RecordKind.MESSAGE:
-            return
-        yield position, check.size
-        position += check.size
+    positions, stop = walk_records(buffer, start, stop_at, data_end, check_crc)
+    # Each record ends where the next one starts, the last one at the boundary.
+    for position, record_end in zip(positions, [*positions[1:], stop.position], strict=False):
+        yield position, record_end - position
 
 
 def scan_stop(buffer: Buffer, start: int = 0, limit: int | None = None) -> Boundary:
@@ -246,7 +215,7 @@ def first_store_timestamp(file: StoreFile) -> int | None:
     """STORETIMESTAMP of the file's first record, or None when it holds none yet."""
     try:
         with open(file.path, "rb") as handle:
-            head = handle.read(_HEAD_BYTES)
+            head = handle.read(HEAD_BYTES)
     except FileNotFoundError:
         return None
     return _store_timestamp_of_head(head, file.start_offset)
@@ -255,22 +224,22 @@ def first_store_timestamp(file: StoreFile) -> int | None:
 def store_timestamp_at(buffer: Buffer, position: int, limit: int | None = None) -> int | None:
     """STORETIMESTAMP of the record at ``position`` of a mapped file, None if none is there."""
     end = buffer_size(buffer) if limit is None else limit
-    if position + _HEAD_BYTES > end:
+    if position + HEAD_BYTES > end:
         head = bytes(buffer[position:end])
     else:
-        head = bytes(buffer[position : position + _HEAD_BYTES])
+        head = bytes(buffer[position : position + HEAD_BYTES])
     return _store_timestamp_of_head(head, None)
 
 
 def _store_timestamp_of_head(head: bytes, physical_offset: int | None) -> int | None:
     """Store time from the first bytes of a record; checks magic (and offset when given)."""
-    if len(head) < _HEAD_BYTES:
+    if len(head) < HEAD_BYTES:
         return None
-    _total, magic = _MAGIC_AT.unpack_from(head, 0)
+    _total, magic = SIZE_AND_MAGIC.unpack_from(head, 0)
     if magic not in MESSAGE_MAGIC_CODES:
         return None
     if physical_offset is not None:
-        stored_offset = _LONG.unpack_from(head, PHYSICAL_OFFSET_POSITION)[0]
+        stored_offset = LONG_STRUCT.unpack_from(head, PHYSICAL_OFFSET_POSITION)[0]
         if stored_offset != physical_offset:
             return None
     return read_store_timestamp(head, 0)
@@ -297,7 +266,7 @@ def read_commit_log(store_dir: Path, physical_offset: int, size: int) -> bytes |
 
 def store_timestamp_at_offset(store_dir: Path, physical_offset: int) -> int | None:
     """STORETIMESTAMP of the record at an absolute CommitLog offset, or None."""
-    head = read_commit_log(store_dir, physical_offset, _HEAD_BYTES)
+    head = read_commit_log(store_dir, physical_offset, HEAD_BYTES)
     if head is None:
         return None
     return _store_timestamp_of_head(head, physical_offset)
