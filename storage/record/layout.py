@@ -92,10 +92,14 @@ STOREHOSTADDRESS_V6_FLAG: Final = 0x20
 HOST_V6_BITS: Final = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
 
 
+DISPATCHABLE_TYPES: Final = frozenset((TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE))
+"""The transaction types whose records reach a ConsumeQueue (``sys_flag & TYPE_MASK``)."""
+
+
 def is_dispatchable(sys_flag: int) -> bool:
     """Whether a record reaches a ConsumeQueue: prepared and rolled-back transaction halves
     never do (reference §2.3)."""
-    return sys_flag & TRANSACTION_TYPE_MASK in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
+    return sys_flag & TRANSACTION_TYPE_MASK in DISPATCHABLE_TYPES
 
 
 # --------------------------------------------------------------------------- the record
