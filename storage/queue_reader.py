@@ -12,15 +12,19 @@ from __future__ import annotations
 
 import mmap
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from storage.commit_log import CommitLog
 from storage.consume_queue import ConsumeQueue
-from storage.record.decode import decode_record
+from storage.record.decode import decode_record, raw_record
 from storage.record.java_hash import to_int32
-from storage.record.layout import CQ_UNIT_STRUCT, PRE_BLANK_SIZE
-from storage.record.message import GetMessageStatus, RawRecord, StoredMessage
+from storage.record.layout import CQ_UNIT_STRUCT, PRE_BLANK_SIZE, Buffer
+from storage.record.message import GetMessageStatus
 from storage.store_types import GetMessageResult, StoreConfig
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)  # not frozen: one per pull, cheaper to build (see StoredMessage)
@@ -37,13 +41,11 @@ class TransferLimits:
 
 
 @dataclass(slots=True)  # not frozen: one per pull, cheaper to build (see StoredMessage)
-class UnitsRead:
-    """What ``read_units`` found: the messages (or, read raw, the records), how many units
-    it examined (filtered-out ones count), and whether a unit pointed at a record that is
-    gone."""
+class UnitsRead(Generic[T]):
+    """What ``read_units`` found: the records (decoded or raw), how many units it examined
+    (filtered-out ones count), and whether a unit pointed at a record that is gone."""
 
-    messages: list[StoredMessage]
-    records: list[RawRecord]
+    found: list[T]
     scanned: int
     removed: bool
 
@@ -81,15 +83,13 @@ class QueueReader:
                 GetMessageStatus.OFFSET_FOUND_NULL, next_file, min_offset, max_offset
             )
         limits = self.transfer_limits(max_messages, max_bytes)
-        read = self.read_units(found[0], limits, codes, offset if raw else None)
-        return GetMessageResult(
-            _read_status(read),
-            offset + read.scanned,
-            min_offset,
-            max_offset,
-            read.messages,
-            read.records,
-        )
+        if raw:
+            raw_read = self.read_units(found[0], limits, codes, raw_record)
+            status, next_offset = _read_status(raw_read), offset + raw_read.scanned
+            return GetMessageResult(status, next_offset, min_offset, max_offset, [], raw_read.found)
+        read = self.read_units(found[0], limits, codes, decode_record)
+        status, next_offset = _read_status(read), offset + read.scanned
+        return GetMessageResult(status, next_offset, min_offset, max_offset, read.found)
 
     def transfer_limits(self, max_messages: int, max_bytes: int | None) -> TransferLimits:
         """The caps of one pull: the caller's, within the store's in-memory and in-disk
@@ -112,24 +112,22 @@ class QueueReader:
         units: bytes,
         limits: TransferLimits,
         codes: frozenset[int] | None,
-        raw_from: int | None = None,
-    ) -> UnitsRead:
-        """The records of a run of ConsumeQueue units, up to the batch caps (reference §10.3).
+        take: Callable[[Buffer, int], T],
+    ) -> UnitsRead[T]:
+        """The records of a run of ConsumeQueue units, up to the batch caps (reference §10.3),
+        each as ``take`` makes it of the buffer and position of a record: decoded
+        (:func:`decode_record`) or undecoded (:func:`raw_record`).
 
         Units whose tags code is not in ``codes`` (None: all match) and pre-blank units are
         skipped but count as scanned. A unit is "in disk" below ``limits.disk_threshold``:
         its batch caps are the smaller disk ones. The first message always goes out.
-        Decoded by default; with ``raw_from`` (the queue offset of the first unit) each
-        record comes undecoded, as a :class:`RawRecord` with its queue offset.
         """
         memory_bytes, memory_count = limits.memory_bytes, limits.memory_count
         disk_bytes, disk_count = limits.disk_bytes, limits.disk_count
         max_messages, disk_threshold = limits.max_messages, limits.disk_threshold
         find_file = self.commit_log.queue.find_by_offset
-        messages: list[StoredMessage] = []
-        append = messages.append
-        records: list[RawRecord] = []
-        add_record = records.append
+        found: list[T] = []
+        append = found.append
         count = total = scanned = 0
         removed = False
         # Records are decoded straight from the mapping of the CommitLog file of the
@@ -161,21 +159,16 @@ class QueueReader:
                     removed = True  # not (or no longer) readable
                     readable_end = 0
                     continue
-            position = physical - file_start
             try:
-                if raw_from is None:
-                    append(decode_record(buffer, position))
-                else:  # a copy: nothing may hold on to the mapping, which retention closes
-                    add_record(
-                        RawRecord(raw_from + scanned - 1, buffer[position : position + size])
-                    )
+                record = take(buffer, physical - file_start)
             except ValueError:  # the file was unmapped by the cleaner
                 removed = True
                 readable_end = 0
                 continue
+            append(record)
             count += 1
             total += size
-        return UnitsRead(messages, records, scanned, removed)
+        return UnitsRead(found, scanned, removed)
 
 
 def position_status(
@@ -193,8 +186,8 @@ def position_status(
     return None, offset
 
 
-def _read_status(read: UnitsRead) -> GetMessageStatus:
-    if read.messages or read.records:
+def _read_status(read: UnitsRead[T]) -> GetMessageStatus:
+    if read.found:
         return GetMessageStatus.FOUND
     if read.removed:  # a removed message before any found one
         return GetMessageStatus.MESSAGE_WAS_REMOVING
