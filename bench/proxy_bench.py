@@ -183,7 +183,10 @@ class Figure:
 _UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
 
 
-def wrk(url: str, script: str, seconds: int, connections: int, workdir: Path, cpu: int | None):
+def wrk(
+    url: str, script: str, seconds: int, connections: int, workdir: Path, cpu: int | None
+) -> tuple[float, dict[str, float]]:
+    """Requests/s and latency percentiles (ms, keys "50" and "99") of one wrk run."""
     path = workdir / "script.lua"
     path.write_text(script)
     taskset = ["taskset", "-c", str(cpu)] if cpu is not None and shutil.which("taskset") else []
@@ -222,8 +225,9 @@ def pull_script(path: str, count: int) -> str:
     return textwrap.dedent(
         f"""
         math.randomseed(7)
+        local path = "{path}?max_messages=32&offset="
         request = function()
-            return wrk.format("GET", "{path}?max_messages=32&offset=" .. math.random(0, {count - 33}))
+            return wrk.format("GET", path .. math.random(0, {count - 33}))
         end
         """
     )
