@@ -204,7 +204,17 @@ def _proxy(args: argparse.Namespace) -> int:
         print(f"spoolmq: {exc}", file=sys.stderr)
         return 2
     app = create_proxy_app(args.cluster, args.etcd)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        loop="uvloop",
+        http="httptools",
+        log_level="warning",
+        access_log=False,
+        proxy_headers=False,
+        server_header=False,
+    )
     return 0
 
 

@@ -9,27 +9,23 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.errors import ApiError
+from app.proxy.bodies import JsonSend, relabel_queue_id
 from app.proxy.context import (
     DEFAULT_MAX_MESSAGES,
-    all_unreachable,
     cluster_view,
-    each_group,
     forwarder,
     int_param,
-    json_body,
     params_without,
     route_registry,
     send_picker,
 )
-from app.proxy.forward import BrokerAnswer, BrokerUnreachableError, ProxyError
+from app.proxy.fanout import all_unreachable, each_group
+from app.proxy.forward import BrokerAnswer, BrokerUnreachableError, ProxyError, broker_path
 from app.responses import OrjsonResponse
 from services.cluster import EtcdUnavailableError
 from services.cluster.proxy_routing import (
     NoMasterError,
-    batch_queue_id,
-    batch_sharding_key,
     globalize,
-    localize_send,
     master_of,
     queue_route,
     readers,
@@ -47,9 +43,9 @@ async def send(topic: str, request: Request) -> Response:
     """Pick the cluster-wide queue, send to its group's master with the local id."""
     raw = await request.body()
     is_json = request.headers.get("content-type", "").split(";")[0].strip().endswith("json")
-    body = json_body(raw) if is_json else {}
     if is_json:
-        explicit, key = batch_queue_id(body), batch_sharding_key(body)
+        plan = JsonSend(raw)
+        explicit, key = plan.queue_id, plan.sharding_key
     else:
         explicit = int_param(request, "queue_id", -1)
         explicit = None if explicit < 0 and "queue_id" not in request.query_params else explicit
@@ -68,8 +64,8 @@ async def send(topic: str, request: Request) -> Response:
                 answer = await forwarder(request).call(
                     master,
                     "POST",
-                    f"/v1/topics/{topic}/messages",
-                    json=localize_send(body, queue.local_queue_id),
+                    broker_path("v1", "topics", topic, "messages"),
+                    content=plan.for_queue(queue.local_queue_id),
                     headers=request.headers,
                 )
             else:
@@ -78,7 +74,7 @@ async def send(topic: str, request: Request) -> Response:
                 answer = await forwarder(request).call(
                     master,
                     "POST",
-                    f"/v1/topics/{topic}/messages",
+                    broker_path("v1", "topics", topic, "messages"),
                     params=params,
                     content=raw,
                     headers=request.headers,
@@ -97,9 +93,9 @@ async def send(topic: str, request: Request) -> Response:
             continue
         if not answer.ok:
             return answer.response()
-        out = answer.json()
-        globalize(route, queue.group, out.get("messages", ()))
-        return answer.with_body(out)
+        return answer.response(
+            relabel_queue_id(answer.content, queue.local_queue_id, queue.queue_id)
+        )
 
 
 # ================================================================ reads of one queue, lookups
@@ -116,16 +112,13 @@ async def pull_queue(topic: str, queue_id: int, request: Request) -> Response:
     _, answer = await forwarder(request).call_any(
         members,
         "GET",
-        f"/v1/topics/{topic}/queues/{queue.local_queue_id}/messages",
-        params=request.query_params.multi_items(),
+        broker_path("v1", "topics", topic, "queues", queue.local_queue_id, "messages"),
+        query=request.scope["query_string"],
         headers=request.headers,
     )
     if not answer.ok:
         return answer.response()
-    out = answer.json()
-    out["queue_id"] = queue_id
-    globalize(route, queue.group, out.get("messages", ()))
-    return answer.with_body(out)
+    return answer.response(relabel_queue_id(answer.content, queue.local_queue_id, queue_id))
 
 
 @router.get("/v1/topics/{topic}/messages")
@@ -139,8 +132,8 @@ async def query_by_key(topic: str, request: Request) -> Response:
         _, answer = await forwarder(request).call_any(
             readers(view, group),
             "GET",
-            f"/v1/topics/{topic}/messages",
-            params=request.query_params.multi_items(),
+            broker_path("v1", "topics", topic, "messages"),
+            query=request.scope["query_string"],
             headers=request.headers,
         )
         return answer
@@ -151,7 +144,7 @@ async def query_by_key(topic: str, request: Request) -> Response:
         raise down
     found: list[dict[str, Any]] = []
     for group, answer in answers:
-        if isinstance(answer, ProxyError):
+        if isinstance(answer, ProxyError | NoMasterError):
             continue
         if not answer.ok:
             return answer.response()
@@ -171,8 +164,8 @@ async def get_message(msg_id: str, request: Request) -> Response:
         _, answer = await forwarder(request).call_any(
             readers(view, group),
             "GET",
-            f"/v1/messages/{msg_id}",
-            params=request.query_params.multi_items(),
+            broker_path("v1", "messages", msg_id),
+            query=request.scope["query_string"],
             headers=request.headers,
         )
         return answer
@@ -183,7 +176,7 @@ async def get_message(msg_id: str, request: Request) -> Response:
         raise down
     missing: BrokerAnswer | None = None
     for group, answer in answers:
-        if isinstance(answer, ProxyError):
+        if isinstance(answer, ProxyError | NoMasterError):
             continue
         if answer.ok:
             out = answer.json()

@@ -153,14 +153,19 @@ def localize_send(body: dict[str, Any], local_queue_id: int) -> dict[str, Any]:
     """The JSON send for the chosen group: its local queue id, no sharding key left."""
     out = {k: v for k, v in body.items() if k != "sharding_key"}
     out["queue_id"] = local_queue_id
-    if isinstance(out.get("messages"), list):
+    messages = out.get("messages")
+    if isinstance(messages, list) and any(_names_a_queue(m) for m in messages):
         out["messages"] = [
             {k: v for k, v in m.items() if k not in ("queue_id", "sharding_key")}
             if isinstance(m, dict)
             else m
-            for m in out["messages"]
+            for m in messages
         ]
     return out
+
+
+def _names_a_queue(message: object) -> bool:
+    return isinstance(message, dict) and ("queue_id" in message or "sharding_key" in message)
 
 
 def globalize(route: TopicRoute, group: str, items: Iterable[dict[str, Any]]) -> None:

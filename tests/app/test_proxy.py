@@ -201,10 +201,14 @@ def test_errors_are_problems_and_broker_4xx_passes_through(cluster: Cluster) -> 
     for bad in invalid:
         refused = http.put("/v1/topics/Bad", json=bad)
         assert (refused.status_code, refused.json()["code"]) == (422, "VALIDATION_FAILED")
-    bad_name = http.put("/v1/topics/%25bad", json={})
-    assert bad_name.status_code == 400, bad_name.text
-    for name in ("Bad", "%25bad"):
+    bad_name = http.put("/v1/topics/bad%20name", json={})
+    assert (bad_name.status_code, bad_name.json()["code"]) == (400, "INVALID_TOPIC_NAME")
+    for name in ("Bad", "bad%20name"):
         assert http.get(f"/v1/topics/{name}/route").status_code == 404
+    # A name the broker accepts reaches it as it was sent: "%" is one of its characters.
+    percent = http.put("/v1/topics/50%25off", json={"write_queue_nums": 2})
+    assert percent.status_code == 201, percent.text
+    assert httpx.get(f"{cluster.a.url}/v1/topics/50%25off", timeout=10).json()["topic"] == "50%off"
     missing = http.post("/v1/topics/Nope/messages", json={"body": "x"})
     assert missing.status_code == 404
     assert missing.headers["content-type"].startswith("application/problem+json")
