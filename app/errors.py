@@ -46,6 +46,10 @@ STATUS_BY_CODE: Final[Mapping[str, int]] = {
     "INVALID_PROPERTY": 422,
     "INVALID_TOPIC_CONFIG": 422,
     "BATCH_REJECTED": 422,
+    "INVALID_IDEMPOTENCY_KEY": 400,
+    "IDEMPOTENCY_KEY_REUSED": 422,  # the key was used for another payload inside the window
+    "KEY_INDEX_CATCHING_UP": 503,  # after an unclean exit: retry with the same key
+    "IDEMPOTENCY_UNAVAILABLE": 501,  # the broker runs without the message index
     "FORBIDDEN": 403,
     "SYSTEM_TOPIC": 403,
     "TOPIC_NOT_WRITEABLE": 403,

@@ -44,6 +44,12 @@ def render_metrics(broker: Broker, disk_used_bytes: int) -> str:
         "spoolmq_messages_out_total", "counter", "Messages pulled.", _per_topic(m.messages_out)
     )
     page.family("spoolmq_bytes_out_total", "counter", "Body bytes pulled.", _per_topic(m.bytes_out))
+    page.family(
+        "spoolmq_sends_replayed_total",
+        "counter",
+        "Sends answered with an earlier send's receipts (same Idempotency-Key).",
+        _per_topic(m.sends_replayed),
+    )
     histogram = m.pull_duration
     name = "spoolmq_pull_duration_seconds"
     page.lines.append(f"# HELP {name} Time to answer a pull, long-poll wait included.")

@@ -35,6 +35,8 @@ _DESCRIPTIONS: Final = {
     422: "Validation failed: a parameter or field has the wrong type or is out of bounds "
     "(VALIDATION_FAILED, with `errors`), or a domain check failed (INVALID_OFFSET, ...).",
     429: "Too many parked long-polls (TOO_MANY_WAITERS); retry after `Retry-After` seconds.",
+    501: "The broker cannot do this as configured: an Idempotency-Key on a broker without "
+    "the message index (IDEMPOTENCY_UNAVAILABLE).",
     503: "The broker is starting or stopping, or the store refuses writes; retry after "
     "`Retry-After` seconds.",
 }

@@ -176,6 +176,12 @@ class Settings(BaseSettings):
     offset_persist_interval_s: float = Field(
         default=5.0, gt=0, description="seconds between consumerOffset.json writes"
     )
+    dedup_window_s: int = Field(
+        default=300,
+        ge=1,
+        description="seconds (by store time) a send's Idempotency-Key is remembered: a repeat "
+        "inside the window gets the first receipt",
+    )
 
     # ---------------------------------------------------------------- replication
     role: Literal["master", "slave"] = Field(
@@ -426,6 +432,7 @@ class Settings(BaseSettings):
             max_parked_pulls=self.max_parked_pulls,
             max_wait_ms=self.long_poll_max_ms,
             offset_persist_interval_s=self.offset_persist_interval_s,
+            dedup_window_s=self.dedup_window_s,
             role=self.role,
             replication=self.replication,
             broker_name=self.broker_name,

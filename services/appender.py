@@ -49,23 +49,35 @@ class Appender:
 
     async def put(self, messages: list[Message]) -> list[PutResult]:
         """Append one message or one atomic batch, then wait until it is durable."""
+        return await self.settle(self.append(messages))
+
+    def append(self, messages: list[Message]) -> list[PutResult]:
+        """Append one message or one atomic batch (no await: the caller's check before it
+        and its bookkeeping after it happen with nothing else in between)."""
         store = self._store
         if len(messages) == 1:
             results = [store.put_message(messages[0])]
         else:
             results = store.put_messages(messages)
+        if results and self.replication is not None:
+            self.replication.appended(results[-1].end_offset, results[-1].store_timestamp)
+        return results
+
+    async def settle(self, results: list[PutResult]) -> list[PutResult]:
+        """Wait until appended ``results`` are durable; their status says how that went."""
         if not results:
             return results
-        end = max(r.end_offset for r in results)
-        replication = self.replication
-        if replication is not None:
-            replication.appended(end, results[-1].store_timestamp)
-        if not await self._durability.wait(end):
-            status = PutStatus.FLUSH_DISK_TIMEOUT
-        elif replication is None:
+        status = await self.durable_status(max(r.end_offset for r in results))
+        if status is PutStatus.PUT_OK:
             return results
-        else:
-            status = await replication.confirm(end)
-            if status is PutStatus.PUT_OK:
-                return results
         return [dataclasses.replace(r, status=status) for r in results]
+
+    async def durable_status(self, end_offset: int) -> PutStatus:
+        """PUT_OK once the CommitLog up to ``end_offset`` is flushed (SYNC_FLUSH) and
+        replicated (sync replication), else the status to answer."""
+        if not await self._durability.wait(end_offset):
+            return PutStatus.FLUSH_DISK_TIMEOUT
+        replication = self.replication
+        if replication is None:
+            return PutStatus.PUT_OK
+        return await replication.confirm(end_offset)

@@ -51,6 +51,7 @@ from services.ha.group_transfer import GroupTransferService
 from services.ha.master import HAService
 from services.ha.replication import MasterReplication
 from services.ha.status import ReplicaStatus, Role
+from services.idempotency import DEFAULT_WINDOW_S, IdempotencyService
 from services.long_poll import WaiterRegistry
 from services.messages import MessageQueryService
 from services.metrics import Metrics
@@ -106,6 +107,7 @@ class BrokerConfig:
     max_wait_ms: int = 30_000  # longer long-polls are cut to this
     retry_after_s: int = 1  # what a refused pull is told
     offset_persist_interval_s: float = 5.0
+    dedup_window_s: float = DEFAULT_WINDOW_S  # how long an idempotency key is remembered
     # ---- replication (services.ha)
     role: Role = "master"
     replication: Literal["async", "sync"] = "async"
@@ -185,10 +187,10 @@ class Broker:
         self._durability.start()
         appender = self._appender = Appender(store, self._durability)
         store.start_services()
-        self._services = _Services.build(self, store, appender)
+        services = self._services = _Services.build(self, store, appender)
         store.arrival_listeners.append(self._on_arrival)
         # Built on a slave too (its delay progress is readable), started only on a master.
-        self._scheduler = DelayScheduler(store, self.delay_offsets, appender.put)
+        self._scheduler = DelayScheduler(store, self.delay_offsets, services.idempotency.reput)
         try:
             if self._role == "master":
                 epoch = max(self._start_epoch, self._epochs.last_epoch + 1)
@@ -204,7 +206,9 @@ class Broker:
             await asyncio.to_thread(store.stop_services)
             await asyncio.to_thread(self._close, store)
             raise
-        self._index_catch_up = asyncio.create_task(self._catch_up_index(), name="index-catch-up")
+        self._index_catch_up = asyncio.create_task(
+            services.idempotency.catch_up_index(), name="index-catch-up"
+        )
         self.state = BrokerState.RUNNING
         log.info(
             "broker %s running as %s on %s",
@@ -217,7 +221,7 @@ class Broker:
         """What only a master runs: POP state, revive, persisters, the delay scheduler."""
         services = self._built_services()
         await asyncio.to_thread(services.pop.load)  # in-flight state from the revive log
-        self._revive = ReviveService(services.pop, services.topics)
+        self._revive = ReviveService(services.pop, services.topics, services.idempotency.reput)
         self._revive.start()
         self._pop_persister = PopStatePersister(services.pop, self.config.offset_persist_interval_s)
         self._pop_persister.start()
@@ -315,14 +319,6 @@ class Broker:
         TopicConfigManager, SubscriptionGroupManager, ConsumerOffsetManager, DelayOffsetManager
     ]:
         return (self.topic_configs, self.group_configs, self.consumer_offsets, self.delay_offsets)
-
-    async def _catch_up_index(self) -> None:
-        """Rebuild the key index in slices so the loop keeps serving meanwhile."""
-        store = self._require_store()
-        caught_up = False
-        while not caught_up:
-            caught_up = store.catch_up_index(max_records=5000)
-            await asyncio.sleep(0)  # yield to requests between slices
 
     # ================================================================== replication
 
@@ -436,6 +432,8 @@ class Broker:
             )
         await self._stop_replication()
         store = self._require_store()
+        # Keys are new only once the index covers everything this replica received.
+        self._built_services().idempotency.begin_writing()
         await asyncio.to_thread(self._epochs.begin, epoch, store.max_physical_offset)
         await self._start_write_tasks()
         await self._start_ha_server()
@@ -660,21 +658,28 @@ class _Services:
     dlq: DlqService
     store_status: StoreStatusService
     pop: PopService
+    idempotency: IdempotencyService
 
     @classmethod
     def build(cls, broker: Broker, store: MessageStore, appender: Appender) -> _Services:
         config = broker.config
         put = appender.put
+        idempotency = IdempotencyService(store, appender, config.dedup_window_s)
         topics = TopicService(store, broker.topic_configs, broker.consumer_offsets, config.topics)
         groups = GroupService(broker.group_configs, broker.consumer_offsets, config.groups)
         offsets = OffsetService(store, broker.consumer_offsets, topics, groups)
-        send_back = SendBackService(store, groups.for_use, topics.ensure, put)
+        send_back = SendBackService(store, groups.for_use, topics.ensure, idempotency.reput)
         return cls(
             topics=topics,
             groups=groups,
             offsets=offsets,
             send=SendService(
-                topics, put, broker.metrics, config.send, delay_levels=store.delay_levels
+                topics,
+                put,
+                broker.metrics,
+                config.send,
+                delay_levels=store.delay_levels,
+                idempotency=idempotency,
             ),
             pull=PullService(
                 store,
@@ -688,7 +693,7 @@ class _Services:
             messages=MessageQueryService(store, topics),
             send_back=send_back,
             offset_reset=OffsetResetService(store, broker.consumer_offsets, topics, groups),
-            dlq=DlqService(store, topics.for_send, put),
+            dlq=DlqService(store, topics.for_send, idempotency),
             store_status=StoreStatusService(store, config.store_dir),
             pop=PopService(
                 store,
@@ -703,4 +708,5 @@ class _Services:
                 broker.metrics,
                 max_wait_ms=config.max_wait_ms,
             ),
+            idempotency=idempotency,
         )

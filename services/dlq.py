@@ -3,9 +3,11 @@
 Redrive re-sends each selected message to its original topic (``RETRY_TOPIC``) or a named
 topic, with ``reconsume_times`` reset to 0 and ``REDRIVEN_FROM`` = the dead letter's msgId.
 The dead letter itself stays (the log is append-only), so nothing is lost if a run stops
-midway. A re-run does not send twice: a redriven message keeps its ``UNIQ_KEY``, so a
-lookup of that key in the target topic finds a copy whose ``REDRIVEN_FROM`` names this
-dead letter. ``dry_run`` reports what would move where and changes nothing.
+midway. A re-run does not send twice: the copy is a re-put keyed by the dead letter
+(:meth:`IdempotencyService.reput`, looked up with no time bound), so a later redrive into the
+same topic -- or the same one after a crash mid-send -- finds it and reports it moved. The
+copy keeps the dead letter's ``UNIQ_KEY``. ``dry_run`` reports what would move where and
+changes nothing.
 
 ``rate_per_s`` paces the re-sends: the n-th send waits until n / rate seconds after the
 first, and nothing waits after the last one. A redrive expected to take longer than
@@ -32,7 +34,7 @@ from services.errors import (
     NotFoundError,
     ServiceError,
 )
-from services.send import PutMessages
+from services.idempotency import IdempotencyService
 from services.send_back import DLQ_NUMS_PER_GROUP, dlq_topic, original_topic
 from storage import GetMessageStatus, Message, MessageStore, StorageError, StoredMessage
 from storage.codec import (
@@ -252,15 +254,14 @@ class _Pacer:
 class DlqService:
     """Browse and redrive one group's dead letters."""
 
-    def __init__(self, store: MessageStore, topic_for_send: TopicForSend, put: PutMessages) -> None:
+    def __init__(
+        self, store: MessageStore, topic_for_send: TopicForSend, idempotency: IdempotencyService
+    ) -> None:
         self._store = store
         self._topic_for_send = topic_for_send
-        self._put = put
+        self._idempotency = idempotency
         self._jobs: dict[str, RedriveJob] = {}
         self._stopping = asyncio.Event()
-        # Held from the "already moved?" lookup to the end of the send, so that two
-        # redrives running at once cannot both send the same dead letter.
-        self._sending = asyncio.Lock()
 
     # ------------------------------------------------------------------ browse
 
@@ -324,11 +325,8 @@ class DlqService:
 
     def _find_copy(self, dead: StoredMessage, target: str) -> str | None:
         """msgId of an earlier redrive of ``dead`` into ``target``, if there is one."""
-        key = dead.uniq_key or dead.msg_id
-        for copy in self._store.query_message(target, key, max_num=64):
-            if copy.properties.get(PROPERTY_REDRIVEN_FROM) == dead.msg_id:
-                return copy.msg_id
-        return None
+        copy = self._idempotency.find_reput(target, dead, since_ms=0)
+        return copy.msg_id if copy is not None else None
 
     # ------------------------------------------------------------------ redrive
 
@@ -410,24 +408,23 @@ class DlqService:
             return RedriveOutcome(dead.msg_id, uniq_key, target, RedriveStatus.WOULD_MOVE)
         if not await pacer.turn():
             return None
-        async with self._sending:
-            return await self._move(dead, target, uniq_key)
+        return await self._move(dead, target, uniq_key)
 
     async def _move(self, dead: StoredMessage, target: str, uniq_key: str) -> RedriveOutcome:
-        copy = self._find_copy(dead, target)  # another redrive may have sent it meanwhile
-        if copy is not None:
-            return RedriveOutcome(
-                dead.msg_id, uniq_key, target, RedriveStatus.ALREADY_MOVED, new_msg_id=copy
-            )
+        """Put the copy once: a redrive running at the same time, or one before a crash,
+        already made it when the re-put finds it (ALREADY_MOVED)."""
         try:
             config = await self._topic_for_send(target)
-            [result] = await self._put([self._redriven(dead, config, uniq_key)])
+            written = await self._idempotency.reput(
+                self._redriven(dead, config, uniq_key), dead, since_ms=0
+            )
         except (StorageError, ServiceError) as exc:  # e.g. target not writeable, disk full
             return RedriveOutcome(
                 dead.msg_id, uniq_key, target, RedriveStatus.FAILED, error=f"{exc.code}: {exc}"
             )
+        status = RedriveStatus.ALREADY_MOVED if written.replayed else RedriveStatus.MOVED
         return RedriveOutcome(
-            dead.msg_id, uniq_key, target, RedriveStatus.MOVED, new_msg_id=result.msg_id
+            dead.msg_id, uniq_key, target, status, new_msg_id=written.results[0].msg_id
         )
 
     # ------------------------------------------------------------------ redrive jobs

@@ -14,7 +14,9 @@ The tree::
     │   ├── InvalidOffsetError          an offset outside what the queue can hold
     │   ├── InvalidPropertyError        a reserved or malformed message property, tag or key
     │   ├── InvalidTopicConfigError     queue counts or perm outside what the store allows
-    │   └── BatchRejectedError          a batch is empty, too long, too big or spans queues
+    │   ├── BatchRejectedError          a batch is empty, too long, too big or spans queues
+    │   ├── InvalidIdempotencyKeyError  an Idempotency-Key that is empty, too long or not ASCII
+    │   └── IdempotencyKeyReusedError   a key already used (in the window) for another payload
     ├── ForbiddenError
     │   ├── SystemTopicError            system, retry and DLQ topics are not sent to directly
     │   ├── TopicNotWriteableError      the topic's perm has no write bit
@@ -22,6 +24,8 @@ The tree::
     │   └── ConsumeDisabledError        the group's consume_enable is false
     ├── TooManyWaitersError             the cap on parked long-polls is reached; retry later
     ├── BrokerUnavailableError          the broker is starting, stopping or failed
+    │   └── KeyIndexCatchingUpError     the key index is still being rebuilt; retry later
+    ├── IdempotencyUnavailableError     the broker runs without the index keys are found in
     ├── NotMasterError                  a write reached a slave; it names the master
     ├── ReplicaDivergedError            this replica's log has a tail its master never confirmed
     └── ReplicaRoleError                a role change this replica cannot make in its role
@@ -118,6 +122,18 @@ class BatchRejectedError(InvalidRequestError):
     code: ClassVar[str] = "BATCH_REJECTED"
 
 
+class InvalidIdempotencyKeyError(InvalidRequestError):
+    """An idempotency key is empty, longer than 128 characters, or not printable ASCII."""
+
+    code: ClassVar[str] = "INVALID_IDEMPOTENCY_KEY"
+
+
+class IdempotencyKeyReusedError(InvalidRequestError):
+    """The idempotency key was used, inside the window, for a send with another payload."""
+
+    code: ClassVar[str] = "IDEMPOTENCY_KEY_REUSED"
+
+
 class ForbiddenError(ServiceError):
     """The operation is not allowed on this resource."""
 
@@ -167,6 +183,20 @@ class BrokerUnavailableError(ServiceError):
     def __init__(self, message: str, retry_after_s: int = 1) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class KeyIndexCatchingUpError(BrokerUnavailableError):
+    """After an unclean exit (or on a promoted slave) the key index does not cover the log
+    yet: a keyed send cannot tell a retry from a new send until it does."""
+
+    code: ClassVar[str] = "KEY_INDEX_CATCHING_UP"
+
+
+class IdempotencyUnavailableError(ServiceError):
+    """The broker runs without the message index (``message_index_enable`` off), where
+    idempotency keys are found: it cannot take keyed sends."""
+
+    code: ClassVar[str] = "IDEMPOTENCY_UNAVAILABLE"
 
 
 class NotMasterError(ServiceError):

@@ -66,6 +66,7 @@ class Metrics:
     bytes_in: Counter[str] = field(default_factory=Counter)
     messages_out: Counter[str] = field(default_factory=Counter)
     bytes_out: Counter[str] = field(default_factory=Counter)
+    sends_replayed: Counter[str] = field(default_factory=Counter)  # keyed repeats, per topic
     pull_duration: Histogram = field(default_factory=lambda: Histogram(PULL_DURATION_BUCKETS_S))
     # POP consumption (services.pop)
     pop_received: int = 0  # messages handed out by receives

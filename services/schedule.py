@@ -6,8 +6,10 @@ walks its queue in order: a unit that is not due yet is waited for until its tim
 later unit of the same level is due later still), an empty queue is waited on until the
 store dispatches a new unit into it. A due message is re-put to ``REAL_TOPIC`` /
 ``REAL_QID`` without ``DELAY``; only after that put succeeded does the level's offset in
-``delayOffset.json`` move on — at-least-once: a crash can deliver a message twice, never
-lose it.
+``delayOffset.json`` move on, so a crash never loses a due message. The delivery is a re-put
+keyed by the schedule record (:meth:`IdempotencyService.reput`): when a crash comes before
+the offset is saved (every 10 s), the delivery after the restart finds the copy already
+made inside the window instead of storing a second one.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from services.appender import PutMessages
+from services.idempotency import RePut
 from storage import Message, MessageStore, StorageError
 from storage.codec import (
     PROPERTY_DELAY,
@@ -80,13 +82,13 @@ class DelayScheduler:
         self,
         store: MessageStore,
         offsets: DelayOffsetManager,
-        put: PutMessages,
+        reput: RePut,
         clock: Clock = time.time,
         persist_interval: float = PERSIST_INTERVAL_S,
     ) -> None:
         self._store = store
         self._offsets = offsets
-        self._put = put
+        self._reput = reput
         self._clock = clock
         self._persist_interval = persist_interval
         self._levels = store.delay_levels
@@ -169,15 +171,18 @@ class DelayScheduler:
             await asyncio.sleep((deliver_at - now) / 1000)
             return
         stored = self._store.look_message_by_offset(physical_offset)
-        message = due_message(stored) if stored is not None else None
-        if message is not None and not await self._deliver(message):
+        if stored is not None and not await self._deliver(stored):
             await asyncio.sleep(RETRY_AFTER_FAILED_PUT_S)
             return
         self._offsets.update(level, offset + 1)
 
-    async def _deliver(self, message: Message) -> bool:
+    async def _deliver(self, stored: StoredMessage) -> bool:
+        """Put the due message of schedule record ``stored`` once; False to try again."""
+        message = due_message(stored)
+        if message is None:
+            return True  # no real topic: nothing to deliver
         try:
-            await self._put([message])
+            await self._reput(message, stored)
         except StorageError as exc:
             log.warning("delayed message to %s not delivered yet: %s", message.topic, exc)
             return False

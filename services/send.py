@@ -4,13 +4,20 @@ Producers may not write system or group (``%RETRY%``/``%DLQ%``) topics.
 
 Queue choice (ARCHITECTURE §4): an explicit queue id (checked against writeQueueNums), else
 the hash of a sharding key (RocketMQ's ``SelectMessageQueueByHash``: Java ``hashCode`` modulo
-the queue count), else round robin per topic. A batch goes to one queue, atomically, with
-consecutive queue offsets.
+the queue count), else the hash of the idempotency key (so a retry reaches the same queue),
+else round robin per topic. A batch goes to one queue, atomically, with consecutive queue
+offsets.
+
+A send with an idempotency key is stored once per key and topic inside the window
+(:mod:`services.idempotency`): a repeat with the same payload (its :func:`fingerprint`) gets
+the original receipts, marked ``replayed``. A batch has one key: a repeated batch replays
+every receipt and never stores any of its messages twice.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import ipaddress
 import itertools
 import os
@@ -23,21 +30,25 @@ from types import MappingProxyType
 from typing import Final, NamedTuple
 
 from services.appender import PutMessages as PutMessages  # re-exported for the DLQ service
-from services.errors import BatchRejectedError, InvalidPropertyError
+from services.errors import BatchRejectedError, IdempotencyUnavailableError, InvalidPropertyError
+from services.idempotency import IDEMPOTENCY_PROPERTIES, IdempotencyService, Written
 from services.metrics import Metrics
 from services.topics import TopicService
-from storage import Message, PutResult
+from storage import Message, PutResult, StoredMessage
 from storage.codec import (
     KEY_SEPARATOR,
     NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY,
     PROPERTY_KEYS,
+    PROPERTY_REAL_QID,
+    PROPERTY_REAL_TOPIC,
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     java_string_hash,
 )
 from storage.config_managers import TopicConfig
+from storage.delay_levels import SCHEDULE_TOPIC
 
 RESERVED_PROPERTIES: Final = frozenset(
     {
@@ -53,6 +64,7 @@ RESERVED_PROPERTIES: Final = frozenset(
         "PGROUP",
         "MIN_OFFSET",
         "MAX_OFFSET",
+        *IDEMPOTENCY_PROPERTIES,  # use the Idempotency-Key header
     }
 )
 """Property names the broker sets or interprets; a producer may not set them directly."""
@@ -88,6 +100,7 @@ class SendReceipt(NamedTuple):
     status: str = "PUT_OK"  # or FLUSH_DISK_TIMEOUT: stored, not yet confirmed on disk
     delay_level: int = 0
     deliver_at: int | None = None  # delayed messages: when they become visible (ms)
+    replayed: bool = False  # an earlier send with the same idempotency key stored it
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,8 +155,27 @@ def _ipv4_bytes(host: str | None) -> bytes:
 
 
 def shard_queue(sharding_key: str, queue_count: int) -> int:
-    """``SelectMessageQueueByHash``: ``abs(hashCode % n)`` in Java, the same queue for a key."""
+    """``SelectMessageQueueByHash``: ``abs(hashCode % n)`` in Java, the same queue for a key
+    (a sharding key, or the idempotency key of a send that names neither queue nor key)."""
     return abs(java_string_hash(sharding_key)) % queue_count
+
+
+def fingerprint(messages: Sequence[OutgoingMessage], delay_levels: Sequence[int]) -> str:
+    """What a repeat of a keyed send must match: SHA-256 (128 bits, hex) over each message's
+    body, tags, keys, properties and delay level, in order. Where it goes (queue_id,
+    sharding_key) is not part of it: a repeat is answered with where the first went."""
+    digest = hashlib.sha256()
+    update = digest.update
+    for message, level in zip(messages, delay_levels, strict=True):
+        body = message.body
+        update(b"%d\x00" % len(body))
+        update(body)
+        meta = ""
+        if message.tags is not None or message.keys or message.properties:
+            properties = "\x02".join(f"{k}\x01{v}" for k, v in sorted(message.properties.items()))
+            meta = f"{message.tags or ''}\x00{' '.join(message.keys)}\x00{properties}"
+        update(f"\x00{meta}\x00{level}\x00".encode())
+    return digest.hexdigest()[:32]
 
 
 class SendService:
@@ -157,8 +189,10 @@ class SendService:
         limits: SendLimits,
         uniq_keys: UniqKeyGenerator | None = None,
         delay_levels: tuple[int, ...] = (),
+        idempotency: IdempotencyService | None = None,
     ) -> None:
         self._delay_levels = delay_levels
+        self._idempotency = idempotency
         self._topics = topics
         self._put = put
         self._metrics = metrics
@@ -174,8 +208,14 @@ class SendService:
         batch_queue_id: int | None = None,
         batch_sharding_key: str | None = None,
         born_host: tuple[str, int] = ("127.0.0.1", 0),
+        idempotency_key: str | None = None,
     ) -> list[SendReceipt]:
-        """Store ``messages`` in one queue of ``topic`` (one message, or one atomic batch)."""
+        """Store ``messages`` in one queue of ``topic`` (one message, or one atomic batch).
+
+        With ``idempotency_key`` (checked by the caller, see
+        :func:`services.idempotency.check_key`) a repeat inside the window answers the
+        first send's receipts, ``replayed``, and stores nothing.
+        """
         self._check_batch(messages)
         for message in messages:
             _check_message(message)
@@ -183,7 +223,9 @@ class SendService:
         if len(messages) > 1 and any(levels):
             raise BatchRejectedError("a batch cannot be delayed: send delayed messages one by one")
         config = await self._topics.for_produce(topic)
-        queue_id = self._choose_queue(config, messages, batch_queue_id, batch_sharding_key)
+        queue_id = self._choose_queue(
+            config, messages, batch_queue_id, batch_sharding_key, idempotency_key
+        )
         born_timestamp = time.time_ns() // 1_000_000
         host = born_host if _is_ip(born_host[0]) else ("127.0.0.1", born_host[1])
         uniq_keys = self._uniq_keys.next_many(len(messages))
@@ -191,12 +233,64 @@ class SendService:
             self._to_store(topic, queue_id, message, born_timestamp, host, level, uniq_key)
             for message, level, uniq_key in zip(messages, levels, uniq_keys, strict=True)
         ]
-        results = await self._put(stored)
+        if idempotency_key is None:
+            results = await self._put(stored)
+        else:
+            written = await self._put_once(topic, idempotency_key, messages, levels, stored)
+            if written.earlier is not None:
+                self._metrics.sends_replayed[topic] += 1
+                status = written.results[0].status.value
+                return [self._replayed_receipt(topic, r, status) for r in written.earlier]
+            results = written.results
         self._metrics.sent(topic, len(stored), sum(len(m.body) for m in stored))
         return [
             self._receipt(topic, queue_id, message, result, level)
             for message, result, level in zip(stored, results, levels, strict=True)
         ]
+
+    async def _put_once(
+        self,
+        topic: str,
+        key: str,
+        messages: Sequence[OutgoingMessage],
+        levels: list[int],
+        stored: list[Message],
+    ) -> Written:
+        idempotency = self._idempotency
+        if idempotency is None:
+            raise IdempotencyUnavailableError("this broker takes no idempotency keys")
+        return await idempotency.put_once(topic, key, fingerprint(messages, levels), stored)
+
+    def _replayed_receipt(self, topic: str, record: StoredMessage, status: str) -> SendReceipt:
+        """The receipt the first send with the key answered, rebuilt from its record."""
+        uniq_key = record.properties.get(PROPERTY_UNIQ_KEY, "")
+        if record.topic != SCHEDULE_TOPIC:
+            return SendReceipt(
+                record.msg_id,
+                uniq_key,
+                topic,
+                record.queue_id,
+                record.queue_offset,
+                record.physical_offset,
+                record.store_timestamp,
+                status,
+                replayed=True,
+            )
+        properties = record.properties
+        level = min(int(properties.get(PROPERTY_DELAY, "1")), len(self._delay_levels))
+        return SendReceipt(
+            record.msg_id,
+            uniq_key,
+            properties.get(PROPERTY_REAL_TOPIC, topic),
+            int(properties.get(PROPERTY_REAL_QID, "0")),
+            -1,
+            record.physical_offset,
+            record.store_timestamp,
+            status,
+            level,
+            record.store_timestamp + self._delay_levels[level - 1],
+            replayed=True,
+        )
 
     def _receipt(
         self, topic: str, queue_id: int, message: Message, result: PutResult, level: int
@@ -270,6 +364,7 @@ class SendService:
         messages: Sequence[OutgoingMessage],
         batch_queue_id: int | None,
         batch_sharding_key: str | None,
+        idempotency_key: str | None,
     ) -> int:
         queue_ids = {m.queue_id for m in messages if m.queue_id is not None}
         keys = {m.sharding_key for m in messages if m.sharding_key is not None}
@@ -288,6 +383,8 @@ class SendService:
             return queue_id
         if keys:
             return shard_queue(keys.pop(), count)
+        if idempotency_key is not None:
+            return shard_queue(idempotency_key, count)
         counter = self._round_robin.get(config.topic_name)
         if counter is None:
             counter = self._round_robin[config.topic_name] = itertools.count()

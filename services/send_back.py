@@ -14,6 +14,10 @@ Rules, in order:
    the table; the message goes through the schedule topic and comes back after the delay.
 7. The new message has ``reconsume_times + 1`` and ``ORIGIN_MESSAGE_ID`` (the first one's
    msgId, kept across retries); ``UNIQ_KEY`` is unchanged.
+
+The copy is a re-put keyed by the record it copies (:meth:`IdempotencyService.reput`): a
+send-back repeated inside the window -- the consumer retrying after a lost answer, or after
+the broker crashed between the write and the answer -- finds the first copy and answers it.
 """
 
 from __future__ import annotations
@@ -24,17 +28,19 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final
 
-from services.appender import PutMessages
 from services.errors import InvalidRequestError, MessageNotFoundError
+from services.idempotency import RePut
 from storage import Message, MessageStore, StoredMessage
 from storage.codec import (
     PROPERTY_DELAY,
     PROPERTY_MAX_RECONSUME_TIMES,
     PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_REAL_QID,
     PROPERTY_RETRY_TOPIC,
     TRANSACTION_TYPE_MASK,
 )
 from storage.config_managers import SubscriptionGroupConfig, TopicConfig
+from storage.delay_levels import SCHEDULE_TOPIC
 from storage.topic_names import (
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
@@ -93,13 +99,13 @@ class SendBackService:
         store: MessageStore,
         group_config: GroupLookup,
         ensure_topic: EnsureTopic,
-        put: PutMessages,
+        reput: RePut,
         rng: random.Random | None = None,
     ) -> None:
         self._store = store
         self._group_config = group_config
         self._ensure_topic = ensure_topic
-        self._put = put
+        self._reput = reput
         self._rng = rng or random.Random()
 
     async def send_back(self, request: SendBackRequest) -> SendBackResult:
@@ -130,14 +136,17 @@ class SendBackService:
         )
         queue_id = self._rng.randrange(queue_count)
         message = retry_message(original, topic, queue_id, origin_id, limit, delay_level)
-        [result] = await self._put([message])
+        written = await self._reput(message, original)
+        [result] = written.results
+        if written.earlier is not None:  # a repeat: where the first copy went
+            queue_id, delay_level = _placement(written.earlier[0])
         deliver_at = result.store_timestamp
         if delay_level:
             deliver_at += self._store.delay_levels[delay_level - 1]
         return SendBackResult(
             Destination.DLQ if to_dlq else Destination.RETRY,
             topic,
-            message.queue_id,
+            queue_id,
             result.msg_id,
             origin_id,
             message.reconsume_times,
@@ -163,6 +172,14 @@ class SendBackService:
         if found is None:
             raise MessageNotFoundError(f"{name} does not exist (or its file has expired)")
         return found
+
+
+def _placement(record: StoredMessage) -> tuple[int, int]:
+    """(queue id, delay level) of a stored copy; a delayed one waits in the schedule topic."""
+    if record.topic != SCHEDULE_TOPIC:
+        return record.queue_id, 0
+    properties = record.properties
+    return int(properties.get(PROPERTY_REAL_QID, "0")), int(properties.get(PROPERTY_DELAY, "0"))
 
 
 def retry_message(

@@ -104,6 +104,11 @@ PROPERTY_REAL_TOPIC: Final = "REAL_TOPIC"
 PROPERTY_REAL_QID: Final = "REAL_QID"
 PROPERTY_ORIGIN_MESSAGE_ID: Final = "ORIGIN_MESSAGE_ID"
 PROPERTY_MAX_RECONSUME_TIMES: Final = "MAX_RECONSUME_TIMES"
+# Idempotent produce (beyond RocketMQ): the key a send was made with, and on the first record
+# of a keyed send the fingerprint of its payload and, for a batch, how many records it holds.
+PROPERTY_IDEMPOTENCY_KEY: Final = "IDEMPOTENCY_KEY"
+PROPERTY_IDEMPOTENCY_FINGERPRINT: Final = "IDEMPOTENCY_FP"
+PROPERTY_IDEMPOTENCY_BATCH: Final = "IDEMPOTENCY_BATCH"
 KEY_SEPARATOR: Final = " "
 
 # Everything before the born host: TOTALSIZE .. BORNTIMESTAMP.
@@ -416,6 +421,7 @@ class EncodedMessage:
         "born_timestamp",
         "crc",
         "flag",
+        "idempotency_key",
         "keys",
         "prepared_transaction_offset",
         "properties",
@@ -471,6 +477,7 @@ class EncodedMessage:
         self.tags_code = java_string_hash(tags) if tags else 0  # = tags_code(tags)
         self.keys = properties.get(PROPERTY_KEYS)
         self.uniq_key = properties.get(PROPERTY_UNIQ_KEY)
+        self.idempotency_key = properties.get(PROPERTY_IDEMPOTENCY_KEY)
         self.size = header.size + body_length + 3 + len(topic_bytes) + len(properties_bytes)
         # Everything after the body, ready to copy: TOPIC LENGTH + TOPIC + PROPERTIES LENGTH
         # + PROPERTIES.
@@ -580,6 +587,7 @@ class EncodedBatch:
 
     __slots__ = (
         "count",
+        "idempotency_keys",
         "keys",
         "queue_id",
         "records",
@@ -601,6 +609,7 @@ class EncodedBatch:
         tags_codes = []
         keys = []
         uniq_keys = []
+        idempotency_keys: list[tuple[int, str]] = []  # (record number, key): few or none
         total = 0
         for message in messages:
             body = message.body
@@ -639,6 +648,9 @@ class EncodedBatch:
             tags_codes.append(java_string_hash(tags) if tags else 0)
             keys.append(properties.get(PROPERTY_KEYS))
             uniq_keys.append(properties.get(PROPERTY_UNIQ_KEY))
+            idempotency_key = properties.get(PROPERTY_IDEMPOTENCY_KEY)
+            if idempotency_key is not None:
+                idempotency_keys.append((len(sizes) - 1, idempotency_key))
             total += size
         self.topic = topic
         self.queue_id = first.queue_id
@@ -649,6 +661,7 @@ class EncodedBatch:
         self.tags_codes = tags_codes
         self.keys = keys
         self.uniq_keys = uniq_keys
+        self.idempotency_keys = idempotency_keys
 
     def pack(
         self,

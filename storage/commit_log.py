@@ -143,6 +143,7 @@ class AppendedBatch:
     uniq_keys: list[str | None]
     store_timestamp: int
     end_offset: int
+    idempotency_keys: list[tuple[int, str]]  # (record number, key) of the keyed records
 
 
 class CommitLog:
@@ -214,6 +215,7 @@ class CommitLog:
             batch.uniq_keys,
             store_timestamp,
             base + total,
+            batch.idempotency_keys,
         )
 
     def append_raw(self, offset: int, data: bytes) -> int:

@@ -18,6 +18,7 @@ from collections import deque
 from storage.checkpoint import StoreCheckpoint
 from storage.codec import (
     PROPERTY_DELAY,
+    PROPERTY_IDEMPOTENCY_KEY,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
@@ -33,7 +34,7 @@ from storage.codec import (
 from storage.commit_log import AppendedBatch, AppendResult, CommitLog
 from storage.consume_queue_table import ConsumeQueueTable
 from storage.delay_levels import SCHEDULE_TOPIC, deliver_timestamp
-from storage.index_service import IndexService
+from storage.index_service import IndexService, idempotency_index_key, idempotency_scope
 from storage.running_flags import DISK_FULL_REASON, RunningFlags
 from storage.store_types import ArrivalListener, DispatchRequest
 
@@ -87,6 +88,7 @@ class Dispatcher:
             properties.get(PROPERTY_KEYS),
             properties.get(PROPERTY_UNIQ_KEY),
             record.sys_flag,
+            _idempotency_index_key(record.topic, properties),
         )
 
     def tags_code_of(self, topic: str, properties: dict[str, str], store_timestamp: int) -> int:
@@ -119,6 +121,11 @@ class Dispatcher:
             encoded.keys,
             encoded.uniq_key,
             encoded.sys_flag,
+            None
+            if encoded.idempotency_key is None
+            else idempotency_index_key(
+                idempotency_scope(topic, encoded.properties), encoded.idempotency_key
+            ),
         )
         if self.sync_flush:
             self.pending.append(request)
@@ -155,7 +162,12 @@ class Dispatcher:
         index = self.index_service
         if index is not None and self.index_caught_up:
             index.build_index_batch(
-                topic, batch.offsets, store_timestamp, batch.keys, batch.uniq_keys
+                topic,
+                batch.offsets,
+                store_timestamp,
+                batch.keys,
+                batch.uniq_keys,
+                batch.idempotency_keys,
             )
             self.index_reput_offset = batch.end_offset
         if notify and self.arrival_listeners:
@@ -261,6 +273,7 @@ class Dispatcher:
                 request.store_timestamp,
                 request.keys,
                 request.uniq_key,
+                request.idempotency_key,
             )
         self.index_reput_offset = request.end_offset
 
@@ -301,3 +314,10 @@ class Dispatcher:
         self.index_reput_offset = target
         self.index_caught_up = True
         return True
+
+
+def _idempotency_index_key(topic: str, properties: dict[str, str]) -> str | None:
+    key = properties.get(PROPERTY_IDEMPOTENCY_KEY)
+    if key is None:
+        return None
+    return idempotency_index_key(idempotency_scope(topic, properties), key)

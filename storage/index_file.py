@@ -56,6 +56,7 @@ INDEX_ENTRY_SIZE: Final = INDEX_ENTRY.size  # 20
 _SLOT = struct.Struct(">i")
 _pack_entry = INDEX_ENTRY.pack_into
 _INT_MAX: Final = 0x7FFFFFFF
+_NO_END: Final = 2**63 - 1
 
 
 def index_key_hash(key: str) -> int:
@@ -283,32 +284,38 @@ class IndexFile:
         self.end_timestamp = store_timestamp
         return len(entries)
 
-    def _entry_position(self, number: int) -> int:
-        return INDEX_HEADER_SIZE + self.hash_slot_num * HASH_SLOT_SIZE + number * INDEX_ENTRY_SIZE
-
     def overlaps(self, begin: int, end: int) -> bool:
         return self.begin_timestamp <= end and self.end_timestamp >= begin
 
     def select_phy_offsets(self, key: str, max_num: int, begin: int, end: int) -> list[int]:
         """Offsets of entries whose hash matches ``key`` and whose time is in [begin, end]."""
+        return self.select_hash(index_key_hash(key), max_num, begin, end)
+
+    def select_hash(self, key_hash: int, max_num: int, begin: int, end: int = _NO_END) -> list[int]:
+        """Offsets of entries with hash ``key_hash`` whose time is in [begin, end], newest
+        first (a slot's entries are linked newest to oldest)."""
         if self.index_count <= 1:
             return []
-        key_hash = index_key_hash(key)
+        buffer = self.buffer
         slot_at = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
-        number = _SLOT.unpack_from(self.buffer, slot_at)[0]
+        number = _SLOT.unpack_from(buffer, slot_at)[0]
+        limit = self.index_count
+        entries_at = self._entries_at
+        begin_timestamp = self.begin_timestamp
+        unpack = INDEX_ENTRY.unpack_from
         found: list[int] = []
-        seen: set[int] = set()
-        while 0 < number < self.index_count and len(found) < max_num and number not in seen:
-            seen.add(number)
-            entry_hash, phy_offset, time_diff, previous = INDEX_ENTRY.unpack_from(
-                self.buffer, self._entry_position(number)
+        # A slot's list runs from its newest entry to older ones: numbers fall strictly (a
+        # damaged file cannot make the walk loop).
+        while 0 < number < limit and len(found) < max_num:
+            entry_hash, phy_offset, time_diff, previous = unpack(
+                buffer, entries_at + number * INDEX_ENTRY_SIZE
             )
-            stamp = self.begin_timestamp + time_diff * 1000
+            stamp = begin_timestamp + time_diff * 1000
             if stamp < begin:
                 break
             if entry_hash == key_hash and stamp <= end:
                 found.append(phy_offset)
-            if previous == number:
+            if previous >= number:
                 break
             number = previous
         return found

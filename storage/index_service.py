@@ -1,7 +1,9 @@
 """IndexService: the index files of a store, built at dispatch, queried by key and time.
 
 Every dispatched message is indexed under ``topic#UNIQ_KEY`` and ``topic#k`` for each key
-``k`` of its KEYS property. A full file is flushed and a new one started; the checkpoint's
+``k`` of its KEYS property; a message sent with an idempotency key also under
+``topic#\x01key`` (:func:`idempotency_index_key`), which no KEYS or UNIQ_KEY entry can be: a
+property value never holds ``\x01``. A full file is flushed and a new one started; the checkpoint's
 ``indexMsgTimestamp`` records the end time of the last full, flushed file. After an
 unclean exit, files newer than that are dropped and rebuilt by recovery. Existing files
 keep their own geometry (the configured one or RocketMQ's default, read from the file size);
@@ -15,10 +17,31 @@ from pathlib import Path
 from typing import Final
 
 from storage.checkpoint import StoreCheckpoint
-from storage.codec import KEY_SEPARATOR
-from storage.index_file import IndexFile, KeyHasher, UniqKeyHasher
+from storage.codec import KEY_SEPARATOR, PROPERTY_REAL_TOPIC
+from storage.delay_levels import SCHEDULE_TOPIC
+from storage.index_file import IndexFile, KeyHasher, UniqKeyHasher, index_key_hash
 
 MAX_MSGS_NUM_BATCH: Final = 64
+IDEMPOTENCY_MARK: Final = "\x01"
+"""Starts the key part of an idempotency index key: property values (KEYS, UNIQ_KEY) never
+hold it, so an idempotency key and a business key never share an index key."""
+
+
+def idempotency_scope(topic: str, properties: dict[str, str]) -> str:
+    """The topic an idempotency key belongs to: a delayed message waits in the schedule
+    topic, but was sent to (and is looked up in) its ``REAL_TOPIC``."""
+    if topic == SCHEDULE_TOPIC:
+        return properties.get(PROPERTY_REAL_TOPIC) or topic
+    return topic
+
+
+def _offset_of(entry: tuple[int, int]) -> int:
+    return entry[1]
+
+
+def idempotency_index_key(scope: str, key: str) -> str:
+    """The index key of idempotency key ``key`` in topic ``scope``."""
+    return f"{scope}#{IDEMPOTENCY_MARK}{key}"
 
 
 def index_file_name(timestamp_ms: int) -> str:
@@ -74,8 +97,10 @@ class IndexService:
         store_timestamp: int,
         keys: str | None,
         uniq_key: str | None,
+        idempotency_key: str | None = None,
     ) -> None:
-        """Index one message unless an earlier dispatch already did."""
+        """Index one message unless an earlier dispatch already did; ``idempotency_key`` is
+        its :func:`idempotency_index_key`, if it was sent with one."""
         files = self.files
         last = files[-1] if files else None
         # A file started after a full one inherits its end, so that check holds there too.
@@ -86,14 +111,23 @@ class IndexService:
         ):
             return
         put = self._put if last is None or last.is_full else last.put_hash
-        if uniq_key and not put(
-            self._uniq_key_hash(topic, uniq_key), physical_offset, store_timestamp
-        ):
-            put = self._put  # the file filled up: roll
+        if uniq_key:
+            hashed = self._uniq_key_hash(topic, uniq_key)
+            if not put(hashed, physical_offset, store_timestamp):
+                put = self._put  # the file filled up: roll
+                put(hashed, physical_offset, store_timestamp)
         if keys:
             for key in keys.split(KEY_SEPARATOR):
-                if key and not put(self._key_hash(topic, key), physical_offset, store_timestamp):
+                if not key:
+                    continue
+                hashed = self._key_hash(topic, key)
+                if not put(hashed, physical_offset, store_timestamp):
                     put = self._put
+                    put(hashed, physical_offset, store_timestamp)
+        if idempotency_key:
+            hashed = index_key_hash(idempotency_key)
+            if not put(hashed, physical_offset, store_timestamp):
+                self._put(hashed, physical_offset, store_timestamp)
 
     def build_index_batch(
         self,
@@ -102,9 +136,12 @@ class IndexService:
         store_timestamp: int,
         keys: list[str | None],
         uniq_keys: list[str | None],
+        idempotency_keys: list[tuple[int, str]] = [],  # noqa: B006 - read only
     ) -> None:
         """Index the records of one batch (rising offsets) in one loop; as
-        :meth:`build_index` for each, records an earlier dispatch indexed are skipped."""
+        :meth:`build_index` for each, records an earlier dispatch indexed are skipped.
+        ``idempotency_keys``: (record number, key) of its keyed records (a batch's key is
+        on its first record)."""
         files = self.files
         last = files[-1] if files else None
         done_to = -1
@@ -122,6 +159,12 @@ class IndexService:
                 for key in key_text.split(KEY_SEPARATOR):
                     if key:
                         add((key_hash(topic, key), physical_offset))
+        if idempotency_keys:
+            for number, idempotency_key in idempotency_keys:
+                if offsets[number] > done_to:
+                    hashed = index_key_hash(idempotency_index_key(topic, idempotency_key))
+                    add((hashed, offsets[number]))
+            entries.sort(key=_offset_of)  # stable: offsets rise, as the files need
         done = last.put_hashes(entries, store_timestamp) if last is not None else 0
         for hashed, physical_offset in entries[done:]:  # a full (or no) file: roll
             self._put(hashed, physical_offset, store_timestamp)
@@ -179,6 +222,21 @@ class IndexService:
             if index.overlaps(begin, end):
                 found.extend(index.select_phy_offsets(full_key, max_num - len(found), begin, end))
             if index.begin_timestamp < begin:
+                break
+        return found
+
+    def lookup(self, index_key: str, since: int) -> list[int]:
+        """Physical offsets of entries whose hash matches ``index_key`` stored at ``since``
+        or later (to the second: the caller re-checks the records), newest first, at most
+        :data:`MAX_MSGS_NUM_BATCH`. Walks only the files that reach back to ``since``."""
+        key_hash = index_key_hash(index_key)
+        found: list[int] = []
+        # An entry keeps its time in whole seconds after its file's begin: one second earlier.
+        begin = since - 1000
+        for index in reversed(self.files):
+            if index.end_timestamp >= begin:
+                found.extend(index.select_hash(key_hash, MAX_MSGS_NUM_BATCH - len(found), begin))
+            if index.begin_timestamp < begin or len(found) >= MAX_MSGS_NUM_BATCH:
                 break
         return found
 

@@ -42,6 +42,7 @@ from storage.dispatcher import Dispatcher
 from storage.errors import QueueIdOutOfRangeError, StoreClosedError, StoreNotWriteableError
 from storage.flush_service import GroupCommitService, ServiceThread, build_services
 from storage.index_service import IndexService
+from storage.keyed_records import KeyedRecords
 from storage.queue_reader import QueueReader
 from storage.recovery import StoreRecovery
 from storage.retention import StoreCleaner
@@ -68,6 +69,8 @@ class MessageStore:
 
     dispatcher: Dispatcher
     """Created once the checkpoint and index are loaded (in :meth:`open`)."""
+    keyed: KeyedRecords
+    """Records sent with an idempotency key (created with the dispatcher)."""
 
     def __init__(self, root: Path, config: StoreConfig) -> None:
         self.root = root
@@ -136,6 +139,7 @@ class MessageStore:
                 self.index_service,
                 sync_flush=self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH,
             )
+            self.keyed = KeyedRecords(self.commit_log, self.dispatcher, self.index_service)
             self.recovery_findings = StoreRecovery(
                 self.commit_log,
                 self.consume_queue_table,
@@ -404,6 +408,11 @@ class MessageStore:
     @property
     def dispatch_behind_bytes(self) -> int:
         return self.dispatcher.dispatch_behind_bytes
+
+    @property
+    def dispatched_offset(self) -> int:
+        """Every record below this CommitLog offset is dispatched."""
+        return self.dispatcher.reput_from_offset
 
     @property
     def index_behind_bytes(self) -> int:

@@ -140,6 +140,7 @@ class DispatchRequest:
     keys: str | None
     uniq_key: str | None
     sys_flag: int
+    idempotency_key: str | None = None  # the index key of a keyed send (idempotency_index_key)
 
     @property
     def end_offset(self) -> int:

@@ -15,6 +15,12 @@ from starlette.responses import Response
 from app.deps import BrokerDep, disconnect_watch
 from app.errors import ApiError
 from app.responses import OrjsonResponse, problems
+from app.routes.idempotency import (
+    IDEMPOTENCY_KEY_PARAMETER,
+    REPLAYED_HEADERS,
+    idempotency_key,
+    send_responses,
+)
 from app.routes.params import BodyEncodingQuery, QueueIdPath, TopicPath
 from app.routes.query import parse_query, query_parameters
 from app.schemas import (
@@ -66,15 +72,16 @@ SEND_REQUEST_BODY: dict[str, Any] = {
     summary="Send one message or an atomic batch",
     status_code=201,
     response_model=SendResponse,
-    responses=problems(400, 403, 404, 413, 422, 503),
+    responses=send_responses(problems(400, 403, 404, 413, 422, 501, 503)),
     openapi_extra={
         "requestBody": SEND_REQUEST_BODY,
-        "parameters": query_parameters(RawSendQuery),
+        "parameters": [*query_parameters(RawSendQuery), IDEMPOTENCY_KEY_PARAMETER],
     },
 )
 async def send_messages(topic: TopicPath, request: Request) -> Response:
     broker: Broker = request.app.state.broker
     query = parse_query(request, RawSendQuery)
+    key = idempotency_key(request)
     body = await request.body()
     batch_queue_id: int | None = None
     batch_sharding_key: str | None = None
@@ -115,8 +122,10 @@ async def send_messages(topic: TopicPath, request: Request) -> Response:
         batch_queue_id=batch_queue_id,
         batch_sharding_key=batch_sharding_key,
         born_host=(client.host, client.port) if client else ("127.0.0.1", 0),
+        idempotency_key=key,
     )
-    return OrjsonResponse(send_response_out(topic, receipts), status_code=201)
+    headers = REPLAYED_HEADERS if receipts[0].replayed else None
+    return OrjsonResponse(send_response_out(topic, receipts), status_code=201, headers=headers)
 
 
 def _is_json(content_type: str) -> bool:

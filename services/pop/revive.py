@@ -11,6 +11,9 @@ receive or a change of invisibility schedules an earlier one) and then, for each
   with the attempt + 1 — or, past ``retry_max_times``, it goes to the DLQ and the queue moves on.
 
 The copy and its ACK record are appended back to back, before either waits for the flush.
+The copy is a re-put keyed by the message it copies (:meth:`IdempotencyService.reput`): a
+crash after the copy but before its ACK record revives the message again at the restart,
+and that revive finds the copy instead of storing a second one.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import asyncio
 import logging
 import random
 
+from services.idempotency import RePut
 from services.pop.checkpoint import PROPERTY_POP_CK, AckRecord, ack_message, pop_ck_value
 from services.pop.inflight import Due, InFlight
 from services.pop.service import PopService, now_ms
@@ -39,10 +43,15 @@ class ReviveService:
     """Wakes at the earliest deadline and redelivers what is due."""
 
     def __init__(
-        self, pop: PopService, topics: TopicService, rng: random.Random | None = None
+        self,
+        pop: PopService,
+        topics: TopicService,
+        reput: RePut,
+        rng: random.Random | None = None,
     ) -> None:
         self._pop = pop
         self._topics = topics
+        self._reput = reput
         self._rng = rng or random.Random()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -112,7 +121,7 @@ class ReviveService:
                 return
             copy = await self._retry_copy(group, message)
             copy.properties[PROPERTY_POP_CK] = pop_ck_value(*due.key[1:], due.offset, entry.ck_id)
-            await asyncio.gather(pop.put([copy]), pop.put([ack]))
+            await asyncio.gather(self._reput(copy, message), pop.put([ack]))
             pop.metrics.pop_redelivered += 1
         else:  # it has left the store: nothing to redeliver
             await pop.put([ack])

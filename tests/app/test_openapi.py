@@ -126,6 +126,27 @@ def test_generated_client_sends_pulls_and_commits(sdk: Any, live_server: LiveSer
         assert missing.code == "TOPIC_NOT_FOUND"
 
 
+def test_generated_client_retries_a_send_with_its_idempotency_key(
+    sdk: Any, live_server: LiveServer
+) -> None:
+    api = importlib.import_module("spoolmq_sdk.api.messages.send_messages")
+    models = importlib.import_module("spoolmq_sdk.models")
+
+    with sdk.Client(base_url=live_server.url) as client:
+        paid = models.SendMessage(body="order 42 paid", keys=["order-42"])
+        first = api.sync_detailed("SdkKeyed", client=client, body=paid, idempotency_key="o-42")
+        again = api.sync_detailed("SdkKeyed", client=client, body=paid, idempotency_key="o-42")
+        assert (first.status_code, again.status_code) == (201, 201)
+        assert "idempotent-replayed" not in first.headers
+        assert again.headers["idempotent-replayed"] == "true"
+        assert again.parsed.messages[0].msg_id == first.parsed.messages[0].msg_id
+
+        other = models.SendMessage(body="order 43 paid")
+        refused = api.sync("SdkKeyed", client=client, body=other, idempotency_key="o-42")
+        assert isinstance(refused, models.Problem)
+        assert refused.code == "IDEMPOTENCY_KEY_REUSED"
+
+
 def test_generated_models_see_always_sent_fields_as_required(sdk: Any) -> None:
     # Issue 15: the SDK types an optional field as ``Unset | ...``.
     models = importlib.import_module("spoolmq_sdk.models")

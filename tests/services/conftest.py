@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 
 from services import Broker, BrokerConfig, StoreConfig
+from services.appender import Appender
+from services.durability import DurabilityTracker
+from services.idempotency import IdempotencyService
 from storage import Message, MessageStore, PutResult, StoredMessage
 from storage.config_managers import (
     ConsumerOffsetManager,
@@ -64,6 +67,7 @@ class World:
     groups: SubscriptionGroupManager
     offsets: ConsumerOffsetManager
     delays: DelayOffsetManager
+    idempotency: IdempotencyService
 
     async def put(self, messages: list[Message]) -> list[PutResult]:
         if len(messages) == 1:
@@ -103,6 +107,7 @@ def open_world(root: Path) -> World:
         SubscriptionGroupManager(config),
         ConsumerOffsetManager(config),
         DelayOffsetManager(config),
+        IdempotencyService(store, Appender(store, DurabilityTracker(store))),
     )
     for manager in (world.topics, world.groups, world.offsets, world.delays):
         manager.load()

@@ -10,7 +10,7 @@ from tests.services.conftest import World
 
 
 async def test_redrive_moves_exactly_the_filtered_dead_letters_once(world: World) -> None:
-    back = SendBackService(world.store, world.group, world.ensure_topic, world.put)
+    back = SendBackService(world.store, world.group, world.ensure_topic, world.idempotency.reput)
     for i in range(6):
         sent = world.store.put_message(
             Message(
@@ -20,7 +20,7 @@ async def test_redrive_moves_exactly_the_filtered_dead_letters_once(world: World
             )
         )
         await back.send_back(SendBackRequest("g", msg_id=sent.msg_id, delay_level=-1))
-    dlq = DlqService(world.store, world.topic_for_send, world.put)
+    dlq = DlqService(world.store, world.topic_for_send, world.idempotency)
     page = dlq.browse("g", None, 4)
     assert len(page.entries) == 4 and page.next_offset == 4 and page.max_offset == 6
     assert all(e.original_topic == "Orders" and e.redriven_as is None for e in page.entries)
@@ -51,13 +51,13 @@ async def test_redrive_moves_exactly_the_filtered_dead_letters_once(world: World
 
 
 async def test_dead_letter_pages_keep_to_a_byte_budget(world: World) -> None:
-    back = SendBackService(world.store, world.group, world.ensure_topic, world.put)
+    back = SendBackService(world.store, world.group, world.ensure_topic, world.idempotency.reput)
     for i in range(5):
         sent = world.store.put_message(
             Message("Big", bytes([65 + i]) * 1000, properties={"KEYS": "same"})
         )
         await back.send_back(SendBackRequest("g", msg_id=sent.msg_id, delay_level=-1))
-    dlq = DlqService(world.store, world.topic_for_send, world.put)
+    dlq = DlqService(world.store, world.topic_for_send, world.idempotency)
     page = dlq.browse("g", None, 10, max_bytes=2500)
     assert len(page.entries) == 2 and page.next_offset == 2
     rest = dlq.browse("g", page.next_offset, 10, max_bytes=2500)

@@ -14,7 +14,7 @@ from tests.services.conftest import World, open_world, wait_for
 
 
 async def test_delayed_message_is_invisible_before_its_time_and_visible_after(world: World) -> None:
-    scheduler = DelayScheduler(world.store, world.delays, world.put)
+    scheduler = DelayScheduler(world.store, world.delays, world.idempotency.reput)
     await scheduler.start()
     try:
         sent = world.store.put_message(
@@ -40,7 +40,7 @@ async def test_restart_in_the_middle_of_a_delay_delivers_every_message_once(
     tmp_path: Path,
 ) -> None:
     world = open_world(tmp_path)
-    scheduler = DelayScheduler(world.store, world.delays, world.put)
+    scheduler = DelayScheduler(world.store, world.delays, world.idempotency.reput)
     await scheduler.start()
     for i in range(5):
         world.store.put_message(Message("Orders", f"m{i}".encode(), properties={"DELAY": "3"}))
@@ -49,7 +49,7 @@ async def test_restart_in_the_middle_of_a_delay_delivers_every_message_once(
 
     world = open_world(tmp_path)
     assert world.delays.get(3) == 0
-    scheduler = DelayScheduler(world.store, world.delays, world.put)
+    scheduler = DelayScheduler(world.store, world.delays, world.idempotency.reput)
     await scheduler.start()
     try:
         await wait_for(lambda: len(world.pull_all("Orders")) == 5)

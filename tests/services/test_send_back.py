@@ -19,7 +19,7 @@ from tests.services.conftest import World, wait_for
 
 async def test_send_back_retries_with_growing_delay_then_dead_letters(world: World) -> None:
     service = SendBackService(
-        world.store, world.group, world.ensure_topic, world.put, random.Random(1)
+        world.store, world.group, world.ensure_topic, world.idempotency.reput, random.Random(1)
     )
     world.groups.put(SubscriptionGroupConfig("g", retry_max_times=3))
     first = world.store.put_message(
@@ -52,7 +52,7 @@ async def test_send_back_retries_with_growing_delay_then_dead_letters(world: Wor
 
 
 async def test_negative_delay_level_goes_straight_to_the_dlq(world: World) -> None:
-    service = SendBackService(world.store, world.group, world.ensure_topic, world.put)
+    service = SendBackService(world.store, world.group, world.ensure_topic, world.idempotency.reput)
     sent = world.store.put_message(Message("Orders", b"bad"))
     result = await service.send_back(
         SendBackRequest("g", commit_log_offset=sent.physical_offset, delay_level=-1)
@@ -63,10 +63,12 @@ async def test_negative_delay_level_goes_straight_to_the_dlq(world: World) -> No
 
 
 async def test_retried_message_returns_to_the_retry_topic_after_its_delay(world: World) -> None:
-    scheduler = DelayScheduler(world.store, world.delays, world.put)
+    scheduler = DelayScheduler(world.store, world.delays, world.idempotency.reput)
     await scheduler.start()
     try:
-        service = SendBackService(world.store, world.group, world.ensure_topic, world.put)
+        service = SendBackService(
+            world.store, world.group, world.ensure_topic, world.idempotency.reput
+        )
         sent = world.store.put_message(Message("Orders", b"again"))
         await service.send_back(SendBackRequest("g", msg_id=sent.msg_id))
         await wait_for(lambda: world.pull_all(retry_topic("g")) != [])
@@ -77,7 +79,7 @@ async def test_retried_message_returns_to_the_retry_topic_after_its_delay(world:
 
 
 async def test_find_names_the_message_by_id_or_offset(world: World) -> None:
-    service = SendBackService(world.store, world.group, world.ensure_topic, world.put)
+    service = SendBackService(world.store, world.group, world.ensure_topic, world.idempotency.reput)
     sent = world.store.put_message(Message("Orders", b"which"))
     assert service.find(sent.msg_id).body == b"which"
     assert service.find(commit_log_offset=sent.physical_offset).msg_id == sent.msg_id
