@@ -20,7 +20,7 @@ from app.proxy.context import (
     params_without,
 )
 from app.proxy.fanout import first_non_empty, share_out
-from app.proxy.forward import BrokerAnswer, broker_path
+from app.proxy.forward import BrokerAnswer, broker_path, long_poll_timeout
 from app.responses import OrjsonResponse
 from services.cluster.proxy_routing import (
     NoMasterError,
@@ -55,7 +55,7 @@ async def group_config(group: str, request: Request) -> Response:
             request.method,
             broker_path("v1", "groups", group),
             content=content,
-            headers=request.headers,
+            request=request,
         )
         if not answer.ok:
             return answer.response()
@@ -87,7 +87,8 @@ async def pull_group(group: str, topic: str, request: Request) -> Response:
             "GET",
             broker_path("v1", "groups", group, "topics", topic, "messages"),
             params=query,
-            headers=request.headers,
+            request=request,
+            timeout_s=long_poll_timeout(wait),
         )
         return answer
 
@@ -134,7 +135,7 @@ async def _commit_delivered(
         "POST",
         broker_path("v1", "groups", group, "offsets"),
         json={"offsets": offsets},
-        headers=request.headers,
+        request=request,
     )
     if not answer.ok:  # delivered but not committed: they come again (at least once)
         log.warning("group %s: committing pulled offsets answered %s", group, answer.status)
@@ -152,7 +153,7 @@ async def commit_offset(group: str, topic: str, queue_id: int, request: Request)
             "v1", "groups", group, "topics", topic, "queues", queue.local_queue_id, "offset"
         ),
         content=await request.body(),
-        headers=request.headers,
+        request=request,
     )
     if not answer.ok:
         return answer.response()
@@ -180,7 +181,7 @@ async def commit_offsets(group: str, request: Request) -> Response:
             "POST",
             broker_path("v1", "groups", group, "offsets"),
             json={"offsets": local},
-            headers=request.headers,
+            request=request,
         )
         if not answer.ok:
             return answer.response()

@@ -1,17 +1,38 @@
-"""What every proxy endpoint shares: the request's cluster view, forwarder, send picker and
-budget shares, and small parsing helpers."""
+"""What every proxy endpoint shares: the proxy's limits, the request's cluster view,
+forwarder, send picker and budget shares, and small parsing helpers."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from fastapi import Request
 
 from app.errors import ApiError
 from app.proxy.fanout import BudgetShares
 from app.proxy.forward import Forwarder
+from app.settings import MAX_REQUEST_BYTES
 from services.cluster import ClusterView, RouteRegistry
 from services.cluster.proxy_routing import SendPicker
 
 DEFAULT_MAX_MESSAGES = 32
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyLimits:
+    """How long the proxy waits, and how much it reads."""
+
+    send_timeout_s: float = 10.0
+    """A send is answered within this: its receipts, a refusal, or 504 OUTCOME_UNKNOWN."""
+    send_attempt_timeout_s: float = 6.0
+    """One attempt's wait for a broker's answer: longer than a broker's own wait for a sync
+    flush or a slave (5 s by default), so a broker that answers late is still heard."""
+    connect_timeout_s: float = 2.0
+    max_request_bytes: int = MAX_REQUEST_BYTES
+
+
+def proxy_limits(request: Request) -> ProxyLimits:
+    limits: ProxyLimits = request.app.state.limits
+    return limits
 
 
 def route_registry(request: Request) -> RouteRegistry:

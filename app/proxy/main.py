@@ -15,25 +15,27 @@ from starlette.types import ASGIApp
 from app.errors import install_error_handlers, problem_response
 from app.middleware import HttpShellMiddleware
 from app.proxy import consume, messages, pop, topics
+from app.proxy.context import ProxyLimits
 from app.proxy.fanout import BudgetShares
 from app.proxy.fast import FastLane, fast_route
 from app.proxy.forward import Forwarder
 from app.proxy.upstream import Upstream
-from app.settings import MAX_REQUEST_BYTES
 from services.cluster import EtcdClient, EtcdError, EtcdUnavailableError, RouteRegistry
 from services.cluster.proxy_routing import SendPicker
 
 
 def create_proxy_app(
-    cluster: str, etcd_endpoints: Sequence[str], max_request_bytes: int = MAX_REQUEST_BYTES
+    cluster: str, etcd_endpoints: Sequence[str], limits: ProxyLimits | None = None
 ) -> ASGIApp:
     """A stateless proxy for ``cluster``: everything it knows comes from etcd."""
+    limits = limits or ProxyLimits()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         etcd = EtcdClient(list(etcd_endpoints))
         registry = RouteRegistry(etcd, cluster)
-        upstream = Upstream(connect_timeout_s=2.0)
+        upstream = Upstream(connect_timeout_s=limits.connect_timeout_s)
+        app.state.limits = limits
         app.state.registry = registry
         app.state.forwarder = Forwarder(upstream)
         app.state.picker = SendPicker()
@@ -74,7 +76,7 @@ def create_proxy_app(
         fast_route("GET", "/v1/groups/{group}/topics/{topic}/messages", consume.pull_group),
         fast_route("POST", "/v1/groups/{group}/topics/{topic}/receive", pop.receive),
     ]
-    return HttpShellMiddleware(FastLane(app, hot), max_request_bytes=max_request_bytes)
+    return HttpShellMiddleware(FastLane(app, hot), max_request_bytes=limits.max_request_bytes)
 
 
 async def _etcd_error(request: Request, exc: Exception) -> Response:

@@ -4,6 +4,7 @@ look messages up by id or key across groups."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
@@ -16,13 +17,12 @@ from app.proxy.context import (
     forwarder,
     int_param,
     params_without,
-    route_registry,
-    send_picker,
 )
 from app.proxy.fanout import all_unreachable, each_group
-from app.proxy.forward import BrokerAnswer, BrokerUnreachableError, ProxyError, broker_path
+from app.proxy.forward import BrokerAnswer, ProxyError, broker_path, long_poll_timeout
+from app.proxy.sending import SendTarget, forward_send
 from app.responses import OrjsonResponse
-from services.cluster import EtcdUnavailableError
+from app.routes.idempotency import idempotency_key
 from services.cluster.proxy_routing import (
     NoMasterError,
     globalize,
@@ -40,62 +40,34 @@ router = APIRouter()
 
 @router.post("/v1/topics/{topic}/messages")
 async def send(topic: str, request: Request) -> Response:
-    """Pick the cluster-wide queue, send to its group's master with the local id."""
+    """Pick the cluster-wide queue, send to its group's master with the local id, at most
+    once (:mod:`app.proxy.sending`)."""
     raw = await request.body()
-    is_json = request.headers.get("content-type", "").split(";")[0].strip().endswith("json")
-    if is_json:
+    client_key = idempotency_key(request)
+    if request.headers.get("content-type", "").split(";")[0].strip().endswith("json"):
         plan = JsonSend(raw)
-        explicit, key = plan.queue_id, plan.sharding_key
-    else:
-        explicit = int_param(request, "queue_id", -1)
-        explicit = None if explicit < 0 and "queue_id" not in request.query_params else explicit
-        if explicit is not None and explicit < 0:
-            raise ApiError("VALIDATION_FAILED", "queue_id is an integer of at least 0")
-        key = request.query_params.get("sharding_key")
-    failed: list[str] = []
-    refreshed = False
-    while True:
-        view = cluster_view(request)
-        route = topic_route(view, topic)
-        queue = send_picker(request).pick(view, route, explicit, key, failed)
-        try:
-            master = master_of(view, queue.group)
-            if is_json:
-                answer = await forwarder(request).call(
-                    master,
-                    "POST",
-                    broker_path("v1", "topics", topic, "messages"),
-                    content=plan.for_queue(queue.local_queue_id),
-                    headers=request.headers,
-                )
-            else:
-                params = params_without(request, "queue_id", "sharding_key")
-                params.append(("queue_id", str(queue.local_queue_id)))
-                answer = await forwarder(request).call(
-                    master,
-                    "POST",
-                    broker_path("v1", "topics", topic, "messages"),
-                    params=params,
-                    content=raw,
-                    headers=request.headers,
-                )
-        except (BrokerUnreachableError, NoMasterError):
-            if explicit is not None or key is not None:
-                raise
-            failed.append(queue.group)
-            continue
-        if answer.status == 421 and not refreshed:
-            refreshed = True  # the route table may be behind a failover: read it again
-            try:
-                await route_registry(request).refresh()
-            except EtcdUnavailableError:
-                return answer.response()
-            continue
-        if not answer.ok:
-            return answer.response()
-        return answer.response(
-            relabel_queue_id(answer.content, queue.local_queue_id, queue.queue_id)
+        target = SendTarget(
+            topic, plan.queue_id, plan.sharding_key, client_key, plan.for_queue, _no_query
         )
+        return await forward_send(request, target)
+    explicit: int | None = int_param(request, "queue_id", -1)
+    if "queue_id" not in request.query_params:
+        explicit = None
+    elif explicit is not None and explicit < 0:
+        raise ApiError("VALIDATION_FAILED", "queue_id is an integer of at least 0")
+    params = params_without(request, "queue_id", "sharding_key")
+
+    def query_for(local_queue_id: int) -> bytes:
+        query: str = urlencode([*params, ("queue_id", str(local_queue_id))])
+        return query.encode()
+
+    sharding_key = request.query_params.get("sharding_key")
+    target = SendTarget(topic, explicit, sharding_key, client_key, lambda _: raw, query_for)
+    return await forward_send(request, target)
+
+
+def _no_query(local_queue_id: int) -> bytes:
+    return b""
 
 
 # ================================================================ reads of one queue, lookups
@@ -114,7 +86,8 @@ async def pull_queue(topic: str, queue_id: int, request: Request) -> Response:
         "GET",
         broker_path("v1", "topics", topic, "queues", queue.local_queue_id, "messages"),
         query=request.scope["query_string"],
-        headers=request.headers,
+        request=request,
+        timeout_s=long_poll_timeout(int_param(request, "wait_ms", 0)),
     )
     if not answer.ok:
         return answer.response()
@@ -134,7 +107,7 @@ async def query_by_key(topic: str, request: Request) -> Response:
             "GET",
             broker_path("v1", "topics", topic, "messages"),
             query=request.scope["query_string"],
-            headers=request.headers,
+            request=request,
         )
         return answer
 
@@ -166,7 +139,7 @@ async def get_message(msg_id: str, request: Request) -> Response:
             "GET",
             broker_path("v1", "messages", msg_id),
             query=request.scope["query_string"],
-            headers=request.headers,
+            request=request,
         )
         return answer
 

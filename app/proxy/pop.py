@@ -12,7 +12,7 @@ from app.errors import ApiError
 from app.proxy.bodies import json_body
 from app.proxy.context import budget_shares, cluster_view, forwarder
 from app.proxy.fanout import first_non_empty, share_out
-from app.proxy.forward import BrokerAnswer, ProxyError, broker_path
+from app.proxy.forward import BrokerAnswer, ProxyError, broker_path, long_poll_timeout
 from app.responses import OrjsonResponse
 from app.schemas.pop import ReceiveIn
 from services.cluster.proxy_routing import (
@@ -47,7 +47,8 @@ async def receive(group: str, topic: str, request: Request) -> Response:
             "POST",
             broker_path("v1", "groups", group, "topics", topic, "receive"),
             json={**body, "max_messages": max_messages, "wait_ms": wait},
-            headers=request.headers,
+            request=request,
+            timeout_s=long_poll_timeout(wait),
         )
         return answer
 
@@ -104,7 +105,7 @@ async def ack(group: str, request: Request) -> Response:
             "POST",
             broker_path("v1", "groups", group, "acks"),
             json={"receipt_handles": [inner for _, inner in items]},
-            headers=request.headers,
+            request=request,
         )
         if not answer.ok:
             return answer.response()
@@ -127,7 +128,7 @@ async def change_invisibility(group: str, request: Request) -> Response:
         "POST",
         broker_path("v1", "groups", group, "invisibility"),
         json={**body, "receipt_handle": inner},
-        headers=request.headers,
+        request=request,
     )
     if not answer.ok:
         return answer.response()

@@ -56,7 +56,7 @@ async def put_topic(topic: str, request: Request) -> Response:
             "PUT",
             broker_path("v1", "topics", topic),
             json=local_body,
-            headers=request.headers,
+            request=request,
         )
         if not answer.ok:
             return answer.response()

@@ -16,6 +16,7 @@ import httpx
 import pytest
 import uvicorn
 
+from app.proxy.context import ProxyLimits
 from app.proxy.main import create_proxy_app
 from services.cluster import BrokerMember, ClusterKeys, EtcdClient
 from tests.conftest import LiveServer, start_server, wait_until
@@ -37,8 +38,10 @@ class ProxyServer:
         assert not self.thread.is_alive(), "the proxy did not stop"
 
 
-def start_proxy(etcd_url: str, cluster: str = CLUSTER) -> ProxyServer:
-    app = create_proxy_app(cluster, [etcd_url])
+def start_proxy(
+    etcd_url: str, cluster: str = CLUSTER, limits: ProxyLimits | None = None
+) -> ProxyServer:
+    app = create_proxy_app(cluster, [etcd_url], limits)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
@@ -92,6 +95,11 @@ class Cluster:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    yield from two_groups(tmp_path)
+
+
+def two_groups(tmp_path: Path) -> Iterator[Cluster]:
+    """etcd, brokers a (group g1) and b (group g2), and a proxy; all stopped afterwards."""
     etcd = start_etcd(tmp_path)
     started: list[LiveServer] = []
     try:
