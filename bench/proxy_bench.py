@@ -441,6 +441,7 @@ def main() -> int:
         f"Python {platform.python_version()}, "
         + ("brokers on CPU 0, proxy and client on CPU 1" if args.pin else "no pinning")
     )
+    print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     figures: dict[tuple[str, str, int], list[Figure]] = {}
     try:
         if args.only in (None, "one"):
@@ -450,6 +451,7 @@ def main() -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(f"\nmedians of {args.repeat} alternating runs, {args.duration} s per wrk run")
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     report(figures, args)
     return 0
 

@@ -18,6 +18,7 @@ from app.proxy.context import (
     forwarder,
     int_param,
     params_without,
+    query_param,
 )
 from app.proxy.fanout import first_non_empty, share_out
 from app.proxy.forward import BrokerAnswer, broker_path, long_poll_timeout
@@ -74,7 +75,7 @@ async def pull_group(group: str, topic: str, request: Request) -> Response:
     route = topic_route(view, topic)
     budget = int_param(request, "max_messages", DEFAULT_MAX_MESSAGES)
     wait_ms = int_param(request, "wait_ms", 0)
-    auto_commit = request.query_params.get("auto_commit", "").lower() in ("true", "1", "yes")
+    auto_commit = (query_param(request, "auto_commit") or "").lower() in ("true", "1", "yes")
     params = params_without(request, "max_messages", "wait_ms")
 
     async def ask(name: str, max_messages: int, wait: int, commit: bool = True) -> BrokerAnswer:

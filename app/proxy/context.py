@@ -4,6 +4,8 @@ forwarder, send picker and budget shares, and small parsing helpers."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
+from urllib.parse import parse_qsl
 
 from fastapi import Request
 
@@ -15,6 +17,7 @@ from services.cluster import ClusterView, RouteRegistry
 from services.cluster.proxy_routing import SendPicker
 
 DEFAULT_MAX_MESSAGES = 32
+_QUERY: Final = "spoolmq.query"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +62,22 @@ def budget_shares(request: Request) -> BudgetShares:
     return shares
 
 
+def query_items(request: Request) -> list[tuple[str, str]]:
+    """The request's query parameters in order (parsed once: cheaper than a QueryParams)."""
+    items: list[tuple[str, str]] | None = request.scope.get(_QUERY)
+    if items is None:
+        raw = request.scope["query_string"].decode("latin-1")
+        items = request.scope[_QUERY] = parse_qsl(raw, keep_blank_values=True) if raw else []
+    return items
+
+
+def query_param(request: Request, name: str) -> str | None:
+    """The first value of ``name``, as Starlette's ``query_params.get`` gives it."""
+    return next((v for k, v in query_items(request) if k == name), None)
+
+
 def int_param(request: Request, name: str, default: int) -> int:
-    raw = request.query_params.get(name)
+    raw = query_param(request, name)
     if raw is None:
         return default
     try:
@@ -70,4 +87,4 @@ def int_param(request: Request, name: str, default: int) -> int:
 
 
 def params_without(request: Request, *names: str) -> list[tuple[str, str]]:
-    return [(k, v) for k, v in request.query_params.multi_items() if k not in names]
+    return [(k, v) for k, v in query_items(request) if k not in names]

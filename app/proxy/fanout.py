@@ -49,6 +49,8 @@ async def each_group(
         except (ProxyError, NoMasterError) as exc:  # unreachable, no replica, no master
             return exc
 
+    if len(groups) == 1:  # the common case of a shared-out pull: no tasks to make
+        return [(groups[0], await one(groups[0]))]
     answers = await asyncio.gather(*(one(g) for g in groups))
     return list(zip(groups, answers, strict=True))
 

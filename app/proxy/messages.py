@@ -17,6 +17,7 @@ from app.proxy.context import (
     forwarder,
     int_param,
     params_without,
+    query_param,
 )
 from app.proxy.fanout import all_unreachable, each_group
 from app.proxy.forward import BrokerAnswer, ProxyError, broker_path, long_poll_timeout
@@ -51,7 +52,7 @@ async def send(topic: str, request: Request) -> Response:
         )
         return await forward_send(request, target)
     explicit: int | None = int_param(request, "queue_id", -1)
-    if "queue_id" not in request.query_params:
+    if query_param(request, "queue_id") is None:
         explicit = None
     elif explicit is not None and explicit < 0:
         raise ApiError("VALIDATION_FAILED", "queue_id is an integer of at least 0")
@@ -61,7 +62,7 @@ async def send(topic: str, request: Request) -> Response:
         query: str = urlencode([*params, ("queue_id", str(local_queue_id))])
         return query.encode()
 
-    sharding_key = request.query_params.get("sharding_key")
+    sharding_key = query_param(request, "sharding_key")
     target = SendTarget(topic, explicit, sharding_key, client_key, lambda _: raw, query_for)
     return await forward_send(request, target)
 
@@ -79,7 +80,7 @@ async def pull_queue(topic: str, queue_id: int, request: Request) -> Response:
     view = cluster_view(request)
     route = topic_route(view, topic)
     queue = queue_route(route, queue_id)
-    writes = "commit_offset" in request.query_params
+    writes = query_param(request, "commit_offset") is not None
     members = [master_of(view, queue.group)] if writes else readers(view, queue.group)
     _, answer = await forwarder(request).call_any(
         members,
