@@ -7,7 +7,8 @@ brokers run on CPU 0 and the proxy and the load generator on CPU 1 (``--no-pin``
 scheduler puts them).
 
 1. One broker group, an 8-queue topic. With ``wrk`` (one thread, ``--latency``) at 1 and 16
-   connections, directly against the broker and through the proxy, alternating:
+   connections, directly against the broker and through the proxy, alternating (sends also
+   directly with a new Idempotency-Key each, as the proxy sends them: "direct keyed"):
    single send (1 KiB, no queue named), batch send (100 x 1 KiB, no queue named), pull 32 x 1 KiB
    from random offsets of queue 0. Requests/s (messages/s for batch and pull), latency p50/p99,
    the proxy/direct ratio and the latency the hop adds at p50.
@@ -233,14 +234,31 @@ def pull_script(path: str, count: int) -> str:
     )
 
 
+def keyed_script(path: str, body: str) -> str:
+    """A send with a new Idempotency-Key each time, as every send through the proxy has."""
+    return post_script(path, body) + textwrap.dedent(
+        f"""
+        local n = 0
+        local run = "{os.urandom(6).hex()}"
+        request = function()
+            n = n + 1
+            local headers = {{["Content-Type"] = "application/json"}}
+            headers["Idempotency-Key"] = "bench-" .. run .. "-" .. n
+            return wrk.format(nil, nil, headers)
+        end
+        """
+    )
+
+
 SINGLE = json.dumps({"body": BODY_1K})
 BATCH = json.dumps({"messages": [{"body": BODY_1K} for _ in range(100)]})
+SEND_PATH = f"/v1/topics/{TOPIC}/messages"
 
-# (name, script, units per request)
-WORKLOADS: list[tuple[str, str, int]] = [
-    ("single send 1 KiB", post_script(f"/v1/topics/{TOPIC}/messages", SINGLE), 1),
-    ("batch send 100 x 1 KiB", post_script(f"/v1/topics/{TOPIC}/messages", BATCH), 100),
-    ("pull 32 x 1 KiB", pull_script(f"/v1/topics/{PULLED}/queues/0/messages", FILL), 32),
+# (name, script, units per request, the direct script with keys or None)
+WORKLOADS: list[tuple[str, str, int, str | None]] = [
+    ("single send 1 KiB", post_script(SEND_PATH, SINGLE), 1, keyed_script(SEND_PATH, SINGLE)),
+    ("batch send 100 x 1 KiB", post_script(SEND_PATH, BATCH), 100, keyed_script(SEND_PATH, BATCH)),
+    ("pull 32 x 1 KiB", pull_script(f"/v1/topics/{PULLED}/queues/0/messages", FILL), 32, None),
 ]
 
 
@@ -253,14 +271,21 @@ def one_group(args: argparse.Namespace, root: Path) -> dict[tuple[str, str, int]
         for topic in (TOPIC, PULLED):
             httpx.put(f"{via}/v1/topics/{topic}", json={"write_queue_nums": 8}).raise_for_status()
         fill(direct, PULLED, FILL, {"queue_id": 0})
-        targets = {"direct": direct} | {k: p.url for k, p in running.proxies.items()}
+        proxied: dict[str, tuple[str, str | None]] = {
+            k: (p.url, None) for k, p in running.proxies.items()
+        }
         cpu = 1 if args.pin and (os.cpu_count() or 1) > 1 else None
-        for name, script, units in WORKLOADS:
+        for name, script, units, keyed in WORKLOADS:
+            targets: dict[str, tuple[str, str | None]] = {"direct": (direct, None)}
+            if keyed is not None:  # the broker's share of a proxied send: its key
+                targets["keyed"] = (direct, keyed)
+            targets |= proxied
             for connections in args.connections:
                 for _ in range(args.repeat):
-                    for side, url in targets.items():
-                        wrk(url, script, 1, connections, root, cpu)  # warm up
-                        rps, latency = wrk(url, script, args.duration, connections, root, cpu)
+                    for side, (url, other) in targets.items():
+                        used = other or script
+                        wrk(url, used, 1, connections, root, cpu)  # warm up
+                        rps, latency = wrk(url, used, args.duration, connections, root, cpu)
                         figure = Figure(rps, rps * units, latency["50"], latency["99"])
                         figures.setdefault((name, side, connections), []).append(figure)
                         print(f"  {name:<24} c{connections:<3} {side:<7} {show(figure)}")
@@ -378,6 +403,9 @@ def report(figures: dict[tuple[str, str, int], list[Figure]], args: argparse.Nam
             direct = median_figure(figures[(name, "direct", connections)])
             line = f"{name:<24} c{connections:<3} direct {direct.units_per_s:>9,.0f}/s "
             line += f"p50 {direct.p50_ms:.3f} p99 {direct.p99_ms:.3f}"
+            if (name, "keyed", connections) in figures:
+                keyed = median_figure(figures[(name, "keyed", connections)])
+                line += f" | direct keyed {keyed.units_per_s:>9,.0f}/s p50 {keyed.p50_ms:.3f}"
             for side in sides:
                 proxied = median_figure(figures[(name, side, connections)])
                 ratio = proxied.units_per_s / direct.units_per_s
