@@ -395,40 +395,48 @@ ADDED_P50_MS = 0.2
 
 
 def report(figures: dict[tuple[str, str, int], list[Figure]], args: argparse.Namespace) -> None:
-    """Medians over the repeats; ratios and added latency against direct, same run."""
+    """Per workload: each side's medians over the repeats, and its same-run ratio to direct
+    (each run's ratio to the direct run just before it; median [min-max]) with the p50 the hop
+    adds — runs alternate, so a pair saw the same machine even when the machine was busy."""
     names = list(dict.fromkeys(name for name, _, _ in figures))
-    sides = [s for s in ("before", "after") if any(side == s for _, side, _ in figures)]
+    sides = [s for s in ("keyed", "before", "after") if any(side == s for _, side, _ in figures)]
     for name in names:
         for connections in args.connections:
-            direct = median_figure(figures[(name, "direct", connections)])
-            line = f"{name:<24} c{connections:<3} direct {direct.units_per_s:>9,.0f}/s "
-            line += f"p50 {direct.p50_ms:.3f} p99 {direct.p99_ms:.3f}"
-            if (name, "keyed", connections) in figures:
-                keyed = median_figure(figures[(name, "keyed", connections)])
-                line += f" | direct keyed {keyed.units_per_s:>9,.0f}/s p50 {keyed.p50_ms:.3f}"
+            direct_runs = figures[(name, "direct", connections)]
+            direct = median_figure(direct_runs)
+            print(
+                f"{name} c{connections}: direct {direct.units_per_s:,.0f}/s "
+                f"p50 {direct.p50_ms:.3f} p99 {direct.p99_ms:.3f} ms"
+            )
             for side in sides:
-                proxied = median_figure(figures[(name, side, connections)])
-                ratio = proxied.units_per_s / direct.units_per_s
-                added = proxied.p50_ms - direct.p50_ms
-                line += (
-                    f" | {side} {proxied.units_per_s:>9,.0f}/s p50 {proxied.p50_ms:.3f} "
-                    f"p99 {proxied.p99_ms:.3f} ratio {ratio:.2f}x added p50 {added:.3f} ms"
+                runs = figures.get((name, side, connections))
+                if not runs:
+                    continue
+                pairs = list(zip(direct_runs, runs, strict=True))
+                ratios = [r.units_per_s / d.units_per_s for d, r in pairs]
+                added = statistics.median(r.p50_ms - d.p50_ms for d, r in pairs)
+                ratio = statistics.median(ratios)
+                mid = median_figure(runs)
+                line = (
+                    f"  {side:<7} {mid.units_per_s:>9,.0f}/s p50 {mid.p50_ms:.3f} "
+                    f"p99 {mid.p99_ms:.3f} ms; ratio {ratio:.2f}x [{min(ratios):.2f}-"
+                    f"{max(ratios):.2f}], added p50 {added:.3f} ms"
                 )
                 verdicts = []
                 if side == "after" and name in TARGETS:
                     verdicts.append(f"ratio >= {TARGETS[name]}: {met(ratio >= TARGETS[name])}")
                 if side == "after" and connections == 1:
                     verdicts.append(f"added <= {ADDED_P50_MS}: {met(added <= ADDED_P50_MS)}")
-                if verdicts:
-                    line += f" [{'; '.join(verdicts)}]"
-            print(line)
-        for side in sides:
+                print(line + (f"  [{'; '.join(verdicts)}]" if verdicts else ""))
+        for side in ("before", "after"):
             if min(args.connections) == max(args.connections) or name not in TARGETS:
                 continue  # the fan-out runs' Python client is their limit at 16
+            if (name, side, 1) not in figures:
+                continue
             one = median_figure(figures[(name, side, min(args.connections))])
             many = median_figure(figures[(name, side, max(args.connections))])
             print(
-                f"{name:<24} {side}: c{max(args.connections)} / c{min(args.connections)} = "
+                f"  {side}: c{max(args.connections)} / c{min(args.connections)} = "
                 f"{many.units_per_s / one.units_per_s:.2f}x "
                 f"[never slower: {met(many.units_per_s >= one.units_per_s)}]"
             )
