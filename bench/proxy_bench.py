@@ -12,7 +12,7 @@ scheduler puts them).
    single send (1 KiB, no queue named), batch send (100 x 1 KiB, no queue named), pull 32 x 1 KiB
    from random offsets of queue 0. Requests/s (messages/s for batch and pull), latency p50/p99,
    the proxy/direct ratio and the latency the hop adds at p50.
-   Targets (issue 20): single >= 0.5x, batch >= 0.7x, pull >= 0.6x, added p50 <= 0.2 ms at one
+   Targets: single >= 0.5x, batch >= 0.7x, pull >= 0.6x, added p50 <= 0.2 ms at one
    connection, 16 connections never slower than one.
 2. Two broker groups, a topic over both, messages only in g1's queues. Group pull (32, no commit)
    and POP receive (32, ``wait_ms`` 0) fanning out through the proxy, against the same request to
