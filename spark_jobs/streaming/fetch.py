@@ -5,7 +5,9 @@ the loop reads exactly it: pulls never ask past ``end`` and drop what lies beyon
 pull says about the offsets decides the rest:
 
 - FOUND / NO_MATCHED_MESSAGE (a tag filter skipped them): keep what came, go on at
-  ``next_offset``.
+  ``next_offset``. Without a tag filter every offset up to ``next_offset`` must have come:
+  a pull skips units whose CommitLog file retention already deleted, so a gap is a loss
+  (with a tag filter a gap is what the filter skipped, and such a loss goes unseen).
 - OFFSET_TOO_SMALL, MESSAGE_WAS_REMOVING, OFFSET_FOUND_NULL: retention removed
   [offset, next_offset); fail or skip (``failOnDataLoss``).
 - NO_MESSAGE_IN_QUEUE, OFFSET_OVERFLOW_*: the replica that answered has not reached
@@ -66,7 +68,11 @@ def fetch_range(
         answer = client.pull(topic, queue_id, offset, end - offset, tags)
         status, next_offset = answer["status"], int(answer["next_offset"])
         if status in _READ and next_offset > offset:
-            pending.extend(m for m in answer["messages"] if m["queue_offset"] < end)
+            messages = [m for m in answer["messages"] if m["queue_offset"] < end]
+            if tags is None:
+                for lost_from, lost_to in gaps(offset, min(next_offset, end), messages):
+                    report_loss(topic, queue_id, lost_from, lost_to, fail_on_data_loss)
+            pending.extend(messages)
             offset, waits = next_offset, 0
         elif status in _REMOVED and next_offset > offset:
             report_loss(topic, queue_id, offset, min(next_offset, end), fail_on_data_loss)
@@ -83,6 +89,17 @@ def fetch_range(
             pending = []
     if pending:
         yield to_batch(pending, queue_range)
+
+
+def gaps(start: int, stop: int, messages: list[dict[str, Any]]) -> Iterator[tuple[int, int]]:
+    """The runs of offsets in [start, stop) that no message of ``messages`` holds."""
+    expected = start
+    for message in messages:
+        if message["queue_offset"] > expected:
+            yield expected, message["queue_offset"]
+        expected = message["queue_offset"] + 1
+    if expected < stop:
+        yield expected, stop
 
 
 def to_batch(messages: list[dict[str, Any]], queue_range: QueueRange) -> pa.RecordBatch:
