@@ -1,10 +1,12 @@
 """The README's streaming example: paid orders counted per customer, kept current in a topic.
 
 It reads ``Orders`` through the ``spoolmq`` source, keeps the messages tagged ``Paid``,
-counts them per customer (the ``customer`` property) and writes every count that changed
-in a micro-batch to ``PaidOrders``, keyed by the customer, through the ``spoolmq`` sink. Its
-state and offsets live in ``--checkpoint``: run it again with the same directory and it
-goes on where it stopped, and nothing it wrote is written twice::
+counts them per customer (the ``customer`` property) and, after each micro-batch, writes the
+table of counts to ``PaidOrders`` (one message per customer, keyed by the customer) through
+the ``spoolmq`` sink: ``complete`` mode, as a Python data source sink takes ``append`` and
+``complete`` but not ``update``. Its state and offsets live in ``--checkpoint``: run it again
+with the same directory and it goes on where it stopped, and no micro-batch's messages are
+written twice::
 
     python -m spark_jobs.streaming.paid_orders --checkpoint ./paid-orders-checkpoint
     spark-submit --master spark://127.0.0.1:7077 spark_jobs/streaming/paid_orders.py \\
@@ -32,8 +34,8 @@ DESCRIPTION = "Count paid orders per customer from a topic into a topic, exactly
 
 
 def paid_per_customer(orders: DataFrame) -> DataFrame:
-    """Rows of the ``spoolmq`` source -> the sink's rows: one per customer whose count of
-    paid orders changed, ``key`` the customer, ``value`` ``{"customer": …, "paid": n}``."""
+    """Rows of the ``spoolmq`` source -> the sink's rows: one per customer with paid orders,
+    ``key`` the customer, ``value`` ``{"customer": …, "paid": n}``."""
     customer = F.col("properties").getItem("customer")
     paid = orders.where((F.col("tags") == "Paid") & customer.isNotNull())
     counts = paid.groupBy(customer.alias("customer")).agg(F.count("*").alias("paid"))
@@ -45,7 +47,7 @@ def paid_per_customer(orders: DataFrame) -> DataFrame:
 
 
 def start(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
-    """Start the query (``update`` mode: each micro-batch writes the counts it changed)."""
+    """Start the query (``complete`` mode: each micro-batch writes every count)."""
     orders = (
         spark.readStream.format(SPOOLMQ_FORMAT)
         .option("spoolmq.endpoints", args.endpoint)
@@ -62,7 +64,7 @@ def start(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
         .option("topic", args.target_topic)
         .option("batchSize", args.batch_size)
         .option("checkpointLocation", args.checkpoint)
-        .outputMode("update")
+        .outputMode("complete")
         .queryName("paid_orders")
     )
     if args.every:

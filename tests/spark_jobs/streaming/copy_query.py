@@ -4,14 +4,13 @@ through the ``spoolmq`` source, copied to Parquet files or to another topic.
     python -m tests.spark_jobs.streaming.copy_query --endpoint URL --topic In \
         --checkpoint DIR --to parquet:DIR|spoolmq:TOPIC [--master M] [--conf K=V ...]
 
-It runs until killed, or with ``--until-idle`` stops after a micro-batch that read nothing.
+It runs until killed, or with ``--available-now`` reads what the topic holds and stops.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 from spark_jobs.session import build_session, parse_conf
 
@@ -25,7 +24,7 @@ def main() -> int:
     parser.add_argument("--max-offsets-per-trigger", default="100")
     parser.add_argument("--sink-batch-size", default="10")
     parser.add_argument("--every", default="200 milliseconds")
-    parser.add_argument("--until-idle", action="store_true")
+    parser.add_argument("--available-now", action="store_true")
     parser.add_argument("--master")
     parser.add_argument("--conf", action="append")
     args = parser.parse_args()
@@ -51,18 +50,11 @@ def main() -> int:
             .option("topic", target)
             .option("batchSize", args.sink_batch_size)
         )
-    query = (
-        writer.option("checkpointLocation", args.checkpoint)
-        .trigger(processingTime=args.every)
-        .start()
-    )
-    sys.stdout.write(f"started {query.id}\n")
-    sys.stdout.flush()
-    while query.isActive:
-        time.sleep(0.1)
-        last = query.lastProgress
-        if args.until_idle and last and last["numInputRows"] == 0:
-            query.stop()
+    writer = writer.option("checkpointLocation", args.checkpoint)
+    if args.available_now:
+        query = writer.trigger(availableNow=True).start()
+    else:
+        query = writer.trigger(processingTime=args.every).start()
     query.awaitTermination()
     return 0
 
