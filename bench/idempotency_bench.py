@@ -2,7 +2,8 @@
 
 1. HTTP, against one ``spoolmq serve`` pinned to CPU 0 with wrk on CPU 1 (as
    ``bench/http_bench.py``): a batch of 100 x 1 KiB messages with one new key per request
-   against the same batch without a key, and a single 1 KiB send with and without a key.
+   against the same batch without a key, and a single 1 KiB send with and without a key
+   (wrk builds every request on both sides, as a new key per request needs).
    Keyed and unkeyed runs alternate, ``--repeat`` times each; medians. Target: a keyed batch
    costs at most 15 % (ratio >= 0.85).
 2. Look-up, in-process on a store holding ``--keys`` keyed messages (10 M by default, each
@@ -51,15 +52,17 @@ ONE = {"body": BODY_1K, "queue_id": 0}
 FILL_BATCH = 1000
 
 
-def keyed_script(path: str, body: str) -> str:
-    """wrk posting ``body`` with a new Idempotency-Key on every request."""
+def script(path: str, body: str, keyed: bool) -> str:
+    """wrk posting ``body``, building each request (as a new key needs) on both sides, with a
+    new Idempotency-Key on every request when ``keyed``."""
     prefix = uuid.uuid4().hex[:12]
+    header = f'wrk.headers["Idempotency-Key"] = "{prefix}-" .. counter' if keyed else ""
     return post_script(path, body) + textwrap.dedent(
         f"""
         local counter = 0
         request = function()
           counter = counter + 1
-          wrk.headers["Idempotency-Key"] = "{prefix}-" .. counter
+          {header}
           return wrk.format()
         end
         """
@@ -76,10 +79,12 @@ def measure_http(args: argparse.Namespace, workdir: Path) -> dict[str, list[floa
     runs: dict[str, list[float]] = {"batch": [], "batch_keyed": [], "one": [], "one_keyed": []}
     with server(command, url, "/readyz", workdir):
         for body, name in ((json.dumps(BATCH), "batch"), (json.dumps(ONE), "one")):
-            wrk(url, keyed_script(path, body), 1, args.connections, workdir)  # warm up
+            wrk(url, script(path, body, True), 1, args.connections, workdir)  # warm up
             for _ in range(args.repeat):
-                plain = wrk(url, post_script(path, body), args.duration, args.connections, workdir)
-                keyed = wrk(url, keyed_script(path, body), args.duration, args.connections, workdir)
+                plain = wrk(
+                    url, script(path, body, False), args.duration, args.connections, workdir
+                )
+                keyed = wrk(url, script(path, body, True), args.duration, args.connections, workdir)
                 runs[name].append(plain)
                 runs[f"{name}_keyed"].append(keyed)
                 print(f"  {name}: {plain:,.0f} req/s without a key, {keyed:,.0f} with one")

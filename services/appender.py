@@ -67,17 +67,22 @@ class Appender:
         """Wait until appended ``results`` are durable; their status says how that went."""
         if not results:
             return results
-        status = await self.durable_status(max(r.end_offset for r in results))
-        if status is PutStatus.PUT_OK:
+        end = results[-1].end_offset
+        if not await self._durability.wait(end):
+            status = PutStatus.FLUSH_DISK_TIMEOUT
+        elif self.replication is None:
             return results
+        else:
+            status = await self.replication.confirm(end)
+            if status is PutStatus.PUT_OK:
+                return results
         return [dataclasses.replace(r, status=status) for r in results]
 
     async def durable_status(self, end_offset: int) -> PutStatus:
         """PUT_OK once the CommitLog up to ``end_offset`` is flushed (SYNC_FLUSH) and
-        replicated (sync replication), else the status to answer."""
+        replicated (sync replication), else the status to answer: what a repeated put
+        answers (:meth:`settle` does the same inline, one await less on every put)."""
         if not await self._durability.wait(end_offset):
             return PutStatus.FLUSH_DISK_TIMEOUT
         replication = self.replication
-        if replication is None:
-            return PutStatus.PUT_OK
-        return await replication.confirm(end_offset)
+        return PutStatus.PUT_OK if replication is None else await replication.confirm(end_offset)

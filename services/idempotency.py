@@ -211,7 +211,8 @@ class IdempotencyService:
                 "this broker runs without the message index: it cannot take an "
                 "Idempotency-Key (enable message_index_enable)"
             )
-        await self.ready(ready_wait_s)
+        if not self._store.keyed.covers(self._ready_at):
+            await self.ready(ready_wait_s)
         # From here to the append nothing awaits: no other put runs in between.
         since = self.since_ms() if since_ms is None else since_ms
         earlier = self.find(topic, key, fingerprint, since)

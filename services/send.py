@@ -161,20 +161,24 @@ def shard_queue(sharding_key: str, queue_count: int) -> int:
 
 
 def fingerprint(messages: Sequence[OutgoingMessage], delay_levels: Sequence[int]) -> str:
-    """What a repeat of a keyed send must match: SHA-256 (128 bits, hex) over each message's
-    body, tags, keys, properties and delay level, in order. Where it goes (queue_id,
-    sharding_key) is not part of it: a repeat is answered with where the first went."""
+    """What a repeat of a keyed send must match: SHA-256 (128 bits, hex) over the bodies, then
+    their lengths and delay levels and the tags, keys and properties of each message that has
+    any, in order. Where it goes (queue_id, sharding_key) is not part of it: a repeat is
+    answered with where the first went."""
     digest = hashlib.sha256()
     update = digest.update
-    for message, level in zip(messages, delay_levels, strict=True):
-        body = message.body
-        update(b"%d\x00" % len(body))
-        update(body)
-        meta = ""
-        if message.tags is not None or message.keys or message.properties:
-            properties = "\x02".join(f"{k}\x01{v}" for k, v in sorted(message.properties.items()))
-            meta = f"{message.tags or ''}\x00{' '.join(message.keys)}\x00{properties}"
-        update(f"\x00{meta}\x00{level}\x00".encode())
+    for message in messages:
+        update(message.body)
+    described = (
+        [len(m.body) for m in messages],
+        list(delay_levels),
+        [
+            (number, m.tags, tuple(m.keys), sorted(m.properties.items()))
+            for number, m in enumerate(messages)
+            if m.tags is not None or m.keys or m.properties
+        ],
+    )
+    update(repr(described).encode())
     return digest.hexdigest()[:32]
 
 

@@ -150,6 +150,15 @@ class IndexService:
         uniq_key_hash, key_hash = self._uniq_key_hash, self._key_hash
         entries: list[tuple[int, int]] = []
         add = entries.append
+        if idempotency_keys and idempotency_keys[0][0] == 0:  # a keyed batch: on its first
+            if offsets[0] > done_to:
+                add(
+                    (
+                        index_key_hash(idempotency_index_key(topic, idempotency_keys[0][1])),
+                        offsets[0],
+                    )
+                )
+            idempotency_keys = idempotency_keys[1:]
         for physical_offset, key_text, uniq_key in zip(offsets, keys, uniq_keys, strict=True):
             if physical_offset <= done_to:
                 continue
@@ -159,7 +168,7 @@ class IndexService:
                 for key in key_text.split(KEY_SEPARATOR):
                     if key:
                         add((key_hash(topic, key), physical_offset))
-        if idempotency_keys:
+        if idempotency_keys:  # keys on later records (not made by sends): rare
             for number, idempotency_key in idempotency_keys:
                 if offsets[number] > done_to:
                     hashed = index_key_hash(idempotency_index_key(topic, idempotency_key))
