@@ -17,8 +17,8 @@ pull says about the offsets decides the rest:
 
 from __future__ import annotations
 
-import base64
 import time
+from binascii import a2b_base64
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
@@ -109,7 +109,7 @@ def to_batch(messages: list[dict[str, Any]], queue_range: QueueRange) -> pa.Reco
     columns = [
         pa.array([k[0] if k else None for k in keys], pa.string()),
         pa.array(keys, KEYS_TYPE),
-        pa.array([base64.b64decode(m["body"]) for m in messages], pa.binary()),
+        pa.array([a2b_base64(m["body"]) for m in messages], pa.binary()),
         pa.array([queue_range.topic] * n, pa.string()),
         pa.array([queue_range.queue_id] * n, pa.int32()),
         pa.array([m["queue_offset"] for m in messages], pa.int64()),
