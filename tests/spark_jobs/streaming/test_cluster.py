@@ -88,14 +88,14 @@ def test_a_query_through_the_proxy_loses_and_repeats_nothing_when_a_master_dies(
         return "g1-b" in groups.get("g1", {}).get("in_sync", ())
 
     wait_until(g1_in_sync, timeout=30)
-    before, after = [f"before-{i}" for i in range(200)], [f"after-{i}" for i in range(200)]
+    before, after = [f"before-{i}" for i in range(120)], [f"after-{i}" for i in range(120)]
     send_all(http, "In", before, 4)
 
     env = child_env(spark_env)
     with standalone_spark(tmp_path / "spark", env) as master_url:
         args = [
             "--endpoint", proxy.url, "--topic", "In", "--checkpoint", str(tmp_path / "chk"),
-            "--to", "spoolmq:Out", "--max-offsets-per-trigger", "100", *FAST_SPARK,
+            "--to", "spoolmq:Out", "--max-offsets-per-trigger", "40", *FAST_SPARK,
         ]  # fmt: skip
         query = start_query(COPY, args, env, tmp_path / "query.log", spark_submit=master_url)
         try:

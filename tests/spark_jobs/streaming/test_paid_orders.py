@@ -57,12 +57,12 @@ def test_killed_mid_batch_and_restarted_it_writes_every_count_once(
     http = live_server.client()
     orders, counts = f"Orders{uuid.uuid4().hex[:8]}", f"Paid{uuid.uuid4().hex[:8]}"
     http.put(f"/v1/topics/{orders}", json={"write_queue_nums": 4, "read_queue_nums": 4})
-    paid = send_orders(http, orders, 3000, customers=1200)
+    paid = send_orders(http, orders, 1200, customers=500)
     checkpoint = tmp_path / "chk"
     args = [
         "--endpoint", live_server.url, "--checkpoint", str(checkpoint),
         "--source-topic", orders, "--target-topic", counts, "--consumer-group", f"{orders}-g",
-        "--max-offsets-per-trigger", "1000", "--batch-size", "5",
+        "--max-offsets-per-trigger", "400", "--batch-size", "5",
         "--master", "local[2]", *FAST_SPARK,
     ]  # fmt: skip
     env = child_env(spark_env)

@@ -25,7 +25,7 @@ def test_a_killed_query_goes_on_from_its_checkpoint_and_writes_each_message_once
     http = live_server.client()
     topic = f"Kill{uuid.uuid4().hex[:8]}"
     http.put(f"/v1/topics/{topic}", json={"write_queue_nums": 8, "read_queue_nums": 8})
-    bodies = [f"order-{i}" for i in range(1000)]
+    bodies = [f"order-{i}" for i in range(500)]
     for start in range(0, len(bodies), 250):
         batch = [{"body": b} for b in bodies[start : start + 250]]
         answer = http.post(f"/v1/topics/{topic}/messages", json={"messages": batch})
@@ -43,13 +43,13 @@ def test_a_killed_query_goes_on_from_its_checkpoint_and_writes_each_message_once
         # Killed while a micro-batch is planned but not committed, after a few are done.
         def mid_batch() -> bool:
             planned, committed = checkpoint_batches(checkpoint)
-            return committed >= 2 and planned > committed
+            return committed >= 1 and planned > committed
 
         wait_until(mid_batch, timeout=180)
     finally:
         first.kill()
     _, committed = checkpoint_batches(checkpoint)
-    assert committed < 10, "the query finished before it was killed"
+    assert committed < 5, "the query finished before it was killed"
 
     second = start_query(COPY, [*args, "--available-now"], env, tmp_path / "second.log")
     assert second.finish(timeout=240) == 0, second.output()

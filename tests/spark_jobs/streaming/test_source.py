@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, Row, SparkSession
 
 from tests.app.auth_support import start_auth_server
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, wait_until
 
 
 def send_to_queues(http: httpx.Client, topic: str, counts: dict[int, int]) -> dict[int, list[str]]:
@@ -129,7 +129,9 @@ def test_a_batch_read_between_offsets_times_and_tags(
     topic = f"Range{uuid.uuid4().hex[:8]}"
     http.put(f"/v1/topics/{topic}", json={"write_queue_nums": 2, "read_queue_nums": 2})
     send_to_queues(http, topic, {0: 30, 1: 10})
-    middle = datetime.now(UTC)
+    # Store times are in ms: the later messages must come a millisecond after the others.
+    middle = datetime.now(UTC) + timedelta(milliseconds=1)
+    wait_until(lambda: datetime.now(UTC) > middle)
     send_to_queues(http, topic, {1: 5})
 
     everything = batch_read(spark, live_server.url, subscribe=topic)
