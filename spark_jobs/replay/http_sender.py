@@ -21,6 +21,7 @@ from urllib.parse import quote
 import httpx
 
 from spark_jobs.formatting import format_duration
+from spark_jobs.problems import problem_text
 from spark_jobs.properties import SYSTEM_PROPERTIES as STORED_SYSTEM_PROPERTIES
 from spark_jobs.properties import sendable_properties
 
@@ -309,7 +310,7 @@ def _accepted(response: httpx.Response, count: int) -> list[object]:
     if not response.is_success:
         raise ReplayError(
             f"the server refused a batch of {count}: HTTP {response.status_code} "
-            f"{_problem(response)}"
+            f"{problem_text(response)}"
         )
     try:
         answer = response.json()
@@ -322,16 +323,3 @@ def _accepted(response: httpx.Response, count: int) -> list[object]:
             f"of {count} messages"
         )
     return messages
-
-
-def _problem(response: httpx.Response) -> str:
-    """The detail of a problem+json answer, or the start of the body."""
-    try:
-        problem = response.json()
-    except ValueError:
-        return response.text[:300]
-    if isinstance(problem, dict):
-        parts = [str(problem[k]) for k in ("code", "title", "detail") if problem.get(k)]
-        if parts:
-            return ": ".join(parts)
-    return response.text[:300]

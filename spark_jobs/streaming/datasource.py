@@ -23,40 +23,17 @@ from pyspark.sql.datasource import (
     DataSourceStreamWriter,
     DataSourceWriter,
 )
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    IntegerType,
-    LongType,
-    MapType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StructType
 
+from spark_jobs.streaming.fetch import ARROW_SCHEMA
 from spark_jobs.streaming.options import parse_sink_options, parse_source_options
 from spark_jobs.streaming.sink import SpoolmqBatchWriter, SpoolmqStreamWriter
 from spark_jobs.streaming.source import SpoolmqBatchReader, SpoolmqStreamReader
 
 SPOOLMQ_FORMAT = "spoolmq"
 
-SOURCE_SCHEMA = StructType(
-    [
-        StructField("key", StringType(), True),
-        StructField("keys", ArrayType(StringType(), False), False),
-        StructField("value", BinaryType(), False),
-        StructField("topic", StringType(), False),
-        StructField("queue_id", IntegerType(), False),
-        StructField("queue_offset", LongType(), False),
-        StructField("msg_id", StringType(), False),
-        StructField("tags", StringType(), True),
-        StructField("properties", MapType(StringType(), StringType(), False), False),
-        StructField("born_timestamp", TimestampType(), False),
-        StructField("store_timestamp", TimestampType(), False),
-        StructField("broker_group", StringType(), True),
-    ]
-)
+SOURCE_SCHEMA: StructType = from_arrow_schema(ARROW_SCHEMA)
 """One row per message: ``key`` is the first of ``keys``; ``queue_id`` is cluster-wide
 through a proxy, where ``broker_group`` names the group holding the queue (else null)."""
 

@@ -49,7 +49,7 @@ ARROW_SCHEMA: Final = pa.schema(
         pa.field("broker_group", pa.string(), nullable=True),
     ]
 )
-"""The rows of the ``spoolmq`` source (``spark_jobs.streaming.datasource.SOURCE_SCHEMA``)."""
+"""The rows of the ``spoolmq`` source; its Spark schema is derived from this one."""
 
 
 def fetch_range(

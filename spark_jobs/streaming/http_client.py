@@ -18,6 +18,7 @@ from urllib.parse import quote
 import httpx
 import orjson
 
+from spark_jobs.problems import problem_code, problem_text
 from spark_jobs.streaming.errors import (
     AuthenticationError,
     BrokerRefusedError,
@@ -250,28 +251,6 @@ def refusal(response: httpx.Response, what: str) -> BrokerRefusedError:
             code,
         )
     return BrokerRefusedError(f"{what}: HTTP {status} {detail}", status, code)
-
-
-def problem_code(response: httpx.Response) -> str | None:
-    """The ``code`` of a problem+json answer."""
-    try:
-        body = response.json()
-    except ValueError:
-        return None
-    return str(body["code"]) if isinstance(body, dict) and body.get("code") else None
-
-
-def problem_text(response: httpx.Response) -> str:
-    """``CODE: detail`` of a problem+json answer, or the start of the body."""
-    try:
-        body = response.json()
-    except ValueError:
-        return response.text[:300]
-    if isinstance(body, dict):
-        parts = [str(body[k]) for k in ("code", "detail") if body.get(k)]
-        if parts:
-            return ": ".join(parts)
-    return response.text[:300]
 
 
 def _json(response: httpx.Response) -> dict[str, Any]:

@@ -6,18 +6,13 @@ nothing is written twice."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 from pyspark.sql import SparkSession
 
-from tests.app.cluster_support import ClusterBroker
-from tests.app.test_cluster_proxy import masters
-from tests.app.test_proxy import ProxyServer, start_proxy
+from tests.app.test_cluster_proxy import Deployment, masters
 from tests.conftest import wait_until
-from tests.etcd_support import start_etcd
 from tests.spark_jobs.streaming.processes import (
     FAST_SPARK,
     child_env,
@@ -27,29 +22,6 @@ from tests.spark_jobs.streaming.processes import (
 )
 
 COPY = "tests.spark_jobs.streaming.copy_query"
-
-
-@pytest.fixture
-def proxied(tmp_path: Path) -> Iterator[tuple[ProxyServer, ClusterBroker]]:
-    """etcd; g1 = g1-a (master) + g1-b (sync slave); g2 = g2-a; the proxy in front."""
-    etcd = start_etcd(tmp_path)
-    brokers = [
-        ClusterBroker("g1-a", tmp_path / "g1a", etcd.url, group="g1"),
-        ClusterBroker("g1-b", tmp_path / "g1b", etcd.url, group="g1"),
-        ClusterBroker("g2-a", tmp_path / "g2a", etcd.url, group="g2", replication="async"),
-    ]
-    proxy: ProxyServer | None = None
-    try:
-        for broker in brokers:
-            broker.start()
-        proxy = start_proxy(etcd.url, cluster="test")
-        yield proxy, brokers[0]
-    finally:
-        if proxy is not None:
-            proxy.stop()
-        for broker in reversed(brokers):
-            broker.stop()
-        etcd.stop()
 
 
 def send_all(http: httpx.Client, topic: str, bodies: list[str], queues: int) -> None:
@@ -68,13 +40,12 @@ def send_all(http: httpx.Client, topic: str, bodies: list[str], queues: int) -> 
 
 
 def test_a_query_through_the_proxy_loses_and_repeats_nothing_when_a_master_dies(
-    proxied: tuple[ProxyServer, ClusterBroker],
+    deployment: Deployment,
     spark: SparkSession,
     spark_env: dict[str, str],
     tmp_path: Path,
 ) -> None:
-    proxy, g1_master = proxied
-    http = httpx.Client(base_url=proxy.url, timeout=40)
+    proxy, g1_master, http = deployment.proxy, deployment.g1_a, deployment.http
     wait_until(lambda: masters(http) == {"g1": "g1-a", "g2": "g2-a"}, timeout=30)
     for topic in ("In", "Out"):
         created = http.put(
@@ -117,4 +88,3 @@ def test_a_query_through_the_proxy_loses_and_repeats_nothing_when_a_master_dies(
     )
     assert sorted(bytes(r.value).decode() for r in rows) == sorted(before + after)
     assert {r.broker_group for r in rows} == {"g1", "g2"}
-    http.close()

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 from pyspark.errors import PySparkException
-from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import Row, SparkSession
 
 from tests.app.test_pull_statuses import queue_of, send_many, store_of
 from tests.conftest import LiveServer, start_server
+from tests.spark_jobs.streaming.available_now import run_available_now
 
 
 @pytest.fixture
@@ -42,28 +43,9 @@ def stream_once(
     spark: SparkSession, url: str, topic: str, checkpoint: Path, **options: str
 ) -> tuple[list[Row], Exception | None]:
     """Trigger.AvailableNow over ``topic``; the rows read, and the query's error if any."""
-    rows: list[Row] = []
-
-    def collect(frame: DataFrame, batch_id: int) -> None:
-        rows.extend(frame.collect())
-
-    query = (
-        spark.readStream.format("spoolmq")
-        .option("spoolmq.endpoints", url)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .options(**options)
-        .load()
-        .writeStream.foreachBatch(collect)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    try:
-        query.awaitTermination(180)
-    except PySparkException:
-        pass
-    return rows, query.exception()
+    given = {"spoolmq.endpoints": url, "subscribe": topic, "startingOffsets": "earliest"}
+    run = run_available_now(spark, {**given, **options}, checkpoint)
+    return run.rows, run.error
 
 
 def test_lost_offsets_fail_the_query_clearly_or_are_skipped(

@@ -4,13 +4,7 @@ that does not answer."""
 
 from __future__ import annotations
 
-import json
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -26,6 +20,7 @@ from spark_jobs.streaming.http_client import SpoolmqClient
 from spark_jobs.streaming.options import Connection, RetryPolicy
 from tests.app.auth_support import start_auth_server
 from tests.conftest import LiveServer
+from tests.spark_jobs.stub_server import stub_server
 
 FAST = RetryPolicy(retries=2, backoff_ms=1, max_backoff_ms=1, timeout_s=5)
 
@@ -115,40 +110,10 @@ def test_the_next_endpoint_answers_when_the_first_does_not(
         assert len(client.queues(topic)) == 8
 
 
-@contextmanager
-def flaky_server(statuses: list[int]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    """Answers each request with the next status of ``statuses`` (then 201), recording it."""
-    seen: list[dict[str, Any]] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            return
-
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["content-length"]))
-            seen.append({"key": self.headers["idempotency-key"], "body": json.loads(body)})
-            status = statuses.pop(0) if statuses else 201
-            problem = {"code": "OUTCOME_UNKNOWN", "detail": "retry with the same key"}
-            data = json.dumps({"messages": [{"msg_id": "X"}]} if status == 201 else problem)
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data.encode())
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", seen
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def test_an_unknown_outcome_is_retried_with_the_same_key_and_rows() -> None:
-    with flaky_server([504, 503]) as (url, seen), connect(url) as client:
+    with stub_server() as (url, state), connect(url) as client:
+        state.fail_first, state.fail_status = 2, 504  # a proxy's OUTCOME_UNKNOWN, twice
         sent = client.send("T", {"messages": [{"body": "x"}]}, "spark:q:3:1:0")
-    assert sent.receipts == [{"msg_id": "X"}]
-    assert [s["key"] for s in seen] == ["spark:q:3:1:0"] * 3
-    assert all(s["body"] == seen[0]["body"] for s in seen)
+    assert [r["msg_id"] for r in sent.receipts] == ["ID000000"]
+    assert [key for key, _ in state.attempts] == ["spark:q:3:1:0"] * 3
+    assert all(body == state.attempts[0][1] for _, body in state.attempts)

@@ -9,16 +9,16 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
 from pyspark.errors import PySparkException
-from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import Row, SparkSession
 
 from tests.app.auth_support import start_auth_server
 from tests.conftest import LiveServer, wait_until
+from tests.spark_jobs.streaming.available_now import run_available_now
 
 
 def send_to_queues(http: httpx.Client, topic: str, counts: dict[int, int]) -> dict[int, list[str]]:
@@ -42,29 +42,6 @@ def send_to_queues(http: httpx.Client, topic: str, counts: dict[int, int]) -> di
     return bodies
 
 
-def run_available_now(
-    spark: SparkSession, options: dict[str, Any], checkpoint: Path
-) -> tuple[list[list[Row]], list[Any]]:
-    """Run a stream with Trigger.AvailableNow; each micro-batch's rows, and the progress."""
-    batches: list[list[Row]] = []
-
-    def collect(frame: DataFrame, batch_id: int) -> None:
-        batches.append(frame.collect())
-
-    query = (
-        spark.readStream.format("spoolmq")
-        .options(**options)
-        .load()
-        .writeStream.foreachBatch(collect)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    assert query.awaitTermination(180), "the query did not finish"
-    assert query.exception() is None
-    return batches, query.recentProgress
-
-
 def test_micro_batches_are_bounded_and_read_every_message_once(
     spark: SparkSession, live_server: LiveServer, tmp_path: Path
 ) -> None:
@@ -81,7 +58,9 @@ def test_micro_batches_are_bounded_and_read_every_message_once(
         "maxOffsetsPerPartition": "20",
         "consumerGroup": group,
     }
-    batches, progress = run_available_now(spark, options, tmp_path / "chk")
+    run = run_available_now(spark, options, tmp_path / "chk")
+    assert run.error is None
+    batches, progress = run.batches, run.progress
 
     assert all(len(rows) <= 64 for rows in batches)
     assert sum(len(rows) for rows in batches) == 500 and len(batches) == 8  # ceil(500 / 64)
@@ -105,8 +84,8 @@ def test_micro_batches_are_bounded_and_read_every_message_once(
     http.put(f"/v1/topics/{topic}", json={"write_queue_nums": 10, "read_queue_nums": 10})
     send_to_queues(http, topic, {0: 3, 9: 4})
     send_to_queues(http, f"{topic}New", {0: 2})
-    more, _ = run_available_now(spark, options, tmp_path / "chk")
-    again = sorted((r.topic, r.queue_id, r.queue_offset) for rows in more for r in rows)
+    more = run_available_now(spark, options, tmp_path / "chk")
+    again = sorted((r.topic, r.queue_id, r.queue_offset) for r in more.rows)
     assert again == sorted(
         [(topic, 0, o) for o in range(10, 13)]
         + [(topic, 9, o) for o in range(4)]
