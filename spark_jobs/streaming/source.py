@@ -171,6 +171,8 @@ class SpoolmqStreamReader(_Reads, DataSourceStreamReader, SupportsTriggerAvailab
 
     def _commit_group(self, processed: Positions) -> None:
         group = self.options.consumer_group
+        if self._latest:  # leave out queues gone since (a deleted topic): they would fail all
+            processed = {key: o for key, o in processed.items() if key in self._latest}
         if group is None or not processed or processed == self._committed:
             return
         offsets = [(t, q, o) for (t, q), o in sorted(processed.items())]
