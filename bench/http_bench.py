@@ -101,7 +101,10 @@ def pinned(cpu: int) -> list[str]:
 
 
 @contextlib.contextmanager
-def server(command: list[str], url: str, ready_path: str, cwd: Path) -> Iterator[None]:
+def server(
+    command: list[str], url: str, ready_path: str, cwd: Path
+) -> Iterator[subprocess.Popen[bytes]]:
+    """The server process (``taskset`` execs it: the same PID), stopped on exit."""
     process = subprocess.Popen(
         [*pinned(0), *command], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -116,7 +119,7 @@ def server(command: list[str], url: str, ready_path: str, cwd: Path) -> Iterator
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{command[0]} did not start")
             time.sleep(0.1)
-        yield
+        yield process
     finally:
         process.terminate()
         try:

@@ -4,8 +4,10 @@
    ``bench/http_bench.py``): a batch of 100 x 1 KiB messages with one new key per request
    against the same batch without a key, and a single 1 KiB send with and without a key
    (wrk builds every request on both sides, as a new key per request needs).
-   Keyed and unkeyed runs alternate, ``--repeat`` times each; medians. Target: a keyed batch
-   costs at most 15 % (ratio >= 0.85).
+   Keyed and unkeyed runs alternate, ``--repeat`` pairs; the figures are the medians of the
+   pairs' keyed / unkeyed ratios, of requests/s and of the server's CPU time per request
+   (which other load on the machine moves less). Target: a keyed batch costs at most 15 %
+   (ratio >= 0.85).
 2. Look-up, in-process on a store holding ``--keys`` keyed messages (10 M by default, each
    with its UNIQ_KEY as a send has), all inside the window: the time of
    ``IdempotencyService.find`` for keys never sent (what every new keyed send pays) and for
@@ -24,9 +26,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -69,25 +73,38 @@ def script(path: str, body: str, keyed: bool) -> str:
     )
 
 
+def cpu_seconds(process: subprocess.Popen[bytes]) -> float:
+    """User + system CPU time the process has used (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def measure_http(args: argparse.Namespace, workdir: Path) -> dict[str, list[float]]:
+    """Per side and run: requests/s, and the server's CPU time per request (less moved by
+    other load on the machine than the rate is)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     store = workdir / "http-store"
     command = [str(BIN / "spoolmq"), "serve", "--store-dir", str(store), "--port", str(port)]
     command += ["--log-level", "warning"]
     path = "/v1/topics/B/messages"
-    runs: dict[str, list[float]] = {"batch": [], "batch_keyed": [], "one": [], "one_keyed": []}
-    with server(command, url, "/readyz", workdir):
+    runs: dict[str, list[float]] = {}
+    with server(command, url, "/readyz", workdir) as process:
         for body, name in ((json.dumps(BATCH), "batch"), (json.dumps(ONE), "one")):
             wrk(url, script(path, body, True), 1, args.connections, workdir)  # warm up
             for _ in range(args.repeat):
-                plain = wrk(
-                    url, script(path, body, False), args.duration, args.connections, workdir
-                )
-                keyed = wrk(url, script(path, body, True), args.duration, args.connections, workdir)
-                runs[name].append(plain)
-                runs[f"{name}_keyed"].append(keyed)
-                print(f"  {name}: {plain:,.0f} req/s without a key, {keyed:,.0f} with one")
+                for keyed in (False, True):
+                    side = f"{name}_keyed" if keyed else name
+                    cpu = cpu_seconds(process)
+                    rate = wrk(
+                        url, script(path, body, keyed), args.duration, args.connections, workdir
+                    )
+                    cpu_us = (cpu_seconds(process) - cpu) / (rate * args.duration) * 1e6
+                    runs.setdefault(side, []).append(rate)
+                    runs.setdefault(f"{side}_cpu_us", []).append(cpu_us)
+                    print(
+                        f"  {side}: {rate:,.0f} req/s, {cpu_us:,.0f} us of server CPU per request"
+                    )
     shutil.rmtree(store, ignore_errors=True)
     return runs
 
@@ -198,11 +215,23 @@ def main() -> int:
             for name, unit in (("batch", 100), ("one", 1)):
                 plain = statistics.median(runs[name]) * unit
                 keyed = statistics.median(runs[f"{name}_keyed"]) * unit
-                spread = [k / p for k, p in zip(runs[f"{name}_keyed"], runs[name], strict=True)]
+                # Each keyed run against the unkeyed run just before it: the machine's load
+                # moves both alike, so the pairs' ratios spread less than the rates do.
+                pairs = [k / p for k, p in zip(runs[f"{name}_keyed"], runs[name], strict=True)]
+                cpu = [
+                    p / k
+                    for k, p in zip(
+                        runs[f"{name}_keyed_cpu_us"], runs[f"{name}_cpu_us"], strict=True
+                    )
+                ]
                 what = "batch 100 x 1 KiB msgs/s" if unit == 100 else "single 1 KiB req/s"
                 print(
-                    f"{what}: without key {plain:,.0f}, with key {keyed:,.0f}: "
-                    f"{keyed / plain:.2f}x (runs {min(spread):.2f}-{max(spread):.2f})"
+                    f"{what}: without key {plain:,.0f}, with key {keyed:,.0f} (medians); "
+                    f"keyed / unkeyed per pair: median {statistics.median(pairs):.2f}x "
+                    f"[{min(pairs):.2f}-{max(pairs):.2f}]; by server CPU per request: "
+                    f"median {statistics.median(cpu):.2f}x [{min(cpu):.2f}-{max(cpu):.2f}] "
+                    f"({statistics.median(runs[f'{name}_cpu_us']):,.0f} vs "
+                    f"{statistics.median(runs[f'{name}_keyed_cpu_us']):,.0f} us)"
                 )
         if not args.skip_lookup:
             print(f"Look-up with {args.keys:,} keys in the window:")

@@ -46,6 +46,8 @@ class KeyedRecords:
         if self._index is None:
             return None
         offsets = self._index.lookup(idempotency_index_key(topic, key), since)
+        if not offsets:  # the common case: a new key
+            return None
         commit_log = self._commit_log
         max_offset = commit_log.max_offset  # entries past it were truncated away
         for offset in sorted(o for o in set(offsets) if o < max_offset):

@@ -248,3 +248,16 @@ def test_a_repeat_after_a_restart_finds_the_first(tmp_path: Path) -> None:
             assert stored_bodies(client, "Restarted") == ["a", "a", "a"]
     finally:
         server.stop()
+
+
+def test_without_the_index_a_key_is_refused_and_nothing_stored(tmp_path: Path) -> None:
+    server = start_server(tmp_path / "store", message_index_enable=False)
+    try:
+        with server.client() as client:
+            refused = send(client, "NoIndex", "k-1")
+            assert refused.status_code == 501
+            assert refused.json()["code"] == "IDEMPOTENCY_UNAVAILABLE"
+            assert stored_bodies(client, "NoIndex") == []
+            assert send(client, "NoIndex", None).status_code == 201
+    finally:
+        server.stop()

@@ -46,7 +46,8 @@ def test_a_slave_with_the_replication_token_copies_configs_and_streams(tmp_path:
             assert sent.status_code == 201, sent.text
         assert httpx.get(f"{master.url}/v1/replication/configs", timeout=10).status_code == 401
         # the slave reads its own routes without a token only when it has no auth file itself
-        wait_until(lambda: "Locked" in (slave.store_dir / "config" / "topics.json").read_text())
+        topics = slave.store_dir / "config" / "topics.json"  # written at the first sync
+        wait_until(lambda: topics.exists() and "Locked" in topics.read_text())
         wait_until(
             lambda: (
                 httpx.get(f"{slave.url}/v1/topics/Locked/queues/1/messages", timeout=10)
