@@ -12,8 +12,9 @@
    latest) and a stream (``Trigger.AvailableNow``, ``maxOffsetsPerTrigger`` 50,000), both
    into the ``noop`` sink, so every column of every row reaches the JVM.
 
-Each Spark figure is the best of ``--runs`` after a first run that starts the Python
-workers; the pull loop is the best of the same number of runs. Run by hand::
+After one warm-up of each, the four take turns ``--runs`` times (so a busy neighbour
+slows them alike); each figure is the median [min-max] of its runs, each ratio the median
+of the per-round ratios. Run by hand::
 
     uv run python bench/streaming_bench.py
     uv run python bench/streaming_bench.py --messages 500000 --master local[2]
@@ -26,6 +27,7 @@ import base64
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -131,14 +133,15 @@ def store_files(spark: SparkSession, store: Path) -> None:
     frame.write.format("noop").mode("overwrite").save()
 
 
-def best_of(runs: int, action: Callable[[], object]) -> tuple[float, float]:
-    """(first run's seconds, best of the next ``runs``)."""
-    timed = []
-    for _ in range(runs + 1):
-        started = time.perf_counter()
-        action()
-        timed.append(time.perf_counter() - started)
-    return timed[0], min(timed[1:]) if runs else timed[0]
+def timed(action: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+def spread(values: list[float]) -> str:
+    """``median [min-max]``."""
+    return f"{statistics.median(values):,.2f} [{min(values):,.2f}-{max(values):,.2f}]"
 
 
 def main() -> int:
@@ -162,7 +165,6 @@ def main() -> int:
                 f"{os.cpu_count()} CPUs"
             )
             assert pull_loop(http) == args.messages
-            _, pull_s = best_of(args.runs, lambda: pull_loop(http))
 
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -181,31 +183,33 @@ def main() -> int:
         )
         count = spark.read.format("spoolmq").option("spoolmq.endpoints", url)
         assert count.option("subscribe", TOPIC).load().count() == args.messages
-        figures = {
-            "plain HTTP pull loop (1 thread)": (pull_s, pull_s),
-            f"spoolmq_commitlog (store files), {args.master}": best_of(
-                args.runs, lambda: store_files(spark, work / "store")
+        puller = httpx.Client(base_url=url, timeout=60)
+        sides: dict[str, Callable[[], object]] = {
+            "plain HTTP pull loop (1 thread)": lambda: pull_loop(puller),
+            f"spoolmq_commitlog (store files), {args.master}": lambda: store_files(
+                spark, work / "store"
             ),
-            f"spoolmq batch read (HTTP), {args.master}": best_of(
-                args.runs, lambda: http_batch(spark, url)
-            ),
-            f"spoolmq stream, AvailableNow, {args.master}": best_of(
-                args.runs, lambda: http_stream(spark, url, work / "checkpoint")
+            f"spoolmq batch read (HTTP), {args.master}": lambda: http_batch(spark, url),
+            f"spoolmq stream, AvailableNow, {args.master}": lambda: http_stream(
+                spark, url, work / "checkpoint"
             ),
         }
+        for action in sides.values():  # warm: Python workers started, code compiled
+            action()
+        rates: dict[str, list[float]] = {name: [] for name in sides}
+        for _ in range(args.runs):  # the sides alternate, so load hits them alike
+            for name, action in sides.items():
+                rates[name].append(args.messages / timed(action))
         spark.stop()
-        rates = {name: args.messages / best for name, (_, best) in figures.items()}
-        for name, (first, best) in figures.items():
-            print(
-                f"{name:<45} {rates[name]:>10,.0f} rows/s (best {best:6.2f} s, "
-                f"first {first:6.2f} s)"
-            )
-        pull, files = list(rates.values())[:2]
-        for name in list(rates)[2:]:
-            print(
-                f"{name}: {rates[name] / pull:.2f}x the pull loop, "
-                f"{rates[name] / files:.2f}x the store-file source"
-            )
+        puller.close()
+        names = list(sides)
+        for name in names:
+            thousands = [rate / 1000 for rate in rates[name]]
+            print(f"{name:<45} {spread(thousands):>24} k rows/s")
+        for name in names[2:]:
+            for base in names[:2]:
+                ratios = [a / b for a, b in zip(rates[name], rates[base], strict=True)]
+                print(f"{name} / {base}: {spread(ratios)}x")
     finally:
         server.terminate()
         server.wait(timeout=30)
