@@ -3,8 +3,8 @@
 # authentication from an auth file mounted at /run/secrets/spoolmq-auth.toml.
 #
 #   docker build -t spoolmq .
-#   docker run --rm spoolmq token create --name ops --admin   # prints a token + its entry
-#   # put the printed [[tokens]] entries into spoolmq-auth.toml, then:
+#   docker run --rm spoolmq token create --name ops --admin >> spoolmq-auth.toml
+#   # (the entry goes to stdout, the token once to stderr), then:
 #   docker run -p 8080:8080 -v spoolmq-data:/data \
 #     -v "$PWD/spoolmq-auth.toml:/run/secrets/spoolmq-auth.toml:ro" spoolmq
 #
@@ -14,7 +14,14 @@
 # Behind a TLS proxy add -e SPOOLMQ_SECURE_COOKIES=true (admin login cookie). Admin actions
 # are logged to /data/audit.log. Settings come from SPOOLMQ_* variables or flags after the
 # image name (docker run spoolmq serve --host 0.0.0.0 --store-dir /data --rate-limit-per-s 500).
-FROM python:3.11-slim AS base
+#
+# The Spark jobs run from the same image (PySpark and a Java 17 runtime are in it):
+#   docker run --rm -v spoolmq-data:/data --entrypoint spoolmq-spark spoolmq \
+#     lag-report --store /data --out /data/lag
+FROM python:3.11-slim-bookworm AS base
+
+# The uv that made uv.lock (the Makefile pins the same one; a test checks they agree).
+ARG UV_VERSION=0.13.9
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -23,14 +30,19 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     UV_PYTHON_DOWNLOADS=never \
     UV_PROJECT_ENVIRONMENT=/app/.venv
 
-RUN pip install --no-cache-dir uv
+RUN pip install --no-cache-dir "uv==${UV_VERSION}"
+
+# Java for the Spark jobs (PySpark 4 needs 17 or later; procps for Spark's launch scripts).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
+    && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /app
 
 # Dependencies only, from the lock file: this layer is rebuilt only when they change.
 COPY pyproject.toml uv.lock README.md ./
 RUN --mount=type=cache,target=/root/.cache/uv \
-    uv sync --frozen --no-dev --no-install-project
+    uv sync --frozen --no-dev --extra spark --no-install-project
 
 # Then the project itself.
 COPY app ./app
@@ -38,7 +50,7 @@ COPY services ./services
 COPY storage ./storage
 COPY spark_jobs ./spark_jobs
 RUN --mount=type=cache,target=/root/.cache/uv \
-    uv sync --frozen --no-dev
+    uv sync --frozen --no-dev --extra spark
 
 RUN groupadd --system --gid 10001 spoolmq \
     && useradd --system --uid 10001 --gid spoolmq --home-dir /app --shell /usr/sbin/nologin spoolmq \
@@ -49,7 +61,8 @@ ENV PATH="/app/.venv/bin:$PATH" \
     SPOOLMQ_STORE_DIR=/data \
     SPOOLMQ_HOST=0.0.0.0 \
     SPOOLMQ_PORT=8080 \
-    SPOOLMQ_AUTH_FILE=/run/secrets/spoolmq-auth.toml
+    SPOOLMQ_AUTH_FILE=/run/secrets/spoolmq-auth.toml \
+    PYSPARK_PYTHON=/app/.venv/bin/python
 
 USER spoolmq
 VOLUME ["/data"]

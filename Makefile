@@ -9,10 +9,12 @@ UV := $(PYTHON) -m uv
 endif
 STORE_DIR ?= ./data
 
-.PHONY: run test install bootstrap chromium etcd lint typecheck contracts pytest bench bench-tools bench-http clean
+.PHONY: run test install bootstrap chromium etcd jq lint typecheck contracts pytest bench bench-tools bench-http clean
 
+# The uv that made uv.lock (the Dockerfile pins the same one).
+UV_VERSION := 0.13.9
 bootstrap:
-	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv
+	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet "uv==$(UV_VERSION)"
 
 install: bootstrap
 	$(UV) sync --frozen
@@ -41,7 +43,12 @@ etcd:
 	@test -x /usr/bin/etcd || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq etcd-server >/dev/null; }
 
-pytest: install chromium etcd
+# The README's examples (run by tests/test_readme.py) use curl and jq.
+jq:
+	@test -x /usr/bin/jq -a -x /usr/bin/curl || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq jq curl >/dev/null; }
+
+pytest: install chromium etcd jq
 	$(UV) run pytest
 
 test: lint typecheck contracts pytest

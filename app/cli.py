@@ -34,8 +34,8 @@ from app.security import (
     new_token,
 )
 from app.security.principals import ConsumeGrant
-from app.server import build_server
-from app.settings import Settings
+from app.server import ListenError, build_server, listen_socket
+from app.settings import SETTING_SECTIONS, Settings
 from services import Broker, OutgoingMessage, PullOptions
 from services.cluster.member import MasterRoleLostError
 from services.errors import ServiceError, StorageError
@@ -44,7 +44,7 @@ from services.ha import split_host_port
 DEMO_TOPIC = "DemoTopic"
 
 
-def _add_setting(parser: argparse.ArgumentParser, name: str, field: FieldInfo) -> None:
+def _add_setting(parser: Any, name: str, field: FieldInfo) -> None:
     flag = "--" + name.replace("_", "-")
     help_text = f"{field.description} (env SPOOLMQ_{name.upper()}, default {field.default})"
     annotation = field.annotation
@@ -98,11 +98,16 @@ def _serve(args: argparse.Namespace) -> int:
     except (UnsafeBindError, AuthFileError) as exc:
         print(f"spoolmq: {exc}", file=sys.stderr)
         return 2
+    try:
+        sock = listen_socket(settings.host, settings.port)
+    except ListenError as exc:
+        print(f"spoolmq: {exc}", file=sys.stderr)
+        return 2
     if settings.auth_file is None:
         logging.getLogger("spoolmq").warning(
             "no --auth-file: every caller is admin (listening on %s)", settings.host
         )
-    server.run()
+    server.run(sockets=[sock])
     if failures and isinstance(failures[0], MasterRoleLostError):
         print(f"spoolmq: stopped: {failures[0]}", file=sys.stderr)
         return 1
@@ -141,7 +146,7 @@ async def _run_demo(broker: Broker) -> None:
 
 
 def _token_create(args: argparse.Namespace) -> int:
-    """Print a new token once, and the auth-file entry that holds its digest."""
+    """Print a new token once (stderr), and the auth-file entry holding its digest (stdout)."""
     try:
         for grant in args.consume:
             ConsumeGrant.parse(grant)
@@ -159,11 +164,15 @@ def _token_create(args: argparse.Namespace) -> int:
         burst=args.burst,
         max_parked_pulls=args.max_parked_pulls,
     )
-    print("Token (shown only now; give it to the client, it is not stored anywhere):")
-    print(f"  {token}")
-    print()
-    print("Add this entry to the auth file (--auth-file) and restart the server:")
-    print()
+    # stdout is the entry alone, so `>> auth.toml` appends it; the token goes to stderr,
+    # alone on its last line, so `2> name.token` keeps it and `tail -n 1` reads it back.
+    print(
+        f"spoolmq: the token of {args.name!r} follows, shown only now (the auth file keeps "
+        "only its SHA-256); its auth-file entry went to stdout: append it to the file "
+        "(--auth-file) and restart the server.",
+        file=sys.stderr,
+    )
+    print(token, file=sys.stderr)
     print(entry, end="")
     return 0
 
@@ -174,8 +183,9 @@ def _add_token_commands(commands: Any) -> None:
     create = actions.add_parser(
         "create",
         help="print a new token and its auth-file entry",
-        description="Print a new random token (once) and the [[tokens]] entry to paste into "
-        "the auth file; the file keeps only the token's SHA-256.",
+        description="Print the [[tokens]] entry for the auth file on stdout (`>> auth.toml` "
+        "appends it; the file keeps only the token's SHA-256) and the new random token, "
+        "once, on stderr (its last line: `2> name.token`).",
     )
     create.add_argument("--name", required=True, type=_token_name, help="unique, for logs")
     create.add_argument("--admin", action="store_true", help="may do everything")
@@ -242,10 +252,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser(
         "serve",
         help="run the HTTP API server",
-        description="Run the HTTP API on one store directory (one worker, uvloop, httptools).",
+        usage="spoolmq serve [--FLAG VALUE ...]",
+        description="Run the HTTP API on one store directory (one worker, uvloop, httptools). "
+        "Every flag is also an environment variable (SPOOLMQ_<FLAG>); a flag wins.",
     )
+    section: Any = serve
     for name, field in Settings.model_fields.items():
-        _add_setting(serve, name, field)
+        if name in SETTING_SECTIONS:
+            section = serve.add_argument_group(SETTING_SECTIONS[name])
+        _add_setting(section, name, field)
     demo = commands.add_parser(
         "demo",
         help="send and pull a few messages without a server",

@@ -79,6 +79,7 @@ STATUS_BY_CODE: Final[Mapping[str, int]] = {
     "REPLICA_APPEND_REJECTED": 409,
     # the HTTP shell
     "MALFORMED_JSON": 400,
+    "UNSUPPORTED_MEDIA_TYPE": 415,  # a JSON route without a JSON body, or a form-encoded send
     "INVALID_BODY_ENCODING": 422,
     "PARAMETER_NOT_ALLOWED": 422,
     "VALIDATION_FAILED": 422,
@@ -201,9 +202,33 @@ async def _api_error(request: Request, exc: Exception) -> Response:
     return problem_response(request, exc.code, exc.detail, headers=exc.headers)
 
 
+def is_json_media_type(content_type: str) -> bool:
+    """``application/json`` or any ``application/*+json``, parameters ignored."""
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
+
+
+def json_body_required(content_type: str) -> ApiError:
+    """A JSON route reached without a JSON body (curl's ``-d`` alone sends a form)."""
+    given = f"Content-Type {content_type!r}" if content_type else "no Content-Type"
+    return ApiError(
+        "UNSUPPORTED_MEDIA_TYPE",
+        f"this route takes a JSON body with Content-Type: application/json ({given} was sent; "
+        "with curl add -H 'content-type: application/json')",
+    )
+
+
 async def _validation_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
     raw = exc.errors()
+    content_type = request.headers.get("content-type", "")
+    if any(tuple(e.get("loc", ())) == ("body",) for e in raw) and not is_json_media_type(
+        content_type
+    ):
+        refused = json_body_required(content_type)
+        return problem_response(request, refused.code, refused.detail)
     if any(e.get("type") == "json_invalid" for e in raw):
         return problem_response(request, "MALFORMED_JSON", "the request body is not valid JSON")
     errors = [field_error(e) for e in raw]

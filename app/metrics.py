@@ -81,7 +81,7 @@ def render_metrics(broker: Broker, disk_used_bytes: int) -> str:
     )
     for name, help_text, value in (
         ("received", "Messages handed out by POP receives.", m.pop_received),
-        ("acked", "POP acks answered acked.", m.pop_acked),
+        ("acked", "Messages acked by POP consumers (a repeated ack counts once).", m.pop_acked),
         ("ack_expired", "POP acks answered expired.", m.pop_ack_expired),
         ("expired", "POP deliveries whose invisibility ran out.", m.pop_expired),
         ("redelivered", "Expired POP deliveries put back into %RETRY%<group>.", m.pop_redelivered),

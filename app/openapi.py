@@ -27,6 +27,12 @@ _REQUEST_ID_HEADER = {
     }
 }
 
+_UNSUPPORTED_MEDIA_TYPE = {
+    "description": "The body is not JSON (no `Content-Type: application/json`; `curl -d` alone "
+    "sends a form): UNSUPPORTED_MEDIA_TYPE, naming the Content-Type sent.",
+    "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+}
+
 
 def build_openapi(app: FastAPI) -> dict[str, Any]:
     """The app's OpenAPI document (cached on the app)."""
@@ -53,6 +59,8 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
     _add_security(schema, auth_required=security is not None and security.auth_enabled)
     for path_item in schema.get("paths", {}).values():
         for operation in path_item.values():
+            if "requestBody" in operation:
+                operation["responses"].setdefault("415", _UNSUPPORTED_MEDIA_TYPE)
             for response in operation.get("responses", {}).values():
                 response.setdefault("headers", {}).update(_REQUEST_ID_HEADER)
     app.openapi_schema = schema

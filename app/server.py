@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import signal
 import socket
 import threading
@@ -215,6 +216,38 @@ class SpoolServer(uvicorn.Server):
         finally:
             for sig, handler in original.items():
                 signal.signal(sig, handler)
+
+
+class ListenError(Exception):
+    """The server's address cannot be listened on (a busy port, an address not on this host)."""
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host``:``port``, before anything else starts (as uvicorn binds it).
+
+    ListenError, one line saying what to do, when the port is taken or the address is not
+    this machine's (uvicorn would print ``[Errno 98]`` between its startup lines).
+    """
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise ListenError(
+                f"cannot listen on {host}:{port}: the port is in use (another server? "
+                "choose another with --port or SPOOLMQ_PORT)"
+            ) from None
+        raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock
 
 
 def build_server(app: FastAPI, settings: Settings) -> SpoolServer:

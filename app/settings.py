@@ -10,7 +10,7 @@ import dataclasses
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -37,6 +37,19 @@ MAX_REQUEST_BYTES = 4 * MIB
 """Default cap on a request body; larger requests are refused before they are read."""
 MAX_PULL_BYTES = 64 * MIB
 """Largest max_bytes a pull may ask for (documented in the OpenAPI schema)."""
+
+
+SETTING_SECTIONS: Final = {
+    "store_dir": "server",
+    "commit_log_file_size": "store sizes and limits",
+    "auto_create_topics": "broker",
+    "role": "replication",
+    "cluster": "cluster",
+    "max_request_bytes": "HTTP limits",
+    "auth_file": "security",
+}
+"""The first setting of each section of :class:`Settings` (in declaration order), and its
+title: ``spoolmq serve --help`` lists the flags by section."""
 
 
 class Settings(BaseSettings):

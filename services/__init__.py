@@ -26,6 +26,7 @@ from storage.config_managers import (
     TopicConfig,
 )
 from storage.retention import RetentionConfig
+from storage.timestamps import parse_timestamp_ms
 from storage.topic_names import (
     DLQ_GROUP_TOPIC_PREFIX,
     MAX_TOPIC_LENGTH,
@@ -84,5 +85,6 @@ __all__ = [
     "is_dlq_topic",
     "is_group_topic",
     "is_retry_topic",
+    "parse_timestamp_ms",
     "retry_topic",
 ]

@@ -35,6 +35,7 @@ import httpx
 
 from services.appender import Appender
 from services.dlq import DlqService
+from services.dlq_watermark import DlqWatermark
 from services.durability import DurabilityTracker
 from services.errors import (
     BrokerUnavailableError,
@@ -62,6 +63,7 @@ from services.pop.persister import PopStatePersister
 from services.pop.revive import ReviveService
 from services.pop.service import PopService
 from services.pull import PullService
+from services.redrive_jobs import RedriveJobs
 from services.schedule import DelayScheduler
 from services.send import SendLimits, SendService
 from services.send_back import SendBackService
@@ -274,6 +276,7 @@ class Broker:
         self.waiters.close()
         if self._services is not None:  # end paced redrives and redrive jobs
             self._services.dlq.begin_shutdown()
+            self._services.redrive_jobs.begin_shutdown()
 
     async def stop(self) -> None:
         """Answer parked pulls, persist offsets and configs, close the store."""
@@ -432,6 +435,7 @@ class Broker:
             )
         await self._stop_replication()
         store = self._require_store()
+        store.cut_partial_tail()  # a record the old master never finished sending
         # Keys are new only once the index covers everything this replica received.
         self._built_services().idempotency.begin_writing()
         await asyncio.to_thread(self._epochs.begin, epoch, store.max_physical_offset)
@@ -450,6 +454,7 @@ class Broker:
                 f"broker {self.config.broker_name} is a master; restart it as a slave to follow"
             )
         await self._stop_replication()
+        self._require_store().cut_partial_tail()  # the new master sends whole records
         self._master = master
         client = self._new_client(master)
         try:
@@ -611,6 +616,10 @@ class Broker:
         return self.services.dlq
 
     @property
+    def redrive_jobs(self) -> RedriveJobs:
+        return self.services.redrive_jobs
+
+    @property
     def store_status(self) -> StoreStatusService:
         return self.services.store_status
 
@@ -656,6 +665,7 @@ class _Services:
     send_back: SendBackService
     offset_reset: OffsetResetService
     dlq: DlqService
+    redrive_jobs: RedriveJobs
     store_status: StoreStatusService
     pop: PopService
     idempotency: IdempotencyService
@@ -669,6 +679,8 @@ class _Services:
         groups = GroupService(broker.group_configs, broker.consumer_offsets, config.groups)
         offsets = OffsetService(store, broker.consumer_offsets, topics, groups)
         send_back = SendBackService(store, groups.for_use, topics.ensure, idempotency.reput)
+        watermark = DlqWatermark(store, broker.consumer_offsets)
+        dlq = DlqService(store, topics.for_send, idempotency, watermark)
         return cls(
             topics=topics,
             groups=groups,
@@ -693,7 +705,8 @@ class _Services:
             messages=MessageQueryService(store, topics),
             send_back=send_back,
             offset_reset=OffsetResetService(store, broker.consumer_offsets, topics, groups),
-            dlq=DlqService(store, topics.for_send, idempotency),
+            dlq=dlq,
+            redrive_jobs=RedriveJobs(dlq),
             store_status=StoreStatusService(store, config.store_dir),
             pop=PopService(
                 store,

@@ -2,7 +2,8 @@
 
 Redrive re-sends each selected message to its original topic (``RETRY_TOPIC``) or a named
 topic, with ``reconsume_times`` reset to 0 and ``REDRIVEN_FROM`` = the dead letter's msgId.
-The dead letter itself stays (the log is append-only), so nothing is lost if a run stops
+The dead letter stays stored (the log is append-only; the redrive watermark of
+:mod:`services.dlq_watermark` counts it no longer waiting), so nothing is lost if a run stops
 midway. A re-run does not send twice: the copy is a re-put keyed by the dead letter
 (:meth:`IdempotencyService.reput`, looked up with no time bound), so a later redrive into the
 same topic -- or the same one after a crash mid-send -- finds it and reports it moved. The
@@ -12,8 +13,7 @@ changes nothing.
 ``rate_per_s`` paces the re-sends: the n-th send waits until n / rate seconds after the
 first, and nothing waits after the last one. A redrive expected to take longer than
 :data:`REDRIVE_PROMPT_S` is refused by :meth:`DlqService.redrive` (a request would be held
-open that long) and runs instead as a :class:`RedriveJob`: an asyncio task with its progress
-and outcomes so far, cancelled on request and when the broker shuts down.
+open that long) and runs instead as a redrive job (:mod:`services.redrive_jobs`).
 """
 
 from __future__ import annotations
@@ -21,17 +21,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 import zlib
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import ClassVar, Final
 
+from services.dlq_watermark import DlqWatermark
 from services.errors import (
     BrokerUnavailableError,
     InvalidRequestError,
-    NotFoundError,
     ServiceError,
 )
 from services.idempotency import IdempotencyService
@@ -45,6 +44,7 @@ from storage.codec import (
     PROPERTY_UNIQ_KEY,
 )
 from storage.config_managers import TopicConfig
+from storage.lag_model import DlqDepth
 
 PROPERTY_REDRIVEN_FROM: Final = "REDRIVEN_FROM"
 _DROPPED_ON_REDRIVE: Final = (
@@ -58,8 +58,6 @@ MIN_REDRIVE_RATE: Final = 0.1
 MAX_REDRIVE_RATE: Final = 100_000.0
 REDRIVE_PROMPT_S: Final = 30.0
 """The longest expected duration (pending messages / rate) of a redrive answered in one call."""
-MAX_ACTIVE_REDRIVE_JOBS: Final = 8
-MAX_KEPT_REDRIVE_JOBS: Final = 100
 
 log = logging.getLogger(__name__)
 
@@ -70,18 +68,6 @@ class RedriveTooLongError(InvalidRequestError):
     """A paced redrive would hold its request open too long: run it as a redrive job."""
 
     code: ClassVar[str] = "REDRIVE_TOO_LONG"
-
-
-class RedriveJobNotFoundError(NotFoundError):
-    """No redrive job of this group has this id (or it was forgotten: only the newest are kept)."""
-
-    code: ClassVar[str] = "REDRIVE_JOB_NOT_FOUND"
-
-
-class TooManyRedriveJobsError(ServiceError):
-    """As many redrive jobs as allowed are queued or running; cancel one or wait."""
-
-    code: ClassVar[str] = "TOO_MANY_REDRIVE_JOBS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,12 +103,21 @@ class DlqEntry:
     redriven_as: str | None  # msgId of the copy in the target, when already redriven
 
 
+class DlqState(Enum):
+    """Which dead letters a browse lists."""
+
+    WAITING = "waiting"  # not redriven yet (from the redrive watermark on)
+    REDRIVEN = "redriven"  # redriven to their original topic, still stored
+    ALL = "all"
+
+
 @dataclass(frozen=True, slots=True)
 class DlqPage:
     entries: list[DlqEntry]
     next_offset: int  # where the next page starts
     min_offset: int
     max_offset: int
+    depth: DlqDepth
 
 
 class RedriveStatus(Enum):
@@ -166,54 +161,6 @@ class RedriveRequest:
     rate_per_s: float | None = None  # None: as fast as the store takes them
 
 
-class RedriveJobState(Enum):
-    """A redrive job's lifecycle: QUEUED -> RUNNING -> DONE, CANCELLED or FAILED."""
-
-    QUEUED = "queued"  # created; selecting its dead letters
-    RUNNING = "running"  # re-sending them
-    DONE = "done"  # every selected dead letter has an outcome
-    CANCELLED = "cancelled"  # cancelled by a caller, or by the broker's shutdown
-    FAILED = "failed"  # stopped by an unexpected error (see ``error``)
-
-
-@dataclass(slots=True)
-class RedriveJob:
-    """A redrive running in the background, with its progress and outcomes so far."""
-
-    id: str
-    request: RedriveRequest
-    created_ms: int
-    state: RedriveJobState = RedriveJobState.QUEUED
-    total: int = 0  # dead letters selected (known once it runs)
-    outcomes: list[RedriveOutcome] = field(default_factory=list)
-    finished_ms: int | None = None
-    error: str | None = None
-    task: asyncio.Task[None] | None = field(default=None, repr=False)
-
-    @property
-    def finished(self) -> bool:
-        return self.state in _FINAL_JOB_STATES
-
-    def count(self, status: RedriveStatus) -> int:
-        return sum(1 for o in self.outcomes if o.status is status)
-
-    def finish(self, state: RedriveJobState, error: str | None = None) -> None:
-        """Enter a final state; a job already in one stays there."""
-        if not self.finished:
-            self.state = state
-            self.error = error
-            self.finished_ms = _now_ms()
-
-
-_FINAL_JOB_STATES: Final = frozenset(
-    {RedriveJobState.DONE, RedriveJobState.CANCELLED, RedriveJobState.FAILED}
-)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 def check_rate(rate_per_s: float | None) -> None:
     """InvalidRequestError unless the rate is None or within the documented range."""
     if rate_per_s is not None and not MIN_REDRIVE_RATE <= rate_per_s <= MAX_REDRIVE_RATE:
@@ -255,12 +202,16 @@ class DlqService:
     """Browse and redrive one group's dead letters."""
 
     def __init__(
-        self, store: MessageStore, topic_for_send: TopicForSend, idempotency: IdempotencyService
+        self,
+        store: MessageStore,
+        topic_for_send: TopicForSend,
+        idempotency: IdempotencyService,
+        watermark: DlqWatermark,
     ) -> None:
         self._store = store
         self._topic_for_send = topic_for_send
         self._idempotency = idempotency
-        self._jobs: dict[str, RedriveJob] = {}
+        self._watermark = watermark
         self._stopping = asyncio.Event()
 
     # ------------------------------------------------------------------ browse
@@ -272,16 +223,24 @@ class DlqService:
         limit: int,
         selection: DlqFilter | None = None,
         max_bytes: int | None = None,
+        state: DlqState = DlqState.ALL,
     ) -> DlqPage:
-        """Up to ``limit`` dead letters matching ``selection`` from ``offset`` (default: the
-        oldest), their bodies within ``max_bytes`` (the first always), with where the next
-        page starts."""
+        """Up to ``limit`` dead letters in ``state`` matching ``selection`` from ``offset``
+        (default: the oldest, or the watermark for waiting ones), their bodies within
+        ``max_bytes`` (the first always), with where the next page starts and the depth."""
         topic = dlq_topic(group)
         low = self._store.min_offset_in_queue(topic, 0)
         high = self._store.max_offset_in_queue(topic, 0)
         start = max(low, offset or 0)
-        entries, next_offset = self._scan(group, start, high, limit, selection, max_bytes)
-        return DlqPage(entries, next_offset, low, high)
+        if state is DlqState.WAITING:
+            start = max(start, self._watermark.position(group))
+        entries, next_offset = self._scan(
+            group, start, high, limit, selection, max_bytes, state=state
+        )
+        return DlqPage(entries, next_offset, low, high, self._watermark.depth(group))
+
+    def depth(self, group: str) -> DlqDepth:
+        return self._watermark.depth(group)  # stored, and how many of them still wait
 
     def _scan(
         self,
@@ -292,6 +251,7 @@ class DlqService:
         selection: DlqFilter | None,
         max_bytes: int | None = None,
         target: str | None = None,
+        state: DlqState = DlqState.ALL,
     ) -> tuple[list[DlqEntry], int]:
         """Matching dead letters from ``start``, each with its copy in ``target`` (default:
         its original topic) if it was redriven there, and where a next scan starts."""
@@ -310,10 +270,15 @@ class DlqService:
                 if len(entries) >= limit:
                     return entries, message.queue_offset
                 if selection is None or selection.matches(message):
+                    entry = self._entry(message, target)
+                    if state is not DlqState.ALL and (
+                        (entry.redriven_as is None) != (state is DlqState.WAITING)
+                    ):
+                        continue
                     size += len(message.body)
                     if entries and max_bytes is not None and size > max_bytes:
                         return entries, message.queue_offset
-                    entries.append(self._entry(message, target))
+                    entries.append(entry)
             offset = result.next_begin_offset
         return entries, offset
 
@@ -347,17 +312,35 @@ class DlqService:
         """
         check_rate(rate_per_s)
         request = RedriveRequest(group, selection, target_topic, dry_run, limit, rate_per_s)
-        entries, next_offset = self._select(request)
+        entries, next_offset = self.select(request)
         self._check_prompt(request, entries)
         outcomes: list[RedriveOutcome] = []
-        if not await self._run(request, entries, outcomes):
+        completed = await self.run(request, entries, outcomes)
+        self.advance_watermark(request, outcomes)
+        if not completed:
             raise BrokerUnavailableError(
                 f"the broker is stopping: {len(outcomes)} of {len(entries)} dead letters were "
                 "redriven; run it again to finish (nothing is sent twice)"
             )
         return RedriveReport(group, dry_run, outcomes, len(entries), next_offset)
 
-    def _select(self, request: RedriveRequest) -> tuple[list[DlqEntry], int]:
+    def advance_watermark(self, request: RedriveRequest, outcomes: list[RedriveOutcome]) -> None:
+        """Move the group's redrive watermark past what is redriven now (not on a dry run)."""
+        if request.dry_run:
+            return
+        moved = {
+            o.dlq_msg_id
+            for o in outcomes
+            if o.status in (RedriveStatus.MOVED, RedriveStatus.ALREADY_MOVED)
+        }
+        self._watermark.advance(
+            request.group,
+            lambda dead: (
+                dead.msg_id in moved or self._find_copy(dead, original_topic(dead)) is not None
+            ),
+        )
+
+    def select(self, request: RedriveRequest) -> tuple[list[DlqEntry], int]:
         limit = max(1, min(request.limit, MAX_REDRIVE))
         topic = dlq_topic(request.group)
         low = self._store.min_offset_in_queue(topic, 0)
@@ -380,7 +363,7 @@ class DlqService:
                 "request may take: start it as a redrive job"
             )
 
-    async def _run(
+    async def run(
         self, request: RedriveRequest, entries: list[DlqEntry], outcomes: list[RedriveOutcome]
     ) -> bool:
         """Redrive ``entries`` in order, appending each outcome to ``outcomes`` as it comes;
@@ -429,75 +412,13 @@ class DlqService:
 
     # ------------------------------------------------------------------ redrive jobs
 
-    def start_job(self, request: RedriveRequest) -> RedriveJob:
-        """Start a redrive in the background (call on the event loop); its progress is on
-        the job. TooManyRedriveJobsError beyond :data:`MAX_ACTIVE_REDRIVE_JOBS`."""
-        check_rate(request.rate_per_s)
-        if self._stopping.is_set():
-            raise BrokerUnavailableError("the broker is stopping: no new redrive jobs")
-        active = sum(1 for job in self._jobs.values() if not job.finished)
-        if active >= MAX_ACTIVE_REDRIVE_JOBS:
-            raise TooManyRedriveJobsError(
-                f"{active} redrive jobs are queued or running (the cap is "
-                f"{MAX_ACTIVE_REDRIVE_JOBS}); cancel one or wait for one to finish"
-            )
-        self._forget_finished_jobs()
-        job = RedriveJob(uuid.uuid4().hex, request, _now_ms())
-        self._jobs[job.id] = job
-        job.task = asyncio.create_task(self._run_job(job), name=f"redrive-job-{job.id}")
-        return job
-
-    def job(self, group: str, job_id: str) -> RedriveJob:
-        """The job ``job_id`` of ``group``; RedriveJobNotFoundError when there is none."""
-        job = self._jobs.get(job_id)
-        if job is None or job.request.group != group:
-            raise RedriveJobNotFoundError(f"group {group} has no redrive job {job_id}")
-        return job
-
-    def jobs(self, group: str) -> list[RedriveJob]:
-        """The group's jobs still remembered, newest first."""
-        return [job for job in reversed(self._jobs.values()) if job.request.group == group]
-
-    def cancel_job(self, group: str, job_id: str) -> RedriveJob:
-        """Cancel a queued or running job (sends already made stay); a finished job is
-        returned as it is."""
-        job = self.job(group, job_id)
-        if not job.finished:
-            job.finish(RedriveJobState.CANCELLED)
-            if job.task is not None:
-                job.task.cancel()
-        return job
-
     def begin_shutdown(self) -> None:
-        """The broker is stopping: cancel every job, end paced redrives, refuse new jobs."""
+        """The broker is stopping: paced redrives end after their current send."""
         self._stopping.set()
-        for job in self._jobs.values():
-            if not job.finished:
-                job.finish(RedriveJobState.CANCELLED)
-                if job.task is not None:
-                    job.task.cancel()
 
-    def _forget_finished_jobs(self) -> None:
-        """Keep at most :data:`MAX_KEPT_REDRIVE_JOBS`, dropping the oldest finished first."""
-        excess = len(self._jobs) + 1 - MAX_KEPT_REDRIVE_JOBS
-        for job in [j for j in self._jobs.values() if j.finished][: max(0, excess)]:
-            del self._jobs[job.id]
-
-    async def _run_job(self, job: RedriveJob) -> None:
-        try:
-            await asyncio.sleep(0)  # let the creating request answer first
-            entries, _ = self._select(job.request)
-            job.total = len(entries)
-            job.state = RedriveJobState.RUNNING
-            completed = await self._run(job.request, entries, job.outcomes)
-        except asyncio.CancelledError:
-            job.finish(RedriveJobState.CANCELLED)
-            raise
-        except Exception as exc:  # the job reports it; the broker carries on
-            log.exception("redrive job %s failed", job.id)
-            job.finish(RedriveJobState.FAILED, f"{type(exc).__name__}: {exc}")
-        else:
-            job.finish(RedriveJobState.DONE if completed else RedriveJobState.CANCELLED)
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
 
     @staticmethod
     def _redriven(dead: StoredMessage, target: TopicConfig, uniq_key: str) -> Message:
@@ -520,25 +441,21 @@ class DlqService:
 
 __all__ = [
     "DLQ_NUMS_PER_GROUP",
-    "MAX_ACTIVE_REDRIVE_JOBS",
-    "MAX_KEPT_REDRIVE_JOBS",
     "MAX_REDRIVE",
     "MAX_REDRIVE_RATE",
     "MIN_REDRIVE_RATE",
     "PROPERTY_REDRIVEN_FROM",
     "REDRIVE_PROMPT_S",
+    "DlqDepth",
     "DlqEntry",
     "DlqFilter",
     "DlqPage",
     "DlqService",
-    "RedriveJob",
-    "RedriveJobNotFoundError",
-    "RedriveJobState",
+    "DlqState",
     "RedriveOutcome",
     "RedriveReport",
     "RedriveRequest",
     "RedriveStatus",
     "RedriveTooLongError",
-    "TooManyRedriveJobsError",
     "check_rate",
 ]

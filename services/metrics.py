@@ -70,7 +70,7 @@ class Metrics:
     pull_duration: Histogram = field(default_factory=lambda: Histogram(PULL_DURATION_BUCKETS_S))
     # POP consumption (services.pop)
     pop_received: int = 0  # messages handed out by receives
-    pop_acked: int = 0  # acks answered "acked"
+    pop_acked: int = 0  # messages acked (a repeated ack of one counts once)
     pop_ack_expired: int = 0  # acks answered "expired"
     pop_expired: int = 0  # deliveries whose invisibility ran out
     pop_redelivered: int = 0  # of those, copies put back into %RETRY%<group>

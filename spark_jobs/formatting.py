@@ -28,6 +28,16 @@ def format_rate(rate: float | None) -> str:
     return "—" if rate is None else f"{rate:,.1f} msg/s"
 
 
+def format_per_second(rate: float | None) -> str:
+    """A rate without its unit: ``12.5``, and two significant digits below 1 (``0.04``),
+    so that a slow consumer never reads as ``0.0`` beside a finite time to drain."""
+    if rate is None:
+        return "—"
+    if rate == 0 or abs(rate) >= 1:
+        return f"{rate:,.1f}"
+    return f"{rate:.2g}"
+
+
 def format_number(value: float | None, digits: int = 1) -> str:
     """``1,234.5`` (or an em dash)."""
     return "—" if value is None else f"{value:,.{digits}f}"

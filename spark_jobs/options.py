@@ -11,11 +11,11 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
 from spark_jobs.records import RecordFilter
+from storage.timestamps import parse_timestamp_ms
 
 DEFAULT_SPLIT_SIZE: Final = 64 * 1024 * 1024
 DEFAULT_BATCH_SIZE: Final = 16_384
@@ -28,29 +28,16 @@ class OptionError(ValueError):
 
 
 def parse_time_ms(text: str | int | None) -> int | None:
-    """Milliseconds since the epoch from ``1714557600000``, ``2024-05-01`` or an ISO datetime.
-
-    A datetime without a zone is UTC. None or an empty string gives None.
-    """
-    if text is None:
-        return None
-    if isinstance(text, int):
+    """Milliseconds since the epoch from epoch ms or ISO 8601 (:mod:`storage.timestamps`,
+    the parser the HTTP API uses too). None or an empty string gives None."""
+    if text is None or isinstance(text, int):
         return text
-    value = text.strip()
-    if not value:
+    if not text.strip():
         return None
-    if value.lstrip("-").isdigit():
-        return int(value)
     try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise OptionError(
-            f"cannot read {text!r} as a time: use epoch milliseconds or ISO 8601, "
-            "e.g. 2024-05-01T12:00:00Z"
-        ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
+        return parse_timestamp_ms(text.strip())
+    except ValueError as exc:
+        raise OptionError(str(exc)) from None
 
 
 def parse_size(text: str | int | None, default: int) -> int:

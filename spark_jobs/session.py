@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Final
 
 from pyspark.sql import SparkSession
@@ -28,6 +29,8 @@ DEFAULT_CONF: Final = {
     "spark.sql.shuffle.partitions": "8",
 }
 """Defaults for the jobs' sessions; anything given explicitly wins."""
+
+QUIET_CONF_DIR: Final = Path(__file__).resolve().parent / "conf"
 
 
 def build_session(
@@ -51,6 +54,7 @@ def build_session(
         builder = builder.master(master)
     elif "spark.master" not in _submitted_conf():
         builder = builder.master("local[*]")
+        _quiet_local_jvm()
     submitted = _submitted_conf()
     for key, value in DEFAULT_CONF.items():
         if key not in submitted:
@@ -60,6 +64,14 @@ def build_session(
     spark = builder.getOrCreate()
     register(spark)
     return spark
+
+
+def _quiet_local_jvm() -> None:
+    """Before a local JVM starts: Spark's log4j set to errors only (``conf/``, unless
+    ``SPARK_CONF_DIR`` says otherwise), and loopback as its address (local mode talks to
+    itself only; without it Spark warns about the host name on every run)."""
+    os.environ.setdefault("SPARK_CONF_DIR", str(QUIET_CONF_DIR))
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
 def _submitted_conf() -> dict[str, str]:

@@ -477,6 +477,24 @@ class CommitLog:
             yield ScannedRecord(offset, check, data)
             offset += check.size
 
+    def end_of_complete_records(self, from_offset: int) -> int:
+        """Where the whole records from ``from_offset`` end: the log's end, or the start of
+        a torn record at its tail."""
+        for scanned in self.scan(from_offset):
+            if scanned.check.kind is not RecordKind.MESSAGE:
+                return scanned.offset
+        return self.max_offset
+
+    def cut(self, offset: int) -> None:
+        """Drop the bytes from ``offset`` to the end (zeroed, so no torn header is left)."""
+        mapped = self.queue.find_by_offset(offset)
+        if mapped is not None:
+            position = offset - mapped.file_from_offset
+            written = mapped.wrote_position
+            if written > position:
+                mapped.buffer[position:written] = bytes(written - position)
+        self.queue.truncate_dirty_files(offset)
+
     # ------------------------------------------------------------------ recovery
 
     def load(self) -> None:

@@ -74,3 +74,30 @@ def queue_lag_figures(
     if stored_at is None:
         return LagFigures(lag, None, None)
     return LagFigures(lag, age_seconds(stored_at, now_ms), stored_at)
+
+
+@dataclass(frozen=True, slots=True)
+class DlqDepth:
+    """A group's dead-letter queue: what is stored, and how much of it still waits.
+
+    A redrive moves the group's offset on its ``%DLQ%<group>`` queue past the dead letters it
+    redrove (the *redrive watermark*: the oldest dead letter not redriven yet), so waiting is
+    the queue's lag from that offset, as for any queue; the redriven ones stay stored until the
+    files expire. A dead letter redriven while an older one still waits counts as waiting
+    until the older one goes too.
+    """
+
+    stored: int
+    waiting: int
+
+    @property
+    def redriven(self) -> int:
+        return self.stored - self.waiting
+
+
+def dlq_depth(committed_offset: int, min_offset: int, max_offset: int) -> DlqDepth:
+    """The depth of a DLQ queue given the group's offset on it (:data:`NOT_COMMITTED` when no
+    redrive ever moved it)."""
+    stored = max(0, max_offset - min_offset)
+    waiting = min(stored, lag_in_messages(committed_offset, min_offset, max_offset))
+    return DlqDepth(stored, waiting)

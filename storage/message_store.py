@@ -360,6 +360,20 @@ class MessageStore:
         if last_timestamp and last is not None:
             last.store_timestamp = last_timestamp
 
+    def cut_partial_tail(self) -> int:
+        """Cut a replicated record that never arrived whole; the CommitLog's new end.
+
+        A slave's last chunk may end inside a record (the rest was on its way when the master
+        went). Before this log takes writes of its own (a promotion) or bytes from another
+        master (a new leader), that tail goes, so the next record starts where the last
+        complete one ends.
+        """
+        start = max(self.dispatcher.reput_from_offset, self.commit_log.min_offset)
+        end = self.commit_log.end_of_complete_records(start)
+        if end < self.commit_log.max_offset:
+            self.commit_log.cut(end)
+        return self.commit_log.max_offset
+
     def read_replication_chunk(
         self, offset: int, max_bytes: int = REPLICATION_CHUNK_BYTES
     ) -> bytes:

@@ -16,6 +16,8 @@ from services import Broker, StoredMessage, dlq_topic, retry_topic
 
 MAX_RESULTS: Final = 200
 HEX_LIMIT: Final = 64 * 1024
+TEXT_LIMIT: Final = 64 * 1024
+"""Characters of a body shown as text; a larger body is cut, with a link to download it."""
 
 
 @dataclass(slots=True)

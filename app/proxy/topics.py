@@ -93,7 +93,14 @@ def _hosting_groups(view: ClusterView, given: Any) -> list[str]:
         raise ApiError("VALIDATION_FAILED", "groups is a non-empty list of broker group names")
     unknown = sorted(set(given) - set(view.groups))
     if unknown:
-        raise ApiError("VALIDATION_FAILED", f"no broker group is named {', '.join(unknown)}")
+        if view.groups:
+            known = f"its groups: {', '.join(sorted(view.groups))}"
+        else:
+            known = "no broker has joined it: is that the brokers' --cluster name?"
+        raise ApiError(
+            "VALIDATION_FAILED",
+            f"no broker group is named {', '.join(unknown)} in cluster {view.cluster!r} ({known})",
+        )
     return list(given)
 
 

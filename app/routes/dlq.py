@@ -8,7 +8,7 @@ runs and for redrives that finish promptly; a paced redrive expected to take lon
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
@@ -30,13 +30,15 @@ from app.schemas import (
     redrive_job_out,
     redrive_out,
 )
+from app.schemas.common import TIMESTAMP_DESCRIPTION, TimestampMs
 from services.dlq import (
-    MAX_ACTIVE_REDRIVE_JOBS,
     REDRIVE_PROMPT_S,
     DlqFilter,
+    DlqState,
     RedriveRequest,
     RedriveTooLongError,
 )
+from services.redrive_jobs import MAX_ACTIVE_REDRIVE_JOBS
 from services.send_back import dlq_topic
 
 router = APIRouter(tags=["groups"])
@@ -84,7 +86,9 @@ def _redrive_request(group: str, body: RedriveIn) -> RedriveRequest:
     description=(
         "A page of at most `limit` messages whose bodies add up to at most the server's "
         "pull byte cap (`max_pull_bytes`, 8 MiB by default; the first message always); "
-        "`next_offset` continues."
+        "`next_offset` continues. By default only the dead letters still waiting are listed: "
+        "a redrive takes them off, as with SQS, and `waiting` falls; they stay stored "
+        "(`state=redriven` lists them, each with its copy's id in `redriven_as`)."
     ),
     response_model=DeadLetterPage,
     responses=problems(400, 422, 503),
@@ -99,13 +103,20 @@ async def list_dead_letters(
     ] = None,
     limit: Annotated[ParamInt, Query(ge=1, le=500, description="Most messages to return.")] = 50,
     tags: Annotated[list[str] | None, Query(max_length=64, description="Only these tags.")] = None,
-    begin_timestamp: Annotated[ParamInt | None, Query(ge=0, le=INT64_MAX)] = None,
-    end_timestamp: Annotated[ParamInt | None, Query(ge=0, le=INT64_MAX)] = None,
+    begin_timestamp: Annotated[TimestampMs | None, Query(description=TIMESTAMP_DESCRIPTION)] = None,
+    end_timestamp: Annotated[TimestampMs | None, Query(description=TIMESTAMP_DESCRIPTION)] = None,
     body_encoding: BodyEncodingQuery = "auto",
+    state: Annotated[
+        Literal["waiting", "redriven", "all"],
+        Query(
+            description="`waiting` (not redriven yet), `redriven` (a copy is in the original "
+            "topic; kept until the files expire) or `all`."
+        ),
+    ] = "waiting",
 ) -> DeadLetterPage:
     selection = DlqFilter(tags=tuple(tags or ()), begin_ms=begin_timestamp, end_ms=end_timestamp)
     max_bytes = request.app.state.settings.max_pull_bytes
-    page = broker.dlq.browse(group, offset, limit, selection, max_bytes)
+    page = broker.dlq.browse(group, offset, limit, selection, max_bytes, DlqState(state))
     return dead_letter_page_out(group, dlq_topic(group), page, body_encoding)
 
 
@@ -149,7 +160,9 @@ async def redrive_dead_letters(group: GroupPath, body: RedriveIn, broker: Broker
     description=(
         "The same selection and rules as `POST /v1/groups/{group}/dlq/redrive`, with no cap "
         "on how long the paced sends take. The answer is 202 with the job and its "
-        "`Location`; `GET` it for progress and the outcomes so far, `DELETE` it to cancel. "
+        "`Location`; `GET` it for progress and the outcomes so far. `POST {Location}/cancel` "
+        "stops it and keeps it for reading; `DELETE` stops it if it still runs and forgets it "
+        "(a `GET` is then 404). "
         "Jobs live in the broker's memory: a shutdown cancels them (their sends stay made), "
         "and a new job with the same selection sends only what is left."
     ),
@@ -172,7 +185,7 @@ async def redrive_dead_letters(group: GroupPath, body: RedriveIn, broker: Broker
 async def create_redrive_job(
     group: GroupPath, body: RedriveIn, broker: BrokerDep, response: Response
 ) -> RedriveJobOut:
-    job = broker.dlq.start_job(_redrive_request(group, body))
+    job = broker.redrive_jobs.start(_redrive_request(group, body))
     response.headers["Location"] = f"{_jobs_path(group)}/{job.id}"
     return redrive_job_out(job)
 
@@ -185,7 +198,7 @@ async def create_redrive_job(
     responses=problems(400, 422, 503),
 )
 async def list_redrive_jobs(group: GroupPath, broker: BrokerDep) -> RedriveJobListOut:
-    return redrive_job_list_out(group, broker.dlq.jobs(group))
+    return redrive_job_list_out(group, broker.redrive_jobs.of_group(group))
 
 
 @router.get(
@@ -198,17 +211,33 @@ async def list_redrive_jobs(group: GroupPath, broker: BrokerDep) -> RedriveJobLi
 async def get_redrive_job(
     group: GroupPath, job_id: RedriveJobIdPath, broker: BrokerDep
 ) -> RedriveJobOut:
-    return redrive_job_out(broker.dlq.job(group, job_id))
+    return redrive_job_out(broker.redrive_jobs.get(group, job_id))
 
 
-@router.delete(
-    "/v1/groups/{group}/dlq/redrive-jobs/{job_id}",
+@router.post(
+    "/v1/groups/{group}/dlq/redrive-jobs/{job_id}/cancel",
     operation_id="cancelRedriveJob",
-    summary="Cancel a redrive job (sends already made stay); a finished job is unchanged",
+    summary="Cancel a redrive job and keep it (sends already made stay); a finished job is "
+    "unchanged",
     response_model=RedriveJobOut,
     responses={**problems(400, 422, 503), **_JOB_NOT_FOUND},
 )
 async def cancel_redrive_job(
     group: GroupPath, job_id: RedriveJobIdPath, broker: BrokerDep
 ) -> RedriveJobOut:
-    return redrive_job_out(broker.dlq.cancel_job(group, job_id))
+    return redrive_job_out(broker.redrive_jobs.cancel(group, job_id))
+
+
+@router.delete(
+    "/v1/groups/{group}/dlq/redrive-jobs/{job_id}",
+    operation_id="deleteRedriveJob",
+    summary="Forget a redrive job, cancelling it first if it still runs; answers it as it ended",
+    description="Sends already made stay. Afterwards the job is gone: `GET` answers 404 "
+    "REDRIVE_JOB_NOT_FOUND (to stop a job and keep reading it, `POST .../cancel`).",
+    response_model=RedriveJobOut,
+    responses={**problems(400, 422, 503), **_JOB_NOT_FOUND},
+)
+async def delete_redrive_job(
+    group: GroupPath, job_id: RedriveJobIdPath, broker: BrokerDep
+) -> RedriveJobOut:
+    return redrive_job_out(broker.redrive_jobs.delete(group, job_id))

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from starlette.responses import Response
 
 from app.deps import BrokerDep, disconnect_watch
-from app.errors import ApiError
+from app.errors import ApiError, is_json_media_type
 from app.responses import OrjsonResponse, problems
 from app.routes.idempotency import (
     IDEMPOTENCY_KEY_PARAMETER,
@@ -47,8 +47,11 @@ SEND_REQUEST_BODY: dict[str, Any] = {
     "required": True,
     "description": (
         "A JSON message (`SendMessage`) or batch (`SendBatch`, atomic, one queue, consecutive "
-        "offsets). Any other content type is the raw body of one message, described by the "
-        f"query parameters (`curl --data-binary @file`). At most {MAX_REQUEST_BYTES} bytes."
+        "offsets). Any other content type (or none) is the raw body of one message, described "
+        "by the query parameters (`curl --data-binary @file`); it may not be empty (400 "
+        "MESSAGE_ILLEGAL). A form (`application/x-www-form-urlencoded`, what `curl -d` sends "
+        "without a content type, or `multipart/form-data`) is refused: 415 "
+        f"UNSUPPORTED_MEDIA_TYPE. At most {MAX_REQUEST_BYTES} bytes."
     ),
     "content": {
         "application/json": {
@@ -85,7 +88,8 @@ async def send_messages(topic: TopicPath, request: Request) -> Response:
     body = await request.body()
     batch_queue_id: int | None = None
     batch_sharding_key: str | None = None
-    if _is_json(request.headers.get("content-type", "")):
+    content_type = request.headers.get("content-type", "")
+    if is_json_media_type(content_type):
         if query.given():
             raise ApiError(
                 "PARAMETER_NOT_ALLOWED",
@@ -103,6 +107,7 @@ async def send_messages(topic: TopicPath, request: Request) -> Response:
         else:
             messages = [_outgoing(parsed, ("body",))]
     else:
+        _check_raw_body(content_type, body)
         messages = [
             OutgoingMessage(
                 body=body,
@@ -128,11 +133,23 @@ async def send_messages(topic: TopicPath, request: Request) -> Response:
     return OrjsonResponse(send_response_out(topic, receipts), status_code=201, headers=headers)
 
 
-def _is_json(content_type: str) -> bool:
-    media = content_type.split(";", 1)[0].strip().lower()
-    return media == "application/json" or (
-        media.startswith("application/") and media.endswith("+json")
-    )
+FORM_MEDIA_TYPES = frozenset({"application/x-www-form-urlencoded", "multipart/form-data"})
+
+
+def _check_raw_body(content_type: str, body: bytes) -> None:
+    """A raw body is sent on purpose: never a form (curl's ``-d`` without a content type, which
+    would store JSON text as the body), never empty (a ``--data-binary @file`` that missed)."""
+    if content_type.split(";", 1)[0].strip().lower() in FORM_MEDIA_TYPES:
+        raise ApiError(
+            "UNSUPPORTED_MEDIA_TYPE",
+            f"a form body (Content-Type {content_type!r}) is not a message: send JSON with "
+            "Content-Type: application/json, or a raw body with --data-binary and another "
+            "Content-Type (application/octet-stream, text/plain, ...)",
+        )
+    if not body:
+        raise ApiError(
+            "MESSAGE_ILLEGAL", "the raw body is empty: a message needs a body (is the file there?)"
+        )
 
 
 def _parse_send_json(body: bytes) -> PlainSend | SendMessage | SendBatch:

@@ -12,11 +12,9 @@ from app.responses import problems
 from app.routes import dlq
 from app.routes.params import GroupPath, QueueIdPath, TopicPath
 from app.schemas import (
-    INT64_MAX,
     DelayLevelsOut,
     OffsetResetIn,
     OffsetResetOut,
-    ParamInt,
     QueueSeekOut,
     SendBackIn,
     SendBackOut,
@@ -25,6 +23,7 @@ from app.schemas import (
     queue_seek_out,
     send_back_out,
 )
+from app.schemas.common import TIMESTAMP_DESCRIPTION, TimestampMs
 from services.offset_reset import ResetRequest, ResetTarget
 from services.send_back import SendBackRequest
 
@@ -103,7 +102,7 @@ async def offset_by_time(
     topic: TopicPath,
     queue_id: QueueIdPath,
     broker: BrokerDep,
-    timestamp: Annotated[ParamInt, Query(ge=0, le=INT64_MAX, description="ms since the epoch.")],
+    timestamp: Annotated[TimestampMs, Query(description=TIMESTAMP_DESCRIPTION)],
     boundary: Annotated[
         Literal["closest", "lower"],
         Query(description="`closest` (RocketMQ's searchOffset) or `lower` (first at or after)."),

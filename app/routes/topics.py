@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.deps import BrokerDep
@@ -15,6 +15,7 @@ from app.schemas import (
     topic_detail_out,
     topic_out,
 )
+from services.cluster.member import ClusterMember
 
 router = APIRouter(tags=["topics"])
 
@@ -54,7 +55,7 @@ async def get_topic(topic: TopicPath, broker: BrokerDep) -> TopicDetailOut:
     },
 )
 async def put_topic(
-    topic: TopicPath, body: TopicIn, broker: BrokerDep, response: Response
+    topic: TopicPath, body: TopicIn, broker: BrokerDep, request: Request, response: Response
 ) -> TopicDetailOut:
     topics = broker.topics
     config, created = await topics.put(
@@ -64,6 +65,9 @@ async def put_topic(
         perm=body.perm,
         order=body.order,
     )
+    member: ClusterMember | None = request.app.state.cluster
+    if member is not None:  # the route is readable anywhere once the PUT is answered
+        await member.ensure_topic_route(config.topic_name, config.read_queue_nums)
     if created:
         response.status_code = 201
     return topic_detail_out(config, topics.queue_stats(config))

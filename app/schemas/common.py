@@ -30,6 +30,7 @@ from services import (
     MAX_TOPIC_LENGTH,
     TOPIC_NAME_PATTERN,
     GetMessageStatus,
+    parse_timestamp_ms,
 )
 from services.groups import check_group_name
 
@@ -86,11 +87,65 @@ def _decimal_only(value: Any) -> Any:
 ParamInt = Annotated[int, BeforeValidator(_decimal_only)]
 """An integer of a path or query parameter: decimal digits with an optional sign only."""
 
+
+def _timestamp(value: Any) -> Any:
+    """Text (a query parameter, or a JSON string) is epoch ms or ISO 8601; a JSON number is
+    epoch ms as for :data:`JsonInt`."""
+    if isinstance(value, str):
+        try:
+            return parse_timestamp_ms(value)
+        except ValueError as exc:
+            raise PydanticCustomError(
+                "timestamp_parsing", "{reason}", {"reason": str(exc)}
+            ) from None
+    return _whole_float_as_int(value)
+
+
+TIMESTAMP_DESCRIPTION: Final = (
+    "Milliseconds since the epoch, or an ISO 8601 time (`2024-05-01T12:00:00Z`; UTC without "
+    "a zone)."
+)
+TimestampMs = Annotated[
+    int,
+    BeforeValidator(_timestamp),
+    Field(ge=0, le=INT64_MAX),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 0, "maximum": INT64_MAX},
+                {"type": "string", "format": "date-time"},
+            ],
+            "description": TIMESTAMP_DESCRIPTION,
+        }
+    ),
+]
+"""A point in time, in a parameter or a JSON body: epoch ms or ISO 8601 (one parser for every
+route and the Spark jobs: :func:`services.parse_timestamp_ms`)."""
+
 TopicName = Annotated[
     str,
     StringConstraints(min_length=1, max_length=TOPIC_MAX_LENGTH, pattern=TOPIC_PATTERN),
 ]
 ShortText = Annotated[str, StringConstraints(min_length=1, max_length=255)]
+KEY_RULES: Final = (
+    "A key is 1 to 255 characters, without spaces (they separate keys in the KEYS property) "
+    "and without the control characters U+0001 and U+0002 (RocketMQ's property separators); "
+    "422 INVALID_PROPERTY otherwise."
+)
+MessageKey = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=255),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 255,
+            "pattern": "^[^ \\u0001\\u0002]+$",
+            "description": KEY_RULES,
+        }
+    ),
+]
+"""A business key (checked by the send service; the schema documents the rule)."""
 PropertyValue = Annotated[str, StringConstraints(min_length=1, max_length=16_384)]
 
 checked_group_name: Final = check_group_name

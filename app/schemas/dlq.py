@@ -7,27 +7,25 @@ from typing import Literal
 from pydantic import Field
 
 from app.schemas.common import (
-    INT64_MAX,
     JsonInt,
     RequestBody,
     ResponseBody,
     ShortText,
+    TimestampMs,
     TopicName,
 )
 from app.schemas.messages import MessageFields, message_out
 from services.dlq import (
-    MAX_KEPT_REDRIVE_JOBS,
     MAX_REDRIVE,
     MAX_REDRIVE_RATE,
     MIN_REDRIVE_RATE,
     REDRIVE_PROMPT_S,
     DlqPage,
-    RedriveJob,
-    RedriveJobState,
     RedriveOutcome,
     RedriveReport,
     RedriveStatus,
 )
+from services.redrive_jobs import MAX_KEPT_REDRIVE_JOBS, RedriveJob, RedriveJobState
 
 REDRIVE_JOB_ID_PATTERN = r"^[0-9a-f]{32}$"
 
@@ -47,6 +45,13 @@ class DeadLetterPage(ResponseBody):
     min_offset: int
     max_offset: int
     next_offset: int = Field(description="Pass as `offset` for the next page.")
+    stored: int = Field(description="Dead letters stored (waiting + redriven).")
+    waiting: int = Field(
+        description="Dead letters not redriven yet: those from the oldest one still waiting "
+        "(the group's offset on its DLQ queue, which a redrive moves; the depth the Groups "
+        "page and the Spark lag report show)."
+    )
+    redriven: int = Field(description="Dead letters redriven, still stored.")
     messages: list[DeadLetterOut]
 
 
@@ -57,6 +62,9 @@ def dead_letter_page_out(group: str, topic: str, page: DlqPage, encoding: str) -
         min_offset=page.min_offset,
         max_offset=page.max_offset,
         next_offset=page.next_offset,
+        stored=page.depth.stored,
+        waiting=page.depth.waiting,
+        redriven=page.depth.redriven,
         messages=[
             DeadLetterOut.model_validate(
                 {
@@ -81,8 +89,8 @@ class RedriveIn(RequestBody):
         default_factory=list, max_length=10_000, description="msg_ids or UNIQ_KEYs."
     )
     tags: list[ShortText] = Field(default_factory=list, max_length=64)
-    begin_timestamp: JsonInt | None = Field(default=None, ge=0, le=INT64_MAX)
-    end_timestamp: JsonInt | None = Field(default=None, ge=0, le=INT64_MAX)
+    begin_timestamp: TimestampMs | None = None
+    end_timestamp: TimestampMs | None = None
     target_topic: TopicName | None = Field(
         default=None, description="Default: each message's original topic (RETRY_TOPIC)."
     )

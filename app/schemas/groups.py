@@ -6,7 +6,13 @@ from typing import Literal, Self
 
 from pydantic import Field, model_validator
 
-from app.schemas.common import INT64_MAX, MAX_QUEUES, JsonInt, RequestBody, ResponseBody
+from app.schemas.common import (
+    MAX_QUEUES,
+    JsonInt,
+    RequestBody,
+    ResponseBody,
+    TimestampMs,
+)
 from services import SubscriptionGroupConfig
 
 
@@ -20,11 +26,9 @@ class GroupIn(RequestBody):
         description="Where the group starts on a queue it never committed; `timestamp` needs "
         "`consume_from_timestamp`.",
     )
-    consume_from_timestamp: JsonInt | None = Field(
+    consume_from_timestamp: TimestampMs | None = Field(
         default=None,
-        ge=0,
-        le=INT64_MAX,
-        description="Ms since the epoch. Required when consume_from is `timestamp`, and "
+        description="Epoch ms or ISO 8601. Required when consume_from is `timestamp`, and "
         "refused (422) with `earliest` or `latest`: leave it out or send null.",
     )
     retry_queue_nums: JsonInt = Field(default=1, ge=0, le=MAX_QUEUES)

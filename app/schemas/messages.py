@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.schemas.common import (
     INT64_MAX,
+    KEY_RULES,
     MAX_BATCH_MESSAGES,
     MAX_DELAY_LEVEL,
     MAX_KEYS,
@@ -20,12 +21,14 @@ from app.schemas.common import (
     MAX_QUEUES,
     GroupName,
     JsonInt,
+    MessageKey,
     ParamInt,
     PropertyValue,
     PullStatus,
     RequestBody,
     ResponseBody,
     ShortText,
+    TimestampMs,
 )
 from app.settings import MAX_PULL_MESSAGES, MAX_REQUEST_BYTES, MAX_WAIT_MS
 from services import GroupPull, OutgoingMessage, QueuePull, SendReceipt, StoredMessage
@@ -47,10 +50,10 @@ class SendMessage(RequestBody):
     tags: ShortText | None = Field(
         default=None, description="One tag; consumers filter on it (`A||B`). May not contain `||`."
     )
-    keys: list[ShortText] = Field(
+    keys: list[MessageKey] = Field(
         default_factory=list,
         max_length=MAX_KEYS,
-        description="Business keys (no spaces), stored in the KEYS property.",
+        description=f"Business keys, stored in the KEYS property. {KEY_RULES}",
     )
     properties: dict[ShortText, PropertyValue] = Field(
         default_factory=dict,
@@ -243,8 +246,8 @@ class RawSendQuery(BaseModel):
     """Query parameters of a raw-body send (they describe the one message)."""
 
     tags: ShortText | None = Field(default=None, description="Raw body only: its tag.")
-    keys: list[ShortText] | None = Field(
-        default=None, max_length=MAX_KEYS, description="Raw body only: its keys."
+    keys: list[MessageKey] | None = Field(
+        default=None, max_length=MAX_KEYS, description=f"Raw body only: its keys. {KEY_RULES}"
     )
     properties: list[str] | None = Field(
         default=None,
@@ -397,11 +400,11 @@ class KeyQuery(BaseModel):
     """Query parameters of a lookup by key."""
 
     key: ShortText = Field(description="A business key (KEYS) or a UNIQ_KEY.")
-    begin_timestamp: ParamInt = Field(
-        default=0, ge=0, le=INT64_MAX, description="Stored at or after (ms since the epoch)."
+    begin_timestamp: TimestampMs = Field(
+        default=0, description="Stored at or after (epoch ms or ISO 8601)."
     )
-    end_timestamp: ParamInt | None = Field(
-        default=None, ge=0, le=INT64_MAX, description="Stored at or before (default: now)."
+    end_timestamp: TimestampMs | None = Field(
+        default=None, description="Stored at or before (epoch ms or ISO 8601; default: now)."
     )
     max_messages: ParamInt = Field(
         default=32,

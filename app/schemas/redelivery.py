@@ -12,6 +12,7 @@ from app.schemas.common import (
     JsonInt,
     RequestBody,
     ResponseBody,
+    TimestampMs,
     TopicName,
 )
 from services.offset_reset import ResetPlan
@@ -89,8 +90,8 @@ class OffsetResetIn(RequestBody):
     topic: TopicName | None = Field(
         default=None, description="One topic; default: every topic the group has offsets on."
     )
-    timestamp: JsonInt | None = Field(
-        default=None, ge=0, le=INT64_MAX, description="With `timestamp`: ms since the epoch."
+    timestamp: TimestampMs | None = Field(
+        default=None, description="With `timestamp`: epoch ms or ISO 8601."
     )
     offsets: dict[str, JsonInt] | None = Field(
         default=None,

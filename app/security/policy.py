@@ -106,6 +106,7 @@ RULES: Final[dict[str, Rule]] = {
     "listRedriveJobs": ADMIN_RULE,
     "getRedriveJob": ADMIN_RULE,
     "cancelRedriveJob": ADMIN_RULE,
+    "deleteRedriveJob": ADMIN_RULE,
     "resetOffsets": Rule(Access.ADMIN, dry_run_in_body=True),
     # ---------------------------------------------------------------- POP (issue 12)
     "receiveMessages": Rule(Access.CONSUME, topic=TOPIC, group=GROUP, long_poll_in_body=True),

@@ -283,6 +283,14 @@ class ClusterMember:
             if topic not in self.registry.view.topics:
                 await self.register_topic(topic, config.read_queue_nums)
 
+    async def ensure_topic_route(self, topic: str, queue_count: int) -> None:
+        """Register the route of a topic this master has just made, before that is answered,
+        so that a route read on any broker right after finds it. When etcd does not answer,
+        the publish loop registers it later."""
+        if self.broker.accepts_writes and topic not in self.registry.view.topics:
+            with contextlib.suppress(EtcdUnavailableError):
+                await self.register_topic(topic, queue_count)
+
     async def register_topic(self, topic: str, queue_count: int) -> None:
         """Give ``topic`` a route over this group when it has none yet."""
         route = spread_queues(topic, queue_count, [self.group])

@@ -336,11 +336,10 @@ class PopService:
             r if r is not None else AckResult(t, AckOutcome.ACKED)
             for t, r in zip(handles, results, strict=True)
         ]
-        for result in done:
-            if result.outcome is AckOutcome.ACKED:
-                self.metrics.pop_acked += 1
-            elif result.outcome is AckOutcome.EXPIRED:
-                self.metrics.pop_ack_expired += 1
+        # A message counts as acked once: a repeated ack (in this batch or a later one)
+        # answers "acked" again but writes and counts nothing.
+        self.metrics.pop_acked += sum(len(offsets) for offsets in pending.values())
+        self.metrics.pop_ack_expired += sum(r.outcome is AckOutcome.EXPIRED for r in done)
         return done
 
     def _ack_outcome(self, group: str, handle: ReceiptHandle, now: int) -> AckOutcome | None:

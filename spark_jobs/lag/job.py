@@ -38,6 +38,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from spark_jobs.formatting import format_duration
 from spark_jobs.lag.burrow import DEFAULT_WINDOW, Status, WindowEntry
 from spark_jobs.lag.output import (
     GROUP_COLUMNS,
@@ -208,8 +209,12 @@ def write_outputs(
 
 def run_lag_report(spark: SparkSession, config: LagReportConfig) -> LagReport:
     """Snapshot, evaluate over the history, write every output; returns the report."""
+    started = time.monotonic()
     now_ms = config.now_ms if config.now_ms is not None else time.time_ns() // 1_000_000
     snapshot = take_snapshot(list(config.stores), now_ms)
+    _progress(
+        started, f"snapshot of {len(snapshot.queues):,} queues, {len(snapshot.groups)} groups"
+    )
     windows = (
         read_windows(spark, config.history, now_ms, config.window, config.history_days)
         if config.history
@@ -219,10 +224,19 @@ def run_lag_report(spark: SparkSession, config: LagReportConfig) -> LagReport:
     series = read_chart_series(spark, config.history, now_ms, config.chart_hours, config.stores)
     for group, points in group_totals(snapshot.queues).items():
         series.setdefault(group, {}).update(points)
+    _progress(started, "history read" if config.history else "no history (--history)")
     write_outputs(spark, report, config)
     html = render_report(report, series, config.history, config.chart_hours, config.top)
     (Path(config.out) / "report.html").write_text(html, encoding="utf-8")
+    _progress(started, f"outputs written to {config.out}")
     return report
+
+
+def _progress(started: float, what: str) -> None:
+    """A progress line on stderr (stdout keeps the summary)."""
+    elapsed = format_duration(time.monotonic() - started)
+    sys.stderr.write(f"lag-report: {what} · elapsed {elapsed}\n")
+    sys.stderr.flush()
 
 
 # --------------------------------------------------------------------------- command line
@@ -296,10 +310,10 @@ def summary_lines(report: LagReport, out: str) -> list[str]:
     when = datetime.fromtimestamp(report.now_ms / 1000, UTC)
     lines = [f"lag report at {when:%Y-%m-%d %H:%M:%S} UTC, {len(report.groups)} groups"]
     for group in sorted(report.groups, key=lambda g: (-g.status.severity, g.group)):
-        seconds = "-" if group.max_lag_seconds is None else f"{group.max_lag_seconds:.0f} s"
+        oldest = format_duration(group.max_lag_seconds)  # as the HTML report and admin pages
         lines.append(
             f"  {group.status.value:<8} {group.group:<32} lag {group.total_lag:>12,} msg  "
-            f"oldest {seconds:>10}  retry {group.retry_depth:,}  dlq {group.dlq_depth:,}"
+            f"oldest {oldest:>12}  retry {group.retry_depth:,}  dlq {group.dlq_depth:,}"
         )
     lines.append(
         f"outputs in {out}: report.html, queues.csv, groups.csv, queues.parquet, groups.parquet"

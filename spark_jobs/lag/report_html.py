@@ -11,9 +11,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from html import escape
+from pathlib import Path
 from typing import Final
 
-from spark_jobs.formatting import format_count, format_duration, format_number, format_time
+from spark_jobs.formatting import (
+    format_count,
+    format_duration,
+    format_per_second,
+    format_time,
+)
 from spark_jobs.lag.burrow import Status
 from spark_jobs.lag.report import GroupLag, LagReport, QueueLag, worst_queues
 
@@ -60,16 +66,17 @@ h1{font-size:24px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 8px}
 .card b{display:block;font-size:22px}.card span{color:#57606a;font-size:12px}
 .card.bad{border-color:#cf222e;background:#fff5f5}.card.warn{border-color:#bf8700;background:#fffbea}
 .scroll{overflow-x:auto;border:1px solid #d0d7de;border-radius:6px}
-table{border-collapse:collapse;width:100%;background:#fff}
-th,td{padding:6px 8px;border-bottom:1px solid #d8dee4;text-align:left;vertical-align:middle}
-th{background:#eef1f4;font-weight:600;font-size:12px;white-space:nowrap;position:sticky;top:0}
-td.num,th.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+table{border-collapse:collapse;width:100%;background:#fff;font-size:13px}
+th,td{padding:5px 6px;border-bottom:1px solid #d8dee4;text-align:left;vertical-align:middle}
+th{background:#eef1f4;font-weight:600;font-size:12px;position:sticky;top:0}
+td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+th.num{text-align:right}
 td.time{white-space:nowrap;font-variant-numeric:tabular-nums}
-td.path{font-size:12px;color:#57606a;word-break:break-all;min-width:120px}
+td.path{font-size:12px;color:#57606a;white-space:nowrap}
 small{display:block;color:#57606a;font-size:11px}
 td.name{white-space:nowrap}
 .badge{display:inline-block;padding:1px 8px;border-radius:10px;font-weight:600;font-size:12px}
-.muted{color:#57606a}.note{font-size:12px;color:#57606a}
+.muted{color:#57606a}.note{font-size:12px;color:#57606a}td.note{min-width:14em}
 .chart{background:#fff;border:1px solid #d0d7de;border-radius:6px;padding:8px}
 dl{background:#fff;border:1px solid #d0d7de;border-radius:6px;padding:10px 14px}
 dt{font-weight:600;margin-top:6px}dd{margin:0 0 0 12px}
@@ -85,10 +92,15 @@ def format_drain(seconds: float | None, lag: int, known: bool) -> str:
     if lag == 0:
         return "0 s"
     if not known:
-        return "— (needs 2 snapshots)"
+        return "—<small>needs 2 snapshots</small>"
     if seconds is None:
         return "not draining"
     return format_duration(seconds)
+
+
+def _store_name(store_dir: str) -> str:
+    """The store's directory name (its full path is the cell's title)."""
+    return escape(Path(store_dir).name or store_dir)
 
 
 def status_badge(status: Status) -> str:
@@ -242,7 +254,9 @@ def svg_line_chart(
     if t0 == t1:
         t0, t1 = t0 - 1_800_000, t1 + 1_800_000
     top_value = max((v for name in names for _, v in points[name]), default=0)
-    frame = _Frame(width, height, 72, 16, 28, 44, t0, t1, nice_ceiling(top_value * 1.05))
+    frame = _Frame(
+        width, height, 72, 16, 28, 44, t0, t1, nice_ceiling(max(top_value * 1.05, 5))
+    )  # whole-message ticks
     body = _axes(frame, unit)
     for index, name in enumerate(names):
         body.append(_series_marks(frame, name, points[name], PALETTE[index % len(PALETTE)]))
@@ -314,8 +328,8 @@ def _group_row(group: GroupLag, trend: Mapping[int, int]) -> str:
         f'<td class="num">{format_count(group.total_lag)}</td>',
         f'<td class="num">{format_count(group.max_lag.lag if group.max_lag else None)}{where}</td>',
         f'<td class="num">{format_duration(group.max_lag_seconds)}</td>',
-        f'<td class="num">{format_number(group.rates.consume)}</td>',
-        f'<td class="num">{format_number(group.rates.produce)}</td>',
+        f'<td class="num">{format_per_second(group.rates.consume)}</td>',
+        f'<td class="num">{format_per_second(group.rates.produce)}</td>',
         f'<td class="num">{drain}</td>',
         f'<td class="num">{format_count(group.retry_depth)}</td>',
         f'<td class="num">{format_count(group.dlq_depth)}</td>',
@@ -361,7 +375,7 @@ def _queue_row(queue: QueueLag) -> str:
         f'<td class="time">{format_time(row.oldest_unconsumed_ms, suffix=False)}</td>',
         f'<td class="time">{format_time(row.last_commit_ms, suffix=False)}</td>',
         f'<td class="num">{drain}</td>',
-        f'<td class="path">{escape(row.store_dir)}</td>',
+        f'<td class="path" title="{escape(row.store_dir)}">{_store_name(row.store_dir)}</td>',
         f'<td class="note">{escape("; ".join(notes))}</td>',
     ]
     return "<tr>" + "".join(cells) + "</tr>"

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from storage.lag_model import NOT_COMMITTED, consume_position, queue_lag_figures
+from storage.lag_model import NOT_COMMITTED, consume_position, dlq_depth, queue_lag_figures
 from storage.store_reader import (
     QueueOffsets,
     all_queue_offsets,
@@ -173,12 +173,14 @@ def snapshot_store(store_dir: str, now_ms: int) -> Snapshot:
             )
     dlq = {}
     for group in groups:
+        # Waiting dead letters: from the group's redrive watermark on its DLQ queue.
         dlq_offsets = committed.offsets.get((DLQ_PREFIX + group, group), {})
-        depth = 0
-        for queue in queues.get(DLQ_PREFIX + group, {}).values():
-            position = dlq_offsets.get(queue.queue_id, queue.min_offset)
-            depth += max(0, queue.max_offset - max(position, queue.min_offset))
-        dlq[group] = depth
+        dlq[group] = sum(
+            dlq_depth(
+                dlq_offsets.get(queue.queue_id, NOT_COMMITTED), queue.min_offset, queue.max_offset
+            ).waiting
+            for queue in queues.get(DLQ_PREFIX + group, {}).values()
+        )
     return Snapshot(now_ms, rows, dlq, groups, [store_dir])
 
 

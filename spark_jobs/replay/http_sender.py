@@ -3,14 +3,17 @@
 ``POST /v1/topics/{topic}/messages`` with ``{"messages": [{"body": "<base64>",
 "body_encoding": "base64", "tags": "T", "keys": ["k1"], "properties": {"REPLAY_OF": "<id>"}}]}``
 answers 201 with one entry per message. Each replayed message carries ``REPLAY_OF=<msg_id>``
-of the original, so consumers can tell replays apart (and drop duplicates: a batch whose
-answer was lost is sent again, which makes the replay at-least-once).
+of the original, so consumers can tell replays apart. Each batch carries an
+``Idempotency-Key`` made of this run's random id and the batch's number: a batch whose answer
+was lost is sent again with the same key, and the server answers the first receipts instead of
+storing it twice. (A second run of the same replay has other keys: it replays again.)
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import secrets
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -226,6 +229,8 @@ class HttpReplaySender:
         self._pending_bytes = 0
         self._pending_body = 0
         self._started = time.monotonic()
+        self._run = secrets.token_hex(8)  # names this run's batches in their Idempotency-Keys
+        self._batch_number = 0
         self.summary = SendSummary()
 
     def add(self, message: ReplayMessage) -> None:
@@ -251,7 +256,9 @@ class HttpReplaySender:
         self._pending, self._pending_bytes, self._pending_body = [], 0, 0
         if self.bucket is not None:
             self.bucket.acquire(len(batch))
-        answer = self._post({"messages": batch})
+        self._batch_number += 1
+        key = f"replay-{self._run}-{self._batch_number}"
+        answer = self._post({"messages": batch}, key)
         self._record(batch, body, answer)
 
     def close(self) -> SendSummary:
@@ -279,13 +286,18 @@ class HttpReplaySender:
         if self.progress is not None:
             self.progress.update(summary.sent)
 
-    def _post(self, request: dict[str, object]) -> list[object]:
-        """POST one batch; retries transport errors and 408/425/429/5xx with backoff."""
+    def _post(self, request: dict[str, object], key: str) -> list[object]:
+        """POST one batch; retries transport errors and 408/425/429/5xx with backoff.
+
+        Every attempt carries the batch's ``Idempotency-Key``, so a retry after a lost answer
+        gets the first receipts instead of storing the batch twice.
+        """
         count = len(request["messages"])  # type: ignore[arg-type]
+        headers = {"Idempotency-Key": key}
         for attempt in range(self.retries + 1):
             last = attempt == self.retries
             try:
-                response = self.client.post(self.path, json=request)
+                response = self.client.post(self.path, json=request, headers=headers)
             except httpx.TransportError as exc:
                 if last:
                     raise ReplayError(f"sending a batch failed {attempt + 1} times: {exc}") from exc

@@ -8,8 +8,9 @@
 
 Selection: topics, queues, a store-time window ``[from, to)``, a queue-offset window
 ``[from, to)``, tags (``A||B``, exact; read by :func:`storage.tag_filter.subscribed_tags`)
-and keys (any of). Prepared and rolled-back transaction records (never delivered) are left out.
-Messages come in CommitLog order per store.
+and keys (any of). Prepared and rolled-back transaction records (never delivered) are left out,
+and so are the broker's own copies (retry, dead-letter, delay and ``rmq_sys_`` topics) unless
+a topic is named or ``--include-system`` is given. Messages come in CommitLog order per store.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -48,7 +50,9 @@ from storage.codec import (
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
 )
+from storage.delay_levels import SCHEDULE_TOPIC
 from storage.tag_filter import subscribed_tags
+from storage.topic_names import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 
 DESCRIPTION = "Select stored messages and write them to Parquet or re-send them over HTTP."
 
@@ -67,6 +71,10 @@ class Selection:
     tags: frozenset[str] | None = None  # None: any tag or none; empty: no message
     keys: tuple[str, ...] = ()
     split_size: int = DEFAULT_SPLIT_SIZE
+    include_system: bool = False  # also the broker's copies, when no topic is named
+
+
+SYSTEM_TOPIC_PREFIX: Final = "rmq_sys_"
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +160,20 @@ def select_messages(spark: SparkSession, selection: Selection) -> DataFrame:
     if selection.keys:
         wanted = F.array(*[F.lit(key) for key in selection.keys])
         frame = frame.where(F.arrays_overlap(F.col("keys"), wanted))
+    if not selection.topics and not selection.include_system:
+        frame = frame.where(~_system_copy(F.col("topic")))
     return frame
+
+
+def _system_copy(topic: Column) -> Column:
+    """The broker's own copies of messages: retry and dead-letter topics, the delay topic
+    holding delayed ones, and its ``rmq_sys_`` topics (POP checkpoints)."""
+    return (
+        topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+        | topic.startswith(DLQ_GROUP_TOPIC_PREFIX)
+        | (topic == SCHEDULE_TOPIC)
+        | topic.startswith(SYSTEM_TOPIC_PREFIX)
+    )
 
 
 def _tag_condition(tags: frozenset[str]) -> Column:
@@ -263,6 +284,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--to-offset", type=int, metavar="N", help="queue offset below N")
     add("--tags", help="tag expression A||B (exact tags; * for any; no tag in it: none)")
     add("--key", action="append", default=[], help="message key(s); any of them matches")
+    add("--include-system", action="store_true",
+        help="without --topic, also take the broker's copies (%%RETRY%%, %%DLQ%%, "
+        "SCHEDULE_TOPIC_XXXX, rmq_sys_*); by default only the messages producers sent")  # fmt: skip
     add("--to", metavar="DEST", help="parquet:PATH or http://host:port")
     add("--target-topic", help="topic to re-send to (HTTP)")
     add("--batch-size", type=int, default=100, help="messages per HTTP request (default 100)")
@@ -297,6 +321,7 @@ def selection_from_args(args: argparse.Namespace) -> Selection:
         tags=subscribed_tags(args.tags),
         keys=tuple(args.key),
         split_size=parse_size(args.split_size, DEFAULT_SPLIT_SIZE),
+        include_system=args.include_system,
     )
 
 

@@ -3,8 +3,8 @@
 Setup and checks go through the /v1 HTTP API, so every number a page shows is compared with
 what the API says.
 
-Every request the page makes to anything but the loopback address is aborted and fails the
-test (no CDN may sneak in); a JavaScript error fails it too. A screenshot of each page at
+The browser comes from ``tests/app/browser_support.py``: a request to anything but the loopback
+address, or a JavaScript error, fails the test. A screenshot of each page at
 1280x800 and 390x844 is kept in ``test-artifacts/admin/``.
 """
 
@@ -12,93 +12,17 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlparse
+from urllib.parse import quote
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
+from tests.app.browser_support import Admin, needs_chromium
 from tests.conftest import LiveServer
 
-CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "admin"
-LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
-
-pytestmark = pytest.mark.skipif(
-    not Path(CHROMIUM).exists(), reason="Debian chromium is not installed (make test installs it)"
-)
-
-
-# ==================================================================== browser set-up
-
-
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Browser]:
-    """The system Chromium (``playwright install`` is never run), for this module only.
-
-    A hand-made ``sync_playwright`` rather than pytest-playwright's session fixtures: the sync
-    API holds an event loop in the main thread while it runs, so it must be gone before the
-    async tests of later modules start.
-    """
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM)
-        yield browser
-        browser.close()
-
-
-@dataclass
-class Admin:
-    """A page on the live server that refuses the outside world and records JS errors."""
-
-    page: Page
-    live: LiveServer
-    api: httpx.Client
-    blocked: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-
-    def console(self, kind: str, text: str) -> None:
-        # Chromium logs every 4xx answer; the tests check those answers themselves.
-        if kind == "error" and not re.match(r"Failed to load resource: .* status of 4\d\d", text):
-            self.errors.append(text)
-
-    def goto(self, path: str) -> None:
-        response = self.page.goto(self.live.url + path)
-        assert response is not None and response.ok, f"{path}: {response and response.status}"
-
-    def shot(self, name: str) -> None:
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        size = self.page.viewport_size or {"width": 0, "height": 0}
-        path = ARTIFACTS / f"{name}-{size['width']}x{size['height']}.png"
-        self.page.screenshot(path=str(path), full_page=True)
-
-
-@pytest.fixture
-def admin(chromium: Browser, live_server: LiveServer) -> Iterator[Admin]:
-    context = chromium.new_context(viewport={"width": 1280, "height": 800})
-    page = context.new_page()
-    admin = Admin(page, live_server, live_server.client())
-
-    def guard(route: Route) -> None:
-        if urlparse(route.request.url).hostname in LOOPBACK:
-            route.continue_()
-        else:
-            admin.blocked.append(route.request.url)
-            route.abort()
-
-    page.route("**/*", guard)
-    page.on("pageerror", lambda error: admin.errors.append(str(error)))
-    page.on("console", lambda message: admin.console(message.type, message.text))
-    page.set_default_timeout(10_000)
-    try:
-        yield admin
-    finally:
-        context.close()
-    assert admin.blocked == [], f"requests left the machine: {admin.blocked}"
-    assert admin.errors == [], f"errors in the page: {admin.errors}"
+pytestmark = needs_chromium
 
 
 def name(prefix: str) -> str:
@@ -403,7 +327,15 @@ def test_dlq_redrive_shows_each_message_outcome(admin: Admin) -> None:
         assert admin.api.get(f"/v1/messages/{new_id}").json()["topic"] == topic
         # The list refreshed itself: the dead letter now says where it went.
         expect(page.locator(f'#dlq-table tr[data-msg-id="{msg_id}"]')).to_contain_text(new_id)
+    # The depth fell: 1 still waits, 2 were redriven (and stay listed, marked).
+    expect(page.locator("#dlq-depth")).to_contain_text("1 waiting, 2 redriven")
     admin.shot("dlq-redrive")
+    admin.goto("/admin/dlq")
+    expect(page.locator(f'tr:has(a:text-is("{group}")) td.waiting')).to_have_text("1")
+    admin.goto(f"/admin/groups?q={group}")
+    expect(page.locator(f'tr[data-group="{group}"] td:nth-child(5)')).to_have_text("1")
+    admin.page.go_back()
+    admin.page.go_back()
 
     # Everything matching tag "Bad": one was moved already, one is new.
     page.get_by_label("Tags").fill("Bad")

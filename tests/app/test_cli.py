@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -15,7 +17,7 @@ import httpx
 import pytest
 
 from app.cli import build_parser, main
-from app.settings import Settings
+from app.settings import SETTING_SECTIONS, Settings
 from services import StoreConfig
 from storage import MessageStore
 from tests.net import free_port
@@ -30,6 +32,22 @@ def test_every_setting_is_a_flag(capsys: pytest.CaptureFixture[str]) -> None:
     for name in Settings.model_fields:
         assert "--" + name.replace("_", "-") in help_text
     assert "SPOOLMQ_COMMIT_LOG_FILE_SIZE" in help_text
+
+
+def test_serve_help_lists_the_flags_by_section(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--help"])
+    help_text = capsys.readouterr().out
+    assert help_text.startswith("usage: spoolmq serve [--FLAG VALUE ...]\n")
+    headings = [
+        line[:-1] for line in help_text.splitlines() if re.fullmatch(r"[A-Za-z][\w ]+:", line)
+    ]
+    assert headings == ["options", *SETTING_SECTIONS.values()]
+    store = help_text.split("\nstore sizes and limits:\n", 1)[1].split("\n\n", 1)[0]
+    assert "--commit-log-file-size" in store and "--port" not in store
+    assert next(iter(Settings.model_fields)) in SETTING_SECTIONS, (
+        "the first setting opens a section"
+    )
 
 
 def test_every_store_size_and_limit_is_a_setting() -> None:
@@ -199,3 +217,23 @@ def test_demo_on_a_store_in_use_fails_with_a_message(
     with MessageStore.open(tmp_path / "busy", config):
         assert main(["demo", "--store-dir", str(tmp_path / "busy")]) == 1
     assert "in use by another process" in capsys.readouterr().err
+
+
+def test_a_busy_port_is_one_clear_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [str(BIN / "spoolmq"), "serve", "--store-dir", str(tmp_path), "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"spoolmq: cannot listen on 127.0.0.1:{port}: the port is in use (another server? "
+        "choose another with --port or SPOOLMQ_PORT)\n"
+    )
+    assert not (tmp_path / "commitlog").exists(), "nothing opened before the port is known"

@@ -200,3 +200,19 @@ def test_a_master_stopped_cleanly_hands_over_at_once(
     wait_until(lambda: b.role() == "master")
     assert b.replica()["epoch"] == epoch + 1
     assert send(b.url, "after-handover").status_code == 201
+
+
+def test_a_topic_route_is_readable_on_the_slave_as_soon_as_the_put_answers(
+    pair: tuple[ClusterBroker, ClusterBroker],
+) -> None:
+    """The master registers the route before answering the PUT (not a second later, in its
+    publish loop), so the next read anywhere finds it."""
+    a, b = pair
+    for i in range(3):
+        topic = f"Fresh{i}"
+        body = {"read_queue_nums": 4, "write_queue_nums": 4}
+        created = httpx.put(f"{a.url}/v1/topics/{topic}", json=body, timeout=10)
+        assert created.status_code == 201, created.text
+        answer = route(b, topic)
+        assert answer.status_code == 200, answer.text
+        assert len(answer.json()["queues"]) == 4

@@ -5,6 +5,7 @@ name patterns (a trailing newline included) and required response fields."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +16,7 @@ import httpx
 import pytest
 
 from app.schemas import INT64_MAX
-from services.dlq import RedriveJobState
+from services.redrive_jobs import RedriveJobState
 from tests.conftest import LiveServer, start_server, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -124,21 +125,38 @@ def test_a_cancelled_job_keeps_its_sends_and_a_rerun_finishes_the_rest(
     wait_until(lambda: client.get(location).json()["done"] == 1)  # then a 10 s pause
     running = client.get(location).json()
     assert running["state"] == "running" and running["total"] == 3
-    cancelled = client.delete(location)
+    cancelled = client.post(f"{location}/cancel")
     assert cancelled.status_code == 200, cancelled.text
     assert cancelled.json()["state"] == "cancelled"
     assert cancelled.json()["finished_at"] is not None
-    assert client.delete(location).json()["state"] == "cancelled", "cancelling is idempotent"
+    assert client.post(f"{location}/cancel").json()["state"] == "cancelled", "idempotent"
+    assert client.get(location).json()["state"] == "cancelled", "a cancelled job is kept"
     assert len(redriven(client, topic)) == 1
     rest = client.post(f"/v1/groups/{group}/dlq/redrive", json={}).json()["summary"]
     assert (rest["already_moved"], rest["moved"]) == (1, 2)
     assert len(redriven(client, topic)) == 3
 
 
+def test_a_deleted_job_is_cancelled_and_gone(client: httpx.Client, topic: str, group: str) -> None:
+    kill(client, group, topic, 3)
+    job = client.post(f"/v1/groups/{group}/dlq/redrive-jobs", json={"rate_per_second": 0.1}).json()
+    location = f"/v1/groups/{group}/dlq/redrive-jobs/{job['id']}"
+    wait_until(lambda: client.get(location).json()["done"] == 1)
+    deleted = client.delete(location)
+    assert deleted.status_code == 200, deleted.text
+    assert deleted.json()["state"] == "cancelled", "it answers the job as it ended"
+    gone = client.get(location)
+    assert gone.status_code == 404 and gone.json()["code"] == "REDRIVE_JOB_NOT_FOUND"
+    assert client.delete(location).status_code == 404
+    assert client.get(f"/v1/groups/{group}/dlq/redrive-jobs").json()["jobs"] == []
+    assert len(redriven(client, topic)) == 1, "the send already made stays"
+
+
 @pytest.mark.parametrize("job_id", ["0" * 32, "not-a-job"])
 def test_unknown_redrive_jobs_are_404(client: httpx.Client, group: str, job_id: str) -> None:
-    for method in ("GET", "DELETE"):
-        response = client.request(method, f"/v1/groups/{group}/dlq/redrive-jobs/{job_id}")
+    path = f"/v1/groups/{group}/dlq/redrive-jobs/{job_id}"
+    for method, url in (("GET", path), ("DELETE", path), ("POST", f"{path}/cancel")):
+        response = client.request(method, url)
         assert response.status_code == 404, response.text
         assert response.json()["code"] == "REDRIVE_JOB_NOT_FOUND"
 
@@ -155,7 +173,7 @@ def test_shutdown_ends_paced_redrives_and_jobs_without_a_server_error(tmp_path: 
     kill(http, "ShutG", "ShutT", 3)
     kill(http, "ShutJ", "ShutJT", 3)
     job = http.post("/v1/groups/ShutJ/dlq/redrive-jobs", json={"rate_per_second": 0.1}).json()
-    dlq = live.broker.dlq  # kept: the broker hands out no services once it has stopped
+    jobs = live.broker.redrive_jobs  # kept: the broker hands out no services once stopped
     answers: list[httpx.Response] = []
 
     def held_redrive() -> None:
@@ -171,7 +189,7 @@ def test_shutdown_ends_paced_redrives_and_jobs_without_a_server_error(tmp_path: 
     assert answer.status_code == 503, answer.text
     assert answer.headers["content-type"] == "application/problem+json"
     assert "run it again" in answer.json()["detail"]
-    [stopped] = dlq.jobs("ShutJ")
+    [stopped] = jobs.of_group("ShutJ")
     assert stopped.id == job["id"] and stopped.state is RedriveJobState.CANCELLED
     assert len(stopped.outcomes) == 1
 
@@ -258,7 +276,8 @@ def test_integer_bounds_are_integers_and_int64_max_is_exact() -> None:
         ("RedriveIn", "end_timestamp"),
         ("OffsetResetIn", "timestamp"),
     ]:
-        [integer] = [s for s in SCHEMAS[model]["properties"][field]["anyOf"] if "maximum" in s]
+        field_schema = SCHEMAS[model]["properties"][field]
+        [integer] = [s for s in _walk(field_schema) if "maximum" in s]
         assert integer["maximum"] == INT64_MAX and type(integer["maximum"]) is int
     assert "9.223372036854776e+18" not in (ROOT / "openapi" / "openapi.json").read_text()
 
@@ -398,10 +417,39 @@ def test_integer_parameters_are_decimal_digits_only(
         (f"/v1/topics/{topic}/queues/0/messages", {"offset": text}),
         (f"/v1/topics/{topic}/messages", {"key": "k", "max_messages": text}),
         (f"/v1/groups/{group}/dlq/messages", {"limit": text}),
-        (f"/v1/topics/{topic}/queues/0/offset", {"timestamp": text}),
     ]:
         response = client.get(path, params=params)
         assert response.status_code == 422, (path, response.text)
         assert response.json()["errors"][0]["type"] == "int_parsing"
+    # A time is epoch ms or ISO 8601, and neither of those.
+    response = client.get(f"/v1/topics/{topic}/queues/0/offset", params={"timestamp": text})
+    assert response.status_code == 422, response.text
+    assert response.json()["errors"][0]["type"] == "timestamp_parsing"
     assert client.get(f"/v1/topics/{topic}/queues/+0/messages").status_code == 200
     assert client.get(f"/v1/topics/{topic}/queues/0.0/messages").status_code == 422
+
+
+# ==================================================================== key rules are documented
+
+
+@pytest.mark.parametrize("key", ["a\x01b", "a\x02", "two words"])
+def test_raw_body_keys_the_document_refuses_are_refused(
+    client: httpx.Client, topic: str, key: str
+) -> None:
+    [keys] = [
+        p
+        for p in DOCUMENT["paths"]["/v1/topics/{topic}/messages"]["post"]["parameters"]
+        if p["name"] == "keys"
+    ]
+    [items] = [s["items"] for s in keys["schema"]["anyOf"] if "items" in s]
+    pattern = re.compile(items["pattern"].replace("\\u0001", "\x01").replace("\\u0002", "\x02"))
+    assert pattern.match("order-42") and not pattern.match(key)
+    assert "U+0001" in items["description"]
+    response = client.post(
+        f"/v1/topics/{topic}/messages",
+        params={"keys": key},
+        content=b"x",
+        headers={"content-type": "application/octet-stream"},
+    )
+    assert response.status_code == 422, response.text
+    assert response.json()["code"] == "INVALID_PROPERTY"

@@ -88,7 +88,7 @@ def test_curl_style_raw_body(client: httpx.Client, topic: str) -> None:
             ("property", "a=b=c"),
             ("queue_id", "2"),
         ],
-        headers={"content-type": "application/x-www-form-urlencoded"},  # curl's default
+        headers={"content-type": "application/octet-stream"},
     )
     assert response.status_code == 201, response.text
     assert response.json()["messages"][0]["queue_id"] == 2
@@ -97,6 +97,53 @@ def test_curl_style_raw_body(client: httpx.Client, topic: str) -> None:
     assert message["tags"] == "Raw"
     assert message["keys"] == ["k1", "k2"]
     assert message["properties"]["a"] == "b=c"
+
+
+def test_a_form_is_not_a_message(client: httpx.Client, topic: str) -> None:
+    """``curl -d '{"body": "x"}'`` without a content type sends a form: refused, never stored
+    as a raw body holding JSON text."""
+    for content_type in ("application/x-www-form-urlencoded", "multipart/form-data; boundary=b"):
+        response = client.post(
+            f"/v1/topics/{topic}/messages",
+            content=b'{"body": "x"}',
+            headers={"content-type": content_type},
+        )
+        assert response.status_code == 415, response.text
+        problem = response.json()
+        assert problem["code"] == "UNSUPPORTED_MEDIA_TYPE"
+        assert "Content-Type" in problem["detail"] and "application/json" in problem["detail"]
+    assert client.get(f"/v1/topics/{topic}").status_code == 404  # nothing was stored
+
+
+def test_an_empty_raw_body_is_refused(client: httpx.Client, topic: str) -> None:
+    response = client.post(
+        f"/v1/topics/{topic}/messages",
+        content=b"",
+        headers={"content-type": "application/octet-stream"},
+    )
+    assert response.status_code == 400, response.text
+    assert response.json()["code"] == "MESSAGE_ILLEGAL"
+    assert "empty" in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/groups/{group}/offsets", b'{"offsets": []}'),
+        ("/v1/groups/{group}/topics/{topic}/receive", b"{}"),
+    ],
+)
+@pytest.mark.parametrize("content_type", [None, "application/x-www-form-urlencoded", "text/plain"])
+def test_a_json_route_names_the_content_type_it_needs(
+    client: httpx.Client, topic: str, group: str, path: str, body: bytes, content_type: str | None
+) -> None:
+    headers = {"content-type": content_type} if content_type else {}
+    response = client.post(path.format(group=group, topic=topic), content=body, headers=headers)
+    assert response.status_code == 415, response.text
+    problem = response.json()
+    assert problem["code"] == "UNSUPPORTED_MEDIA_TYPE"
+    assert "Content-Type: application/json" in problem["detail"]
+    assert (repr(content_type) if content_type else "no Content-Type") in problem["detail"]
 
 
 def test_raw_body_without_content_type(client: httpx.Client, topic: str) -> None:

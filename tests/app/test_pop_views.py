@@ -42,10 +42,14 @@ def test_metrics_lag_and_admin_pages_show_what_is_in_flight(server: LiveServer) 
     ]
     assert len(got) == 6
     acked = http.post(
-        f"/v1/groups/{group}/acks", json={"receipt_handles": [got[0]["receipt_handle"]]}
+        f"/v1/groups/{group}/acks", json={"receipt_handles": [got[0]["receipt_handle"]] * 2}
     )
     assert acked.status_code == 200
-    after = http.get("/metrics").text
+    again = http.post(
+        f"/v1/groups/{group}/acks", json={"receipt_handles": [got[0]["receipt_handle"]]}
+    )
+    assert [r["outcome"] for r in again.json()["results"]] == ["acked"]  # answered again...
+    after = http.get("/metrics").text  # ...but the message counts as acked once
     assert (
         metric(after, "spoolmq_pop_received_total") - metric(before, "spoolmq_pop_received_total")
         == 6

@@ -201,6 +201,8 @@ def test_errors_are_problems_and_broker_4xx_passes_through(cluster: Cluster) -> 
     for bad in invalid:
         refused = http.put("/v1/topics/Bad", json=bad)
         assert (refused.status_code, refused.json()["code"]) == (422, "VALIDATION_FAILED")
+    unknown = http.put("/v1/topics/Bad", json={"groups": ["g1", "nope"]}).json()["detail"]
+    assert "nope in cluster 'c1' (its groups: g1, g2)" in unknown
     bad_name = http.put("/v1/topics/%25bad", json={})
     assert bad_name.status_code == 400, bad_name.text
     for name in ("Bad", "%25bad"):
@@ -231,6 +233,17 @@ def test_errors_are_problems_and_broker_4xx_passes_through(cluster: Cluster) -> 
     assert all(
         max(local_queue_counts(live, "Errs").values()) == 0 for live in (cluster.a, cluster.b)
     )
+
+
+def test_a_proxy_of_a_cluster_nobody_joined_says_to_check_its_name(cluster: Cluster) -> None:
+    proxy = start_proxy(cluster.etcd.url, cluster="demo")  # the brokers joined "c1"
+    try:
+        answer = httpx.put(f"{proxy.url}/v1/topics/T", json={"groups": ["g1"]}, timeout=10)
+        assert answer.status_code == 422
+        assert "cluster 'demo' (no broker has joined it" in answer.json()["detail"]
+        assert "--cluster" in answer.json()["detail"]
+    finally:
+        proxy.stop()
 
 
 def test_group_pull_through_the_proxy_drains_everything_exactly_once(cluster: Cluster) -> None:

@@ -299,9 +299,15 @@ def test_redrive_moves_exactly_the_filtered_messages_and_reports_each(
     again = http.post(f"/v1/groups/{group}/dlq/redrive", json={"tags": ["odd"]}).json()
     assert again["summary"]["already_moved"] == 3
     assert len(pull_all(http, topic)) == 9, "a re-run sends nothing twice"
-    page = http.get(f"/v1/groups/{group}/dlq/messages", params={"limit": 10}).json()
+    page = http.get(f"/v1/groups/{group}/dlq/messages", params={"limit": 10, "state": "all"}).json()
     redriven = sorted(m["body"] for m in page["messages"] if m["redriven_as"])
     assert redriven == ["dead 1", "dead 3", "dead 5"]
+    # By default only what still waits is listed; the counts say both.
+    waiting = http.get(f"/v1/groups/{group}/dlq/messages", params={"limit": 10}).json()
+    assert sorted(m["body"] for m in waiting["messages"]) == ["dead 0", "dead 2", "dead 4"]
+    assert waiting["stored"] == 6 and waiting["redriven"] + waiting["waiting"] == 6
+    only_redriven = http.get(f"/v1/groups/{group}/dlq/messages", params={"state": "redriven"})
+    assert sorted(m["body"] for m in only_redriven.json()["messages"]) == redriven
 
 
 def test_lag_in_seconds_is_the_age_of_the_oldest_unconsumed_message(

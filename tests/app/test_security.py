@@ -395,13 +395,14 @@ def test_token_create_prints_a_token_and_its_entry(
     argv = ["token", "create", "--name", "orders", "--produce", "Orders*"]
     argv += ["--consume", "billing:Orders*", "--rate-per-s", "50"]
     assert cli_main(argv) == 0
-    out = capsys.readouterr().out
-    token = re.search(r"^  (smq_\S+)$", out, re.MULTILINE)
-    assert token is not None
-    entry = out[out.index("[[tokens]]") :]
-    assert token.group(1) not in entry  # the file holds only the digest
-    (tmp_path / "auth.toml").write_text(entry)
-    principal = load_auth_file(tmp_path / "auth.toml").authenticate(token.group(1))
+    printed = capsys.readouterr()
+    # stdout is the entry alone (`>> auth.toml` works); the token is stderr's last line.
+    token = printed.err.splitlines()[-1]
+    assert re.fullmatch(r"smq_\S+", token)
+    assert token not in printed.out  # the file holds only the digest
+    assert printed.out.startswith("[[tokens]]")
+    (tmp_path / "auth.toml").write_text(printed.out)
+    principal = load_auth_file(tmp_path / "auth.toml").authenticate(token)
     assert principal is not None
     assert (principal.name, principal.rate_per_s) == ("orders", 50.0)
     assert principal.may_produce("Orders-EU") and not principal.may_produce("Refunds")

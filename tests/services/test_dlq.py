@@ -3,10 +3,62 @@ the selected ones, once."""
 
 from __future__ import annotations
 
-from services.dlq import PROPERTY_REDRIVEN_FROM, DlqFilter, DlqService, RedriveStatus
+from services.dlq import PROPERTY_REDRIVEN_FROM, DlqFilter, DlqService, DlqState, RedriveStatus
+from services.dlq_watermark import DlqWatermark
 from services.send_back import SendBackRequest, SendBackService
 from storage import Message
 from tests.services.conftest import World
+
+
+def dlq_service(world: World) -> DlqService:
+    watermark = DlqWatermark(world.store, world.offsets)
+    return DlqService(world.store, world.topic_for_send, world.idempotency, watermark)
+
+
+async def fill_dlq(world: World, count: int) -> None:
+    back = SendBackService(world.store, world.group, world.ensure_topic, world.idempotency.reput)
+    for i in range(count):
+        sent = world.store.put_message(
+            Message(
+                "Orders",
+                f"dead {i}".encode(),
+                properties={"TAGS": "bad" if i % 2 else "worse", "UNIQ_KEY": f"{i:032X}"},
+            )
+        )
+        await back.send_back(SendBackRequest("g", msg_id=sent.msg_id, delay_level=-1))
+
+
+async def test_a_redrive_lowers_the_waiting_depth_and_the_waiting_list(world: World) -> None:
+    await fill_dlq(world, 6)
+    dlq = dlq_service(world)
+    before = dlq.depth("g")
+    assert (before.stored, before.waiting, before.redriven) == (6, 6, 0)
+
+    # Dead letters 0 and 2 (tag "worse") first: the head moves past 0 only (1 still waits).
+    await dlq.redrive(
+        "g", DlqFilter(msg_ids={e.message.msg_id for e in dlq.browse("g", None, 6).entries[0:3:2]})
+    )
+    assert dlq.depth("g").waiting == 5
+    waiting = dlq.browse("g", None, 10, state=DlqState.WAITING)
+    assert [e.message.body for e in waiting.entries] == [b"dead 1", b"dead 3", b"dead 4", b"dead 5"]
+    assert waiting.depth.waiting == 5  # 2 is redriven, but behind 1 which still waits
+
+    await dlq.redrive("g", DlqFilter(tags={"bad"}))
+    # Only 4 is left: the head is there, and 5 behind it counts until 4 goes.
+    assert dlq.depth("g").waiting == 2
+    left = dlq.browse("g", None, 10, state=DlqState.WAITING).entries
+    assert [e.message.body for e in left] == [b"dead 4"]
+    await dlq.redrive("g", DlqFilter(), dry_run=True)
+    assert dlq.depth("g").waiting == 2, "a dry run moves nothing"
+    await dlq.redrive("g", DlqFilter())
+    after = dlq.depth("g")
+    assert (after.stored, after.waiting, after.redriven) == (6, 0, 6)
+    assert dlq.browse("g", None, 10, state=DlqState.WAITING).entries == []
+    assert len(dlq.browse("g", None, 10, state=DlqState.REDRIVEN).entries) == 6
+    assert len(dlq.browse("g", None, 10).entries) == 6, "the dead letters stay stored"
+
+    await fill_dlq(world, 1)  # a new dead letter waits again
+    assert dlq.depth("g").waiting == 1
 
 
 async def test_redrive_moves_exactly_the_filtered_dead_letters_once(world: World) -> None:
@@ -20,7 +72,7 @@ async def test_redrive_moves_exactly_the_filtered_dead_letters_once(world: World
             )
         )
         await back.send_back(SendBackRequest("g", msg_id=sent.msg_id, delay_level=-1))
-    dlq = DlqService(world.store, world.topic_for_send, world.idempotency)
+    dlq = dlq_service(world)
     page = dlq.browse("g", None, 4)
     assert len(page.entries) == 4 and page.next_offset == 4 and page.max_offset == 6
     assert all(e.original_topic == "Orders" and e.redriven_as is None for e in page.entries)
@@ -57,7 +109,7 @@ async def test_dead_letter_pages_keep_to_a_byte_budget(world: World) -> None:
             Message("Big", bytes([65 + i]) * 1000, properties={"KEYS": "same"})
         )
         await back.send_back(SendBackRequest("g", msg_id=sent.msg_id, delay_level=-1))
-    dlq = DlqService(world.store, world.topic_for_send, world.idempotency)
+    dlq = dlq_service(world)
     page = dlq.browse("g", None, 10, max_bytes=2500)
     assert len(page.entries) == 2 and page.next_offset == 2
     rest = dlq.browse("g", page.next_offset, 10, max_bytes=2500)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import io
+import secrets
 
+import httpx
 import pytest
 
 from spark_jobs.replay.http_sender import (
@@ -16,6 +19,7 @@ from spark_jobs.replay.http_sender import (
     message_payload,
     replayable_properties,
 )
+from tests.conftest import LiveServer
 from tests.spark_jobs.stub_server import stub_server
 
 
@@ -156,3 +160,57 @@ def test_progress_lines() -> None:
         "replay: 100/1,000 messages (10.0%) · 50 msg/s · elapsed 2 s · eta 18 s",
         "replay: 400/1,000 messages (40.0%) · 50 msg/s · elapsed 8 s · eta 12 s",
     ]
+
+
+class _AnswerLostOnce(httpx.BaseTransport):
+    """Delivers every request, but drops the answer of the first one: a lost response."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.keys: list[str | None] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.keys.append(request.headers.get("idempotency-key"))
+        response = self.inner.handle_request(request)
+        if len(self.keys) == 1:
+            response.read()
+            response.close()
+            raise httpx.ReadError("the connection dropped before the answer", request=request)
+        return response
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_a_batch_whose_answer_was_lost_is_stored_once(live_server: LiveServer) -> None:
+    topic = f"Replay{secrets.token_hex(4)}"
+    transport = _AnswerLostOnce()
+    client = httpx.Client(base_url=live_server.url, transport=transport, timeout=10)
+    time = FakeTime()
+    sender = HttpReplaySender(
+        live_server.url, topic, batch_size=3, rate=None, client=client, sleep=time.sleep
+    )
+    sent = messages(3)
+    sent[0] = dataclasses.replace(
+        sent[0], properties={"IDEMPOTENCY_KEY": "from-the-source", "IDEMPOTENCY_FP": "f"}
+    )
+    for message in sent:
+        sender.add(message)
+    summary = sender.close()
+    client.close()
+
+    assert summary.sent == 3 and summary.retries == 1
+    assert len(transport.keys) == 2 and transport.keys[0] == transport.keys[1] is not None
+    with httpx.Client(base_url=live_server.url) as reader:
+        stored = [
+            m
+            for q in range(8)
+            for m in reader.get(f"/v1/topics/{topic}/queues/{q}/messages").json()["messages"]
+        ]
+    assert sorted(m["properties"]["REPLAY_OF"] for m in stored) == [
+        "ORIG0000",
+        "ORIG0001",
+        "ORIG0002",
+    ]
+    first = next(m for m in stored if m["properties"]["REPLAY_OF"] == "ORIG0000")
+    assert first["properties"].get("IDEMPOTENCY_KEY") != "from-the-source"

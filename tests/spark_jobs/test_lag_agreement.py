@@ -130,3 +130,35 @@ def test_one_duration_format_for_the_pages_and_the_reports() -> None:
     assert templates.env.filters["duration"] is format_duration
     assert spark_format_duration is format_duration
     assert templates.env.filters["duration"](3 * 3600 + 125) == "3 h 2 min"
+
+
+def test_dlq_depth_agrees_after_a_redrive(tmp_path: Path) -> None:
+    """15 dead letters, 10 redriven: the API, the admin pages and the lag report all say 5."""
+    from tests.conftest import start_server, wait_until
+
+    live = start_server(tmp_path / "store")
+    try:
+        api = live.client()
+        for i in range(15):
+            sent = api.post("/v1/topics/Orders/messages", json={"body": f"x{i}", "queue_id": 0})
+            msg_id = sent.json()["messages"][0]["msg_id"]
+            back = {"msg_id": msg_id, "delay_level": -1}
+            assert api.post("/v1/groups/billing/retry", json=back).status_code == 200
+        dead = api.get("/v1/groups/billing/dlq/messages", params={"limit": 10}).json()
+        chosen = [m["msg_id"] for m in dead["messages"]]
+        redrive = api.post("/v1/groups/billing/dlq/redrive", json={"msg_ids": chosen})
+        assert redrive.json()["summary"]["moved"] == 10
+        page = api.get("/v1/groups/billing/dlq/messages").json()
+        assert (page["stored"], page["waiting"], page["redriven"]) == (15, 5, 10)
+        assert len(page["messages"]) == 5
+        groups_page = api.get("/admin/groups", params={"q": "billing"}).text
+        assert '<a href="/admin/dlq/billing">5</a>' in groups_page
+        # The lag report reads the store files once the offsets are persisted.
+        wait_until(
+            lambda: (
+                take_snapshot([str(live.store_dir)], int(time.time() * 1000)).dlq_depth
+                == {"billing": 5}
+            )
+        )
+    finally:
+        live.stop()

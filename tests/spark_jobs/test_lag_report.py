@@ -28,7 +28,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from spark_jobs import cli
-from spark_jobs.formatting import format_time
+from spark_jobs.formatting import format_duration, format_per_second, format_time
 from spark_jobs.lag.burrow import Status
 from spark_jobs.lag.job import LagReportConfig, run_lag_report
 from spark_jobs.lag.output import iso_utc, utc_date
@@ -209,3 +209,52 @@ def test_a_broken_offsets_file_is_reported_not_raised(
     )
     assert code == 1
     assert "consumerOffset.json" in capsys.readouterr().err
+
+
+def test_the_command_line_reads_durations_as_the_report_does_and_shows_progress(
+    scenario: Scenario, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    now = START + 240_000
+    args = ["lag-report", "--store", str(scenario.store), "--out", str(tmp_path / "cli")]
+    assert cli.main([*args, "--now", iso_utc(now)]) == 0
+    printed = capsys.readouterr()
+    [slow] = [line for line in printed.out.splitlines() if " slow " in line]
+    oldest = (now - scenario.results[20].store_timestamp) / 1000  # slow's first unconsumed
+    assert f"oldest {format_duration(oldest):>12}" in slow
+    html = (tmp_path / "cli" / "report.html").read_text()
+    assert format_duration(oldest) in html
+    assert "lag-report: snapshot of" in printed.err and "outputs written to" in printed.err
+
+
+@pytest.mark.parametrize(
+    ("rate", "text"),
+    [(None, "—"), (0.0, "0.0"), (0.04, "0.04"), (0.0012, "0.0012"), (12.34, "12.3")],
+)
+def test_a_slow_rate_never_reads_as_zero(rate: float | None, text: str) -> None:
+    assert format_per_second(rate) == text
+
+
+@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="make test installs chromium")
+def test_the_html_report_fits_1280_pixels(scenario: Scenario) -> None:
+    from playwright.sync_api import sync_playwright
+
+    report = (scenario.root / "out3" / "report.html").resolve()
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium")
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.route(
+            "**/*", lambda r: r.continue_() if r.request.url.startswith("file:") else r.abort()
+        )
+        page.goto(report.as_uri())
+        widths = page.evaluate(
+            "() => [...document.querySelectorAll('.scroll')]"
+            ".map(e => [e.scrollWidth, e.clientWidth])"
+        )
+        note_lines = page.evaluate(
+            "() => [...document.querySelectorAll('td.note')].filter(e => e.textContent)"
+            ".map(e => e.getBoundingClientRect().height"
+            " / (parseFloat(getComputedStyle(e).lineHeight) || 16))"
+        )
+        browser.close()
+    assert widths and all(scroll <= client for scroll, client in widths), widths
+    assert note_lines and max(note_lines) <= 4, note_lines  # not one word a line

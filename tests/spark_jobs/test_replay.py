@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 
 from spark_jobs import cli
 from spark_jobs.replay.job import HttpTarget, Selection, run_replay
+from storage import Message
 from tests.spark_jobs.stores import Written, expected_row, sorted_rows, varied_message, write_store
 from tests.spark_jobs.stub_server import stub_server
 
@@ -174,3 +175,26 @@ def test_replay_over_http_sends_the_selection_in_order(
     for message, item in zip(sent, expected, strict=True):
         assert message.get("keys", []) == item.message.properties.get("KEYS", "").split()
         assert "UNIQ_KEY" not in message["properties"]
+
+
+def test_a_key_selects_what_producers_sent_not_the_brokers_copies(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A message and its retry, dead-letter, delay and POP-checkpoint copies all carry the
+    key: by default only the original (and any user topic) is replayed."""
+    topics = ["Orders", "OrdersReplay", "%RETRY%billing", "%DLQ%billing", "SCHEDULE_TOPIC_XXXX"]
+    topics.append("rmq_sys_REVIVE_LOG")
+    messages = [Message(t, b"order 42 paid", properties={"KEYS": "order-42"}) for t in topics]
+    store = write_store(tmp_path / "store", messages)[0].store_dir
+
+    def dry_run(*extra: str) -> str:
+        assert cli.main(["replay", "--store", store, "--key", "order-42", "--dry-run", *extra]) == 0
+        return capsys.readouterr().out
+
+    default = dry_run()
+    assert "selected 2 messages" in default
+    assert "  Orders: 1" in default and "  OrdersReplay: 1" in default
+    assert "%" not in default and "SCHEDULE" not in default and "rmq_sys" not in default
+    assert "selected 6 messages" in dry_run("--include-system")
+    named = dry_run("--topic", "%DLQ%billing")
+    assert "selected 1 messages" in named and "  %DLQ%billing: 1" in named

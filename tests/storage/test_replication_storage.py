@@ -222,3 +222,25 @@ def test_truncation_at_a_file_start_deletes_that_file(
     reopened = open_store()
     assert reopened.max_physical_offset <= COMMIT_LOG_FILE_SIZE
     assert reopened.check() == []
+
+
+def test_a_promoted_slave_cuts_the_record_that_never_arrived_whole(
+    open_store: OpenStore, tmp_path: Path
+) -> None:
+    master = open_store(root=tmp_path / "m")
+    slave = open_store(root=tmp_path / "s")
+    fill(master, 5)
+    whole = master.max_physical_offset
+    replicate(master, slave, start=0)
+    master.put_message(message("TopicA", b"x" * 300, queue_id=0))
+    torn = master.read_replication_chunk(whole, 100)  # the head of a 400-byte record
+    assert slave.append_replicated(whole, torn) == whole + 100
+
+    assert slave.cut_partial_tail() == whole
+    assert slave.cut_partial_tail() == whole, "a log of whole records is left as it is"
+    result = slave.put_message(message("TopicA", b"own write", queue_id=0))
+    assert result.physical_offset == whole
+    assert slave.check() == []
+    got = slave.get_message("g", "TopicA", 0, 0, 64)
+    assert got.messages[-1].body == b"own write"
+    assert len(got.messages) == master.max_offset_in_queue("TopicA", 0)

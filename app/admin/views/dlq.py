@@ -17,7 +17,7 @@ from app.admin.problems import AdminRoute
 from app.admin.rendering import PREFIX, path_segment, redirect, render
 from app.deps import BrokerDep
 from services import DLQ_GROUP_TOPIC_PREFIX, Broker, dlq_topic, is_dlq_topic
-from services.dlq import MAX_REDRIVE, DlqFilter, RedriveStatus
+from services.dlq import MAX_REDRIVE, DlqDepth, DlqFilter, RedriveStatus
 from services.groups import check_group_name
 
 router = APIRouter(route_class=AdminRoute)
@@ -30,7 +30,7 @@ FILTER_FIELDS: Final = ("ids", "tags", "begin", "end", "limit")
 @dataclass(frozen=True, slots=True)
 class DlqRow:
     group: str
-    dead_letters: int
+    depth: DlqDepth
     last_store_timestamp: int
 
 
@@ -40,9 +40,9 @@ def dlq_rows(broker: Broker) -> list[DlqRow]:
         name = config.topic_name
         if is_dlq_topic(name):
             stats = broker.topics.queue_stats(config)
-            count = sum(q.max_offset - q.min_offset for q in stats)
             last = max((q.last_store_timestamp for q in stats), default=0)
-            rows.append(DlqRow(name.removeprefix(DLQ_GROUP_TOPIC_PREFIX), count, last))
+            group = name.removeprefix(DLQ_GROUP_TOPIC_PREFIX)
+            rows.append(DlqRow(group, broker.dlq.depth(group), last))
     return rows
 
 

@@ -19,10 +19,11 @@ from app.admin.rendering import render
 from app.admin.views.pop import pop_rows
 from app.deps import BrokerDep
 from app.responses import OrjsonResponse
-from services import Broker, SubscriptionGroupConfig, dlq_topic
+from services import Broker, SubscriptionGroupConfig
 from services.errors import GroupNotFoundError
 from services.groups import check_group_name
 from services.offset_reset import ResetPlan, ResetRequest, ResetTarget
+from services.pop.views import queue_views
 
 router = APIRouter(route_class=AdminRoute)
 
@@ -52,7 +53,8 @@ def _config(broker: Broker, group: str) -> SubscriptionGroupConfig | None:
 
 
 def _dead_letters(broker: Broker, group: str) -> int:
-    return broker.topics.stored_messages(dlq_topic(group))
+    """Dead letters still waiting (a redrive takes them off; see :mod:`services.dlq_watermark`)."""
+    return broker.dlq.depth(group).waiting
 
 
 def group_rows(broker: Broker, search: str = "") -> list[GroupRow]:
@@ -90,6 +92,7 @@ async def show_group(request: Request, group: str, broker: BrokerDep) -> Respons
         nav="groups",
         config=_config(broker, group),
         dead_letters=_dead_letters(broker, group),
+        in_flight=sum(q.in_flight for q in queue_views(broker.pop.table, group)),
         targets=RESET_TARGETS,
     )
     return render(request, "group.html", context)

@@ -83,7 +83,8 @@ async def show_message(request: Request, msg_id: str, broker: BrokerDep) -> Resp
         "title": f"Message {message.msg_id}",
         "nav": "messages",
         "message": message,
-        "text": text,
+        "text": text if text is None else text[: browse.TEXT_LIMIT],
+        "text_truncated": text is not None and len(text) > browse.TEXT_LIMIT,
         "view": view,
         "hex": browse.hex_dump(message.body) if view == "hex" else "",
         "hex_truncated": len(message.body) > browse.HEX_LIMIT,
@@ -93,3 +94,15 @@ async def show_message(request: Request, msg_id: str, broker: BrokerDep) -> Resp
         "linked": LINKED_PROPERTIES,
     }
     return render(request, "message.html", context, fragment="_message_body.html")
+
+
+@router.get("/messages/{msg_id}/body", name="admin-message-body")
+async def download_body(msg_id: str, broker: BrokerDep) -> Response:
+    """The whole body, as a file (the page shows at most the first 64 KiB)."""
+    message = broker.messages.by_id(msg_id)
+    disposition = f'attachment; filename="{message.msg_id}.bin"'
+    return Response(
+        message.body,
+        media_type="application/octet-stream",
+        headers={"Content-Disposition": disposition},
+    )
