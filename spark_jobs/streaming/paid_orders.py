@@ -96,7 +96,11 @@ def run(args: argparse.Namespace) -> int:
     query.awaitTermination()
     progress = query.recentProgress
     rows = sum(p["numInputRows"] for p in progress)
-    sys.stdout.write(f"paid_orders: read {rows:,} messages in {len(progress)} micro-batches\n")
+    batches = len(progress)
+    sys.stdout.write(
+        f"paid_orders: read {rows:,} message{'' if rows == 1 else 's'} in {batches} "
+        f"micro-batch{'' if batches == 1 else 'es'}\n"
+    )
     return 0
 
 
