@@ -449,3 +449,49 @@ def test_with_etcd_down_the_proxy_keeps_routing_on_its_last_view(cluster: Cluste
     assert refused.status_code == 503
     assert refused.json()["code"] == "ETCD_UNAVAILABLE"
     assert refused.headers["retry-after"] == "1"
+
+
+def test_a_topic_answers_every_queue_with_cluster_wide_ids_and_its_group(cluster: Cluster) -> None:
+    http = cluster.http
+    create_topic(http, "Stats", 4)  # g1 hosts 0, 1; g2 hosts 2, 3
+    for queue_id, count in ((0, 2), (2, 1), (3, 3)):
+        for i in range(count):
+            send(http, "Stats", f"s{queue_id}-{i}", queue_id=queue_id)
+
+    detail = http.get("/v1/topics/Stats")
+    assert detail.status_code == 200, detail.text
+    body = detail.json()
+    assert (body["topic"], body["read_queue_nums"], body["write_queue_nums"]) == ("Stats", 4, 4)
+    queues = [
+        (q["queue_id"], q["broker_group"], q["min_offset"], q["max_offset"]) for q in body["queues"]
+    ]
+    assert queues == [(0, "g1", 0, 2), (1, "g1", 0, 0), (2, "g2", 0, 1), (3, "g2", 0, 3)]
+
+    listed = http.get("/v1/topics").json()["topics"]
+    stats = next(t for t in listed if t["topic"] == "Stats")
+    assert (stats["read_queue_nums"], stats["write_queue_nums"], stats["system"]) == (4, 4, False)
+
+    seek = http.get(
+        "/v1/topics/Stats/queues/3/offset", params={"timestamp": 0, "boundary": "lower"}
+    )
+    assert seek.status_code == 200, seek.text
+    assert (seek.json()["queue_id"], seek.json()["offset"], seek.json()["max_offset"]) == (3, 0, 3)
+    assert (
+        http.get("/v1/topics/Stats/queues/9/offset", params={"timestamp": 0}).json()["code"]
+        == "QUEUE_NOT_FOUND"
+    )
+    assert http.get("/v1/topics/Nope").json()["code"] == "TOPIC_NOT_FOUND"
+
+
+def test_a_group_that_does_not_answer_makes_the_topic_503_not_a_shorter_list(
+    cluster: Cluster,
+) -> None:
+    http = cluster.http
+    create_topic(http, "Partial", 4)
+    cluster.b.stop()
+    down = http.get("/v1/topics/Partial")
+    assert down.status_code == 503, down.text
+    assert down.json()["code"] == "BROKER_UNAVAILABLE"
+    assert down.headers["retry-after"] == "1"
+    # the offsets of g1's queues still answer
+    assert http.get("/v1/topics/Partial/queues/0/offset", params={"timestamp": 0}).is_success
