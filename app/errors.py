@@ -69,6 +69,7 @@ STATUS_BY_CODE: Final[Mapping[str, int]] = {
     "REPLICA_ROLE_CONFLICT": 409,
     "ROUTE_CONFLICT": 409,  # the proxy: a topic's queues do not move between broker groups
     "ETCD_UNAVAILABLE": 503,  # the proxy: the route table cannot be read or written now
+    "OUTCOME_UNKNOWN": 504,  # the proxy: a send may or may not be stored; retry with its key
     # storage
     "MESSAGE_ILLEGAL": 400,
     "INVALID_TOPIC_NAME": 400,

@@ -34,6 +34,7 @@ from pyspark.sql.types import (
 
 from spark_jobs.options import parse_commitlog_options, store_dirs_from_options
 from spark_jobs.scan import ByteRange, plan_ranges, read_range
+from spark_jobs.streaming.datasource import SpoolmqDataSource
 from storage.store_reader import (
     QueueOffsets,
     all_queue_offsets,
@@ -190,9 +191,11 @@ def _utc(milliseconds: int | None) -> datetime | None:
 
 
 def register(spark: SparkSession) -> None:
-    """Register both data sources with a session."""
+    """Register the data sources with a session: the two over store directories and
+    ``spoolmq`` over the HTTP API."""
     spark.dataSource.register(CommitLogDataSource)
     spark.dataSource.register(ConsumeQueueDataSource)
+    spark.dataSource.register(SpoolmqDataSource)
 
 
 __all__ = [

@@ -1,5 +1,6 @@
-"""Proxy endpoints for topics: create one spread over broker groups, read its route, and the
-proxy's own health (the route table it currently follows)."""
+"""Proxy endpoints for topics: create one spread over broker groups, read its route, its
+queues and their offsets across groups, and the proxy's own health (the route table it
+currently follows)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.errors import ApiError
+from app.proxy.bodies import json_body
 from app.proxy.context import (
     cluster_view,
     forwarder,
-    json_body,
     route_registry,
 )
+from app.proxy.fanout import each_group
+from app.proxy.forward import BrokerAnswer, ProxyError, broker_path
 from app.responses import OrjsonResponse
 from app.schemas.common import MAX_QUEUES
 from services.cluster import BrokerMember, ClusterView, TopicRoute, spread_queues
@@ -22,6 +25,8 @@ from services.cluster.proxy_routing import (
     NoMasterError,
     groups_with_master,
     master_of,
+    queue_route,
+    readers,
     topic_route,
 )
 
@@ -51,7 +56,11 @@ async def put_topic(topic: str, request: Request) -> Response:
         local = len(route.queues_of(group))
         local_body = {**body, "write_queue_nums": local, "read_queue_nums": local}
         answer = await forwarder(request).call(
-            master, "PUT", f"/v1/topics/{topic}", json=local_body, headers=request.headers
+            master,
+            "PUT",
+            broker_path("v1", "topics", topic),
+            json=local_body,
+            request=request,
         )
         if not answer.ok:
             return answer.response()
@@ -112,6 +121,95 @@ def _route_out(route: TopicRoute) -> dict[str, Any]:
             for q in route.queues
         ],
     }
+
+
+# ================================================================ queues and offsets across groups
+
+
+@router.get("/v1/topics")
+async def list_topics(request: Request) -> Response:
+    """The topics that have a route, with their cluster-wide queue counts."""
+    view = cluster_view(request)
+
+    async def ask(group: str) -> BrokerAnswer:
+        return await _read(request, group, broker_path("v1", "topics"))
+
+    details: dict[str, dict[str, Any]] = {}
+    for _, answer in await each_group(sorted(view.groups), ask):
+        if isinstance(answer, ProxyError | NoMasterError):
+            continue
+        if not answer.ok:
+            return answer.response()
+        for topic in answer.json().get("topics", ()):
+            details.setdefault(topic["topic"], topic)
+    topics = []
+    for name, route in sorted(view.topics.items()):
+        count = len(route.queues)
+        known = details.get(name, {"perm": 6, "readable": True, "writeable": True})
+        topics.append(
+            {**_TOPIC_DEFAULTS, **known, "topic": name}
+            | {"read_queue_nums": count, "write_queue_nums": count}
+        )
+    return OrjsonResponse({"topics": topics})
+
+
+_TOPIC_DEFAULTS: dict[str, Any] = {"order": False, "system": False}
+
+
+@router.get("/v1/topics/{topic}")
+async def get_topic(topic: str, request: Request) -> Response:
+    """The topic with every queue's offsets, from each hosting group (a slave when its
+    master does not answer); queue ids are cluster-wide and name their ``broker_group``."""
+    view = cluster_view(request)
+    route = topic_route(view, topic)
+
+    async def ask(group: str) -> BrokerAnswer:
+        return await _read(request, group, broker_path("v1", "topics", topic))
+
+    answers = await each_group(route.groups(), ask)
+    merged: dict[str, Any] = {}
+    queues: list[dict[str, Any]] = []
+    for group, answer in answers:
+        if isinstance(answer, ProxyError | NoMasterError):
+            raise answer  # a partial list would hide queues from the caller
+        if not answer.ok:
+            return answer.response()
+        detail = answer.json()
+        merged = merged or detail
+        for queue in detail.get("queues", ()):
+            cluster_id = route.global_id(group, queue["queue_id"])
+            if cluster_id is not None:
+                queues.append({**queue, "queue_id": cluster_id, "broker_group": group})
+    count = len(route.queues)
+    queues.sort(key=lambda q: int(q["queue_id"]))
+    merged.update(read_queue_nums=count, write_queue_nums=count, queues=queues)
+    return OrjsonResponse(merged)
+
+
+@router.get("/v1/topics/{topic}/queues/{queue_id}/offset")
+async def offset_by_time(topic: str, queue_id: int, request: Request) -> Response:
+    """The queue's offset for a store time, from its group."""
+    view = cluster_view(request)
+    queue = queue_route(topic_route(view, topic), queue_id)
+    path = broker_path("v1", "topics", topic, "queues", queue.local_queue_id, "offset")
+    answer = await _read(request, queue.group, path)
+    if not answer.ok:
+        return answer.response()
+    out = answer.json()
+    out["queue_id"] = queue_id
+    return answer.with_body(out)
+
+
+async def _read(request: Request, group: str, path: str) -> BrokerAnswer:
+    """A GET to the group's master, or to a slave when the master does not answer."""
+    _, answer = await forwarder(request).call_any(
+        readers(cluster_view(request), group),
+        "GET",
+        path,
+        query=request.scope["query_string"],
+        request=request,
+    )
+    return answer
 
 
 # ================================================================ the proxy itself

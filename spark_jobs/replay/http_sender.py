@@ -24,29 +24,14 @@ from urllib.parse import quote
 import httpx
 
 from spark_jobs.formatting import format_duration
-from storage.record.properties import (
-    PROPERTY_IDEMPOTENCY_BATCH,
-    PROPERTY_IDEMPOTENCY_FINGERPRINT,
-    PROPERTY_IDEMPOTENCY_KEY,
-)
+from spark_jobs.problems import problem_text
+from spark_jobs.properties import SYSTEM_PROPERTIES as STORED_SYSTEM_PROPERTIES
+from spark_jobs.properties import sendable_properties
 
 REPLAY_OF: Final = "REPLAY_OF"
 RETRYABLE_STATUS: Final = frozenset({408, 425, 429, 500, 502, 503, 504})
-SYSTEM_PROPERTIES: Final = frozenset(
-    {
-        "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID", "TRAN_MSG",
-        "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG",
-        "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME", "MSG_REGION", "TRACE_ON", "UNIQ_KEY",
-        "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "TRAN_PREPARED_QUEUE_OFFSET",
-        "TRANSACTION_CHECK_TIMES", "CHECK_IMMUNITY_TIME_IN_SECONDS", "INSTANCE_ID",
-        "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER",
-        "MSG_TYPE", "INNER_MULTI_DISPATCH", "INNER_MULTI_QUEUE_OFFSET", "__SHARDINGKEY",
-        "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID", REPLAY_OF,
-        PROPERTY_IDEMPOTENCY_KEY, PROPERTY_IDEMPOTENCY_FINGERPRINT, PROPERTY_IDEMPOTENCY_BATCH,
-    }
-)  # fmt: skip
-"""RocketMQ's system property names: set by brokers and clients, never copied to a replay."""
-_SEPARATORS: Final = ("\x01", "\x02")
+SYSTEM_PROPERTIES: Final = STORED_SYSTEM_PROPERTIES | {REPLAY_OF}
+"""Never copied to a replay: the system properties, and the original's own REPLAY_OF."""
 _JSON_OVERHEAD: Final = 96  # field names and punctuation of one message in the request
 
 
@@ -76,16 +61,7 @@ def replayable_properties(
     """
     if not copy_properties:
         return {}, 0
-    kept: dict[str, str] = {}
-    dropped = 0
-    for name, value in properties.items():
-        if name in SYSTEM_PROPERTIES:
-            continue
-        if not name or not value or any(c in name or c in value for c in _SEPARATORS):
-            dropped += 1
-            continue
-        kept[name] = value
-    return kept, dropped
+    return sendable_properties(properties, SYSTEM_PROPERTIES)
 
 
 def message_payload(message: ReplayMessage, copy_properties: bool = True) -> dict[str, object]:
@@ -346,7 +322,7 @@ def _accepted(response: httpx.Response, count: int) -> list[object]:
     if not response.is_success:
         raise ReplayError(
             f"the server refused a batch of {count}: HTTP {response.status_code} "
-            f"{_problem(response)}"
+            f"{problem_text(response)}"
         )
     try:
         answer = response.json()
@@ -359,16 +335,3 @@ def _accepted(response: httpx.Response, count: int) -> list[object]:
             f"of {count} messages"
         )
     return messages
-
-
-def _problem(response: httpx.Response) -> str:
-    """The detail of a problem+json answer, or the start of the body."""
-    try:
-        problem = response.json()
-    except ValueError:
-        return response.text[:300]
-    if isinstance(problem, dict):
-        parts = [str(problem[k]) for k in ("code", "title", "detail") if problem.get(k)]
-        if parts:
-            return ": ".join(parts)
-    return response.text[:300]

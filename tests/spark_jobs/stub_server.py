@@ -1,4 +1,4 @@
-"""A stand-in for spoolmq's send endpoint, for replay tests that need no real server."""
+"""A stand-in for spoolmq's send endpoint, for sender tests that need a server misbehaving."""
 
 from __future__ import annotations
 
@@ -16,7 +16,10 @@ class StubState:
     """What the stub received, and how it should misbehave."""
 
     requests: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    fail_first: int = 0  # answer 503 to this many requests first
+    attempts: list[tuple[str | None, dict[str, Any]]] = field(default_factory=list)
+    """Every request, refused ones too: its Idempotency-Key and body."""
+    fail_first: int = 0  # answer fail_status to this many requests first
+    fail_status: int = 503
     refuse_with: int | None = None  # answer every request with this status
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -34,12 +37,13 @@ def _handler(state: StubState) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("content-length", "0"))
             body = json.loads(self.rfile.read(length))
             with state.lock:
+                state.attempts.append((self.headers.get("idempotency-key"), body))
                 if state.refuse_with is not None:
                     self._answer(state.refuse_with, {"code": "REFUSED", "detail": "no thanks"})
                     return
                 if state.fail_first > 0:
                     state.fail_first -= 1
-                    self._answer(503, {"code": "BUSY", "detail": "try again"})
+                    self._answer(state.fail_status, {"code": "BUSY", "detail": "try again"})
                     return
                 state.requests.append((self.path, body))
                 start = len(state.messages) - len(body["messages"])

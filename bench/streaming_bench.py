@@ -1,0 +1,221 @@
+"""Rows per second of the ``spoolmq`` source (over HTTP) next to its two baselines, same run.
+
+1. Start ``spoolmq serve`` on a free port of 127.0.0.1 with a fresh store and send
+   ``--messages`` messages (default 200,000; 200-byte bodies, a tag, a key and a property)
+   to a topic of 8 queues, in batches of 500.
+2. Baseline A, a plain HTTP pull loop: one Python thread pulls each queue from its min to its
+   max offset (``max_messages=1024``; the broker returns at most 32 per pull, as RocketMQ's)
+   and decodes every message (orjson, base64 bodies) -- the least work a client does.
+3. Baseline B, the store-directory data source: ``spoolmq_commitlog`` over the server's own
+   store directory (read-only, next to the live server), the same topic.
+4. The ``spoolmq`` source on ``--master`` (default local[2]): a batch read (earliest to
+   latest) and a stream (``Trigger.AvailableNow``, ``maxOffsetsPerTrigger`` 50,000), both
+   into the ``noop`` sink, so every column of every row reaches the JVM.
+
+After one warm-up of each, the four take turns ``--runs`` times (so a busy neighbour
+slows them alike); each figure is the median [min-max] of its runs, each ratio the median
+of the per-round ratios. Run by hand::
+
+    uv run python bench/streaming_bench.py
+    uv run python bench/streaming_bench.py --messages 500000 --master local[2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx
+import orjson
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.net import free_port
+
+TOPIC = "Bench"
+QUEUES = 8
+BODY = bytes(range(200))
+SEND_BATCH = 500
+
+
+def start_server(store: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+    command = [
+        str(Path(sys.executable).parent / "spoolmq"), "serve", "--store-dir", str(store),
+        "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
+        "--commit-log-file-size", str(64 * 1024 * 1024),
+    ]  # fmt: skip
+    with log.open("ab") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
+                return process
+        except httpx.TransportError:
+            time.sleep(0.1)
+    process.kill()
+    raise RuntimeError(f"the server did not start; see {log}")
+
+
+def fill(http: httpx.Client, messages: int) -> None:
+    http.put(f"/v1/topics/{TOPIC}", json={"write_queue_nums": QUEUES, "read_queue_nums": QUEUES})
+    body = base64.b64encode(BODY).decode()
+    for start in range(0, messages, SEND_BATCH):
+        batch = [
+            {"body": body, "body_encoding": "base64", "tags": "TagA", "keys": [f"k{start + i}"],
+             "properties": {"region": "eu"}}
+            for i in range(min(SEND_BATCH, messages - start))
+        ]  # fmt: skip
+        queue = (start // SEND_BATCH) % QUEUES
+        answer = http.post(
+            f"/v1/topics/{TOPIC}/messages", json={"messages": batch, "queue_id": queue}
+        )
+        answer.raise_for_status()
+
+
+def pull_loop(http: httpx.Client) -> int:
+    """Every message of the topic through plain pulls; the rows decoded."""
+    rows = 0
+    queues = http.get(f"/v1/topics/{TOPIC}").json()["queues"]
+    for queue in queues:
+        offset, end = queue["min_offset"], queue["max_offset"]
+        while offset < end:
+            answer = http.get(
+                f"/v1/topics/{TOPIC}/queues/{queue['queue_id']}/messages",
+                params={"offset": offset, "max_messages": 1024, "body_encoding": "base64"},
+            )
+            pulled = orjson.loads(answer.content)
+            for message in pulled["messages"]:
+                base64.b64decode(message["body"])
+                rows += 1
+            offset = pulled["next_offset"]
+    return rows
+
+
+def http_batch(spark: SparkSession, url: str) -> None:
+    frame = spark.read.format("spoolmq").option("spoolmq.endpoints", url)
+    frame.option("subscribe", TOPIC).load().write.format("noop").mode("overwrite").save()
+
+
+def http_stream(spark: SparkSession, url: str, checkpoint: Path) -> None:
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    query = (
+        spark.readStream.format("spoolmq")
+        .option("spoolmq.endpoints", url)
+        .option("subscribe", TOPIC)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", 50_000)
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+
+
+def store_files(spark: SparkSession, store: Path) -> None:
+    frame = spark.read.format("spoolmq_commitlog").option("topics", TOPIC).load(str(store))
+    frame.write.format("noop").mode("overwrite").save()
+
+
+def timed(action: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+def spread(values: list[float]) -> str:
+    """``median [min-max]``."""
+    return f"{statistics.median(values):,.2f} [{min(values):,.2f}-{max(values):,.2f}]"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="spoolmq-streaming-bench-"))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = start_server(work / "store", port, work / "server.log")
+    try:
+        with httpx.Client(base_url=url, timeout=60) as http:
+            started = time.perf_counter()
+            fill(http, args.messages)
+            print(
+                f"sent {args.messages:,} messages of {len(BODY)} B to {QUEUES} queues in "
+                f"{time.perf_counter() - started:.1f} s; python {platform.python_version()}, "
+                f"{os.cpu_count()} CPUs"
+            )
+            assert pull_loop(http) == args.messages
+
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        from spark_jobs.session import build_session
+
+        spark = build_session(
+            "spoolmq-streaming-bench",
+            args.master,
+            {
+                "spark.ui.enabled": "false",
+                "spark.driver.memory": "2g",
+                "spark.local.dir": str(work / "spark-local"),
+                "spark.sql.shuffle.partitions": "2",
+                "spark.log.level": "ERROR",
+            },
+        )
+        count = spark.read.format("spoolmq").option("spoolmq.endpoints", url)
+        assert count.option("subscribe", TOPIC).load().count() == args.messages
+        puller = httpx.Client(base_url=url, timeout=60)
+        sides: dict[str, Callable[[], object]] = {
+            "plain HTTP pull loop (1 thread)": lambda: pull_loop(puller),
+            f"spoolmq_commitlog (store files), {args.master}": lambda: store_files(
+                spark, work / "store"
+            ),
+            f"spoolmq batch read (HTTP), {args.master}": lambda: http_batch(spark, url),
+            f"spoolmq stream, AvailableNow, {args.master}": lambda: http_stream(
+                spark, url, work / "checkpoint"
+            ),
+        }
+        for action in sides.values():  # warm: Python workers started, code compiled
+            action()
+        rates: dict[str, list[float]] = {name: [] for name in sides}
+        for _ in range(args.runs):  # the sides alternate, so load hits them alike
+            for name, action in sides.items():
+                rates[name].append(args.messages / timed(action))
+        spark.stop()
+        puller.close()
+        names = list(sides)
+        for name in names:
+            thousands = [rate / 1000 for rate in rates[name]]
+            print(f"{name:<45} {spread(thousands):>24} k rows/s")
+        for name in names[2:]:
+            for base in names[:2]:
+                ratios = [a / b for a, b in zip(rates[name], rates[base], strict=True)]
+                print(f"{name} / {base}: {spread(ratios)}x")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""What can go wrong between a Spark job and spoolmq's HTTP API.
+
+::
+
+    SpoolmqError
+     ├── BrokerRefusedError                 a 4xx that a retry will not change
+     │    ├── AuthenticationError           401: no token, or one the broker does not know
+     │    ├── PermissionDeniedError         403: the token may not do this
+     │    ├── UnknownTopicError             404: the topic does not exist
+     │    └── IdempotencyKeyReusedError     422: a key was sent earlier with other rows
+     ├── BrokerUnavailableError             no answer (or 5xx/429) after every retry
+     │    └── OutcomeUnknownError           a send kept failing after it may have been stored
+     └── DataLossError                      offsets the query needs were removed by retention
+
+Each message names what failed and what to do, as it reaches the user through Spark's
+query exception. A bad option is :class:`spark_jobs.options.OptionError`, raised before
+anything is sent.
+"""
+
+from __future__ import annotations
+
+
+class SpoolmqError(RuntimeError):
+    """Any failure talking to spoolmq from a Spark job."""
+
+
+class BrokerRefusedError(SpoolmqError):
+    """The broker answered with an error that a retry would not change."""
+
+    def __init__(self, message: str, status: int, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+class AuthenticationError(BrokerRefusedError):
+    """401: the request had no token, or one the broker does not know."""
+
+
+class PermissionDeniedError(BrokerRefusedError):
+    """403: the token lacks the permission."""
+
+
+class UnknownTopicError(BrokerRefusedError):
+    """404 TOPIC_NOT_FOUND."""
+
+
+class IdempotencyKeyReusedError(BrokerRefusedError):
+    """422 IDEMPOTENCY_KEY_REUSED: the rows under a key differ from an earlier attempt's."""
+
+
+class BrokerUnavailableError(SpoolmqError):
+    """No usable answer after every retry (refused connections, timeouts, 5xx, 429)."""
+
+
+class OutcomeUnknownError(BrokerUnavailableError):
+    """A keyed send kept failing after it may have been stored; retrying it later with the
+    same key inside the dedup window is safe."""
+
+
+class DataLossError(SpoolmqError):
+    """Offsets between a query's position and a queue's min offset are gone (retention)."""
