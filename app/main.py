@@ -113,7 +113,7 @@ def create_app(
     app.state.cluster = member
     app.state.settings = settings
     install_error_handlers(app)
-    app.add_middleware(ReplicaGuardMiddleware, broker=broker)  # innermost: after security
+    app.add_middleware(ReplicaGuardMiddleware, replica=broker.replica)  # innermost: after security
     install_security(app, settings)  # before the routers and inside HttpShellMiddleware
     app.add_middleware(HttpShellMiddleware, max_request_bytes=settings.max_request_bytes)
     for module in (messages, topics, groups, redelivery, pop, replication, cluster, health, docs):

@@ -30,5 +30,5 @@ async def topic_route(topic: TopicPath, broker: BrokerDep, request: Request) -> 
     member: ClusterMember | None = request.app.state.cluster
     if member is None:
         return topic_route_out(local_route(broker, topic, str(request.base_url).rstrip("/")))
-    broker.replica_status()  # 503 until the store is open
+    broker.replica.status()  # 503 until the store is open
     return topic_route_out(await cluster_route(member, topic))

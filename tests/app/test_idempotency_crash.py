@@ -300,7 +300,7 @@ async def test_a_promoted_slave_answers_the_original_receipt(tmp_path: Path) -> 
         broker_name="a",
         ha_listen="127.0.0.1:0",
     )
-    ha_address = master.broker.ha_address
+    ha_address = master.broker.replica.ha_address
     assert ha_address is not None
     slave = Spool(
         tmp_path / "slave",
@@ -337,8 +337,8 @@ async def test_a_promoted_slave_answers_the_original_receipt(tmp_path: Path) -> 
     await broker.start()
     try:
         await hold_index_catch_up(broker)
-        await broker.promote(2)
-        assert broker.role == "master"
+        await broker.replica.promote(2)
+        assert broker.replica.role == "master"
         await keyed_send_waits_for_the_index(broker, sent.json()["messages"][0])
         # A new key is a new message.
         [fresh] = await broker.send.send("Orders", [ORDER], idempotency_key="order-43-paid")

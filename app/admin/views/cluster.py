@@ -29,7 +29,7 @@ async def cluster_page(request: Request, broker: BrokerDep) -> Response:
     context = {
         "title": "Cluster",
         "nav": "cluster",
-        "status": broker.replica_status(),
+        "status": broker.replica.status(),
         "cluster": view.cluster if view is not None else None,
         "group": member.group if member is not None else None,
         "groups": groups,
