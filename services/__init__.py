@@ -5,7 +5,8 @@ needs (store config, statuses, stored messages, topic names, message properties)
 re-exported here: the HTTP layer imports :mod:`services`, never :mod:`storage`.
 """
 
-from services.broker import Broker, BrokerConfig, BrokerState
+from services.broker import Broker, BrokerState
+from services.broker_config import BrokerConfig
 from services.groups import MAX_GROUP_LENGTH, GroupPolicy
 from services.ha import BROKER_NAME_PATTERN
 from services.long_poll import WaiterRegistry, WakeReason

@@ -25,19 +25,16 @@ import asyncio
 import dataclasses
 import logging
 import threading
-from dataclasses import dataclass, field
 from enum import Enum
-from pathlib import Path
 
 from services.appender import Appender
+from services.broker_config import BrokerConfig
 from services.dlq import DlqService
-from services.dlq_watermark import DlqWatermark
 from services.durability import DurabilityTracker
 from services.errors import BrokerUnavailableError
-from services.groups import GroupPolicy, GroupService
+from services.groups import GroupService
 from services.ha.config_sync import ConfigManager
-from services.ha.role import ReplicaConfig, ReplicaRole, RoleHost
-from services.idempotency import DEFAULT_WINDOW_S, IdempotencyService
+from services.ha.role import ReplicaRole, RoleHost
 from services.long_poll import WaiterRegistry
 from services.messages import MessageQueryService
 from services.metrics import Metrics
@@ -49,11 +46,12 @@ from services.pop.service import PopService
 from services.pull import PullService
 from services.redrive_jobs import RedriveJobs
 from services.schedule import DelayScheduler
-from services.send import SendLimits, SendService
+from services.send import SendService
 from services.send_back import SendBackService
 from services.store_status import StoreGauges, StoreStatusService
-from services.topics import TopicPolicy, TopicService
-from storage import MessageStore, StoreConfig
+from services.topics import TopicService
+from services.wiring import BrokerServices
+from storage import MessageStore
 from storage.config_managers import (
     ConsumerOffsetManager,
     DelayOffsetManager,
@@ -71,26 +69,6 @@ class BrokerState(Enum):
     STOPPING = "stopping"
     STOPPED = "stopped"
     FAILED = "failed"
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerConfig(ReplicaConfig):
-    """Everything the broker needs, passed in by the app (which reads settings).
-
-    The replication settings (role, master, HA port, ...) are :class:`ReplicaConfig`'s,
-    given by keyword.
-    """
-
-    store_dir: Path
-    store: StoreConfig = field(default_factory=StoreConfig)
-    topics: TopicPolicy = field(default_factory=TopicPolicy)
-    groups: GroupPolicy = field(default_factory=GroupPolicy)
-    send: SendLimits = field(default_factory=SendLimits)
-    max_parked_pulls: int = 10_000  # beyond this a pull that would park is refused
-    max_wait_ms: int = 30_000  # longer long-polls are cut to this
-    retry_after_s: int = 1  # what a refused pull is told
-    offset_persist_interval_s: float = 5.0
-    dedup_window_s: float = DEFAULT_WINDOW_S  # how long an idempotency key is remembered
 
 
 class Broker:
@@ -119,7 +97,7 @@ class Broker:
         self._store: MessageStore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
-        self._services: _Services | None = None
+        self._services: BrokerServices | None = None
         self._durability: DurabilityTracker | None = None
         self._scheduler: DelayScheduler | None = None
         self._index_catch_up: asyncio.Task[None] | None = None
@@ -148,7 +126,16 @@ class Broker:
         self._durability.start()
         appender = Appender(store, self._durability)
         store.start_services()
-        services = self._services = _Services.build(self, store, appender)
+        services = self._services = BrokerServices.build(
+            self.config,
+            store,
+            appender,
+            topic_configs=self.topic_configs,
+            group_configs=self.group_configs,
+            consumer_offsets=self.consumer_offsets,
+            metrics=self.metrics,
+            waiters=self.waiters,
+        )
         store.arrival_listeners.append(self._on_arrival)
         # Built on a slave too (its delay progress is readable), started only on a master.
         self._scheduler = DelayScheduler(store, self.delay_offsets, services.idempotency.reput)
@@ -272,13 +259,13 @@ class Broker:
             raise RuntimeError("the broker has not been started")
         return self._loop
 
-    def _built_services(self) -> _Services:
+    def _built_services(self) -> BrokerServices:
         if self._services is None:
             raise BrokerUnavailableError(f"the broker is {self.state.value}")
         return self._services
 
     @property
-    def services(self) -> _Services:
+    def services(self) -> BrokerServices:
         """The services, once RUNNING; BrokerUnavailableError before and after."""
         if self.state is not BrokerState.RUNNING or self._services is None:
             raise BrokerUnavailableError(f"the broker is {self.state.value}")
@@ -357,74 +344,3 @@ class Broker:
             self.waiters.notify(topic, queue_id, tags_code)
         elif self._loop is not None:
             self._loop.call_soon_threadsafe(self.waiters.notify, topic, queue_id, tags_code)
-
-
-@dataclass(frozen=True, slots=True)
-class _Services:
-    topics: TopicService
-    groups: GroupService
-    offsets: OffsetService
-    send: SendService
-    pull: PullService
-    messages: MessageQueryService
-    send_back: SendBackService
-    offset_reset: OffsetResetService
-    dlq: DlqService
-    redrive_jobs: RedriveJobs
-    store_status: StoreStatusService
-    pop: PopService
-    idempotency: IdempotencyService
-
-    @classmethod
-    def build(cls, broker: Broker, store: MessageStore, appender: Appender) -> _Services:
-        config = broker.config
-        put = appender.put
-        idempotency = IdempotencyService(store, appender, config.dedup_window_s)
-        topics = TopicService(store, broker.topic_configs, broker.consumer_offsets, config.topics)
-        groups = GroupService(broker.group_configs, broker.consumer_offsets, config.groups)
-        offsets = OffsetService(store, broker.consumer_offsets, topics, groups)
-        send_back = SendBackService(store, groups.for_use, topics.ensure, idempotency.reput)
-        watermark = DlqWatermark(store, broker.consumer_offsets)
-        dlq = DlqService(store, topics.for_send, idempotency, watermark)
-        return cls(
-            topics=topics,
-            groups=groups,
-            offsets=offsets,
-            send=SendService(
-                topics,
-                put,
-                broker.metrics,
-                config.send,
-                delay_levels=store.delay_levels,
-                idempotency=idempotency,
-            ),
-            pull=PullService(
-                store,
-                topics,
-                groups,
-                offsets,
-                broker.waiters,
-                broker.metrics,
-                max_wait_ms=config.max_wait_ms,
-            ),
-            messages=MessageQueryService(store, topics),
-            send_back=send_back,
-            offset_reset=OffsetResetService(store, broker.consumer_offsets, topics, groups),
-            dlq=dlq,
-            redrive_jobs=RedriveJobs(dlq),
-            store_status=StoreStatusService(store, config.store_dir),
-            pop=PopService(
-                store,
-                config.store_dir / "config",
-                topics,
-                groups,
-                offsets,
-                broker.consumer_offsets,
-                send_back,
-                put,
-                broker.waiters,
-                broker.metrics,
-                max_wait_ms=config.max_wait_ms,
-            ),
-            idempotency=idempotency,
-        )

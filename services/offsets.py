@@ -99,6 +99,14 @@ class OffsetService:
         self._manager.commit_offset(name, topic, queue_id, start)
         return start
 
+    def committed(self, group: str, topic: str, queue_id: int) -> int:
+        """The group's committed offset on the queue; -1 when it never committed there."""
+        return self._manager.query_offset(group, topic, queue_id)
+
+    def has_committed(self, group: str, topic: str) -> bool:
+        """Whether the group committed an offset on any queue of the topic."""
+        return bool(self._manager.offsets_of(group, topic))
+
     def move(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Store a corrected position (after OFFSET_MOVED) without the client's checks."""
         self._manager.commit_offset(group, topic, queue_id, offset)
