@@ -20,19 +20,7 @@ from typing import Any
 
 import httpx
 
-from services.errors import ServiceError
-
-
-class EtcdUnavailableError(ServiceError):
-    """No etcd endpoint answered (down, partitioned, or without a quorum)."""
-
-    code = "ETCD_UNAVAILABLE"
-
-
-class EtcdError(ServiceError):
-    """etcd answered with an error (a bad request, an unknown lease, ...)."""
-
-    code = "ETCD_ERROR"
+from services.errors import EtcdError, EtcdUnavailableError
 
 
 @dataclass(frozen=True, slots=True)

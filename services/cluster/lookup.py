@@ -6,9 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from services.cluster.etcd import EtcdUnavailableError
 from services.cluster.route_table import BrokerMember, GroupRoute, TopicRoute, spread_queues
-from services.errors import TopicNotFoundError
+from services.errors import EtcdUnavailableError, TopicNotFoundError
 
 if TYPE_CHECKING:
     from services.broker import Broker

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING
 
 from services.cluster.election import (
     EpochRecord,
-    NoMasterError,
     SyncState,
     campaign,
     first_candidate,
@@ -33,10 +32,16 @@ from services.cluster.election import (
     read_epoch,
     republish_master,
 )
-from services.cluster.etcd import Compare, EtcdClient, EtcdUnavailableError, KeyValue, put_op
+from services.cluster.etcd import Compare, EtcdClient, KeyValue, put_op
 from services.cluster.registry import RouteRegistry
 from services.cluster.route_table import BrokerMember, ClusterKeys, spread_queues
-from services.errors import ReplicaDivergedError
+from services.errors import (
+    ClusterJoinError,
+    EtcdUnavailableError,
+    MasterRoleLostError,
+    NoMasterError,
+    ReplicaDivergedError,
+)
 from services.ha.address import MasterAddress
 from services.topics import SYSTEM_TOPICS
 
@@ -46,14 +51,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FatalHook = Callable[[BaseException], None]
-
-
-class ClusterJoinError(RuntimeError):
-    """The broker could not take its place in the cluster (etcd unreachable, no master)."""
-
-
-class MasterRoleLostError(RuntimeError):
-    """This master found another broker elected in its place: it must restart as a slave."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,8 +7,9 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from services.cluster.etcd import EtcdClient, EtcdUnavailableError
+from services.cluster.etcd import EtcdClient
 from services.cluster.route_table import ClusterKeys, ClusterView, TopicRoute
+from services.errors import EtcdUnavailableError
 
 log = logging.getLogger(__name__)
 

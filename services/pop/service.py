@@ -19,7 +19,12 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from services.errors import ServiceError
+from services.errors import (
+    ConsumeModeConflictError,
+    InvalidReceiptHandleError,
+    ReceiptHandleExpiredError,
+    ServiceError,
+)
 from services.groups import GroupService
 from services.long_poll import WaiterRegistry, WakeReason
 from services.metrics import Metrics
@@ -31,11 +36,6 @@ from services.pop.checkpoint import (
     CheckPoint,
     ack_message,
     checkpoint_message,
-)
-from services.pop.errors import (
-    ConsumeModeConflictError,
-    InvalidReceiptHandleError,
-    ReceiptHandleExpiredError,
 )
 from services.pop.handles import HandleCodec, ReceiptHandle
 from services.pop.inflight import InFlight, InFlightTable, QueueKey, QueueState
