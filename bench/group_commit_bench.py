@@ -20,7 +20,7 @@ from pathlib import Path
 
 from services.durability import DurabilityTracker
 from storage import FlushDiskType, Message, MessageStore, StoreConfig
-from storage.codec import encode_message
+from storage.record.encode import encode_message
 
 SENDERS = 64
 

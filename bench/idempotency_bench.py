@@ -45,7 +45,7 @@ from services.appender import Appender
 from services.durability import DurabilityTracker
 from services.idempotency import IdempotencyService
 from storage import Message, MessageStore, StoreConfig
-from storage.codec import (
+from storage.record.properties import (
     PROPERTY_IDEMPOTENCY_FINGERPRINT,
     PROPERTY_IDEMPOTENCY_KEY,
     PROPERTY_UNIQ_KEY,

@@ -38,8 +38,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from storage.allocate_service import AllocateMappedFileService
-from storage.codec import EncodedMessage, Message
 from storage.commit_log import CommitLog
+from storage.record.encode import EncodedMessage
+from storage.record.message import Message
 
 RECORD_BODY = 1024 * 1024
 STORE_HOST = ("127.0.0.1", 10911)

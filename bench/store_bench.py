@@ -36,8 +36,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from storage import GetMessageStatus, MessageStore, StoreConfig
-from storage.codec import Message
 from storage.mapped_file import MappedFile, offset_to_file_name
+from storage.record.message import Message
 
 TOPIC = "BenchTopic"
 QUEUES = 8

@@ -18,7 +18,6 @@ from services.send import OutgoingMessage, SendLimits, SendReceipt
 from services.store_status import StoreGauges
 from services.topics import SYSTEM_TOPICS, QueueStats, TopicPolicy
 from storage import FlushDiskType, GetMessageStatus, StoreConfig, StoredMessage
-from storage.codec import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC
 from storage.config_managers import (
     CONSUME_FROM_EARLIEST,
     CONSUME_FROM_LATEST,
@@ -27,6 +26,7 @@ from storage.config_managers import (
     SubscriptionGroupConfig,
     TopicConfig,
 )
+from storage.record.properties import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC
 from storage.retention import RetentionConfig
 from storage.timestamps import parse_timestamp_ms
 from storage.topic_names import (

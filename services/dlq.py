@@ -37,15 +37,15 @@ from services.errors import (
 from services.idempotency import IdempotencyService
 from services.send_back import DLQ_NUMS_PER_GROUP, dlq_topic, original_topic
 from storage import GetMessageStatus, Message, MessageStore, StorageError, StoredMessage
-from storage.codec import (
+from storage.config_managers import TopicConfig
+from storage.lag_model import DlqDepth
+from storage.record.properties import (
     PROPERTY_DELAY,
     PROPERTY_MAX_RECONSUME_TIMES,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_UNIQ_KEY,
 )
-from storage.config_managers import TopicConfig
-from storage.lag_model import DlqDepth
 
 PROPERTY_REDRIVEN_FROM: Final = "REDRIVEN_FROM"
 _DROPPED_ON_REDRIVE: Final = (

@@ -48,7 +48,7 @@ from services.errors import (
     KeyIndexCatchingUpError,
 )
 from storage import Message, MessageStore, PutResult, PutStatus, StoredMessage
-from storage.codec import (
+from storage.record.properties import (
     PROPERTY_IDEMPOTENCY_BATCH,
     PROPERTY_IDEMPOTENCY_FINGERPRINT,
     PROPERTY_IDEMPOTENCY_KEY,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from services.errors import InvalidMessageIdError, MessageNotFoundError
 from services.topics import TopicService
 from storage import MessageStore, StoredMessage
-from storage.codec import decode_msg_id
+from storage.record.msg_id import decode_msg_id
 
 MAX_KEY_RESULTS = 64
 """The store's cap on one key query (RocketMQ's ``maxNum`` default)."""

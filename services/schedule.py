@@ -23,14 +23,10 @@ from collections.abc import Callable
 
 from services.idempotency import RePut
 from storage import Message, MessageStore, StorageError
-from storage.codec import (
-    PROPERTY_DELAY,
-    PROPERTY_REAL_QID,
-    PROPERTY_REAL_TOPIC,
-    StoredMessage,
-)
 from storage.config_managers import DelayOffsetManager
 from storage.delay_levels import SCHEDULE_TOPIC, delay_level_to_queue_id, queue_id_to_delay_level
+from storage.record.message import StoredMessage
+from storage.record.properties import PROPERTY_DELAY, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC
 
 log = logging.getLogger(__name__)
 

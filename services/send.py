@@ -35,7 +35,10 @@ from services.idempotency import IDEMPOTENCY_PROPERTIES, IdempotencyService, Wri
 from services.metrics import Metrics
 from services.topics import TopicService
 from storage import Message, PutResult, StoredMessage
-from storage.codec import (
+from storage.config_managers import TopicConfig
+from storage.delay_levels import SCHEDULE_TOPIC
+from storage.record.java_hash import java_string_hash
+from storage.record.properties import (
     KEY_SEPARATOR,
     NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY,
@@ -45,10 +48,7 @@ from storage.codec import (
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
-    java_string_hash,
 )
-from storage.config_managers import TopicConfig
-from storage.delay_levels import SCHEDULE_TOPIC
 
 RESERVED_PROPERTIES: Final = frozenset(
     {

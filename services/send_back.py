@@ -31,16 +31,16 @@ from typing import Final
 from services.errors import InvalidRequestError, MessageNotFoundError
 from services.idempotency import RePut
 from storage import Message, MessageStore, StoredMessage
-from storage.codec import (
+from storage.config_managers import SubscriptionGroupConfig, TopicConfig
+from storage.delay_levels import SCHEDULE_TOPIC
+from storage.record.layout import TRANSACTION_TYPE_MASK
+from storage.record.properties import (
     PROPERTY_DELAY,
     PROPERTY_MAX_RECONSUME_TIMES,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_REAL_QID,
     PROPERTY_RETRY_TOPIC,
-    TRANSACTION_TYPE_MASK,
 )
-from storage.config_managers import SubscriptionGroupConfig, TopicConfig
-from storage.delay_levels import SCHEDULE_TOPIC
 from storage.topic_names import (
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,

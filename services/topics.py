@@ -20,7 +20,6 @@ from services.errors import (
 )
 from services.pop.checkpoint import REVIVE_TOPIC
 from storage import MessageStore
-from storage.codec import validate_topic
 from storage.config_managers import (
     PERM_INHERIT,
     PERM_READ,
@@ -30,7 +29,7 @@ from storage.config_managers import (
     TopicConfig,
     TopicConfigManager,
 )
-from storage.topic_names import is_group_topic
+from storage.topic_names import check_topic, is_group_topic
 
 SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, REVIVE_TOPIC})
 """Topics the broker writes itself; clients may read them but not send to or change them."""
@@ -69,8 +68,7 @@ class QueueSeek:
 
 def check_topic_name(topic: str) -> str:
     """The topic name itself; ``InvalidTopicError`` (INVALID_TOPIC_NAME) when not valid."""
-    validate_topic(topic)
-    return topic
+    return check_topic(topic)
 
 
 class TopicService:

@@ -8,12 +8,12 @@ and store hosts (SYSFLAG says which); one file may mix them.
 at once with numpy, whatever their layout, and splits properties into a map with numpy too.
 A batch whose properties that path does not cover (a property name repeated in one record,
 bytes that are not UTF-8) gets its properties decoded record by record with
-:func:`storage.codec.decode_properties`; everything else stays vectorised.
+:func:`storage.record.properties.decode_properties`; everything else stays vectorised.
 :func:`rows_to_batch` over :func:`record_row` builds the same batches from decoded
-:class:`~storage.codec.StoredMessage` objects: the reference in tests.
+:class:`~storage.record.message.StoredMessage` objects: the reference in tests.
 
 :func:`walk_chain` finds the records of a byte range of one CommitLog file with the rules of
-:func:`storage.codec.check_record` (without CRC unless asked): it follows TOTALSIZE and the
+:func:`storage.record.decode.check_record` (without CRC unless asked): it follows TOTALSIZE and the
 magic code record by record, then checks every record's field lengths against its TOTALSIZE
 in one vectorised pass. A BLANK ends the file; END (zeros, a record cut short) and CORRUPT
 stop it.
@@ -33,22 +33,24 @@ import numpy.typing as npt
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-from storage.codec import (
+from storage.record.decode import RecordKind
+from storage.record.layout import (
     BLANK_MAGIC_CODE,
     BLANK_STRUCT,
     BORNHOST_V6_FLAG,
     CRC_MASK,
     FIXED_OVERHEAD_V4,
-    KEY_SEPARATOR,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
+    STOREHOSTADDRESS_V6_FLAG,
+    Buffer,
+)
+from storage.record.message import StoredMessage
+from storage.record.properties import (
+    KEY_SEPARATOR,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
-    STOREHOSTADDRESS_V6_FLAG,
-    Buffer,
-    RecordKind,
-    StoredMessage,
     decode_properties,
 )
 from storage.store_reader import Boundary
@@ -257,7 +259,7 @@ def _topic_lengths(
 def first_bad_layout(data: Bytes, positions: Int64Array) -> int:
     """Index of the first record whose field lengths disagree with its TOTALSIZE (or n).
 
-    Vectorised form of the layout test of :func:`storage.codec.check_record`; each record
+    Vectorised form of the layout test of :func:`storage.record.decode.check_record`; each record
     must already have a valid magic code (v1 or v2) and fit in ``data``.
     """
     if len(positions) == 0:
@@ -341,7 +343,7 @@ def walk_chain(
 
     ``start`` must be a record boundary; ``end`` defaults to the end of data and ``limit``
     (the end of readable bytes) to the buffer's size. The same records as walking with
-    :func:`storage.codec.check_record`, found faster.
+    :func:`storage.record.decode.check_record`, found faster.
     """
     data = as_bytes(buffer)
     data_end = len(data) if limit is None else min(limit, len(data))
@@ -509,9 +511,10 @@ def _parse_properties(values: Bytes, offsets: Int64Array) -> _Properties:
 
 
 def _per_record_properties(values: Bytes, offsets: Int64Array) -> _Properties:
-    """Properties decoded record by record with :func:`storage.codec.decode_properties`: for
-    batches the vectorised split does not cover (a repeated name keeps its last value, bytes
-    that are not UTF-8 are replaced)."""
+    """Properties decoded record by record with
+    :func:`storage.record.properties.decode_properties`: for batches the vectorised split
+    does not cover (a repeated name keeps its last value, bytes that are not UTF-8 are
+    replaced)."""
     decoded = [
         decode_properties(values[start:end].tobytes())
         for start, end in itertools.pairwise(offsets.tolist())

@@ -30,7 +30,8 @@ from spark_jobs.records import (
     batches,
     walk_chain,
 )
-from storage.codec import Buffer, RecordKind
+from storage.record.decode import RecordKind
+from storage.record.layout import Buffer
 from storage.store_reader import (
     StoreFile,
     commit_log_files,

@@ -1,10 +1,10 @@
 """spoolmq's storage engine: RocketMQ's CommitLog, ConsumeQueue and MappedFile design.
 
 Synchronous and standard-library only. Start at :class:`MessageStore` (``message_store``),
-the facade; its value types are in ``store_types``, the tag subscription in ``tag_filter``.
+the facade; the message values every layer shares are in ``record.message``, the store's
+own value types in ``store_types``, the tag subscription in ``tag_filter``.
 """
 
-from storage.codec import Message, StoredMessage
 from storage.errors import (
     ConfigFileError,
     CorruptRecordError,
@@ -20,14 +20,14 @@ from storage.errors import (
     StoreNotWriteableError,
 )
 from storage.message_store import MessageStore
-from storage.store_types import (
-    FlushDiskType,
-    GetMessageResult,
+from storage.record.message import (
     GetMessageStatus,
+    Message,
     PutResult,
     PutStatus,
-    StoreConfig,
+    StoredMessage,
 )
+from storage.store_types import FlushDiskType, GetMessageResult, StoreConfig
 from storage.tag_filter import TagFilter
 
 __all__ = [

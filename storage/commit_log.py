@@ -14,33 +14,11 @@ from __future__ import annotations
 import errno
 import mmap
 import struct
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Final
 
-from storage.codec import (
-    BLANK_MAGIC_CODE,
-    BLANK_STRUCT,
-    CQ_UNIT_STRUCT,
-    END_FILE_MIN_BLANK_LENGTH,
-    MESSAGE_MAGIC_CODE,
-    MESSAGE_MAGIC_CODES,
-    OUT_OF_RANGE,
-    EncodedBatch,
-    EncodedMessage,
-    RecordCheck,
-    RecordKind,
-    StoredMessage,
-    check_record,
-    decode_msg_id,
-    decode_record,
-    encode_host,
-    read_store_timestamp,
-    to_int32,
-)
-from storage.consume_queue import PRE_BLANK_SIZE
 from storage.errors import (
     MessageRejectedError,
     MessageTooLargeError,
@@ -49,48 +27,38 @@ from storage.errors import (
 )
 from storage.mapped_file import MappedFile
 from storage.mapped_file_queue import MappedFileQueue
+from storage.record.decode import (
+    RecordCheck,
+    RecordKind,
+    check_record,
+    check_v4_record,
+    decode_record,
+    read_store_timestamp,
+)
+from storage.record.encode import OUT_OF_RANGE, EncodedBatch, EncodedMessage
+from storage.record.java_hash import to_int32
+from storage.record.layout import (
+    BLANK_MAGIC_CODE,
+    BLANK_STRUCT,
+    CQ_UNIT_STRUCT,
+    END_FILE_MIN_BLANK_LENGTH,
+    MESSAGE_MAGIC_CODES,
+    PRE_BLANK_SIZE,
+    SIZE_AND_MAGIC,
+)
+from storage.record.message import StoredMessage
+from storage.record.msg_id import decode_msg_id, encode_host
 from storage.store_types import TransferLimits
 
 PREFAULT_AHEAD: Final = 1024 * 1024
 """Pages mapped in ahead of the write position, asked for again every half of that."""
 
-_INT = struct.Struct(">i")
-_SHORT = struct.Struct(">h")
-_HEAD_V4 = struct.Struct(">iiiiiqqi")  # TOTALSIZE .. SYSFLAG
 
 RecoveredRecordSink = Callable[[int, int, bytes, int, "mmap.mmap | bytes"], None]
 """Called for each valid record during recovery: (physical offset, size, topic bytes,
 queue id, buffer). For the common layout the buffer is the file's mapping and the record
 sits at ``physical offset - file start``; otherwise topic is ``b""``, queue id -1 and the
 buffer holds exactly the record."""
-
-
-def _valid_v4_record(
-    buffer: mmap.mmap, position: int, limit: int, check_crc: bool
-) -> tuple[int, int, int] | None:
-    """(size, queue id, body end) of a valid IPv4/IPv4 v1 record at ``position``, else None.
-
-    None sends the caller down the general ``check_record`` path, which also classifies
-    what it found (END, BLANK, CORRUPT).
-    """
-    if position + 91 > limit:
-        return None
-    total, magic, crc, queue_id, _, _, _, sys_flag = _HEAD_V4.unpack_from(buffer, position)
-    end = position + total
-    if magic != MESSAGE_MAGIC_CODE or sys_flag & 0x30 or total < 91 or end > limit:
-        return None
-    body_end = position + 88 + _INT.unpack_from(buffer, position + 84)[0]
-    if body_end + 3 > end or body_end < position + 88:
-        return None
-    properties_at = body_end + 1 + buffer[body_end]
-    if (
-        properties_at + 2 > end
-        or properties_at + 2 + _SHORT.unpack_from(buffer, properties_at)[0] != end
-    ):
-        return None
-    if check_crc and zlib.crc32(buffer[position + 88 : body_end]) & 0x7FFFFFFF != crc:
-        return None
-    return total, queue_id, body_end
 
 
 class ReplicaAppendError(StorageError):
@@ -526,7 +494,7 @@ class CommitLog:
         return self._recover_from(start, check_crc, dispatch)
 
     def _first_record_before(self, mapped: MappedFile, min_timestamp: int) -> bool:
-        magic = struct.unpack_from(">i", mapped.buffer, 4)[0]
+        _size, magic = SIZE_AND_MAGIC.unpack_from(mapped.buffer, 0)
         if magic not in MESSAGE_MAGIC_CODES:
             return False
         stored = read_store_timestamp(mapped.buffer, 0)
@@ -567,7 +535,7 @@ class CommitLog:
         base = mapped.file_from_offset
         position = 0
         while position < file_size:
-            valid = _valid_v4_record(buffer, position, file_size, check_crc)
+            valid = check_v4_record(buffer, position, file_size, check_crc)
             if valid is not None:
                 size, queue_id, body_end = valid
                 if dispatch is not None:

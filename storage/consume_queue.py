@@ -16,14 +16,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from storage.codec import CQ_UNIT_SIZE, CQ_UNIT_STRUCT
 from storage.mapped_file import MappedFile
 from storage.mapped_file_queue import MappedFileQueue
+from storage.record.layout import CQ_UNIT_SIZE, CQ_UNIT_STRUCT, PRE_BLANK_SIZE
 
 if TYPE_CHECKING:
     from storage.allocate_service import AllocateMappedFileService
 
-PRE_BLANK_SIZE: Final = 0x7FFFFFFF
 PRE_BLANK_UNIT: Final = CQ_UNIT_STRUCT.pack(0, PRE_BLANK_SIZE, 0)
 _pack_unit = CQ_UNIT_STRUCT.pack
 _pack_unit_into = CQ_UNIT_STRUCT.pack_into
@@ -356,7 +355,7 @@ class ConsumeQueue:
         position = max(0, self.min_logic_offset - first.file_from_offset)
         while position < first.read_position:
             offset, size, _ = _unpack_unit(buffer, position)
-            if size != 0x7FFFFFFF and offset >= min_physic_offset:
+            if size != PRE_BLANK_SIZE and offset >= min_physic_offset:
                 self.min_logic_offset = first.file_from_offset + position
                 return
             position += CQ_UNIT_SIZE
@@ -374,7 +373,7 @@ class ConsumeQueue:
                 verdicts.append(False)
                 continue
             offset, size, _ = _unpack_unit(last)
-            verdicts.append(size != 0x7FFFFFFF and offset + size <= min_physic_offset)
+            verdicts.append(size != PRE_BLANK_SIZE and offset + size <= min_physic_offset)
         deleted = self.queue.delete_files_below(verdicts)
         first = self.queue.first_file()
         if first is not None and self.min_logic_offset < first.file_from_offset:

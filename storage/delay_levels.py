@@ -10,16 +10,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Final
 
-from storage.codec import (
-    PROPERTY_DELAY,
-    PROPERTY_REAL_QID,
-    PROPERTY_REAL_TOPIC,
+from storage.errors import MessageRejectedError
+from storage.record.layout import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_TYPE_MASK,
-    Message,
 )
-from storage.errors import MessageRejectedError
+from storage.record.message import Message
+from storage.record.properties import PROPERTY_DELAY, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC
 
 SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
 DEFAULT_DELAY_LEVELS: Final = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"

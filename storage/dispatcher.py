@@ -16,25 +16,26 @@ import errno
 from collections import deque
 
 from storage.checkpoint import StoreCheckpoint
-from storage.codec import (
+from storage.commit_log import AppendedBatch, AppendResult, CommitLog
+from storage.consume_queue_table import ConsumeQueueTable
+from storage.delay_levels import SCHEDULE_TOPIC, deliver_timestamp
+from storage.index_service import IndexService, idempotency_index_key, idempotency_scope
+from storage.record.decode import RecordKind, decode_record
+from storage.record.encode import EncodedMessage
+from storage.record.java_hash import tags_code
+from storage.record.layout import (
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    TRANSACTION_TYPE_MASK,
+)
+from storage.record.properties import (
     PROPERTY_DELAY,
     PROPERTY_IDEMPOTENCY_KEY,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_NOT_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
-    TRANSACTION_TYPE_MASK,
-    EncodedMessage,
-    RecordKind,
-    decode_record,
-    tags_code,
 )
-from storage.commit_log import AppendedBatch, AppendResult, CommitLog
-from storage.consume_queue_table import ConsumeQueueTable
-from storage.delay_levels import SCHEDULE_TOPIC, deliver_timestamp
-from storage.index_service import IndexService, idempotency_index_key, idempotency_scope
 from storage.running_flags import DISK_FULL_REASON, RunningFlags
 from storage.store_types import ArrivalListener, DispatchRequest
 

@@ -32,9 +32,9 @@ import struct
 from pathlib import Path
 from typing import Final
 
-from storage.codec import java_string_hash, java_string_hash_after
 from storage.errors import StoreLoadError
 from storage.mapped_file import _reserve
+from storage.record.java_hash import java_string_hash, java_string_hash_after
 
 INDEX_HEADER: Final = struct.Struct(
     ">q"  # beginTimestamp

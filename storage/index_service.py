@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Final
 
 from storage.checkpoint import StoreCheckpoint
-from storage.codec import KEY_SEPARATOR, PROPERTY_REAL_TOPIC
 from storage.delay_levels import SCHEDULE_TOPIC
 from storage.index_file import IndexFile, KeyHasher, UniqKeyHasher, index_key_hash
+from storage.record.properties import KEY_SEPARATOR, PROPERTY_REAL_TOPIC
 
 MAX_MSGS_NUM_BATCH: Final = 64
 IDEMPOTENCY_MARK: Final = "\x01"

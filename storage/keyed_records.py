@@ -9,10 +9,11 @@ it replicates. The index compares hashes only; every hit is re-checked on its re
 
 from __future__ import annotations
 
-from storage.codec import PROPERTY_IDEMPOTENCY_KEY, StoredMessage
 from storage.commit_log import CommitLog
 from storage.dispatcher import Dispatcher
 from storage.index_service import IndexService, idempotency_index_key, idempotency_scope
+from storage.record.message import StoredMessage
+from storage.record.properties import PROPERTY_IDEMPOTENCY_KEY
 
 
 class KeyedRecords:

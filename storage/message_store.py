@@ -24,18 +24,8 @@ from pathlib import Path
 
 from storage.allocate_service import AllocateMappedFileService
 from storage.checkpoint import StoreCheckpoint
-from storage.codec import (
-    PROPERTY_DELAY,
-    EncodedBatch,
-    EncodedMessage,
-    Message,
-    RecordKind,
-    StoredMessage,
-    check_batch,
-    msg_id_prefix,
-)
 from storage.commit_log import AppendResult, CommitLog, ReplicaAppendError
-from storage.consume_queue import PRE_BLANK_SIZE, ConsumeQueue
+from storage.consume_queue import ConsumeQueue
 from storage.consume_queue_table import ConsumeQueueTable
 from storage.delay_levels import parse_delay_levels, redirect_delayed
 from storage.dispatcher import Dispatcher
@@ -44,6 +34,12 @@ from storage.flush_service import GroupCommitService, ServiceThread, build_servi
 from storage.index_service import IndexService
 from storage.keyed_records import KeyedRecords
 from storage.queue_reader import QueueReader
+from storage.record.decode import RecordKind
+from storage.record.encode import EncodedBatch, EncodedMessage, check_batch
+from storage.record.layout import PRE_BLANK_SIZE
+from storage.record.message import GetMessageStatus, Message, PutResult, StoredMessage
+from storage.record.msg_id import msg_id_prefix
+from storage.record.properties import PROPERTY_DELAY
 from storage.recovery import StoreRecovery
 from storage.retention import StoreCleaner
 from storage.running_flags import RunningFlags
@@ -54,8 +50,6 @@ from storage.store_types import (
     FlushDiskType,
     FlushListener,
     GetMessageResult,
-    GetMessageStatus,
-    PutResult,
     StoreConfig,
 )
 from storage.tag_filter import TagFilter

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from storage.commit_log import CommitLog, UnitsRead
 from storage.consume_queue import ConsumeQueue
-from storage.store_types import GetMessageResult, GetMessageStatus, StoreConfig, TransferLimits
+from storage.record.message import GetMessageStatus
+from storage.store_types import GetMessageResult, StoreConfig, TransferLimits
 
 
 class QueueReader:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import time
 
 from storage.checkpoint import StoreCheckpoint
-from storage.codec import RecordKind, check_record, decode_record
 from storage.commit_log import CommitLog
-from storage.consume_queue import PRE_BLANK_SIZE, ConsumeQueue
+from storage.consume_queue import ConsumeQueue
 from storage.consume_queue_table import ConsumeQueueTable
+from storage.record.decode import RecordKind, check_record, decode_record
+from storage.record.layout import PRE_BLANK_SIZE
 
 
 def check_store(

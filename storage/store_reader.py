@@ -5,7 +5,7 @@ and never takes the store lock, never writes, and never uses :class:`MessageStor
 may be appending while a tool reads. That shapes every reader:
 
 * CommitLog files are read up to the last complete record, in RocketMQ's format v1 or v2
-  (5.x). :func:`storage.codec.check_record` decides: MESSAGE goes on, BLANK ends the file,
+  (5.x). :func:`storage.record.decode.check_record` decides: MESSAGE goes on, BLANK ends the file,
   END (zeros or a record cut short) and CORRUPT stop the walk for that file. A torn tail
   or a short last file is never an error.
 * A record never straddles two files, so a byte range of one file is cut at record
@@ -31,18 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from storage.codec import (
-    CQ_UNIT_SIZE,
-    CQ_UNIT_STRUCT,
-    MESSAGE_MAGIC_CODES,
-    PHYSICAL_OFFSET_POSITION,
-    Buffer,
-    RecordKind,
-    StoredMessage,
-    check_record,
-    decode_record,
-    read_store_timestamp,
-)
 from storage.errors import ConfigFileError
 from storage.json_file import (
     as_object,
@@ -50,12 +38,20 @@ from storage.json_file import (
     load_config,
     load_json,
 )
+from storage.record.decode import RecordKind, check_record, decode_record, read_store_timestamp
+from storage.record.layout import (
+    CQ_UNIT_SIZE,
+    CQ_UNIT_STRUCT,
+    MESSAGE_MAGIC_CODES,
+    PHYSICAL_OFFSET_POSITION,
+    PRE_BLANK_SIZE,
+    Buffer,
+)
+from storage.record.message import StoredMessage
 
 COMMIT_LOG_DIR: Final = "commitlog"
 CONSUME_QUEUE_DIR: Final = "consumequeue"
 CONFIG_DIR: Final = "config"
-PRE_BLANK_SIZE: Final = 0x7FFFFFFF
-"""Size field of the filler units that pad a queue's first file when it starts past 0."""
 
 # Enough bytes to reach STORETIMESTAMP of any record (68 + 8 with an IPv6 born host).
 _HEAD_BYTES: Final = 96

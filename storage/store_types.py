@@ -11,13 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from storage.codec import (
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_NOT_TYPE,
-    TRANSACTION_TYPE_MASK,
-    StoredMessage,
-)
 from storage.delay_levels import DEFAULT_DELAY_LEVELS
+from storage.record.layout import is_dispatchable
+from storage.record.message import GetMessageStatus, StoredMessage
 from storage.retention import RetentionConfig
 
 
@@ -63,43 +59,6 @@ class StoreConfig:
     # After an unclean exit the index is rebuilt from the CommitLog. True: before open()
     # returns; False: the owner calls catch_up_index() in chunks while serving.
     index_catch_up_on_open: bool = True
-
-
-class PutStatus(Enum):
-    PUT_OK = "PUT_OK"
-    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
-    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"  # sync replication: a slave did not ack in time
-    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"  # sync replication: no slave in sync
-
-
-@dataclass(slots=True)  # not frozen: ~1 µs less per put (see StoredMessage)
-class PutResult:
-    """One stored message: its id and where it went."""
-
-    msg_id: str
-    topic: str
-    queue_id: int
-    queue_offset: int
-    physical_offset: int
-    size: int
-    store_timestamp: int
-    status: PutStatus = PutStatus.PUT_OK
-
-    @property
-    def end_offset(self) -> int:
-        return self.physical_offset + self.size
-
-
-class GetMessageStatus(Enum):
-    FOUND = "FOUND"
-    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
-    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
-    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
-    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
-    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
-    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
-    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
-    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,8 +107,7 @@ class DispatchRequest:
 
     @property
     def is_dispatchable(self) -> bool:
-        kind = self.sys_flag & TRANSACTION_TYPE_MASK
-        return kind in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
+        return is_dispatchable(self.sys_flag)
 
 
 ArrivalListener = Callable[[str, int, int, int], None]

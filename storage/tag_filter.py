@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from storage.codec import tags_code, to_int32
+from storage.record.java_hash import tags_code, to_int32
 
 SUB_ALL: Final = "*"
 TAG_SEPARATOR: Final = "||"

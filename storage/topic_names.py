@@ -10,7 +10,10 @@ trailing newline.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Final
+
+from storage.errors import InvalidTopicError
 
 TOPIC_NAME_PATTERN: Final = r"^[%|a-zA-Z0-9_-]+$"
 """The allowed characters, anchored: the same text the OpenAPI document shows."""
@@ -26,6 +29,17 @@ GROUP_TOPIC_PREFIXES: Final = (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)
 def is_valid_name(name: str, max_length: int = MAX_TOPIC_LENGTH) -> bool:
     """Whether ``name`` is 1 to ``max_length`` allowed characters (topics and groups)."""
     return 0 < len(name) <= max_length and TOPIC_PATTERN.fullmatch(name) is not None
+
+
+@lru_cache(maxsize=4096)
+def check_topic(topic: str) -> str:
+    """The topic name itself; ``InvalidTopicError`` when it is not valid (errors not cached)."""
+    if not is_valid_name(topic):
+        raise InvalidTopicError(
+            f"invalid topic name {topic[:140]!r}: use 1 to {MAX_TOPIC_LENGTH} characters "
+            "from a-z A-Z 0-9 _ - % |"
+        )
+    return topic
 
 
 def retry_topic(group: str) -> str:

@@ -29,8 +29,8 @@ from services.pop.service import PopService, now_ms
 from services.send_back import PERM_READ_WRITE, SendBackRequest, retry_message
 from services.topics import TopicService
 from storage import Message, StoredMessage
-from storage.codec import PROPERTY_ORIGIN_MESSAGE_ID
 from storage.config_managers import SubscriptionGroupConfig, TopicConfig
+from storage.record.properties import PROPERTY_ORIGIN_MESSAGE_ID
 from storage.topic_names import retry_topic
 
 log = logging.getLogger(__name__)

@@ -46,12 +46,12 @@ from services.send import PutMessages
 from services.send_back import SendBackRequest, SendBackService, original_topic
 from services.topics import TopicService
 from storage import MessageStore, StoredMessage, TagFilter
-from storage.codec import tags_code
 from storage.config_managers import (
     CONSUME_MODE_OFFSETS,
     CONSUME_MODE_POP,
     SubscriptionGroupConfig,
 )
+from storage.record.java_hash import tags_code
 from storage.topic_names import RETRY_GROUP_TOPIC_PREFIX, retry_topic
 
 AbandonFactory = Callable[[], Awaitable[Any]]

@@ -24,7 +24,7 @@ from urllib.parse import quote
 import httpx
 
 from spark_jobs.formatting import format_duration
-from storage.codec import (
+from storage.record.properties import (
     PROPERTY_IDEMPOTENCY_BATCH,
     PROPERTY_IDEMPOTENCY_FINGERPRINT,
     PROPERTY_IDEMPOTENCY_KEY,

@@ -45,12 +45,12 @@ from spark_jobs.replay.http_sender import (
     SendSummary,
 )
 from spark_jobs.session import build_session, parse_conf
-from storage.codec import (
+from storage.delay_levels import SCHEDULE_TOPIC
+from storage.record.layout import (
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
 )
-from storage.delay_levels import SCHEDULE_TOPIC
 from storage.tag_filter import subscribed_tags
 from storage.topic_names import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 

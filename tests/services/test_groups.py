@@ -7,8 +7,7 @@ import pytest
 
 from services.errors import InvalidGroupNameError
 from services.groups import MAX_GROUP_LENGTH, check_group_name
-from storage.codec import validate_topic
-from storage.topic_names import dlq_topic, retry_topic
+from storage.topic_names import check_topic, dlq_topic, retry_topic
 
 
 @pytest.mark.parametrize(
@@ -29,5 +28,5 @@ def test_invalid_group_names_are_refused(name: str) -> None:
 def test_the_longest_group_still_has_valid_retry_and_dlq_topics() -> None:
     longest = "%|_-" + "g" * (MAX_GROUP_LENGTH - 4)
     assert check_group_name(longest) == longest
-    validate_topic(retry_topic(longest))
-    validate_topic(dlq_topic(longest))
+    check_topic(retry_topic(longest))
+    check_topic(dlq_topic(longest))

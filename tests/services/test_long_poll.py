@@ -10,7 +10,7 @@ import pytest
 from services import WaiterRegistry, WakeReason
 from services.errors import TooManyWaitersError
 from storage import TagFilter
-from storage.codec import tags_code
+from storage.record.java_hash import tags_code
 
 
 def registered(registry: WaiterRegistry) -> int:

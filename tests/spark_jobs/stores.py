@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from storage import Message, MessageStore, PutResult, StoreConfig
-from storage.codec import STOREHOSTADDRESS_V6_FLAG
+from storage.record.layout import STOREHOSTADDRESS_V6_FLAG
 
 FILE_SIZE = 64 * 1024
 CONFIG = StoreConfig(commit_log_file_size=FILE_SIZE, consume_queue_units_per_file=50)

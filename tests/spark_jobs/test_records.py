@@ -1,4 +1,4 @@
-"""The record parsers without Spark: the vectorised batches equal the codec's decoding, for
+"""The record parsers without Spark: the vectorised batches equal the record decoder's, for
 v1 and v2 records."""
 
 from __future__ import annotations
@@ -23,14 +23,10 @@ from spark_jobs.records import (
     walk_chain,
 )
 from spark_jobs.scan import ByteRange, read_range
-from storage.codec import (
-    BORNHOST_V6_FLAG,
-    Message,
-    RecordKind,
-    blank_record,
-    decode_record,
-    encode_message,
-)
+from storage.record.decode import RecordKind, decode_record
+from storage.record.encode import blank_record, encode_message
+from storage.record.layout import BORNHOST_V6_FLAG
+from storage.record.message import Message
 from storage.store_reader import iter_store_records, scan_records, scan_stop
 from tests.spark_jobs.stores import expected_row, sorted_rows, varied_message, varied_store
 from tests.spark_jobs.v2_records import LONG_TOPIC, STORE_TIME_0, mixed_records
@@ -86,7 +82,7 @@ def vector_rows(buffer: bytes, store_dir: str = "/store", **filters: Any) -> lis
     return list(batch.to_pylist())
 
 
-def test_vectorised_batches_equal_the_codec_for_a_whole_store(
+def test_vectorised_batches_equal_the_decoder_for_a_whole_store(
     tmp_path: Path, slow_path_calls: list[int]
 ) -> None:
     written = varied_store(tmp_path / "store", count=500)

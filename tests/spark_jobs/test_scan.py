@@ -21,7 +21,7 @@ from spark_jobs.options import (
 from spark_jobs.records import RecordFilter, concat_batches
 from spark_jobs.scan import ByteRange, plan_ranges, read_range
 from storage import MessageStore
-from storage.codec import RecordKind, check_record
+from storage.record.decode import RecordKind, check_record
 from storage.store_reader import map_read_only
 from tests.spark_jobs.stores import (
     CONFIG,

@@ -1,7 +1,7 @@
 """Hand-built RocketMQ 5.x format v2 records (magic 0xDAA320AB, a two-byte topic length).
 
-spoolmq writes v1 only. A v2 record here is a v1 record from :func:`storage.codec.
-encode_message` with the magic code changed and the topic length widened to a short (and, to
+spoolmq writes v1 only. A v2 record here is a v1 record from :func:`storage.record.
+encode.encode_message` with the magic code changed and the topic length widened to a short (and, to
 show what v2 is for, optionally a topic longer than v1's 127 bytes). The expected DataFrame
 row is the v1 twin's row with the v2 record's topic and size.
 """
@@ -12,14 +12,10 @@ import struct
 from typing import Any
 
 from spark_jobs.records import record_row, rows_to_batch
-from storage.codec import (
-    BORNHOST_V6_FLAG,
-    MESSAGE_MAGIC_CODE_V2,
-    STOREHOSTADDRESS_V6_FLAG,
-    Message,
-    decode_record,
-    encode_message,
-)
+from storage.record.decode import decode_record
+from storage.record.encode import encode_message
+from storage.record.layout import BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE_V2, STOREHOSTADDRESS_V6_FLAG
+from storage.record.message import Message
 
 STORE_TIME_0 = 1_710_000_000_000
 LONG_TOPIC = "Orders." + "x" * 200  # longer than a v1 record can hold

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from storage import MessageStore, StoreConfig
-from storage.codec import Message
+from storage.record.message import Message
 
 COMMIT_LOG_FILE_SIZE = 4096
 CQ_UNITS_PER_FILE = 10

@@ -15,12 +15,12 @@ import pytest
 import storage.mapped_file
 import storage.mapped_file_queue
 from storage.allocate_service import AllocateMappedFileService
-from storage.codec import Message
 from storage.commit_log import PREFAULT_AHEAD
 from storage.consume_queue import ConsumeQueue
 from storage.mapped_file import MappedFile, offset_to_file_name
 from storage.mapped_file_queue import MappedFileQueue
 from storage.message_store import MessageStore
+from storage.record.message import Message
 from storage.store_types import StoreConfig
 
 SIZE = 4096

@@ -8,18 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from storage.codec import (
-    BLANK_MAGIC_CODE,
-    TRANSACTION_PREPARED_TYPE,
-    EncodedBatch,
-    EncodedMessage,
-    Message,
-    RecordKind,
-    decode_record,
-)
 from storage.commit_log import CommitLog
 from storage.errors import MessageTooLargeError
 from storage.mapped_file import offset_to_file_name
+from storage.record.decode import RecordKind, decode_record
+from storage.record.encode import EncodedBatch, EncodedMessage
+from storage.record.layout import BLANK_MAGIC_CODE, TRANSACTION_PREPARED_TYPE
+from storage.record.message import Message
 
 FILE_SIZE = 4096
 HOST = ("127.0.0.1", 10911)

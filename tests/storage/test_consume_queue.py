@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from storage.codec import CQ_UNIT_STRUCT
 from storage.consume_queue import ConsumeQueue
 from storage.mapped_file import offset_to_file_name
+from storage.record.layout import CQ_UNIT_STRUCT
 
 UNITS = 10  # units per file: 200-byte files
 PRE_BLANK = (0, 0x7FFFFFFF, 0)

@@ -10,10 +10,10 @@ import pytest
 
 from storage import Message, MessageStore, StoreConfig
 from storage.checkpoint import StoreCheckpoint
-from storage.codec import java_string_hash
 from storage.errors import StorageError
 from storage.index_file import IndexFile, IndexFileSizeError, index_key_hash
 from storage.index_service import IndexService
+from storage.record.java_hash import java_string_hash
 
 
 def small_config(**overrides: object) -> StoreConfig:

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from storage import Message, MessageStore, StoreConfig
-from storage.codec import (
+from storage.record.properties import (
     PROPERTY_IDEMPOTENCY_BATCH,
     PROPERTY_IDEMPOTENCY_KEY,
     PROPERTY_KEYS,

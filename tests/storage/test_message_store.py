@@ -17,15 +17,6 @@ from storage import (
     PutResult,
     TagFilter,
 )
-from storage.codec import (
-    CQ_UNIT_STRUCT,
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_PREPARED_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
-    Message,
-    encode_msg_id,
-    java_string_hash,
-)
 from storage.errors import (
     InvalidTopicError,
     MessageRejectedError,
@@ -37,6 +28,15 @@ from storage.errors import (
     StoreLockedError,
 )
 from storage.mapped_file import offset_to_file_name
+from storage.record.java_hash import java_string_hash
+from storage.record.layout import (
+    CQ_UNIT_STRUCT,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+)
+from storage.record.message import Message
+from storage.record.msg_id import encode_msg_id
 from tests.storage.conftest import (
     COMMIT_LOG_FILE_SIZE,
     MAX_QUEUES,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from storage import Message, MessageStore, StoreConfig, StoreLoadError, StoreLockedError
-from storage.codec import RECORD_HEADER_V4
+from storage.record.layout import RECORD_HEADER_V4
 
 CONFIG = StoreConfig(commit_log_file_size=4096, consume_queue_units_per_file=10)
 

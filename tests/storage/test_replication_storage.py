@@ -10,7 +10,7 @@ from storage import MessageStore
 from storage.commit_log import ReplicaAppendError
 from storage.epoch_file import EpochEntry, EpochFile, consistent_offset
 from storage.mapped_file import offset_to_file_name
-from storage.store_types import GetMessageStatus
+from storage.record.message import GetMessageStatus
 from storage.truncation import truncate_commit_log
 from tests.storage.conftest import COMMIT_LOG_FILE_SIZE, OpenStore, message
 

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from storage import GetMessageStatus, MessageStore, PutResult, TagFilter
-from storage.codec import Message
 from storage.errors import MessageTooLargeError
+from storage.record.message import Message
 from tests.storage.conftest import COMMIT_LOG_FILE_SIZE, CQ_UNITS_PER_FILE, TINY_CONFIG
 
 TOPIC_NAMES = ["TopicA", "%RETRY%grp", "a|b", "x-1_Y"]

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from storage import Message, MessageStore, PutResult, StoreConfig
-from storage.codec import CQ_UNIT_STRUCT, RecordKind, StoredMessage, check_record
 from storage.config_managers import (
     ConsumerOffsetManager,
     SubscriptionGroupConfig,
@@ -25,8 +24,10 @@ from storage.config_managers import (
     TopicConfigManager,
 )
 from storage.errors import ConfigFileError
+from storage.record.decode import RecordKind, check_record
+from storage.record.layout import CQ_UNIT_STRUCT, PRE_BLANK_SIZE
+from storage.record.message import StoredMessage
 from storage.store_reader import (
-    PRE_BLANK_SIZE,
     Boundary,
     QueueOffsets,
     all_queue_offsets,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from storage.codec import validate_topic
 from storage.errors import InvalidTopicError
 from storage.topic_names import (
     MAX_TOPIC_LENGTH,
+    check_topic,
     dlq_topic,
     is_dlq_topic,
     is_group_topic,
@@ -32,10 +32,10 @@ from storage.topic_names import (
 def test_names_match_in_full(name: str, valid: bool) -> None:
     assert is_valid_name(name) is valid
     if valid:
-        validate_topic(name)  # the store agrees
+        check_topic(name)  # the store agrees
     else:
         with pytest.raises(InvalidTopicError):
-            validate_topic(name)
+            check_topic(name)
 
 
 def test_group_topics() -> None:
@@ -45,3 +45,33 @@ def test_group_topics() -> None:
     assert is_group_topic(retry_topic("g")) and is_group_topic(dlq_topic("g"))
     assert not is_group_topic("%pct%")
     assert is_valid_name(retry_topic("x" * 120)) and not is_valid_name(retry_topic("x" * 121))
+
+
+@pytest.mark.parametrize(
+    "topic",
+    [
+        pytest.param("", id="empty"),
+        pytest.param("a" * 128, id="128-chars"),
+        pytest.param("a/b", id="slash"),
+        pytest.param("../x", id="dot-dot"),
+        pytest.param("a b", id="space"),
+        pytest.param("tøpic", id="unicode"),
+        pytest.param("abc\n", id="trailing-newline"),
+        pytest.param("a.b", id="dot"),
+    ],
+)
+def test_check_topic_rejects(topic: str) -> None:
+    with pytest.raises(InvalidTopicError):
+        check_topic(topic)
+
+
+@pytest.mark.parametrize(
+    "topic",
+    [
+        pytest.param("a" * 127, id="127-chars"),
+        pytest.param("%RETRY%group_1", id="retry"),
+        pytest.param("A|b-C_9", id="pipe-dash-underscore"),
+    ],
+)
+def test_check_topic_accepts(topic: str) -> None:
+    assert check_topic(topic) == topic

@@ -1,6 +1,6 @@
 """A CommitLog written by RocketMQ 5.x mixes format v1 and v2 records: read, recover, pull.
 
-The files are built byte by byte (v1 records from the codec, v2 records rewritten from them
+The files are built byte by byte (v1 records from the record encoder, v2 records rewritten from them
 as the reference describes), then opened by the read-only readers and by a MessageStore.
 """
 
@@ -12,16 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from storage.codec import (
-    MESSAGE_MAGIC_CODE_V2,
-    Message,
-    RecordKind,
-    blank_record,
-    check_record,
-    encode_message,
-)
 from storage.mapped_file import offset_to_file_name
 from storage.message_store import MessageStore
+from storage.record.decode import RecordKind, check_record
+from storage.record.encode import blank_record, encode_message
+from storage.record.layout import MESSAGE_MAGIC_CODE_V2
+from storage.record.message import GetMessageStatus, Message
 from storage.store_reader import (
     commit_log_files,
     first_store_timestamp,
@@ -30,7 +26,7 @@ from storage.store_reader import (
     scan_stop,
     store_timestamp_at_offset,
 )
-from storage.store_types import GetMessageStatus, StoreConfig
+from storage.store_types import StoreConfig
 
 FILE_SIZE = 4096
 CONFIG = StoreConfig(commit_log_file_size=FILE_SIZE, consume_queue_units_per_file=10)
@@ -78,7 +74,7 @@ def v1_record(planned: Planned, physical_offset: int) -> bytes:
         store_timestamp=1_700_000_000_000 + physical_offset,
         store_host=STORE_HOST,
     )
-    if message.topic != planned.topic:  # the codec never writes such a topic: splice it in
+    if message.topic != planned.topic:  # the encoder never writes such a topic: splice it in
         body_end = 88 + len(planned.body)
         tail = record[body_end + 1 + len(message.topic) :]
         record = record[:body_end] + bytes([len(planned.topic)]) + planned.topic.encode() + tail

@@ -1,0 +1,134 @@
+"""The message values every layer passes around: what a producer gives the store
+(:class:`Message`), what the CommitLog hands back decoded (:class:`StoredMessage`) or as it
+lies (:class:`RawRecord`), and what a put and a get answer (:class:`PutResult`,
+:class:`PutStatus`, :class:`GetMessageStatus`).
+
+This is the one module of :mod:`storage` the HTTP layer may import directly (an
+import-linter contract says so): values only, nothing that touches a file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import NamedTuple
+
+from storage.record.fields import RecordFields, record_fields
+from storage.record.msg_id import msg_id_prefix
+from storage.record.properties import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, split_keys
+
+
+@dataclass(slots=True)
+class Message:
+    """A message to append, as the producer gives it."""
+
+    topic: str
+    body: bytes
+    queue_id: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    flag: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: tuple[str, int] = ("127.0.0.1", 0)
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+
+
+@dataclass(slots=True)
+class StoredMessage:
+    """A record decoded from the CommitLog; treat it as read-only.
+
+    Not ``frozen``: a frozen dataclass sets each of these 16 fields through
+    ``object.__setattr__``, which costs about 1.5 µs per message on the pull path — more
+    than the rest of decoding a record.
+    """
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    size: int
+    body: bytes
+    properties: dict[str, str]
+    flag: int
+    sys_flag: int
+    body_crc: int
+    born_timestamp: int
+    born_host: tuple[str, int]
+    store_timestamp: int
+    store_host: tuple[str, int]
+    reconsume_times: int
+    prepared_transaction_offset: int
+
+    @property
+    def msg_id(self) -> str:
+        """The offsetMsgId: the store's :func:`msg_id_prefix` + the offset in 16 hex digits."""
+        host, port = self.store_host
+        return msg_id_prefix(host, port) + f"{self.physical_offset:016X}"
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        return split_keys(self.properties.get(PROPERTY_KEYS))
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(PROPERTY_UNIQ_KEY)
+
+
+class RawRecord(NamedTuple):
+    """One message record as the CommitLog holds it, undecoded.
+
+    ``data`` is exactly the record's bytes (a copy: nothing holds on to the store's
+    mapping). :meth:`fields` finds every field in one pass; decode only what you need.
+    """
+
+    queue_offset: int
+    """Where its ConsumeQueue unit is in the queue that was read."""
+    data: bytes
+
+    def fields(self) -> RecordFields:
+        """The record's fixed fields and where its body, topic and properties are."""
+        return record_fields(self.data)
+
+
+class PutStatus(Enum):
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"  # sync replication: a slave did not ack in time
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"  # sync replication: no slave in sync
+
+
+@dataclass(slots=True)  # not frozen: ~1 µs less per put (see StoredMessage)
+class PutResult:
+    """One stored message: its id and where it went."""
+
+    msg_id: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    size: int
+    store_timestamp: int
+    status: PutStatus = PutStatus.PUT_OK
+
+    @property
+    def end_offset(self) -> int:
+        return self.physical_offset + self.size
+
+
+class GetMessageStatus(Enum):
+    """RocketMQ's answer to a read by queue offset (reference §10.3)."""
+
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"

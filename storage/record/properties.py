@@ -1,0 +1,56 @@
+"""Message properties: RocketMQ's names (``MessageConst``) and the PROPERTIES field's text.
+
+A record's properties are ``name\\x01value\\x02`` per entry, UTF-8, at most 32767 bytes
+(the field's length is a short). Names beyond RocketMQ's are marked below.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+MAX_PROPERTIES_LENGTH: Final = 32767
+NAME_VALUE_SEPARATOR: Final = "\x01"
+PROPERTY_SEPARATOR: Final = "\x02"
+
+# Property names (MessageConst).
+PROPERTY_KEYS: Final = "KEYS"
+PROPERTY_TAGS: Final = "TAGS"
+PROPERTY_UNIQ_KEY: Final = "UNIQ_KEY"
+PROPERTY_DELAY: Final = "DELAY"
+PROPERTY_RETRY_TOPIC: Final = "RETRY_TOPIC"
+PROPERTY_REAL_TOPIC: Final = "REAL_TOPIC"
+PROPERTY_REAL_QID: Final = "REAL_QID"
+PROPERTY_ORIGIN_MESSAGE_ID: Final = "ORIGIN_MESSAGE_ID"
+PROPERTY_MAX_RECONSUME_TIMES: Final = "MAX_RECONSUME_TIMES"
+# Idempotent produce (beyond RocketMQ): the key a send was made with, and on the first record
+# of a keyed send the fingerprint of its payload and, for a batch, how many records it holds.
+PROPERTY_IDEMPOTENCY_KEY: Final = "IDEMPOTENCY_KEY"
+PROPERTY_IDEMPOTENCY_FINGERPRINT: Final = "IDEMPOTENCY_FP"
+PROPERTY_IDEMPOTENCY_BATCH: Final = "IDEMPOTENCY_BATCH"
+KEY_SEPARATOR: Final = " "
+"""KEYS holds several business keys separated by spaces."""
+
+
+def encode_properties(properties: dict[str, str]) -> bytes:
+    """``name\\x01value\\x02`` per entry, with the trailing separator (RocketMQ ≤ 4.9.0, ≥ 5.2)."""
+    text = ""
+    for name, value in properties.items():  # a plain loop: faster than join for a few entries
+        if value is not None:
+            text += f"{name}\x01{value}\x02"
+    return text.encode()
+
+
+def decode_properties(data: bytes | bytearray | memoryview | str) -> dict[str, str]:
+    """Parse properties; tolerates a missing trailing separator, drops empty names and values."""
+    text = data if isinstance(data, str) else str(data, "utf-8", "replace")
+    result: dict[str, str] = {}
+    for segment in text.split(PROPERTY_SEPARATOR):
+        name, _, value = segment.partition(NAME_VALUE_SEPARATOR)
+        if value and name:  # a value is only found after a separator
+            result[name] = value
+    return result
+
+
+def split_keys(keys: str | None) -> list[str]:
+    """The business keys of a KEYS value, empty ones dropped."""
+    return [key for key in keys.split(KEY_SEPARATOR) if key] if keys else []

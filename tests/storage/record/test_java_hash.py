@@ -1,0 +1,62 @@
+"""java_hash: Java's String.hashCode over UTF-16 code units, the tags code, int32 wrapping."""
+
+from __future__ import annotations
+
+import pytest
+
+from storage.record.java_hash import java_string_hash, tags_code, to_int32
+
+JAVA_HASHES = [
+    pytest.param("TAG1", 2567159, id="TAG1"),
+    pytest.param("TagA", 2598919, id="TagA"),
+    pytest.param("", 0, id="empty"),
+    pytest.param("hello", 99162322, id="hello"),
+    pytest.param("Hello World", -862545276, id="negative"),
+    pytest.param("polygenelubricants", -(2**31), id="int32-min-wrap"),
+    pytest.param("é", 0xE9, id="latin1"),
+    pytest.param("日本", 0x65E5 * 31 + 0x672C, id="cjk"),
+    # U+1F600 is the surrogate pair D83D DE00 in UTF-16.
+    pytest.param("\U0001f600", 0xD83D * 31 + 0xDE00, id="astral-surrogates"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), JAVA_HASHES)
+def test_java_string_hash(text: str, expected: int) -> None:
+    assert java_string_hash(text) == expected
+
+
+def _reference_java_hash(text: str) -> int:
+    """The textbook loop over UTF-16 code units, wrapped to a signed int32."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + int.from_bytes(data[i : i + 2], "big")) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("key-0000012345", id="index-key"),
+        pytest.param("a" * 1024, id="1024-ascii"),
+        pytest.param("a" * 1025, id="1025-ascii"),
+        pytest.param("é" * 1500, id="long-latin1"),
+        pytest.param("x\U0001f600" * 700, id="long-astral"),
+        pytest.param("Zz9" * 3000, id="9000-chars"),
+    ],
+)
+def test_java_string_hash_of_long_and_mixed_strings(text: str) -> None:
+    assert java_string_hash(text) == _reference_java_hash(text)
+
+
+def test_tags_code_is_zero_without_a_tag_and_the_java_hash_otherwise() -> None:
+    assert tags_code(None) == 0
+    assert tags_code("") == 0
+    assert tags_code("TagA") == 2598919
+    assert tags_code("Hello World") == -862545276  # negative: sign-extended in the CQ unit
+
+
+def test_to_int32_keeps_the_low_32_bits_signed() -> None:
+    assert to_int32(-862545276) == -862545276
+    assert to_int32(0xFFFFFFFF) == -1
+    assert to_int32(2**32 + 5) == 5
