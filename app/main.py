@@ -37,7 +37,7 @@ from app.routes.fast import fast_routes
 from app.security import install_security
 from app.settings import Settings, get_settings
 from services import Broker
-from services.cluster.member import ClusterMember
+from services.cluster import ClusterMember
 
 log = logging.getLogger("spoolmq")
 

@@ -22,7 +22,6 @@ from storage.config_managers import (
     ConsumerOffsetManager,
     SubscriptionGroupConfig,
 )
-from storage.durations import format_duration as format_duration  # for the lag pages
 from storage.lag_model import LagFigures, queue_lag_figures
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,8 @@ from app.proxy.context import (
 )
 from app.proxy.forward import BrokerAnswer, ProxyError
 from app.responses import OrjsonResponse
-from services.cluster.proxy_routing import (
+from services.cluster import (
+    BrokerMember,
     NoMasterError,
     globalize,
     groups_with_master,
@@ -33,7 +34,6 @@ from services.cluster.proxy_routing import (
     split_commits,
     topic_route,
 )
-from services.cluster.route_table import BrokerMember
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,7 @@ from fastapi import Request
 
 from app.errors import ApiError
 from app.proxy.forward import BrokerAnswer, Forwarder, ProxyError
-from services.cluster import ClusterView, RouteRegistry
-from services.cluster.proxy_routing import NoMasterError, SendPicker
+from services.cluster import ClusterView, NoMasterError, RouteRegistry, SendPicker
 
 DEFAULT_MAX_MESSAGES = 32
 ROTATION = itertools.count()

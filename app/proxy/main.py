@@ -13,8 +13,7 @@ from starlette.responses import Response
 from app.errors import install_error_handlers, problem_response
 from app.proxy import consume, messages, pop, topics
 from app.proxy.forward import Forwarder
-from services.cluster import EtcdClient, EtcdError, EtcdUnavailableError, RouteRegistry
-from services.cluster.proxy_routing import SendPicker
+from services.cluster import EtcdClient, EtcdError, EtcdUnavailableError, RouteRegistry, SendPicker
 
 BROKER_TIMEOUT_S = 40.0
 """Long enough for a broker's longest long-poll; a connect failure is still quick."""

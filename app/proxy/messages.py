@@ -23,8 +23,8 @@ from app.proxy.context import (
 )
 from app.proxy.forward import BrokerAnswer, BrokerUnreachableError, ProxyError
 from app.responses import OrjsonResponse
-from services.cluster import EtcdUnavailableError
-from services.cluster.proxy_routing import (
+from services.cluster import (
+    EtcdUnavailableError,
     NoMasterError,
     batch_queue_id,
     batch_sharding_key,

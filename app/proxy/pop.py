@@ -18,7 +18,7 @@ from app.proxy.context import (
 )
 from app.proxy.forward import BrokerAnswer, ProxyError
 from app.responses import OrjsonResponse
-from services.cluster.proxy_routing import (
+from services.cluster import (
     NoMasterError,
     globalize,
     master_of,

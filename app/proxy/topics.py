@@ -17,11 +17,14 @@ from app.proxy.context import (
 )
 from app.responses import OrjsonResponse
 from app.schemas.common import MAX_QUEUES
-from services.cluster import BrokerMember, ClusterView, TopicRoute, spread_queues
-from services.cluster.proxy_routing import (
+from services.cluster import (
+    BrokerMember,
+    ClusterView,
     NoMasterError,
+    TopicRoute,
     groups_with_master,
     master_of,
+    spread_queues,
     topic_route,
 )
 

@@ -8,8 +8,7 @@ from app.deps import BrokerDep
 from app.responses import problems
 from app.routes.params import TopicPath
 from app.schemas.cluster import TopicRouteOut, topic_route_out
-from services.cluster.lookup import cluster_route, local_route
-from services.cluster.member import ClusterMember
+from services.cluster import ClusterMember, cluster_route, local_route
 
 router = APIRouter(tags=["cluster"])
 

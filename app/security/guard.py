@@ -22,9 +22,8 @@ from app.security.quotas import ParkedPulls, QuotaDefaults, RateLimiter
 from app.security.sessions import SessionStore
 from app.security.tokens import TokenRegistry, load_auth_file
 from app.settings import Settings
-from services import Broker
+from services import Broker, original_topic
 from services.errors import InvalidMessageIdError
-from services.send_back import original_topic
 
 REALM: Final = 'Bearer realm="spoolmq"'
 _MSG_ID: Final = re.compile(r"^([0-9A-Fa-f]{32}|[0-9A-Fa-f]{56})$")

@@ -10,8 +10,7 @@ from starlette.responses import Response
 from app.admin.problems import AdminRoute
 from app.admin.rendering import render
 from app.deps import BrokerDep
-from services.cluster.member import ClusterMember
-from services.cluster.route_table import GroupRoute
+from services.cluster import ClusterMember, GroupRoute
 
 router = APIRouter(route_class=AdminRoute)
 
