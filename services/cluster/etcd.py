@@ -100,11 +100,6 @@ def put_op(key: str, value: bytes, lease: int = 0) -> dict[str, Any]:
     return {"request_put": request}
 
 
-def delete_op(key: str) -> dict[str, Any]:
-    """A txn operation that deletes ``key``."""
-    return {"request_delete_range": {"key": _b64(key)}}
-
-
 def range_op(key: str) -> dict[str, Any]:
     """A txn operation that reads ``key``."""
     return {"request_range": {"key": _b64(key)}}

@@ -82,7 +82,6 @@ class ClusterMember:
         self.registry = RouteRegistry(self.etcd, config.cluster)
         self.on_fatal = on_fatal
         self.lease = 0
-        self.elections_won = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._published_sync: SyncState | None = None
         self._fenced = False
@@ -148,7 +147,6 @@ class ClusterMember:
         if await campaign(self.etcd, self.keys, self.me(), self.lease, seen, epoch):
             log.info("broker %s elected master of %s at epoch %d", self.name, self.group, epoch)
             self.replica.prepare_role("master", None, epoch)
-            self.elections_won += 1
             return True
         return False
 
@@ -377,7 +375,6 @@ class ClusterMember:
             with contextlib.suppress(EtcdUnavailableError):
                 await self.etcd.delete(self.keys.master(self.group))
             return
-        self.elections_won += 1
         self.replica.allow_writes()
         log.info("broker %s is master of %s at epoch %d", self.name, self.group, epoch)
         await republish_master(self.etcd, self.keys, self.me(), self.lease)

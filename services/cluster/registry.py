@@ -38,9 +38,6 @@ class RouteRegistry:
     async def put_topic_route(self, route: TopicRoute) -> None:
         await self.etcd.put(self.keys.topic(route.topic), route.to_json())
 
-    async def delete_topic_route(self, topic: str) -> bool:
-        return await self.etcd.delete(self.keys.topic(topic)) > 0
-
     def start(self) -> None:
         """Follow changes in the background (re-read on every change, re-watch on a break)."""
         if self._task is None:
