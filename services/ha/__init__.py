@@ -1,4 +1,5 @@
-"""Replication of the CommitLog from a master to its slaves (RocketMQ's HAService).
+"""A broker's replica role, and the replication of its CommitLog from a master to its slaves
+(RocketMQ's HAService).
 
 - :mod:`services.ha.role`: the replica role, one object per broker: master or slave, epochs,
   write fencing, promotion and following, and the services below that each role runs;
