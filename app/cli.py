@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
 from app.main import create_app
+from app.proxy.context import ProxyLimits
 from app.proxy.main import create_proxy_app
 from app.security import (
     AuthFileError,
@@ -63,6 +64,21 @@ def _add_setting(parser: Any, name: str, field: FieldInfo) -> None:
     parser.add_argument(flag, **kwargs)
 
 
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+QUIET_LOGGERS = ("httpx", "httpcore")
+"""Libraries that log every request at INFO: etcd lease renewals, config syncs and route reads
+would fill an INFO log; they show at DEBUG only."""
+
+
+def configure_logging(level: str) -> None:
+    """One format for every command; the HTTP clients' request lines at DEBUG only."""
+    logging.basicConfig(
+        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
+
+
 def _serve(args: argparse.Namespace) -> int:
     given = {name: value for name, value in vars(args).items() if name in Settings.model_fields}
     try:
@@ -70,9 +86,7 @@ def _serve(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         print(f"spoolmq: invalid settings:\n{exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(settings.log_level)
     failures: list[BaseException] = []
 
     def start_failed(exc: BaseException) -> None:
@@ -206,14 +220,29 @@ def _add_token_commands(commands: Any) -> None:
 def _proxy(args: argparse.Namespace) -> int:
     import uvicorn  # only the proxy runs a plain uvicorn server
 
-    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level)
     try:
         check_bind(args.host, auth_enabled=False, allow_anonymous=args.allow_anonymous)
     except UnsafeBindError as exc:
         print(f"spoolmq: {exc}", file=sys.stderr)
         return 2
-    app = create_proxy_app(args.cluster, args.etcd)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    limits = ProxyLimits(
+        send_timeout_s=args.send_timeout_s,
+        send_attempt_timeout_s=min(args.send_attempt_timeout_s, args.send_timeout_s),
+        max_request_bytes=args.max_request_bytes,
+    )
+    app = create_proxy_app(args.cluster, args.etcd, limits)
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        loop="uvloop",
+        http="httptools",
+        log_level=args.log_level,
+        access_log=False,
+        proxy_headers=False,
+        server_header=False,
+    )
     return 0
 
 
@@ -235,6 +264,35 @@ def _add_proxy_command(commands: Any) -> None:
         action="store_true",
         help="listen beyond loopback although the proxy checks no tokens",
     )
+    defaults = ProxyLimits()
+    proxy.add_argument(
+        "--send-timeout-s",
+        type=_positive,
+        default=defaults.send_timeout_s,
+        help="a send is answered within this: receipts, a refusal, or 504 OUTCOME_UNKNOWN "
+        f"(default {defaults.send_timeout_s:g})",
+    )
+    proxy.add_argument(
+        "--send-attempt-timeout-s",
+        type=_positive,
+        default=defaults.send_attempt_timeout_s,
+        help="one attempt's wait for a broker's answer; keep it above the brokers' "
+        f"--sync-flush-timeout-ms (default {defaults.send_attempt_timeout_s:g})",
+    )
+    proxy.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=defaults.max_request_bytes,
+        help=f"largest request body (413 beyond; default {defaults.max_request_bytes})",
+    )
+    proxy.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="default info")
+
+
+def _positive(value: str) -> float:
+    number = float(value)
+    if not number > 0:
+        raise argparse.ArgumentTypeError("a number of seconds above 0")
+    return number
 
 
 def _token_name(value: str) -> str:

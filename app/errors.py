@@ -72,6 +72,7 @@ STATUS_BY_CODE: Final[Mapping[str, int]] = {
     "REPLICA_ROLE_CONFLICT": 409,
     "ROUTE_CONFLICT": 409,  # the proxy: a topic's queues do not move between broker groups
     "ETCD_UNAVAILABLE": 503,  # the proxy: the route table cannot be read or written now
+    "OUTCOME_UNKNOWN": 504,  # the proxy: a send may or may not be stored; retry with its key
     "ETCD_ERROR": 502,  # etcd answered a request of ours with an error
     "CLUSTER_JOIN_FAILED": 503,  # at start: no lease, or no master to follow
     "MASTER_ROLE_LOST": 503,  # another broker was elected in this master's place

@@ -76,7 +76,9 @@ class HttpShellMiddleware:
             if exchange.timed_out:
                 await _send_timeout(scope, send, id_header)
                 return
-            log.exception("unhandled error in %s %s", scope["method"], scope["path"])
+            log.exception(
+                "unhandled error in %s %s (request %s)", scope["method"], scope["path"], request_id
+            )
             body = problem_body(
                 500, "INTERNAL_ERROR", "the server failed; see its log", scope["path"], request_id
             )

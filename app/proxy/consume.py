@@ -10,17 +10,18 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.errors import ApiError
+from app.proxy.bodies import json_body
 from app.proxy.context import (
     DEFAULT_MAX_MESSAGES,
+    budget_shares,
     cluster_view,
-    first_non_empty,
     forwarder,
     int_param,
-    json_body,
     params_without,
-    rotated,
+    query_param,
 )
-from app.proxy.forward import BrokerAnswer, ProxyError
+from app.proxy.fanout import first_non_empty, share_out
+from app.proxy.forward import BrokerAnswer, broker_path, long_poll_timeout
 from app.responses import OrjsonResponse
 from services.cluster import (
     BrokerMember,
@@ -53,9 +54,9 @@ async def group_config(group: str, request: Request) -> Response:
         answer = await forwarder(request).call(
             master_of(view, name),
             request.method,
-            f"/v1/groups/{group}",
+            broker_path("v1", "groups", group),
             content=content,
-            headers=request.headers,
+            request=request,
         )
         if not answer.ok:
             return answer.response()
@@ -67,17 +68,14 @@ async def group_config(group: str, request: Request) -> Response:
 
 @router.get("/v1/groups/{group}/topics/{topic}/messages")
 async def pull_group(group: str, topic: str, request: Request) -> Response:
-    """Pull from every group hosting the topic, within ``max_messages`` overall.
-
-    Groups are asked in turn (a rotating start, so none starves) with what is left of the
-    budget; when none has anything and the pull long-polls, all are asked at once and the
-    first answer with messages is taken.
-    """
+    """Pull from every group hosting the topic at once, each for its share of
+    ``max_messages`` (:mod:`app.proxy.fanout`); when none has anything and the pull
+    long-polls, all long-poll at once and the first answer with messages is taken."""
     view = cluster_view(request)
     route = topic_route(view, topic)
     budget = int_param(request, "max_messages", DEFAULT_MAX_MESSAGES)
     wait_ms = int_param(request, "wait_ms", 0)
-    auto_commit = request.query_params.get("auto_commit", "").lower() in ("true", "1", "yes")
+    auto_commit = (query_param(request, "auto_commit") or "").lower() in ("true", "1", "yes")
     params = params_without(request, "max_messages", "wait_ms")
 
     async def ask(name: str, max_messages: int, wait: int, commit: bool = True) -> BrokerAnswer:
@@ -88,33 +86,28 @@ async def pull_group(group: str, topic: str, request: Request) -> Response:
         _, answer = await forwarder(request).call_any(
             members,
             "GET",
-            f"/v1/groups/{group}/topics/{topic}/messages",
+            broker_path("v1", "groups", group, "topics", topic, "messages"),
             params=query,
-            headers=request.headers,
+            request=request,
+            timeout_s=long_poll_timeout(wait),
         )
         return answer
 
-    answers: list[tuple[str, dict[str, Any]]] = []
-    reached = 0
-    last_error: ProxyError | NoMasterError | None = None
-    left = budget
-    for name in rotated(route.groups()):
-        if left <= 0:
-            break
-        try:
-            answer = await ask(name, left, 0)
-        except (ProxyError, NoMasterError) as exc:
-            last_error = exc
-            continue
-        reached += 1
-        if not answer.ok:
-            return answer.response()
-        out = answer.json()
-        answers.append((name, out))
-        left -= len(out.get("messages", ()))
-    if reached == 0 and last_error is not None:
-        raise last_error
-    if left == budget and wait_ms > 0:
+    if budget < 1:  # the broker says what is wrong with it
+        return (await ask(route.groups()[0], budget, wait_ms)).response()
+    found = await share_out(
+        budget_shares(request),
+        ("pull", group, topic),
+        route.groups(),
+        budget,
+        lambda name, share: ask(name, share, 0),
+    )
+    if found.refused is not None:
+        return found.refused.response()
+    if not found.answers and found.error is not None:
+        raise found.error
+    answers = found.answers
+    if not found.found() and wait_ms > 0:
         # The race's losers must not commit what they found: every group long-polls without
         # auto-commit, and only the winner's delivered messages are committed afterwards.
         polled = await first_non_empty(
@@ -141,9 +134,9 @@ async def _commit_delivered(
     answer = await forwarder(request).call(
         master,
         "POST",
-        f"/v1/groups/{group}/offsets",
+        broker_path("v1", "groups", group, "offsets"),
         json={"offsets": offsets},
-        headers=request.headers,
+        request=request,
     )
     if not answer.ok:  # delivered but not committed: they come again (at least once)
         log.warning("group %s: committing pulled offsets answered %s", group, answer.status)
@@ -157,9 +150,11 @@ async def commit_offset(group: str, topic: str, queue_id: int, request: Request)
     answer = await forwarder(request).call(
         master_of(view, queue.group),
         "PUT",
-        f"/v1/groups/{group}/topics/{topic}/queues/{queue.local_queue_id}/offset",
+        broker_path(
+            "v1", "groups", group, "topics", topic, "queues", queue.local_queue_id, "offset"
+        ),
         content=await request.body(),
-        headers=request.headers,
+        request=request,
     )
     if not answer.ok:
         return answer.response()
@@ -185,9 +180,9 @@ async def commit_offsets(group: str, request: Request) -> Response:
         answer = await forwarder(request).call(
             master_of(view, name),
             "POST",
-            f"/v1/groups/{group}/offsets",
+            broker_path("v1", "groups", group, "offsets"),
             json={"offsets": local},
-            headers=request.headers,
+            request=request,
         )
         if not answer.ok:
             return answer.response()

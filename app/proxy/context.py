@@ -1,22 +1,40 @@
-"""What every proxy endpoint shares: the request's cluster view, forwarder and send picker,
-small parsing helpers, and fan-outs to several broker groups at once."""
+"""What every proxy endpoint shares: the proxy's limits, the request's cluster view,
+forwarder, send picker and budget shares, and small parsing helpers."""
 
 from __future__ import annotations
 
-import asyncio
-import itertools
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Final
+from urllib.parse import parse_qsl
 
-import orjson
 from fastapi import Request
 
 from app.errors import ApiError
-from app.proxy.forward import BrokerAnswer, Forwarder, ProxyError
-from services.cluster import ClusterView, NoMasterError, RouteRegistry, SendPicker
+from app.proxy.fanout import BudgetShares
+from app.proxy.forward import Forwarder
+from app.settings import MAX_REQUEST_BYTES
+from services.cluster import ClusterView, RouteRegistry, SendPicker
 
 DEFAULT_MAX_MESSAGES = 32
-ROTATION = itertools.count()
+_QUERY: Final = "spoolmq.query"
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyLimits:
+    """How long the proxy waits, and how much it reads."""
+
+    send_timeout_s: float = 10.0
+    """A send is answered within this: its receipts, a refusal, or 504 OUTCOME_UNKNOWN."""
+    send_attempt_timeout_s: float = 6.0
+    """One attempt's wait for a broker's answer: longer than a broker's own wait for a sync
+    flush or a slave (5 s by default), so a broker that answers late is still heard."""
+    connect_timeout_s: float = 2.0
+    max_request_bytes: int = MAX_REQUEST_BYTES
+
+
+def proxy_limits(request: Request) -> ProxyLimits:
+    limits: ProxyLimits = request.app.state.limits
+    return limits
 
 
 def route_registry(request: Request) -> RouteRegistry:
@@ -38,18 +56,27 @@ def send_picker(request: Request) -> SendPicker:
     return picker
 
 
-def json_body(raw: bytes) -> dict[str, Any]:
-    try:
-        data = orjson.loads(raw) if raw else {}
-    except orjson.JSONDecodeError:
-        raise ApiError("MALFORMED_JSON", "the request body is not valid JSON") from None
-    if not isinstance(data, dict):
-        raise ApiError("VALIDATION_FAILED", "the request body is a JSON object")
-    return data
+def budget_shares(request: Request) -> BudgetShares:
+    shares: BudgetShares = request.app.state.budget_shares
+    return shares
+
+
+def query_items(request: Request) -> list[tuple[str, str]]:
+    """The request's query parameters in order (parsed once: cheaper than a QueryParams)."""
+    items: list[tuple[str, str]] | None = request.scope.get(_QUERY)
+    if items is None:
+        raw = request.scope["query_string"].decode("latin-1")
+        items = request.scope[_QUERY] = parse_qsl(raw, keep_blank_values=True) if raw else []
+    return items
+
+
+def query_param(request: Request, name: str) -> str | None:
+    """The first value of ``name``, as Starlette's ``query_params.get`` gives it."""
+    return next((v for k, v in query_items(request) if k == name), None)
 
 
 def int_param(request: Request, name: str, default: int) -> int:
-    raw = request.query_params.get(name)
+    raw = query_param(request, name)
     if raw is None:
         return default
     try:
@@ -59,60 +86,4 @@ def int_param(request: Request, name: str, default: int) -> int:
 
 
 def params_without(request: Request, *names: str) -> list[tuple[str, str]]:
-    return [(k, v) for k, v in request.query_params.multi_items() if k not in names]
-
-
-def rotated(items: Sequence[str]) -> list[str]:
-    if not items:
-        return []
-    start = next(ROTATION) % len(items)
-    return list(items[start:]) + list(items[:start])
-
-
-async def each_group(
-    groups: Sequence[str],
-    ask: Callable[[str], Awaitable[BrokerAnswer]],
-) -> list[tuple[str, BrokerAnswer | ProxyError]]:
-    """Ask every group concurrently; an unreachable group is kept as its error."""
-
-    async def one(group: str) -> BrokerAnswer | ProxyError:
-        try:
-            return await ask(group)
-        except ProxyError as exc:  # unreachable, or no replica known
-            return exc
-
-    answers = await asyncio.gather(*(one(g) for g in groups))
-    return list(zip(groups, answers, strict=True))
-
-
-def all_unreachable(answers: Sequence[tuple[str, Any]]) -> ProxyError | None:
-    errors = [a for _, a in answers if isinstance(a, ProxyError)]
-    return errors[0] if errors and len(errors) == len(answers) else None
-
-
-async def first_non_empty(
-    groups: Sequence[str], ask: Callable[[str], Awaitable[BrokerAnswer]]
-) -> tuple[str, dict[str, Any]] | None:
-    """Long-poll every group at once; the first answer with messages wins, the rest go."""
-
-    async def one(name: str) -> tuple[str, dict[str, Any]] | None:
-        try:
-            answer = await ask(name)
-        except (ProxyError, NoMasterError):
-            return None
-        if not answer.ok:
-            return None
-        out = answer.json()
-        return (name, out) if out.get("messages") else None
-
-    tasks = [asyncio.create_task(one(name)) for name in groups]
-    try:
-        for finished in asyncio.as_completed(tasks):
-            result = await finished
-            if result is not None:
-                return result
-        return None
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    return [(k, v) for k, v in query_items(request) if k not in names]

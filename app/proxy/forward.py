@@ -1,24 +1,37 @@
-"""Forwarding to brokers over one shared ``httpx.AsyncClient``, and the proxy's own errors.
+"""Forwarding to brokers over the proxy's keep-alive connections, and the proxy's own errors.
 
-A broker's answer (2xx or 4xx) comes back as :class:`BrokerAnswer`; a broker that does not
-answer is :class:`BrokerUnreachableError`, which the proxy turns into 503 + Retry-After.
+A broker's answer (any status) comes back as :class:`BrokerAnswer`. A broker that gives none
+is one of two errors, both 503 + Retry-After when they reach the client (a read or an
+idempotent write may simply be repeated); a send tells them apart (:mod:`app.proxy.sending`):
+
+    ProxyError
+     └── BrokerUnreachableError     the request never reached the broker
+          └── BrokerNoAnswerError   it was written (or may have been); no complete answer came
+
+Every forwarded request carries the request's ``X-Request-Id`` (the client's, or the one the
+proxy made), so the broker's answer, its problem bodies and its logs name the same id.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
+from urllib.parse import quote, urlencode, urlsplit
 
-import httpx
 import orjson
+from starlette.requests import Request
 from starlette.responses import Response
 
 from app.errors import PROBLEM_MEDIA_TYPE, ApiError
+from app.proxy.upstream import NotSentError, Origin, Upstream
 from services.cluster import BrokerMember
 
 RETRY_AFTER_S = 1
-FORWARDED_HEADERS = ("content-type", "authorization", "x-request-id")
+FORWARDED_HEADERS: Final = frozenset((b"content-type", b"authorization"))
+_KEPT_RESPONSE_HEADERS: Final = frozenset((b"retry-after", b"location", b"idempotent-replayed"))
+READ_TIMEOUT_S: Final = 10.0
+"""How long the proxy waits for a broker's answer, beyond a long-poll's own ``wait_ms``."""
 
 
 class ProxyError(ApiError):
@@ -26,7 +39,7 @@ class ProxyError(ApiError):
 
 
 class BrokerUnreachableError(ProxyError):
-    """No answer from a broker (refused, reset, timed out)."""
+    """The request never reached the broker (refused, connect timeout, no free connection)."""
 
     def __init__(self, member: BrokerMember, reason: str) -> None:
         super().__init__(
@@ -37,7 +50,12 @@ class BrokerUnreachableError(ProxyError):
         self.member = member
 
 
-@dataclass
+class BrokerNoAnswerError(BrokerUnreachableError):
+    """The request was written, or may have been; no complete answer came (the broker may
+    have acted on it)."""
+
+
+@dataclass(slots=True)
 class BrokerAnswer:
     """A broker's HTTP answer, kept to pass on or to rewrite."""
 
@@ -53,23 +71,41 @@ class BrokerAnswer:
     def json(self) -> Any:
         return orjson.loads(self.content)
 
-    def response(self) -> Response:
-        """Pass the answer on unchanged."""
-        return Response(self.content, self.status, self.headers, media_type=self.content_type)
+    def problem_code(self) -> str | None:
+        """The ``code`` of a problem answer, None for anything else."""
+        if not is_problem(self):
+            return None
+        try:
+            code = orjson.loads(self.content).get("code")
+        except (orjson.JSONDecodeError, AttributeError):
+            return None
+        return code if isinstance(code, str) else None
+
+    def response(self, content: bytes | None = None) -> Response:
+        """Pass the answer on, unchanged or with ``content`` (rewritten) as its body."""
+        body = self.content if content is None else content
+        return Response(body, self.status, self.headers, media_type=self.content_type)
 
     def with_body(self, body: Any) -> Response:
         """Pass the answer on with a rewritten JSON body."""
         return Response(orjson.dumps(body), self.status, self.headers, self.content_type)
 
 
-_KEPT_RESPONSE_HEADERS = ("retry-after", "location")
+def is_problem(answer: BrokerAnswer) -> bool:
+    return answer.content_type.startswith(PROBLEM_MEDIA_TYPE)
+
+
+def broker_path(*segments: str | int) -> str:
+    """``/v1/…`` from path segments, each percent-encoded (a topic may hold ``%``)."""
+    return "".join("/" + quote(str(s), safe="") for s in segments)
 
 
 class Forwarder:
     """Sends one request to one broker member."""
 
-    def __init__(self, client: httpx.AsyncClient) -> None:
-        self.client = client
+    def __init__(self, upstream: Upstream) -> None:
+        self.upstream = upstream
+        self._origins: dict[str, tuple[Origin, bytes]] = {}
 
     async def call(
         self,
@@ -77,28 +113,55 @@ class Forwarder:
         method: str,
         path: str,
         *,
+        request: Request | None = None,
         params: Sequence[tuple[str, str]] | None = None,
+        query: bytes = b"",
         json: Any = None,
         content: bytes | None = None,
-        headers: Mapping[str, str] | None = None,
+        headers: Sequence[tuple[bytes, bytes]] = (),
+        timeout_s: float = READ_TIMEOUT_S,
     ) -> BrokerAnswer:
-        sent_headers = {k: v for k, v in (headers or {}).items() if k in FORWARDED_HEADERS}
+        """``path`` is already encoded (see :func:`broker_path`); ``query`` a raw query string
+        passed on as it came, or ``params`` to encode. The client's Content-Type and
+        Authorization go along (``json`` sets its own Content-Type), with ``headers``."""
+        origin, host = self._origin(member.http_url)
+        sent = _forwarded(request)
         if json is not None:
             content = orjson.dumps(json)
-            sent_headers["content-type"] = "application/json"
+            sent = [(k, v) for k, v in sent if k != b"content-type"]
+            sent.append((b"content-type", b"application/json"))
+        sent.extend(headers)
+        body = content or b""
+        if params:
+            query = urlencode(params).encode()
+        target = path.encode() + (b"?" + query if query else b"")
+        head = [b"%s %s HTTP/1.1\r\nhost: %s\r\n" % (method.encode(), target, host)]
+        head.extend(b"%s: %s\r\n" % pair for pair in sent)
+        if body or method in ("POST", "PUT", "PATCH"):
+            head.append(b"content-length: %d\r\n" % len(body))
+        head.append(b"\r\n")
         try:
-            answer = await self.client.request(
-                method,
-                member.http_url.rstrip("/") + path,
-                params=list(params or ()),
-                content=content,
-                headers=sent_headers,
-            )
-        except httpx.TransportError as exc:
-            raise BrokerUnreachableError(member, type(exc).__name__) from None
-        kept = {k: v for k, v in answer.headers.items() if k.lower() in _KEPT_RESPONSE_HEADERS}
-        content_type = answer.headers.get("content-type", "application/json")
-        return BrokerAnswer(answer.status_code, answer.content, content_type, kept)
+            answer = await self.upstream.request(origin, b"".join(head), body, timeout_s)
+        except NotSentError as exc:
+            raise BrokerUnreachableError(member, exc.reason) from None
+        except Exception as exc:  # OutcomeUnknownError, or anything else once written
+            raise BrokerNoAnswerError(member, getattr(exc, "reason", repr(exc))) from None
+        kept: dict[str, str] = {}
+        content_type = "application/json"
+        for name, value in answer.headers:
+            if name == b"content-type":
+                content_type = value.decode("latin-1")
+            elif name in _KEPT_RESPONSE_HEADERS:
+                kept[name.decode()] = value.decode("latin-1")
+        return BrokerAnswer(answer.status, answer.body, content_type, kept)
+
+    def _origin(self, url: str) -> tuple[Origin, bytes]:
+        known = self._origins.get(url)
+        if known is None:
+            split = urlsplit(url)
+            host, port = split.hostname or "127.0.0.1", split.port or 80
+            known = self._origins[url] = ((host, port), f"{host}:{port}".encode())
+        return known
 
     async def call_any(
         self, members: Sequence[BrokerMember], method: str, path: str, **kwargs: Any
@@ -117,5 +180,18 @@ class Forwarder:
         )
 
 
-def is_problem(answer: BrokerAnswer) -> bool:
-    return answer.content_type.startswith(PROBLEM_MEDIA_TYPE)
+def _forwarded(request: Request | None) -> list[tuple[bytes, bytes]]:
+    """The client's headers a broker gets, and the request's id."""
+    if request is None:
+        return []
+    sent = [(k, v) for k, v in request.scope["headers"] if k in FORWARDED_HEADERS]
+    request_id = request.scope.get("state", {}).get("request_id")
+    if request_id:
+        sent.append((b"x-request-id", request_id.encode()))
+    return sent
+
+
+def long_poll_timeout(wait_ms: object) -> float:
+    """How long to wait for a broker that may park the request for ``wait_ms``."""
+    wait_s = wait_ms / 1000 if isinstance(wait_ms, int) and not isinstance(wait_ms, bool) else 0
+    return READ_TIMEOUT_S + max(0.0, min(wait_s, 60.0))

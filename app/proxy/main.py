@@ -1,35 +1,44 @@
-"""The proxy's FastAPI app: one route registry (kept fresh by an etcd watch), one shared
-``httpx.AsyncClient`` to the brokers, and the proxy's endpoints."""
+"""The proxy's ASGI app: one route registry (kept fresh by an etcd watch), keep-alive
+connections to the brokers, and the proxy's endpoints — the hot ones ahead of FastAPI
+(:mod:`app.proxy.fast`), all inside the HTTP shell every spoolmq server has (request ids,
+the body cap, problem answers for unexpected errors)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
-import httpx
 from fastapi import FastAPI, Request
 from starlette.responses import Response
+from starlette.types import ASGIApp
 
 from app.errors import install_error_handlers, problem_response
+from app.middleware import HttpShellMiddleware
 from app.proxy import consume, messages, pop, topics
+from app.proxy.context import ProxyLimits
+from app.proxy.fanout import BudgetShares
+from app.proxy.fast import FastLane, fast_route
 from app.proxy.forward import Forwarder
+from app.proxy.upstream import Upstream
 from services.cluster import EtcdClient, EtcdError, EtcdUnavailableError, RouteRegistry, SendPicker
 
-BROKER_TIMEOUT_S = 40.0
-"""Long enough for a broker's longest long-poll; a connect failure is still quick."""
 
-
-def create_proxy_app(cluster: str, etcd_endpoints: Sequence[str]) -> FastAPI:
+def create_proxy_app(
+    cluster: str, etcd_endpoints: Sequence[str], limits: ProxyLimits | None = None
+) -> ASGIApp:
     """A stateless proxy for ``cluster``: everything it knows comes from etcd."""
+    limits = limits or ProxyLimits()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         etcd = EtcdClient(list(etcd_endpoints))
         registry = RouteRegistry(etcd, cluster)
-        client = httpx.AsyncClient(timeout=httpx.Timeout(BROKER_TIMEOUT_S, connect=2.0))
+        upstream = Upstream(connect_timeout_s=limits.connect_timeout_s)
+        app.state.limits = limits
         app.state.registry = registry
-        app.state.forwarder = Forwarder(client)
+        app.state.forwarder = Forwarder(upstream)
         app.state.picker = SendPicker()
+        app.state.budget_shares = BudgetShares()
         try:
             await registry.refresh()
         except EtcdUnavailableError:
@@ -39,16 +48,34 @@ def create_proxy_app(cluster: str, etcd_endpoints: Sequence[str]) -> FastAPI:
             yield
         finally:
             await registry.stop()
-            await client.aclose()
+            await upstream.aclose()
             await etcd.aclose()
 
-    app = FastAPI(title="spoolmq proxy", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = FastAPI(
+        title="spoolmq proxy",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        # FastAPI's OpenTelemetry hooks would read the environment on every request.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
+    )
     install_error_handlers(app)
     app.add_exception_handler(EtcdError, _etcd_error)
     app.add_exception_handler(EtcdUnavailableError, _etcd_error)
     for module in (topics, messages, consume, pop):
         app.include_router(module.router)
-    return app
+    hot = [
+        fast_route("POST", "/v1/topics/{topic}/messages", messages.send),
+        fast_route(
+            "GET",
+            "/v1/topics/{topic}/queues/{queue_id}/messages",
+            messages.pull_queue,
+            queue_id=int,
+        ),
+        fast_route("GET", "/v1/groups/{group}/topics/{topic}/messages", consume.pull_group),
+        fast_route("POST", "/v1/groups/{group}/topics/{topic}/receive", pop.receive),
+    ]
+    return HttpShellMiddleware(FastLane(app, hot), max_request_bytes=limits.max_request_bytes)
 
 
 async def _etcd_error(request: Request, exc: Exception) -> Response:

@@ -4,37 +4,27 @@ look messages up by id or key across groups."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.errors import ApiError
+from app.proxy.bodies import JsonSend, relabel_queue_id
 from app.proxy.context import (
     DEFAULT_MAX_MESSAGES,
-    all_unreachable,
     cluster_view,
-    each_group,
     forwarder,
     int_param,
-    json_body,
     params_without,
-    route_registry,
-    send_picker,
+    query_param,
 )
-from app.proxy.forward import BrokerAnswer, BrokerUnreachableError, ProxyError
+from app.proxy.fanout import all_unreachable, each_group
+from app.proxy.forward import BrokerAnswer, ProxyError, broker_path, long_poll_timeout
+from app.proxy.sending import SendTarget, forward_send
 from app.responses import OrjsonResponse
-from services.cluster import (
-    EtcdUnavailableError,
-    NoMasterError,
-    batch_queue_id,
-    batch_sharding_key,
-    globalize,
-    localize_send,
-    master_of,
-    queue_route,
-    readers,
-    topic_route,
-)
+from app.routes.idempotency import idempotency_key
+from services.cluster import NoMasterError, globalize, master_of, queue_route, readers, topic_route
 
 router = APIRouter()
 
@@ -44,62 +34,34 @@ router = APIRouter()
 
 @router.post("/v1/topics/{topic}/messages")
 async def send(topic: str, request: Request) -> Response:
-    """Pick the cluster-wide queue, send to its group's master with the local id."""
+    """Pick the cluster-wide queue, send to its group's master with the local id, at most
+    once (:mod:`app.proxy.sending`)."""
     raw = await request.body()
-    is_json = request.headers.get("content-type", "").split(";")[0].strip().endswith("json")
-    body = json_body(raw) if is_json else {}
-    if is_json:
-        explicit, key = batch_queue_id(body), batch_sharding_key(body)
-    else:
-        explicit = int_param(request, "queue_id", -1)
-        explicit = None if explicit < 0 and "queue_id" not in request.query_params else explicit
-        if explicit is not None and explicit < 0:
-            raise ApiError("VALIDATION_FAILED", "queue_id is an integer of at least 0")
-        key = request.query_params.get("sharding_key")
-    failed: list[str] = []
-    refreshed = False
-    while True:
-        view = cluster_view(request)
-        route = topic_route(view, topic)
-        queue = send_picker(request).pick(view, route, explicit, key, failed)
-        try:
-            master = master_of(view, queue.group)
-            if is_json:
-                answer = await forwarder(request).call(
-                    master,
-                    "POST",
-                    f"/v1/topics/{topic}/messages",
-                    json=localize_send(body, queue.local_queue_id),
-                    headers=request.headers,
-                )
-            else:
-                params = params_without(request, "queue_id", "sharding_key")
-                params.append(("queue_id", str(queue.local_queue_id)))
-                answer = await forwarder(request).call(
-                    master,
-                    "POST",
-                    f"/v1/topics/{topic}/messages",
-                    params=params,
-                    content=raw,
-                    headers=request.headers,
-                )
-        except (BrokerUnreachableError, NoMasterError):
-            if explicit is not None or key is not None:
-                raise
-            failed.append(queue.group)
-            continue
-        if answer.status == 421 and not refreshed:
-            refreshed = True  # the route table may be behind a failover: read it again
-            try:
-                await route_registry(request).refresh()
-            except EtcdUnavailableError:
-                return answer.response()
-            continue
-        if not answer.ok:
-            return answer.response()
-        out = answer.json()
-        globalize(route, queue.group, out.get("messages", ()))
-        return answer.with_body(out)
+    client_key = idempotency_key(request)
+    if request.headers.get("content-type", "").split(";")[0].strip().endswith("json"):
+        plan = JsonSend(raw)
+        target = SendTarget(
+            topic, plan.queue_id, plan.sharding_key, client_key, plan.for_queue, _no_query
+        )
+        return await forward_send(request, target)
+    explicit: int | None = int_param(request, "queue_id", -1)
+    if query_param(request, "queue_id") is None:
+        explicit = None
+    elif explicit is not None and explicit < 0:
+        raise ApiError("VALIDATION_FAILED", "queue_id is an integer of at least 0")
+    params = params_without(request, "queue_id", "sharding_key")
+
+    def query_for(local_queue_id: int) -> bytes:
+        query: str = urlencode([*params, ("queue_id", str(local_queue_id))])
+        return query.encode()
+
+    sharding_key = query_param(request, "sharding_key")
+    target = SendTarget(topic, explicit, sharding_key, client_key, lambda _: raw, query_for)
+    return await forward_send(request, target)
+
+
+def _no_query(local_queue_id: int) -> bytes:
+    return b""
 
 
 # ================================================================ reads of one queue, lookups
@@ -111,21 +73,19 @@ async def pull_queue(topic: str, queue_id: int, request: Request) -> Response:
     view = cluster_view(request)
     route = topic_route(view, topic)
     queue = queue_route(route, queue_id)
-    writes = "commit_offset" in request.query_params
+    writes = query_param(request, "commit_offset") is not None
     members = [master_of(view, queue.group)] if writes else readers(view, queue.group)
     _, answer = await forwarder(request).call_any(
         members,
         "GET",
-        f"/v1/topics/{topic}/queues/{queue.local_queue_id}/messages",
-        params=request.query_params.multi_items(),
-        headers=request.headers,
+        broker_path("v1", "topics", topic, "queues", queue.local_queue_id, "messages"),
+        query=request.scope["query_string"],
+        request=request,
+        timeout_s=long_poll_timeout(int_param(request, "wait_ms", 0)),
     )
     if not answer.ok:
         return answer.response()
-    out = answer.json()
-    out["queue_id"] = queue_id
-    globalize(route, queue.group, out.get("messages", ()))
-    return answer.with_body(out)
+    return answer.response(relabel_queue_id(answer.content, queue.local_queue_id, queue_id))
 
 
 @router.get("/v1/topics/{topic}/messages")
@@ -139,9 +99,9 @@ async def query_by_key(topic: str, request: Request) -> Response:
         _, answer = await forwarder(request).call_any(
             readers(view, group),
             "GET",
-            f"/v1/topics/{topic}/messages",
-            params=request.query_params.multi_items(),
-            headers=request.headers,
+            broker_path("v1", "topics", topic, "messages"),
+            query=request.scope["query_string"],
+            request=request,
         )
         return answer
 
@@ -151,7 +111,7 @@ async def query_by_key(topic: str, request: Request) -> Response:
         raise down
     found: list[dict[str, Any]] = []
     for group, answer in answers:
-        if isinstance(answer, ProxyError):
+        if isinstance(answer, ProxyError | NoMasterError):
             continue
         if not answer.ok:
             return answer.response()
@@ -171,9 +131,9 @@ async def get_message(msg_id: str, request: Request) -> Response:
         _, answer = await forwarder(request).call_any(
             readers(view, group),
             "GET",
-            f"/v1/messages/{msg_id}",
-            params=request.query_params.multi_items(),
-            headers=request.headers,
+            broker_path("v1", "messages", msg_id),
+            query=request.scope["query_string"],
+            request=request,
         )
         return answer
 
@@ -183,7 +143,7 @@ async def get_message(msg_id: str, request: Request) -> Response:
         raise down
     missing: BrokerAnswer | None = None
     for group, answer in answers:
-        if isinstance(answer, ProxyError):
+        if isinstance(answer, ProxyError | NoMasterError):
             continue
         if answer.ok:
             out = answer.json()

@@ -1,4 +1,4 @@
-"""Proxy endpoints for POP: receive from whichever group has messages, and send acks and
+"""Proxy endpoints for POP: receive from the groups that have messages, and send acks and
 changes of invisibility back to the group that issued each receipt handle."""
 
 from __future__ import annotations
@@ -9,25 +9,17 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.errors import ApiError
-from app.proxy.context import (
-    cluster_view,
-    first_non_empty,
-    forwarder,
-    json_body,
-    rotated,
-)
-from app.proxy.forward import BrokerAnswer, ProxyError
+from app.proxy.bodies import json_body
+from app.proxy.context import budget_shares, cluster_view, forwarder
+from app.proxy.fanout import first_non_empty, share_out
+from app.proxy.forward import BrokerAnswer, ProxyError, broker_path, long_poll_timeout
 from app.responses import OrjsonResponse
-from services.cluster import (
-    NoMasterError,
-    globalize,
-    master_of,
-    prefix_handle,
-    split_handle,
-    topic_route,
-)
+from app.schemas.pop import ReceiveIn
+from services.cluster import globalize, master_of, prefix_handle, split_handle, topic_route
 
 router = APIRouter()
+
+RECEIVE_DEFAULT: int = ReceiveIn.model_fields["max_messages"].default
 
 
 # ================================================================ POP
@@ -35,50 +27,50 @@ router = APIRouter()
 
 @router.post("/v1/groups/{group}/topics/{topic}/receive")
 async def receive(group: str, topic: str, request: Request) -> Response:
-    """Receive from the groups in turn; long-poll all at once when none has anything."""
+    """Receive from every group hosting the topic at once, each for its share of
+    ``max_messages`` (:mod:`app.proxy.fanout`); long-poll all at once when none has anything."""
     body = json_body(await request.body())
     view = cluster_view(request)
     route = topic_route(view, topic)
     wait_ms = body.get("wait_ms", 0)
+    budget = body.get("max_messages", RECEIVE_DEFAULT)
 
-    async def ask(name: str, wait: Any) -> BrokerAnswer:
+    async def ask(name: str, max_messages: Any, wait: Any) -> BrokerAnswer:
         answer = await forwarder(request).call(
             master_of(view, name),
             "POST",
-            f"/v1/groups/{group}/topics/{topic}/receive",
-            json={**body, "wait_ms": wait},
-            headers=request.headers,
+            broker_path("v1", "groups", group, "topics", topic, "receive"),
+            json={**body, "max_messages": max_messages, "wait_ms": wait},
+            request=request,
+            timeout_s=long_poll_timeout(wait),
         )
         return answer
 
-    reached = 0
-    last_error: ProxyError | NoMasterError | None = None
-    chosen: tuple[str, dict[str, Any]] | None = None
-    for name in rotated(route.groups()):
-        try:
-            answer = await ask(name, 0)
-        except (ProxyError, NoMasterError) as exc:
-            last_error = exc
-            continue
-        reached += 1
-        if not answer.ok:
-            return answer.response()
-        out = answer.json()
-        if out.get("messages"):
-            chosen = (name, out)
-            break
-    if reached == 0 and last_error is not None:
-        raise last_error
-    if chosen is None and isinstance(wait_ms, int) and wait_ms > 0:
-        chosen = await first_non_empty(route.groups(), lambda name: ask(name, wait_ms))
-    if chosen is None:
-        return OrjsonResponse({"group": group, "topic": topic, "messages": []})
-    name, out = chosen
-    for message in out.get("messages", ()):
-        message["receipt_handle"] = prefix_handle(name, message["receipt_handle"])
-        message["broker_group"] = name
-    globalize(route, name, out.get("messages", ()))
-    return OrjsonResponse(out)
+    if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
+        return (await ask(route.groups()[0], budget, wait_ms)).response()  # the broker says why
+    found = await share_out(
+        budget_shares(request),
+        ("pop", group, topic),
+        route.groups(),
+        budget,
+        lambda name, share: ask(name, share, 0),
+    )
+    if found.refused is not None:
+        return found.refused.response()
+    if not found.answers and found.error is not None:
+        raise found.error
+    chosen = [(name, out) for name, out in found.answers if out.get("messages")]
+    if not chosen and isinstance(wait_ms, int) and wait_ms > 0:
+        polled = await first_non_empty(route.groups(), lambda name: ask(name, budget, wait_ms))
+        chosen = [polled] if polled is not None else []
+    messages: list[dict[str, Any]] = []
+    for name, out in chosen:
+        for message in out["messages"]:
+            message["receipt_handle"] = prefix_handle(name, message["receipt_handle"])
+            message["broker_group"] = name
+        globalize(route, name, out["messages"])
+        messages.extend(out["messages"])
+    return OrjsonResponse({"group": group, "topic": topic, "messages": messages})
 
 
 @router.post("/v1/groups/{group}/acks")
@@ -105,9 +97,9 @@ async def ack(group: str, request: Request) -> Response:
         answer = await forwarder(request).call(
             master_of(view, name),
             "POST",
-            f"/v1/groups/{group}/acks",
+            broker_path("v1", "groups", group, "acks"),
             json={"receipt_handles": [inner for _, inner in items]},
-            headers=request.headers,
+            request=request,
         )
         if not answer.ok:
             return answer.response()
@@ -128,9 +120,9 @@ async def change_invisibility(group: str, request: Request) -> Response:
     answer = await forwarder(request).call(
         master_of(view, name),
         "POST",
-        f"/v1/groups/{group}/invisibility",
+        broker_path("v1", "groups", group, "invisibility"),
         json={**body, "receipt_handle": inner},
-        headers=request.headers,
+        request=request,
     )
     if not answer.ok:
         return answer.response()

@@ -9,12 +9,13 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.errors import ApiError
+from app.proxy.bodies import json_body
 from app.proxy.context import (
     cluster_view,
     forwarder,
-    json_body,
     route_registry,
 )
+from app.proxy.forward import broker_path
 from app.responses import OrjsonResponse
 from app.schemas.common import MAX_QUEUES
 from services.cluster import (
@@ -54,7 +55,11 @@ async def put_topic(topic: str, request: Request) -> Response:
         local = len(route.queues_of(group))
         local_body = {**body, "write_queue_nums": local, "read_queue_nums": local}
         answer = await forwarder(request).call(
-            master, "PUT", f"/v1/topics/{topic}", json=local_body, headers=request.headers
+            master,
+            "PUT",
+            broker_path("v1", "topics", topic),
+            json=local_body,
+            request=request,
         )
         if not answer.ok:
             return answer.response()

@@ -86,7 +86,13 @@ def groups_with_master(view: ClusterView) -> list[str]:
 
 
 class SendPicker:
-    """Chooses the cluster-wide queue of a send: explicit id, sharding key, or round robin."""
+    """Chooses the cluster-wide queue of a send: explicit id, sharding key, idempotency key, or
+    round robin.
+
+    A key (sharding or idempotency) hashes over *all* the topic's queues, as the broker's own
+    ``shard_queue`` does over its local ones: the same key reaches the same queue through any
+    proxy, whatever group is down, so a retry finds what its first attempt stored.
+    """
 
     def __init__(self) -> None:
         self.counters: dict[str, Iterator[int]] = {}
@@ -98,12 +104,14 @@ class SendPicker:
         queue_id: int | None,
         sharding_key: str | None,
         avoid: Iterable[str] = (),
+        idempotency_key: str | None = None,
     ) -> QueueRoute:
         """The queue to send to; ``avoid`` names groups that just failed (round robin only)."""
         if queue_id is not None:
             return queue_route(route, queue_id)
-        if sharding_key is not None:
-            return route.queues[shard_queue(sharding_key, len(route.queues))]
+        placing_key = sharding_key if sharding_key is not None else idempotency_key
+        if placing_key is not None:
+            return route.queues[shard_queue(placing_key, len(route.queues))]
         skip = set(avoid)
         writable = [
             q for q in route.queues if q.group not in skip and view.master_of(q.group) is not None
@@ -153,14 +161,19 @@ def localize_send(body: dict[str, Any], local_queue_id: int) -> dict[str, Any]:
     """The JSON send for the chosen group: its local queue id, no sharding key left."""
     out = {k: v for k, v in body.items() if k != "sharding_key"}
     out["queue_id"] = local_queue_id
-    if isinstance(out.get("messages"), list):
+    messages = out.get("messages")
+    if isinstance(messages, list) and any(_names_a_queue(m) for m in messages):
         out["messages"] = [
             {k: v for k, v in m.items() if k not in ("queue_id", "sharding_key")}
             if isinstance(m, dict)
             else m
-            for m in out["messages"]
+            for m in messages
         ]
     return out
+
+
+def _names_a_queue(message: object) -> bool:
+    return isinstance(message, dict) and ("queue_id" in message or "sharding_key" in message)
 
 
 def globalize(route: TopicRoute, group: str, items: Iterable[dict[str, Any]]) -> None:

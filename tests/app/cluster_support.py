@@ -28,6 +28,7 @@ class ClusterBroker:
     etcd_url: str
     group: str = "g1"
     replication: str = "sync"
+    extra: list[str] = field(default_factory=list)  # more `spoolmq serve` flags
     port: int = field(default_factory=free_port)
     ha_port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
@@ -72,6 +73,7 @@ class ClusterBroker:
                 "0.2",
                 "--log-level",
                 os.environ.get("SPOOLMQ_TEST_LOG_LEVEL", "warning"),
+                *self.extra,
             ],
             env=dict(os.environ),
             stdout=log,

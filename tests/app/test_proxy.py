@@ -16,6 +16,7 @@ import httpx
 import pytest
 import uvicorn
 
+from app.proxy.context import ProxyLimits
 from app.proxy.main import create_proxy_app
 from services.cluster import BrokerMember, ClusterKeys, EtcdClient
 from tests.conftest import LiveServer, start_server, wait_until
@@ -37,8 +38,10 @@ class ProxyServer:
         assert not self.thread.is_alive(), "the proxy did not stop"
 
 
-def start_proxy(etcd_url: str, cluster: str = CLUSTER) -> ProxyServer:
-    app = create_proxy_app(cluster, [etcd_url])
+def start_proxy(
+    etcd_url: str, cluster: str = CLUSTER, limits: ProxyLimits | None = None
+) -> ProxyServer:
+    app = create_proxy_app(cluster, [etcd_url], limits)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
@@ -92,6 +95,11 @@ class Cluster:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    yield from two_groups(tmp_path)
+
+
+def two_groups(tmp_path: Path) -> Iterator[Cluster]:
+    """etcd, brokers a (group g1) and b (group g2), and a proxy; all stopped afterwards."""
     etcd = start_etcd(tmp_path)
     started: list[LiveServer] = []
     try:
@@ -203,10 +211,14 @@ def test_errors_are_problems_and_broker_4xx_passes_through(cluster: Cluster) -> 
         assert (refused.status_code, refused.json()["code"]) == (422, "VALIDATION_FAILED")
     unknown = http.put("/v1/topics/Bad", json={"groups": ["g1", "nope"]}).json()["detail"]
     assert "nope in cluster 'c1' (its groups: g1, g2)" in unknown
-    bad_name = http.put("/v1/topics/%25bad", json={})
-    assert bad_name.status_code == 400, bad_name.text
-    for name in ("Bad", "%25bad"):
+    bad_name = http.put("/v1/topics/bad%20name", json={})
+    assert (bad_name.status_code, bad_name.json()["code"]) == (400, "INVALID_TOPIC_NAME")
+    for name in ("Bad", "bad%20name"):
         assert http.get(f"/v1/topics/{name}/route").status_code == 404
+    # A name the broker accepts reaches it as it was sent: "%" is one of its characters.
+    percent = http.put("/v1/topics/50%25off", json={"write_queue_nums": 2})
+    assert percent.status_code == 201, percent.text
+    assert httpx.get(f"{cluster.a.url}/v1/topics/50%25off", timeout=10).json()["topic"] == "50%off"
     missing = http.post("/v1/topics/Nope/messages", json={"body": "x"})
     assert missing.status_code == 404
     assert missing.headers["content-type"].startswith("application/problem+json")

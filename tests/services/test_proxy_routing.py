@@ -24,6 +24,7 @@ from services.cluster.proxy_routing import (
     split_handle,
     topic_route,
 )
+from services.send import shard_queue
 
 A = BrokerMember("a", "g1", "http://127.0.0.1:1", "127.0.0.1:2", "master")
 A2 = BrokerMember("a2", "g1", "http://127.0.0.1:3", "127.0.0.1:4", "slave")
@@ -77,6 +78,18 @@ def test_send_picks_explicit_key_or_round_robin_over_groups_with_a_master() -> N
     assert {picker.pick(view(), ROUTE, None, None, ["g1"]).group for _ in range(6)} == {"g2"}
     with pytest.raises(NoMasterError):
         picker.pick(view(g2_master=False), ROUTE, None, None, ["g1"])
+
+
+def test_an_idempotency_key_places_a_send_over_all_queues_whatever_group_is_down() -> None:
+    picker = SendPicker()
+    key = "order-42-paid"
+    placed = picker.pick(view(), ROUTE, None, None, idempotency_key=key)
+    assert placed.queue_id == shard_queue(key, len(ROUTE.queues))
+    # No master, a failed group: still the same queue (it must find its first copy).
+    assert picker.pick(view(g2_master=False), ROUTE, None, None, ["g1", "g2"], key) == placed
+    assert picker.pick(view(), ROUTE, 1, None, idempotency_key=key).queue_id == 1
+    by_sharding_key = picker.pick(view(), ROUTE, None, "k1", idempotency_key=key)
+    assert by_sharding_key == picker.pick(view(), ROUTE, None, "k1")
 
 
 def test_a_batch_names_one_queue_and_is_localized() -> None:

@@ -20,7 +20,11 @@ from storage import (
 from storage.retention import RetentionConfig, StoreCleaner, is_time_to_delete
 from storage.running_flags import RunningFlags
 
-HOUR_NOW = time.localtime().tm_hour
+
+def hour_now() -> int:
+    """The hour now, read in the test itself: a module constant goes stale when a long run
+    crosses the hour between collecting and running."""
+    return time.localtime().tm_hour
 
 
 def config(delete_when: str = "99") -> StoreConfig:
@@ -88,7 +92,7 @@ def test_the_cleaner_acts_through_what_it_is_given(tmp_path: Path) -> None:
 
 
 def test_expired_files_go_ten_per_pass_at_the_delete_hour_never_the_last(tmp_path: Path) -> None:
-    with MessageStore.open(tmp_path, config(f"{HOUR_NOW:02d}")) as store:
+    with MessageStore.open(tmp_path, config(f"{hour_now():02d}")) as store:
         store.cleaner.disk_usage = lambda _: usage(0.10)
         fill(store, 100)
         files = commit_log_files(tmp_path)
@@ -104,12 +108,12 @@ def test_expired_files_go_ten_per_pass_at_the_delete_hour_never_the_last(tmp_pat
 
 
 def test_files_are_kept_outside_the_delete_hour_and_while_young(tmp_path: Path) -> None:
-    with MessageStore.open(tmp_path, config(f"{(HOUR_NOW + 1) % 24:02d}")) as store:
+    with MessageStore.open(tmp_path, config(f"{(hour_now() + 1) % 24:02d}")) as store:
         store.cleaner.disk_usage = lambda _: usage(0.10)
         fill(store, 40)
         age(commit_log_files(tmp_path), hours=2)
         assert store.clean_once() == 0
-    with MessageStore.open(tmp_path, config(f"{HOUR_NOW:02d}")) as store:
+    with MessageStore.open(tmp_path, config(f"{hour_now():02d}")) as store:
         store.cleaner.disk_usage = lambda _: usage(0.10)
         files = commit_log_files(tmp_path)
         age(files[3:], hours=0)  # file 3 is young: deletion stops there
@@ -117,7 +121,7 @@ def test_files_are_kept_outside_the_delete_hour_and_while_young(tmp_path: Path) 
 
 
 def test_deletion_removes_consume_queue_files_and_moves_the_min_offset(tmp_path: Path) -> None:
-    with MessageStore.open(tmp_path, config(f"{HOUR_NOW:02d}")) as store:
+    with MessageStore.open(tmp_path, config(f"{hour_now():02d}")) as store:
         store.cleaner.disk_usage = lambda _: usage(0.10)
         fill(store, 60)
         cq_dir = tmp_path / "consumequeue" / "T" / "0"

@@ -1,0 +1,210 @@
+"""Requests that go to several broker groups at once: lookups asked everywhere, a consumer's
+budget shared out among the groups hosting a topic, and long-polls raced.
+
+A group pull or a POP receive through the proxy asks every broker group hosting the topic *at
+once*, each for a share of the consumer's ``max_messages``, so the answer costs one broker round
+trip, not one per group. The shares follow what each group gave last time for that consumer
+group and topic (:class:`BudgetShares`): a group that filled its share may hold more and splits
+the budget with the others like it; a group that did not is drained for now — it is asked
+for one message every so often (a probe that tells when it has messages again), and at once
+when the others come back empty. The shares add up to the budget: nothing is fetched that is
+not delivered, so nothing pulled is dropped and no POP message is hidden for nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.proxy.forward import BrokerAnswer, ProxyError
+from services.cluster import NoMasterError
+
+ROTATION = itertools.count()
+
+Unreachable = ProxyError | NoMasterError
+
+
+def rotated(items: Sequence[str]) -> list[str]:
+    """``items`` from a start that moves on with every call, so no group always comes last."""
+    if not items:
+        return []
+    start = next(ROTATION) % len(items)
+    return list(items[start:]) + list(items[:start])
+
+
+async def each_group(
+    groups: Sequence[str],
+    ask: Callable[[str], Awaitable[BrokerAnswer]],
+) -> list[tuple[str, BrokerAnswer | Unreachable]]:
+    """Ask every group concurrently; an unreachable group is kept as its error."""
+
+    async def one(group: str) -> BrokerAnswer | Unreachable:
+        try:
+            return await ask(group)
+        except (ProxyError, NoMasterError) as exc:  # unreachable, no replica, no master
+            return exc
+
+    if len(groups) == 1:  # the common case of a shared-out pull: no tasks to make
+        return [(groups[0], await one(groups[0]))]
+    answers = await asyncio.gather(*(one(g) for g in groups))
+    return list(zip(groups, answers, strict=True))
+
+
+def all_unreachable(answers: Sequence[tuple[str, Any]]) -> Unreachable | None:
+    errors = [a for _, a in answers if isinstance(a, ProxyError | NoMasterError)]
+    return errors[0] if errors and len(errors) == len(answers) else None
+
+
+async def first_non_empty(
+    groups: Sequence[str], ask: Callable[[str], Awaitable[BrokerAnswer]]
+) -> tuple[str, dict[str, Any]] | None:
+    """Long-poll every group at once; the first answer with messages wins, the rest go."""
+
+    async def one(name: str) -> tuple[str, dict[str, Any]] | None:
+        try:
+            answer = await ask(name)
+        except (ProxyError, NoMasterError):
+            return None
+        if not answer.ok:
+            return None
+        out = answer.json()
+        return (name, out) if out.get("messages") else None
+
+    tasks = [asyncio.create_task(one(name)) for name in groups]
+    try:
+        for finished in asyncio.as_completed(tasks):
+            result = await finished
+            if result is not None:
+                return result
+        return None
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+PROBE_INTERVAL_S = 0.1
+"""How often a drained group is asked for one message while others fill the budget."""
+
+
+@dataclass
+class _Known:
+    drained: frozenset[str] = frozenset()
+    probed_at: float | None = None  # never
+
+
+class BudgetShares:
+    """How a consumer's budget is shared among broker groups, from what each gave last time.
+
+    Per (kind, consumer group, topic) it keeps the broker groups whose last answer held fewer
+    messages than they were asked for — drained, for now — and when they were last probed; a
+    bounded LRU (a proxy that forgets only shares evenly again).
+    """
+
+    def __init__(self, capacity: int = 4096, probe_interval_s: float = PROBE_INTERVAL_S) -> None:
+        self.capacity = capacity
+        self.probe_interval_s = probe_interval_s
+        self._known: OrderedDict[tuple[str, ...], _Known] = OrderedDict()
+
+    def shares(self, key: tuple[str, ...], groups: Sequence[str], budget: int) -> dict[str, int]:
+        """A share of ``budget`` for each of ``groups`` (in their order); they add up to it.
+
+        Drained groups get one message each, at most every :data:`PROBE_INTERVAL_S`, else
+        nothing (asked only when the others come back empty, see :func:`share_out`).
+        """
+        known = self._known.get(key) or _Known()
+        likely = [g for g in groups if g not in known.drained]
+        probed = [g for g in groups if g in known.drained]
+        if not likely:  # none filled its share last time: share evenly
+            likely, probed = list(groups), []
+        now = time.monotonic()
+        last = known.probed_at
+        if probed and last is not None and now - last < self.probe_interval_s:
+            probed = []
+        elif probed:
+            known.probed_at = now
+            self._keep(key, known)
+        shares = dict.fromkeys(groups, 0)
+        if budget < len(likely) + len(probed):  # one each, for as many as the budget allows
+            for name in (likely + probed)[:budget]:
+                shares[name] = 1
+            return shares
+        for name in probed:
+            shares[name] = 1
+        each, extra = divmod(budget - len(probed), len(likely))
+        for index, name in enumerate(likely):
+            shares[name] = each + (1 if index < extra else 0)
+        return shares
+
+    def record(
+        self, key: tuple[str, ...], asked: Mapping[str, int], got: Mapping[str, int]
+    ) -> None:
+        """What the asked groups gave; a group not asked stays as it was known."""
+        known = self._known.get(key) or _Known()
+        short = {name for name, share in asked.items() if got.get(name, 0) < share}
+        known.drained = frozenset((known.drained - set(asked)) | short)
+        self._keep(key, known)
+
+    def _keep(self, key: tuple[str, ...], known: _Known) -> None:
+        self._known[key] = known
+        self._known.move_to_end(key)
+        while len(self._known) > self.capacity:
+            self._known.popitem(last=False)
+
+
+@dataclass
+class Shared:
+    """What a shared-out request found: decoded answers with messages or without, in the
+    order asked, and the first refusal or error met."""
+
+    answers: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    refused: BrokerAnswer | None = None
+    error: Unreachable | None = None
+
+    def found(self) -> int:
+        return sum(len(out.get("messages") or ()) for _, out in self.answers)
+
+
+async def share_out(
+    shares: BudgetShares,
+    key: tuple[str, ...],
+    groups: Sequence[str],
+    budget: int,
+    ask: Callable[[str, int], Awaitable[BrokerAnswer]],
+) -> Shared:
+    """Ask ``groups`` at once, each for its share of ``budget``; when that finds nothing and
+    some groups got no share (a budget smaller than the groups), ask those too."""
+    order = rotated(groups)
+    given = shares.shares(key, order, budget)
+    result = await _ask_shares(shares, key, given, ask)
+    left = [name for name in order if given[name] == 0]
+    if left and result.refused is None and not result.found():
+        result = await _ask_shares(shares, key, shares.shares(key, left, budget), ask)
+    return result
+
+
+async def _ask_shares(
+    shares: BudgetShares,
+    key: tuple[str, ...],
+    given: Mapping[str, int],
+    ask: Callable[[str, int], Awaitable[BrokerAnswer]],
+) -> Shared:
+    asked = {name: share for name, share in given.items() if share > 0}
+    result = Shared()
+    got: dict[str, int] = {}
+    for name, answer in await each_group(list(asked), lambda name: ask(name, asked[name])):
+        if isinstance(answer, ProxyError | NoMasterError):
+            result.error = answer
+        elif not answer.ok:
+            result.refused = result.refused or answer
+        else:
+            out = answer.json()
+            got[name] = len(out.get("messages") or ())
+            result.answers.append((name, out))
+    shares.record(key, asked, got)
+    return result

@@ -1,0 +1,230 @@
+"""Keep-alive HTTP/1.1 connections from the proxy to its brokers: asyncio protocols with
+httptools' response parser (the parser uvicorn uses for requests).
+
+Why not a general-purpose client: the proxy makes one kind of request to servers it knows —
+small heads, bodies already in memory, answers with a Content-Length — thousands of times a
+second. httpx (httpcore) spent most of a proxied send in its pool's bookkeeping (every pooled
+connection polled for readability on every request, a failed ``import sniffio`` per request);
+aiohttp is faster but a dozen packages. A connection here is a protocol object with one parser,
+one future per exchange and one write per request (head and body together, TCP_NODELAY), taken
+from a per-broker stack of idle connections.
+
+Errors say how far a request got, which decides whether it may be sent elsewhere:
+
+    UpstreamError
+     ├── NotSentError           nothing left the proxy: refused, connect timeout, no connection
+     └── OutcomeUnknownError    written (or maybe written): no complete answer came
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final, cast
+
+import httptools
+
+Origin = tuple[str, int]
+
+IDLE_S: Final = 2.0
+"""A connection idle longer is closed rather than reused: brokers close theirs after 5 s, and a
+request written just as the broker closes would have an unknown outcome."""
+
+
+class UpstreamError(Exception):
+    """A broker did not give a complete answer."""
+
+    def __init__(self, origin: Origin, reason: str) -> None:
+        super().__init__(f"{origin[0]}:{origin[1]}: {reason}")
+        self.origin = origin
+        self.reason = reason
+
+
+class NotSentError(UpstreamError):
+    """The request never left the proxy: it may safely go to another broker."""
+
+
+class OutcomeUnknownError(UpstreamError):
+    """The request was written, or may have been: the broker may have acted on it."""
+
+
+@dataclass(slots=True)
+class UpstreamAnswer:
+    """A broker's complete answer: status, headers (names lower-cased) and body."""
+
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+
+    def header(self, name: bytes) -> bytes | None:
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return None
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection: at most one exchange at a time."""
+
+    def __init__(self, origin: Origin, loop: asyncio.AbstractEventLoop) -> None:
+        self.origin = origin
+        self.loop = loop
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.waiter: asyncio.Future[UpstreamAnswer] | None = None
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.body: list[bytes] = []
+        self.closed = False
+        self.reusable = True
+        self.idle_since = 0.0
+
+    # ---------------------------------------------------------------- asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        if self.waiter is None:  # nothing asked: a broker does not speak first
+            self.close()
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(f"unparsable answer: {exc}")
+            self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._fail(f"connection closed: {exc or 'by the broker'}")
+
+    # ---------------------------------------------------------------- parser callbacks
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name.lower(), value))
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        waiter, self.waiter = self.waiter, None
+        answer = UpstreamAnswer(self.parser.get_status_code(), self.headers, b"".join(self.body))
+        self.reusable = self.parser.should_keep_alive()
+        self.headers, self.body = [], []
+        if waiter is not None and not waiter.done():
+            waiter.set_result(answer)
+
+    # ---------------------------------------------------------------- exchange
+
+    async def exchange(self, data: Iterable[bytes], timeout_s: float) -> UpstreamAnswer:
+        """Write one request, wait for its answer; OutcomeUnknownError on anything else."""
+        assert self.transport is not None
+        if self.closed or self.transport.is_closing():
+            raise OutcomeUnknownError(self.origin, "connection closed before the write")
+        waiter: asyncio.Future[UpstreamAnswer] = self.loop.create_future()
+        self.waiter = waiter
+        self.transport.writelines(data)
+        timer = self.loop.call_later(timeout_s, self._timed_out, waiter, timeout_s)
+        try:
+            return await waiter
+        finally:
+            timer.cancel()
+            if not waiter.done() or waiter.cancelled():  # the caller gave up: answer unread
+                self.close()
+
+    def _timed_out(self, waiter: asyncio.Future[UpstreamAnswer], timeout_s: float) -> None:
+        if not waiter.done():
+            waiter.set_exception(
+                OutcomeUnknownError(self.origin, f"no answer within {timeout_s:g} s")
+            )
+            self.close()
+
+    def _fail(self, reason: str) -> None:
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(OutcomeUnknownError(self.origin, reason))
+
+    def close(self) -> None:
+        self.closed = True
+        self.reusable = False
+        if self.transport is not None:
+            self.transport.close()
+
+
+class Upstream:
+    """Keep-alive connections to every broker, reused most-recent first."""
+
+    def __init__(self, connect_timeout_s: float = 2.0, max_per_origin: int = 1024) -> None:
+        self.connect_timeout_s = connect_timeout_s
+        self.max_per_origin = max_per_origin
+        self._idle: dict[Origin, list[_Connection]] = {}
+        self._slots: dict[Origin, asyncio.Semaphore] = {}
+
+    async def request(
+        self,
+        origin: Origin,
+        head: bytes,
+        body: bytes,
+        timeout_s: float,
+    ) -> UpstreamAnswer:
+        """Send ``head`` (request line and headers, CRLF-terminated) and ``body``."""
+        slots = self._slots.get(origin)
+        if slots is None:
+            slots = self._slots[origin] = asyncio.Semaphore(self.max_per_origin)
+        if slots.locked():
+            try:
+                await asyncio.wait_for(slots.acquire(), self.connect_timeout_s)
+            except TimeoutError:
+                raise NotSentError(origin, "no free connection in time") from None
+        else:
+            await slots.acquire()
+        try:
+            connection = self._take(origin) or await self._connect(origin)
+            answer = await connection.exchange((head, body) if body else (head,), timeout_s)
+            self._give_back(connection)
+            return answer
+        finally:
+            slots.release()
+
+    def _take(self, origin: Origin) -> _Connection | None:
+        idle = self._idle.get(origin)
+        if not idle:
+            return None
+        oldest_kept = time.monotonic() - IDLE_S
+        while idle:
+            connection = idle.pop()
+            if not connection.closed and connection.idle_since >= oldest_kept:
+                return connection
+            connection.close()
+        return None
+
+    def _give_back(self, connection: _Connection) -> None:
+        if connection.closed or not connection.reusable:
+            connection.close()
+            return
+        connection.idle_since = time.monotonic()
+        self._idle.setdefault(connection.origin, []).append(connection)
+
+    async def _connect(self, origin: Origin) -> _Connection:
+        loop = asyncio.get_running_loop()
+        try:
+            _, connection = await asyncio.wait_for(
+                loop.create_connection(lambda: _Connection(origin, loop), *origin),
+                self.connect_timeout_s,
+            )
+        except TimeoutError:
+            raise NotSentError(origin, "connect timed out") from None
+        except OSError as exc:
+            raise NotSentError(origin, f"connect failed: {exc.strerror or exc}") from None
+        return connection
+
+    async def aclose(self) -> None:
+        for idle in self._idle.values():
+            for connection in idle:
+                connection.close()
+        self._idle.clear()

@@ -1,0 +1,496 @@
+"""The proxy's cost per hop: the same requests straight to a broker and through ``spoolmq proxy``,
+in the same run.
+
+A real etcd, ``spoolmq serve`` brokers in cluster mode (one broker per group) and a
+``spoolmq proxy`` process, all on 127.0.0.1. With ``taskset`` on a machine of 2+ CPUs the
+brokers run on CPU 0 and the proxy and the load generator on CPU 1 (``--no-pin``: wherever the
+scheduler puts them).
+
+1. One broker group, an 8-queue topic. With ``wrk`` (one thread, ``--latency``) at 1 and 16
+   connections, directly against the broker and through the proxy, alternating (sends also
+   directly with a new Idempotency-Key each, as the proxy sends them: "direct keyed"):
+   single send (1 KiB, no queue named), batch send (100 x 1 KiB, no queue named), pull 32 x 1 KiB
+   from random offsets of queue 0. Requests/s (messages/s for batch and pull), latency p50/p99,
+   the proxy/direct ratio and the latency the hop adds at p50.
+   Targets: single >= 0.5x, batch >= 0.7x, pull >= 0.6x, added p50 <= 0.2 ms at one
+   connection, 16 connections never slower than one.
+2. Two broker groups, a topic over both, messages only in g1's queues. Group pull (32, no commit)
+   and POP receive (32, ``wait_ms`` 0) fanning out through the proxy, against the same request to
+   g1's broker directly: a Python client on keep-alive connections, a bounded number of rounds,
+   p50/p99 and the added p50 (target <= 0.2 ms at one connection).
+
+Run by hand (``apt-get install -y wrk``, or ``make bench-tools``)::
+
+    uv run python bench/proxy_bench.py                       # 5 s per wrk run, 2 rounds
+    uv run python bench/proxy_bench.py --repeat 3 --duration 5
+    uv run python bench/proxy_bench.py --before-root DIR     # DIR: git archive REV | tar -x
+
+``--before-root`` runs a second proxy from an earlier checkout (with this venv) in the same run,
+so the "before" column is measured on the same machine state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from failover_bench import Server, free_port, start_etcd, wait_for
+from http_bench import Connection, percentile
+
+BIN = Path(sys.executable).parent
+BODY_1K = "x" * 1024
+CLUSTER = "bench"
+TOPIC = "PB"  # sends
+PULLED = "PP"  # pulls: queue 0 filled up front
+FANNED = "PF"  # two groups: messages only in g1's queues
+FILL = 20_000
+
+
+# ==================================================================== processes
+
+
+def pin(pid: int, cpu: int | None) -> None:
+    """Every thread of ``pid`` onto ``cpu`` (threads started later inherit it)."""
+    if cpu is None:
+        return
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            os.sched_setaffinity(int(task.name), {cpu})
+        except OSError:
+            pass  # a thread that just ended
+
+
+def broker(name: str, group: str, root: Path, etcd: str) -> Server:
+    server = Server(name, root / name, [])
+    server.extra = [
+        f"--cluster={CLUSTER}",
+        f"--etcd={etcd}",
+        f"--broker-group={group}",
+        f"--ha-listen=127.0.0.1:{server.ha_port}",
+        "--replication=async",
+        "--log-level=warning",
+    ]
+    return server
+
+
+@dataclass
+class Proxy:
+    """One ``spoolmq proxy`` process, from this checkout or from ``root``."""
+
+    etcd: str
+    root: Path | None = None
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Proxy:
+        args = ["proxy", "--cluster", CLUSTER, "--etcd", self.etcd, "--port", str(self.port)]
+        if self.root is None:
+            command, cwd = [str(BIN / "spoolmq"), *args], None
+        else:
+            command, cwd = [sys.executable, "-m", "app.cli", *args], self.root
+        self.process = subprocess.Popen(
+            command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        wait_for(self.ready)
+        return self
+
+    def ready(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            self.process.wait(timeout=30)
+
+
+@dataclass
+class Deployment:
+    etcd: subprocess.Popen[bytes]
+    brokers: list[Server]
+    proxies: dict[str, Proxy]  # "after" (this checkout) and, with --before-root, "before"
+
+    def stop(self) -> None:
+        for proxy in self.proxies.values():
+            proxy.stop()
+        for server in self.brokers:
+            server.stop()
+        self.etcd.send_signal(signal.SIGTERM)
+        self.etcd.wait(timeout=30)
+
+
+@contextmanager
+def deployment(root: Path, groups: int, args: argparse.Namespace) -> Iterator[Deployment]:
+    root.mkdir(parents=True, exist_ok=True)
+    etcd, etcd_url = start_etcd(root)
+    started = Deployment(etcd, [], {})
+    try:
+        for index in range(groups):
+            name = f"g{index + 1}"
+            started.brokers.append(broker(f"{name}-a", name, root, etcd_url).start())
+        started.proxies["after"] = Proxy(etcd_url).start()
+        if args.before_root:
+            started.proxies["before"] = Proxy(etcd_url, Path(args.before_root)).start()
+        cpus = (0, 1) if args.pin and (os.cpu_count() or 1) > 1 else (None, None)
+        for server in started.brokers:
+            assert server.process is not None
+            pin(server.process.pid, cpus[0])
+        for proxy in started.proxies.values():
+            assert proxy.process is not None
+            pin(proxy.process.pid, cpus[1])
+        url = started.proxies["after"].url
+        wait_for(lambda: all(httpx.get(f"{url}/healthz").json()["masters"].values()))
+        yield started
+    finally:
+        started.stop()
+
+
+# ==================================================================== wrk
+
+
+@dataclass
+class Figure:
+    """One load run: answers per second, units (messages) per second, latency p50/p99."""
+
+    rps: float
+    units_per_s: float
+    p50_ms: float
+    p99_ms: float
+
+
+_UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
+
+
+def wrk(
+    url: str, script: str, seconds: int, connections: int, workdir: Path, cpu: int | None
+) -> tuple[float, dict[str, float]]:
+    """Requests/s and latency percentiles (ms, keys "50" and "99") of one wrk run."""
+    path = workdir / "script.lua"
+    path.write_text(script)
+    taskset = ["taskset", "-c", str(cpu)] if cpu is not None and shutil.which("taskset") else []
+    command = [*taskset, "wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency"]
+    command += ["--timeout", "10s", "-s", str(path), url]
+    result = subprocess.run(
+        command, capture_output=True, text=True, check=True, timeout=seconds + 60
+    )
+    out = result.stdout
+    if "Non-2xx" in out or "Socket errors" in out:
+        raise RuntimeError(f"wrk saw errors:\n{out}")
+    rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    latency = dict(re.findall(r"^\s+(50|99)%\s+([\d.]+\w+)", out, re.MULTILINE))
+    if rps is None or len(latency) != 2:
+        raise RuntimeError(out + result.stderr)
+    return float(rps.group(1)), {p: _ms(v) for p, v in latency.items()}
+
+
+def _ms(text: str) -> float:
+    number, unit = re.fullmatch(r"([\d.]+)(\w+)", text).groups()  # type: ignore[union-attr]
+    return float(number) * _UNITS[unit]
+
+
+def post_script(path: str, body: str) -> str:
+    return textwrap.dedent(
+        f"""
+        wrk.method = "POST"
+        wrk.path = "{path}"
+        wrk.body = {json.dumps(body)}
+        wrk.headers["Content-Type"] = "application/json"
+        """
+    )
+
+
+def pull_script(path: str, count: int) -> str:
+    return textwrap.dedent(
+        f"""
+        math.randomseed(7)
+        local path = "{path}?max_messages=32&offset="
+        request = function()
+            return wrk.format("GET", path .. math.random(0, {count - 33}))
+        end
+        """
+    )
+
+
+def keyed_script(path: str, body: str) -> str:
+    """A send with a new Idempotency-Key each time, as every send through the proxy has."""
+    return post_script(path, body) + textwrap.dedent(
+        f"""
+        local n = 0
+        local run = "{os.urandom(6).hex()}"
+        request = function()
+            n = n + 1
+            local headers = {{["Content-Type"] = "application/json"}}
+            headers["Idempotency-Key"] = "bench-" .. run .. "-" .. n
+            return wrk.format(nil, nil, headers)
+        end
+        """
+    )
+
+
+SINGLE = json.dumps({"body": BODY_1K})
+BATCH = json.dumps({"messages": [{"body": BODY_1K} for _ in range(100)]})
+SEND_PATH = f"/v1/topics/{TOPIC}/messages"
+
+# (name, script, units per request, the direct script with keys or None)
+WORKLOADS: list[tuple[str, str, int, str | None]] = [
+    ("single send 1 KiB", post_script(SEND_PATH, SINGLE), 1, keyed_script(SEND_PATH, SINGLE)),
+    ("batch send 100 x 1 KiB", post_script(SEND_PATH, BATCH), 100, keyed_script(SEND_PATH, BATCH)),
+    ("pull 32 x 1 KiB", pull_script(f"/v1/topics/{PULLED}/queues/0/messages", FILL), 32, None),
+]
+
+
+def one_group(args: argparse.Namespace, root: Path) -> dict[tuple[str, str, int], list[Figure]]:
+    """Each workload at each connection count, against the broker and each proxy in turn."""
+    figures: dict[tuple[str, str, int], list[Figure]] = {}
+    with deployment(root, 1, args) as running:
+        direct = running.brokers[0].url
+        via = running.proxies["after"].url
+        for topic in (TOPIC, PULLED):
+            httpx.put(f"{via}/v1/topics/{topic}", json={"write_queue_nums": 8}).raise_for_status()
+        fill(direct, PULLED, FILL, {"queue_id": 0})
+        proxied: dict[str, tuple[str, str | None]] = {
+            k: (p.url, None) for k, p in running.proxies.items()
+        }
+        cpu = 1 if args.pin and (os.cpu_count() or 1) > 1 else None
+        for name, script, units, keyed in WORKLOADS:
+            targets: dict[str, tuple[str, str | None]] = {"direct": (direct, None)}
+            if keyed is not None:  # the broker's share of a proxied send: its key
+                targets["keyed"] = (direct, keyed)
+            targets |= proxied
+            for connections in args.connections:
+                for _ in range(args.repeat):
+                    for side, (url, other) in targets.items():
+                        used = other or script
+                        wrk(url, used, 1, connections, root, cpu)  # warm up
+                        rps, latency = wrk(url, used, args.duration, connections, root, cpu)
+                        figure = Figure(rps, rps * units, latency["50"], latency["99"])
+                        figures.setdefault((name, side, connections), []).append(figure)
+                        print(f"  {name:<24} c{connections:<3} {side:<7} {show(figure)}")
+    return figures
+
+
+def fill(url: str, topic: str, count: int, where: dict[str, object]) -> None:
+    batch = {"messages": [{"body": BODY_1K} for _ in range(100)], **where}
+    with httpx.Client(base_url=url, timeout=30) as client:
+        for _ in range(count // 100):
+            client.post(f"/v1/topics/{topic}/messages", json=batch).raise_for_status()
+
+
+def show(figure: Figure) -> str:
+    return (
+        f"{figure.rps:>9,.0f} req/s {figure.units_per_s:>10,.0f} units/s  "
+        f"p50 {figure.p50_ms:.3f} ms  p99 {figure.p99_ms:.3f} ms"
+    )
+
+
+# ==================================================================== fan-out over two groups
+
+
+async def rounds(
+    port: int, method: str, path: str, body: bytes, count: int, connections: int
+) -> Figure:
+    """``count`` requests over ``connections`` keep-alive connections; latency of each."""
+    samples: list[float] = []
+    left = [count]
+
+    async def worker() -> None:
+        connection = await Connection.open(port)
+        try:
+            for _ in range(20):  # warm up
+                await connection.request(method, path, body)
+            while left[0] > 0:
+                left[0] -= 1
+                start = time.perf_counter()
+                status, answer = await connection.request(method, path, body)
+                samples.append(time.perf_counter() - start)
+                if status != 200 or b'"messages":[]' in answer:
+                    raise RuntimeError(f"{path}: {status} {answer[:200]!r}")
+        finally:
+            connection.close()
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(connections)))
+    rps = len(samples) / (time.perf_counter() - start)
+    return Figure(rps, rps * 32, statistics.median(samples) * 1000, percentile(samples, 99) * 1000)
+
+
+def two_groups(args: argparse.Namespace, root: Path) -> dict[tuple[str, str, int], list[Figure]]:
+    figures: dict[tuple[str, str, int], list[Figure]] = {}
+    with deployment(root, 2, args) as running:
+        via = running.proxies["after"].url
+        answer = httpx.put(f"{via}/v1/topics/{FANNED}", json={"write_queue_nums": 8})
+        answer.raise_for_status()
+        g1 = running.brokers[0]
+        assert {q["group"] for q in answer.json()["queues"]} == {"g1", "g2"}
+        # Enough for every POP receive of the run to find 32 (a receive hides what it returns).
+        per_side = 32 * (args.fanout_rounds + 40 * max(args.connections))
+        stock = per_side * (1 + len(running.proxies)) * len(args.connections) * args.repeat
+        for queue in range(4):
+            fill(g1.url, FANNED, stock // 4 + 100, {"queue_id": queue})
+        with httpx.Client(timeout=10) as client:
+            for url in (g1.url, via):
+                client.put(f"{url}/v1/groups/Fan", json={}).raise_for_status()
+                client.put(f"{url}/v1/groups/Popper", json={}).raise_for_status()
+        targets = {"direct": g1.port} | {k: p.port for k, p in running.proxies.items()}
+        pull = ("GET", f"/v1/groups/Fan/topics/{FANNED}/messages?max_messages=32", b"")
+        # Hidden for 10 minutes: no receipt expires and comes back (revived) during the run.
+        hidden = {"max_messages": 32, "wait_ms": 0, "invisible_ms": 600_000}
+        receive = json.dumps(hidden).encode()
+        pop = ("POST", f"/v1/groups/Popper/topics/{FANNED}/receive", receive)
+        cpu = 1 if args.pin and (os.cpu_count() or 1) > 1 else None
+        with on_cpu(cpu):
+            for name, (method, path, body) in (("group pull 32", pull), ("POP receive 32", pop)):
+                for connections in args.connections:
+                    for _ in range(args.repeat):
+                        for side, port in targets.items():
+                            figure = asyncio.run(
+                                rounds(port, method, path, body, args.fanout_rounds, connections)
+                            )
+                            figures.setdefault((name, side, connections), []).append(figure)
+                            print(f"  {name:<24} c{connections:<3} {side:<7} {show(figure)}")
+    return figures
+
+
+@contextmanager
+def on_cpu(cpu: int | None) -> Iterator[None]:
+    if cpu is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+# ==================================================================== report
+
+
+TARGETS = {"single send 1 KiB": 0.5, "batch send 100 x 1 KiB": 0.7, "pull 32 x 1 KiB": 0.6}
+ADDED_P50_MS = 0.2
+
+
+def report(figures: dict[tuple[str, str, int], list[Figure]], args: argparse.Namespace) -> None:
+    """Per workload: each side's medians over the repeats, and its same-run ratio to direct
+    (each run's ratio to the direct run just before it; median [min-max]) with the p50 the hop
+    adds — runs alternate, so a pair saw the same machine even when the machine was busy."""
+    names = list(dict.fromkeys(name for name, _, _ in figures))
+    sides = [s for s in ("keyed", "before", "after") if any(side == s for _, side, _ in figures)]
+    for name in names:
+        for connections in args.connections:
+            direct_runs = figures[(name, "direct", connections)]
+            direct = median_figure(direct_runs)
+            print(
+                f"{name} c{connections}: direct {direct.units_per_s:,.0f}/s "
+                f"p50 {direct.p50_ms:.3f} p99 {direct.p99_ms:.3f} ms"
+            )
+            for side in sides:
+                runs = figures.get((name, side, connections))
+                if not runs:
+                    continue
+                pairs = list(zip(direct_runs, runs, strict=True))
+                ratios = [r.units_per_s / d.units_per_s for d, r in pairs]
+                added = statistics.median(r.p50_ms - d.p50_ms for d, r in pairs)
+                ratio = statistics.median(ratios)
+                mid = median_figure(runs)
+                line = (
+                    f"  {side:<7} {mid.units_per_s:>9,.0f}/s p50 {mid.p50_ms:.3f} "
+                    f"p99 {mid.p99_ms:.3f} ms; ratio {ratio:.2f}x [{min(ratios):.2f}-"
+                    f"{max(ratios):.2f}], added p50 {added:.3f} ms"
+                )
+                verdicts = []
+                if side == "after" and name in TARGETS:
+                    verdicts.append(f"ratio >= {TARGETS[name]}: {met(ratio >= TARGETS[name])}")
+                if side == "after" and connections == 1:
+                    verdicts.append(f"added <= {ADDED_P50_MS}: {met(added <= ADDED_P50_MS)}")
+                print(line + (f"  [{'; '.join(verdicts)}]" if verdicts else ""))
+        for side in ("before", "after"):
+            if min(args.connections) == max(args.connections) or name not in TARGETS:
+                continue  # the fan-out runs' Python client is their limit at 16
+            if (name, side, 1) not in figures:
+                continue
+            one = median_figure(figures[(name, side, min(args.connections))])
+            many = median_figure(figures[(name, side, max(args.connections))])
+            print(
+                f"  {side}: c{max(args.connections)} / c{min(args.connections)} = "
+                f"{many.units_per_s / one.units_per_s:.2f}x "
+                f"[never slower: {met(many.units_per_s >= one.units_per_s)}]"
+            )
+
+
+def median_figure(runs: list[Figure]) -> Figure:
+    def mid(get: Callable[[Figure], float]) -> float:
+        return statistics.median(get(f) for f in runs)
+
+    return Figure(
+        mid(lambda f: f.rps),
+        mid(lambda f: f.units_per_s),
+        mid(lambda f: f.p50_ms),
+        mid(lambda f: f.p99_ms),
+    )
+
+
+def met(ok: bool) -> str:
+    return "met" if ok else "MISSED"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=int, default=5, help="seconds per wrk run")
+    parser.add_argument("--repeat", type=int, default=2, help="alternating runs per figure")
+    parser.add_argument("--connections", type=int, nargs="+", default=[1, 16])
+    parser.add_argument("--fanout-rounds", type=int, default=1000, help="requests per fan-out run")
+    parser.add_argument("--no-pin", dest="pin", action="store_false")
+    parser.add_argument("--only", choices=("one", "two"), help="run one part only")
+    parser.add_argument("--before-root", help="an earlier checkout whose proxy runs alongside")
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        print("wrk is missing: `make bench-tools` or apt-get install -y wrk", file=sys.stderr)
+        return 2
+    root = Path(tempfile.mkdtemp(prefix="spoolmq-proxy-bench-"))
+    print(
+        f"spoolmq proxy bench: {os.cpu_count()} CPUs ({platform.machine()}), "
+        f"Python {platform.python_version()}, "
+        + ("brokers on CPU 0, proxy and client on CPU 1" if args.pin else "no pinning")
+    )
+    print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    figures: dict[tuple[str, str, int], list[Figure]] = {}
+    try:
+        if args.only in (None, "one"):
+            figures |= one_group(args, root / "one")
+        if args.only in (None, "two"):
+            figures |= two_groups(args, root / "two")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print(f"\nmedians of {args.repeat} alternating runs, {args.duration} s per wrk run")
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    report(figures, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

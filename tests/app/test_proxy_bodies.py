@@ -1,0 +1,123 @@
+"""What the proxy reads and rewrites in bodies without decoding them, and how it shares a
+consumer's budget among broker groups."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from app.errors import ApiError
+from app.proxy.bodies import JsonSend, relabel_queue_id, with_members
+from app.proxy.fanout import BudgetShares
+from services.cluster.proxy_routing import SplitBatchError
+
+
+def test_a_send_that_names_no_queue_is_forwarded_as_it_came_with_the_local_queue_in_front() -> None:
+    raw = b' {"messages": [{"body": "a"}, {"body": "b", "tags": "T"}]}'
+    plan = JsonSend(raw)
+    assert (plan.decoded, plan.queue_id, plan.sharding_key) == (None, None, None)
+    sent = plan.for_queue(3)
+    assert sent.endswith(raw.lstrip()[1:])
+    assert orjson.loads(sent) == {"queue_id": 3, **orjson.loads(raw)}
+    assert orjson.loads(JsonSend(b"{ }").for_queue(0)) == {"queue_id": 0}
+
+
+@pytest.mark.parametrize(
+    ("raw", "queue_id", "sharding_key"),
+    [
+        pytest.param(b'{"body": "x", "queue_id": 5}', 5, None, id="queue"),
+        pytest.param(b'{"body": "x", "sharding_key": "k"}', None, "k", id="sharding-key"),
+        pytest.param(b'{"messages": [{"body": "x", "queue_id": 2}]}', 2, None, id="in-a-message"),
+        pytest.param(b'{"body": "x", "queue\\u005fid": 4}', 4, None, id="escaped-name"),
+        pytest.param(b'{"body": "under_score"}', None, None, id="underscore-elsewhere"),
+    ],
+)
+def test_a_send_that_may_name_a_queue_is_decoded(
+    raw: bytes, queue_id: int | None, sharding_key: str | None
+) -> None:
+    plan = JsonSend(raw)
+    assert plan.decoded is not None
+    assert (plan.queue_id, plan.sharding_key) == (queue_id, sharding_key)
+    forwarded = orjson.loads(plan.for_queue(1))
+    assert forwarded["queue_id"] == 1 and "sharding_key" not in forwarded
+
+
+def test_bad_json_sends_are_refused_as_before() -> None:
+    with pytest.raises(ApiError) as malformed:
+        JsonSend(b'{"body": "x", "queue_id": ')
+    assert malformed.value.code == "MALFORMED_JSON"
+    with pytest.raises(ApiError) as not_object:
+        JsonSend(b'["queue_id"]')
+    assert not_object.value.code == "VALIDATION_FAILED"
+    with pytest.raises(SplitBatchError):
+        JsonSend(b'{"messages": [{"queue_id": 0}, {"queue_id": 1}]}')
+
+
+def test_queue_ids_are_relabelled_and_nothing_else() -> None:
+    answer = {
+        "topic": "T",
+        "queue_id": 1,
+        "messages": [
+            {
+                "queue_id": 1,
+                "queue_offset": 1,
+                "body": '"queue_id":1,',
+                "properties": {"queue_id": "1"},
+            },
+            {"queue_offset": 12, "queue_id": 1},
+        ],
+        "other": {"queue_id": 12},
+    }
+    relabelled = orjson.loads(relabel_queue_id(orjson.dumps(answer), 1, 7))
+    assert relabelled["queue_id"] == 7
+    assert [m["queue_id"] for m in relabelled["messages"]] == [7, 7]
+    assert relabelled["messages"][0]["body"] == '"queue_id":1,'
+    assert relabelled["messages"][0]["properties"] == {"queue_id": "1"}
+    assert relabelled["other"] == {"queue_id": 12}
+    spaced = b'{"queue_id" : 1 , "x": [{"queue_id":1}]}'
+    assert orjson.loads(relabel_queue_id(spaced, 1, 3)) == {"queue_id": 3, "x": [{"queue_id": 3}]}
+    assert relabel_queue_id(spaced, 1, 1) is spaced
+
+
+def test_members_go_in_front_of_an_object() -> None:
+    assert orjson.loads(with_members(b'{"a": 1}', {"broker_group": "g1"})) == {
+        "broker_group": "g1",
+        "a": 1,
+    }
+    assert orjson.loads(with_members(b"{}", {"x": [1]})) == {"x": [1]}
+    assert with_members(b'{"a": 1}', {}) == b'{"a": 1}'
+
+
+def test_budget_shares_follow_what_each_group_gave() -> None:
+    shares = BudgetShares(probe_interval_s=0)
+    key = ("pull", "G", "T")
+    groups = ["g1", "g2", "g3"]
+    first = shares.shares(key, groups, 32)
+    assert first == {"g1": 11, "g2": 11, "g3": 10}  # nothing known: even
+    shares.record(key, first, {"g1": 11, "g2": 0, "g3": 4})
+    second = shares.shares(key, groups, 32)
+    assert second == {"g1": 30, "g2": 1, "g3": 1}  # g2 and g3 drained: a probe each
+    shares.record(key, second, {"g1": 30, "g2": 1, "g3": 0})
+    assert shares.shares(key, groups, 32) == {"g1": 16, "g2": 15, "g3": 1}  # g2 has more again
+    shares.record(key, {"g1": 16}, {"g1": 3})  # only g1 asked: g2 still full, g3 still drained
+    assert shares.shares(key, groups, 32) == {"g1": 1, "g2": 30, "g3": 1}
+    shares.record(key, {"g1": 1, "g2": 30, "g3": 1}, {})
+    assert shares.shares(key, groups, 32) == {"g1": 11, "g2": 11, "g3": 10}  # all drained
+    assert shares.shares(key, groups, 2) == {"g1": 1, "g2": 1, "g3": 0}
+    assert sum(shares.shares(("pop", "G", "T"), groups, 1).values()) == 1
+
+
+def test_drained_groups_are_probed_at_most_once_per_interval() -> None:
+    shares = BudgetShares(probe_interval_s=3600)
+    key = ("pop", "G", "T")
+    shares.record(key, {"g1": 16, "g2": 16}, {"g1": 16, "g2": 0})
+    assert shares.shares(key, ["g1", "g2"], 32) == {"g1": 31, "g2": 1}
+    assert shares.shares(key, ["g1", "g2"], 32) == {"g1": 32, "g2": 0}
+
+
+def test_budget_shares_forget_the_least_recent_key_first() -> None:
+    shares = BudgetShares(capacity=2, probe_interval_s=0)
+    for topic in ("A", "B", "C"):
+        shares.record(("pull", "G", topic), {"g1": 2, "g2": 2}, {"g1": 2})
+    assert shares.shares(("pull", "G", "A"), ["g1", "g2"], 4) == {"g1": 2, "g2": 2}
+    assert shares.shares(("pull", "G", "C"), ["g1", "g2"], 4) == {"g1": 3, "g2": 1}
