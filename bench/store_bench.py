@@ -6,7 +6,9 @@
    copies, ``zlib.crc32`` of the body) into an mmap'd file of the same size.
 2. Pull: ``get_message`` in 32-message batches over every queue until all messages are read
    — against a loop that walks the store's own CommitLog mmap, unpacking each record header
-   and checking its body CRC.
+   and checking its body CRC. Three ways, each against the same raw loop: decoded
+   (``StoredMessage``), raw (``raw=True``: each record's bytes, undecoded) and raw + fields
+   (each raw record's fields located by ``RawRecord.fields``, what a renderer starts from).
 
 Run by hand (not part of the test suite)::
 
@@ -139,20 +141,33 @@ def bench_raw_append(directory: Path, file_size: int, messages: list[Message]) -
 # ---------------------------------------------------------------- pull
 
 
-def bench_store_pull(root: Path, config: StoreConfig, count: int) -> float:
-    """Seconds to read every message back through ``get_message``, 32 per call."""
+PULL_MODES = ("pull", "pull_raw", "pull_fields")
+
+
+def bench_store_pull(root: Path, config: StoreConfig, count: int, mode: str = "pull") -> float:
+    """Seconds to read every message back through ``get_message``, 32 per call: decoded
+    (``pull``), raw (``pull_raw``), or raw with every record's fields found (``pull_fields``)."""
     store = MessageStore.open(root, config)
     get = store.get_message
+    raw = mode != "pull"
+    fields = mode == "pull_fields"
     try:
         read = 0
         start = time.perf_counter()
         for queue_id in range(QUEUES):
             offset = 0
             while True:
-                result = get("bench", TOPIC, queue_id, offset, BATCH)
+                result = get("bench", TOPIC, queue_id, offset, BATCH, raw=raw)
                 if result.status is not GetMessageStatus.FOUND:
                     break
-                read += len(result.messages)
+                if raw:
+                    records = result.records
+                    if fields:
+                        for record in records:
+                            record.fields()
+                    read += len(records)
+                else:
+                    read += len(result.messages)
                 offset = result.next_begin_offset
         elapsed = time.perf_counter() - start
     finally:
@@ -225,7 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     # walking them over and over while the store allocates (a server holds no such list).
     gc.collect()
     gc.freeze()
-    times: dict[str, list[float]] = {"raw_append": [], "append": [], "raw_pull": [], "pull": []}
+    times: dict[str, list[float]] = {
+        name: [] for name in ("raw_append", "append", "raw_pull", *PULL_MODES)
+    }
     for _ in range(args.repeat):
         # A fresh directory per round: every round appends into new, never-touched files.
         workdir = Path(tempfile.mkdtemp(prefix="spoolmq-bench-", dir=args.dir))
@@ -233,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
             times["raw_append"].append(bench_raw_append(workdir / "raw", file_size, messages))
             times["append"].append(bench_store_append(workdir / "store", config, messages))
             times["raw_pull"].append(bench_raw_pull(workdir / "store", file_size, args.count))
-            times["pull"].append(bench_store_pull(workdir / "store", config, args.count))
+            for mode in PULL_MODES:
+                times[mode].append(bench_store_pull(workdir / "store", config, args.count, mode))
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
 
@@ -248,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = [
         ("append", n / best["append"], n / best["raw_append"]),
         (f"pull ({BATCH}/batch)", n / best["pull"], n / best["raw_pull"]),
+        ("pull raw", n / best["pull_raw"], n / best["raw_pull"]),
+        ("pull raw + fields", n / best["pull_fields"], n / best["raw_pull"]),
     ]
     print(f"{'':20} {'store msgs/s':>14} {'raw msgs/s':>14} {'ratio':>7}  target")
     for name, store_rate, raw_rate in rows:
@@ -255,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         verdict = "ok" if ratio >= 0.25 else "BELOW"
         print(f"{name:20} {store_rate:14,.0f} {raw_rate:14,.0f} {ratio:7.3f}  >=0.25 {verdict}")
     # Each round measures both sides back to back; on a busy machine compare these too.
-    for side, raw in (("append", "raw_append"), ("pull", "raw_pull")):
+    sides = [("append", "raw_append")] + [(mode, "raw_pull") for mode in PULL_MODES]
+    for side, raw in sides:
         ratios = [r / s for r, s in zip(times[raw], times[side], strict=True)]
         print(f"{side} ratio per round: " + ", ".join(f"{r:.3f}" for r in ratios))
     return 0

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from spark_jobs.arrays import Bytes
 from spark_jobs.records import (
     KEEP_ALL,
-    Bytes,
     RecordFilter,
     batches,
     walk_chain,

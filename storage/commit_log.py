@@ -5,13 +5,14 @@ append. A record that does not fit in the rest of a file (``size + 8 > remaining
 preceded by an 8-byte BLANK that fills the file, and goes to the next file; a batch never
 straddles two files.
 
-The CommitLog is the one owner of its files' layout: appends, reads by offset, scans,
-recovery, and the pull read loop (``read_units``, records for a run of ConsumeQueue units).
+The CommitLog is the one owner of its files' layout: appends, reads by offset, scans and
+recovery. The pull read loop over its files is :mod:`storage.queue_reader`'s.
 """
 
 from __future__ import annotations
 
 import errno
+import itertools
 import mmap
 import struct
 from collections.abc import Callable, Iterator
@@ -36,19 +37,15 @@ from storage.record.decode import (
     read_store_timestamp,
 )
 from storage.record.encode import OUT_OF_RANGE, EncodedBatch, EncodedMessage
-from storage.record.java_hash import to_int32
 from storage.record.layout import (
     BLANK_MAGIC_CODE,
     BLANK_STRUCT,
-    CQ_UNIT_STRUCT,
     END_FILE_MIN_BLANK_LENGTH,
     MESSAGE_MAGIC_CODES,
-    PRE_BLANK_SIZE,
     SIZE_AND_MAGIC,
 )
-from storage.record.message import StoredMessage
+from storage.record.message import PutResult, StoredMessage
 from storage.record.msg_id import decode_msg_id, encode_host
-from storage.store_types import TransferLimits
 
 PREFAULT_AHEAD: Final = 1024 * 1024
 """Pages mapped in ahead of the write position, asked for again every half of that."""
@@ -86,16 +83,6 @@ class ScannedRecord:
     data: bytes
 
 
-@dataclass(slots=True)  # not frozen: one per pull, cheaper to build (see StoredMessage)
-class UnitsRead:
-    """What ``read_units`` found: the messages, how many units it examined (filtered-out
-    ones count), and whether a unit pointed at a record that is gone."""
-
-    messages: list[StoredMessage]
-    scanned: int
-    removed: bool
-
-
 @dataclass(slots=True)  # not frozen: one per batch, cheaper to build (see StoredMessage)
 class AppendedBatch:
     """Where one batch went: what its dispatch and its put results need, as plain lists."""
@@ -112,6 +99,18 @@ class AppendedBatch:
     store_timestamp: int
     end_offset: int
     idempotency_keys: list[tuple[int, str]]  # (record number, key) of the keyed records
+
+    def put_results(self, msg_id_prefix: str) -> list[PutResult]:
+        """One put result per record; ``msg_id_prefix``: the store's (see ``msg_id``)."""
+        topic, queue_id, stamp = self.topic, self.queue_id, self.store_timestamp
+        return [
+            PutResult(
+                msg_id_prefix + f"{offset:016X}", topic, queue_id, queue_offset, offset, size, stamp
+            )
+            for queue_offset, offset, size in zip(
+                itertools.count(self.first_queue_offset), self.offsets, self.sizes
+            )
+        ]
 
 
 class CommitLog:
@@ -354,63 +353,6 @@ class CommitLog:
             return None
         return message
 
-    def read_units(
-        self, units: bytes, limits: TransferLimits, codes: frozenset[int] | None
-    ) -> UnitsRead:
-        """The records of a run of ConsumeQueue units, up to the batch caps (reference §10.3).
-
-        Units whose tags code is not in ``codes`` (None: all match) and pre-blank units are
-        skipped but count as scanned. A unit is "in disk" below ``limits.disk_threshold``:
-        its batch caps are the smaller disk ones. The first message always goes out.
-        """
-        memory_bytes, memory_count = limits.memory_bytes, limits.memory_count
-        disk_bytes, disk_count = limits.disk_bytes, limits.disk_count
-        max_messages, disk_threshold = limits.max_messages, limits.disk_threshold
-        find_file = self.queue.find_by_offset
-        messages: list[StoredMessage] = []
-        append = messages.append
-        count = total = scanned = 0
-        removed = False
-        # Records are decoded straight from the mapping of the CommitLog file of the
-        # previous unit (a batch nearly always stays in one file): no lookup and no copy
-        # of the record per message. ``readable_end`` 0 forces a lookup.
-        buffer: mmap.mmap | bytes = b""
-        file_start = readable_end = 0
-        for physical, size, code in CQ_UNIT_STRUCT.iter_unpack(units):
-            if count:  # RocketMQ's isTheBatchFull; never before the first message
-                if count >= max_messages:
-                    break
-                if physical < disk_threshold:
-                    if total + size > disk_bytes or count >= disk_count:
-                        break
-                elif total + size > memory_bytes or count >= memory_count:
-                    break
-            scanned += 1
-            if size == PRE_BLANK_SIZE or (codes is not None and to_int32(code) not in codes):
-                continue
-            if physical < file_start or physical + size > readable_end:
-                mapped = find_file(physical)
-                if mapped is None:
-                    removed = True  # no longer in the CommitLog
-                    continue
-                buffer = mapped.buffer
-                file_start = mapped.file_from_offset
-                readable_end = file_start + mapped.read_position
-                if physical + size > readable_end:
-                    removed = True  # not (or no longer) readable
-                    readable_end = 0
-                    continue
-            try:
-                message = decode_record(buffer, physical - file_start)
-            except ValueError:  # the file was unmapped by the cleaner
-                removed = True
-                readable_end = 0
-                continue
-            append(message)
-            count += 1
-            total += size
-        return UnitsRead(messages, scanned, removed)
-
     def store_time_of(self, physical_offset: int, size: int) -> int:
         data = self.read(physical_offset, size)
         if data is None:
@@ -564,6 +506,11 @@ class CommitLog:
                 )
             return position, ""
         return position, ""
+
+    def forget_queue_offsets(self, topic: str) -> None:
+        """Drop the next queue offsets of a deleted topic: a new one starts at 0."""
+        for key in [key for key in self.topic_queue_table if key[0] == topic]:
+            del self.topic_queue_table[key]
 
     def rebuild_topic_queue_table(self, table: dict[tuple[str, int], int]) -> None:
         self.topic_queue_table = dict(table)

@@ -3,6 +3,14 @@
 Logical offset ``n`` is unit ``n``: byte ``n*20`` of the queue, in file
 ``floor(n*20 / file_size)``. The max offset is exclusive (the next unit to write).
 
+The unit rules are written once here, as functions, for the store and for the read-only
+readers (:mod:`storage.store_reader`, the Spark jobs): a unit is *valid* (written) when its
+offset is >= 0 and its size > 0, and the valid units of a file form a prefix
+(:func:`count_valid_units`), so the max offset is the number of valid units up to the first
+invalid one; a unit is *readable* when it is no pre-blank filler and still points into the
+CommitLog (:func:`is_readable_unit`), and the min offset is the first readable unit
+(:func:`readable_start`).
+
 A search by time follows RocketMQ 4.x (the closest message, :meth:`ConsumeQueue.offset_by_time`)
 or RocketMQ 5's lower boundary (the first message at or after the time,
 :meth:`ConsumeQueue.first_offset_stored_at_or_after`). Files can be prepared ahead by an
@@ -12,7 +20,7 @@ or RocketMQ 5's lower boundary (the first message at or after the time,
 from __future__ import annotations
 
 import mmap
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -30,6 +38,55 @@ _unpack_unit = CQ_UNIT_STRUCT.unpack_from
 
 Unit = tuple[int, int, int]
 """(commit log offset, size, tags code)"""
+
+
+def is_valid_unit(offset: int, size: int) -> bool:
+    """RocketMQ's recovery rule: a written unit has offset >= 0 and size > 0 (pre-blank
+    fillers pass); the queue's valid data ends at the first unit that does not."""
+    return offset >= 0 and size > 0
+
+
+def is_readable_unit(offset: int, size: int, min_physical_offset: int) -> bool:
+    """Whether a valid unit's message can be read: not a pre-blank filler, and pointing at
+    or past the CommitLog's min offset (``min_physical_offset``)."""
+    return size != PRE_BLANK_SIZE and offset >= min_physical_offset
+
+
+def count_valid_units(unit_at: Callable[[int], Unit], count: int) -> int:
+    """How many leading units of a file of ``count`` units are valid.
+
+    Units are written in order, so the valid ones form a prefix: a full file is known from
+    its last unit, any other by a binary search for the first invalid unit.
+    """
+    if count and is_valid_unit(*unit_at(count - 1)[:2]):
+        return count
+    low, high = 0, count
+    while low < high:
+        middle = (low + high) // 2
+        if is_valid_unit(*unit_at(middle)[:2]):
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
+def readable_start(units: Iterable[Unit], min_physical_offset: int) -> tuple[int, bool]:
+    """How many units of a run come before its first readable one, and whether one was
+    found (False when the run ends, or reaches an invalid unit, first)."""
+    skipped = 0
+    for offset, size, _code in units:
+        if not is_valid_unit(offset, size):
+            return skipped, False
+        if is_readable_unit(offset, size, min_physical_offset):
+            return skipped, True
+        skipped += 1
+    return skipped, False
+
+
+def units_in(buffer: mmap.mmap | bytes, start: int, end: int) -> Iterator[Unit]:
+    """The units packed in ``buffer[start:end]``, one at a time (no copy of the run)."""
+    for position in range(start, end - CQ_UNIT_SIZE + 1, CQ_UNIT_SIZE):
+        yield _unpack_unit(buffer, position)
 
 
 class ConsumeQueue:
@@ -213,7 +270,7 @@ class ConsumeQueue:
         if later_time == timestamp_ms:
             return first_later
         earlier = first_later - 1
-        earlier_time = self._store_time_at(earlier, store_time_of, min_physic_offset)
+        earlier_time = self.store_time_at(earlier, store_time_of, min_physic_offset)
         if earlier_time < 0:  # nothing readable before: every message is later (or none)
             return first_later
         if later_time < 0:  # every message is earlier: the last one
@@ -239,7 +296,7 @@ class ConsumeQueue:
         found_time = -1
         while low < high:
             middle = (low + high) // 2
-            stored = self._store_time_at(middle, store_time_of, min_physic_offset)
+            stored = self.store_time_at(middle, store_time_of, min_physic_offset)
             if stored < timestamp_ms:  # "too early" units (stored < 0) included
                 low = middle + 1
             else:
@@ -247,14 +304,15 @@ class ConsumeQueue:
                 found_time = stored
         return low, found_time
 
-    def _store_time_at(
+    def store_time_at(
         self, index: int, store_time_of: Callable[[int, int], int], min_physic_offset: int
     ) -> int:
-        """Store time of the message at ``index``; -1 when it is not readable."""
+        """Store time of the message at ``index``; -1 when it is not readable (no unit, a
+        pre-blank filler, a record gone from the CommitLog)."""
         if index < self.min_offset:
             return -1
         unit = self.get_unit(index)
-        if unit is None or unit[1] == PRE_BLANK_SIZE or unit[0] < min_physic_offset:
+        if unit is None or not is_readable_unit(unit[0], unit[1], min_physic_offset):
             return -1
         return store_time_of(unit[0], unit[1])
 
@@ -283,21 +341,12 @@ class ConsumeQueue:
         self.queue.truncate_dirty_files(process_offset)
 
     def _scan_valid_units(self, mapped: MappedFile) -> tuple[int, int | None]:
-        """Bytes of valid units from the file start, and the end physical offset of the last.
-
-        Units are written in order, so the valid ones form a prefix: a binary search finds
-        the first invalid unit (offset < 0 or size <= 0) in log time.
-        """
+        """Bytes of valid units from the file start, and the end physical offset of the last."""
         buffer = mapped.buffer
-        low, high = 0, self.units_per_file
-        while low < high:
-            middle = (low + high) // 2
-            offset, size, _ = _unpack_unit(buffer, middle * CQ_UNIT_SIZE)
-            if offset >= 0 and size > 0:
-                low = middle + 1
-            else:
-                high = middle
-        position = low * CQ_UNIT_SIZE
+        valid = count_valid_units(
+            lambda index: _unpack_unit(buffer, index * CQ_UNIT_SIZE), self.units_per_file
+        )
+        position = valid * CQ_UNIT_SIZE
         return position, self._last_physical_end(buffer, position)
 
     def _last_physical_end(self, buffer: mmap.mmap, end: int) -> int | None:
@@ -351,15 +400,12 @@ class ConsumeQueue:
         first = self.queue.first_file()
         if first is None:
             return
-        buffer = first.buffer
         position = max(0, self.min_logic_offset - first.file_from_offset)
-        while position < first.read_position:
-            offset, size, _ = _unpack_unit(buffer, position)
-            if size != PRE_BLANK_SIZE and offset >= min_physic_offset:
-                self.min_logic_offset = first.file_from_offset + position
-                return
-            position += CQ_UNIT_SIZE
-        if first.read_position == self.file_size and len(self.queue.files) == 1:
+        units = units_in(first.buffer, position, first.read_position)
+        skipped, found = readable_start(units, min_physic_offset)
+        if found:
+            self.min_logic_offset = first.file_from_offset + position + skipped * CQ_UNIT_SIZE
+        elif first.read_position == self.file_size and len(self.queue.files) == 1:
             self.min_logic_offset = first.file_end_offset
         elif len(self.queue.files) == 1:
             self.min_logic_offset = first.file_from_offset + first.read_position

@@ -11,11 +11,7 @@ import dataclasses
 from typing import Final
 
 from storage.errors import MessageRejectedError
-from storage.record.layout import (
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_NOT_TYPE,
-    TRANSACTION_TYPE_MASK,
-)
+from storage.record.layout import is_dispatchable
 from storage.record.message import Message
 from storage.record.properties import PROPERTY_DELAY, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC
 
@@ -63,8 +59,7 @@ def redirect_delayed(message: Message, levels: tuple[int, ...]) -> Message:
     delay = message.properties.get(PROPERTY_DELAY)
     if delay is None or message.topic == SCHEDULE_TOPIC:
         return message
-    kind = message.sys_flag & TRANSACTION_TYPE_MASK
-    if kind not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+    if not is_dispatchable(message.sys_flag):
         return message
     try:
         level = int(delay)

@@ -24,8 +24,7 @@ from storage.record.decode import RecordKind, decode_record
 from storage.record.encode import EncodedMessage
 from storage.record.java_hash import tags_code
 from storage.record.layout import (
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_NOT_TYPE,
+    DISPATCHABLE_TYPES,
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
 )
@@ -186,8 +185,8 @@ class Dispatcher:
         deleted = self.table.deleted_topics
         if deleted and request.physical_offset < deleted.get(topic, -1):
             return True  # a record of a topic deleted since: never dispatched again
-        kind = request.sys_flag & TRANSACTION_TYPE_MASK  # = request.is_dispatchable, inlined
-        dispatchable = kind in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
+        # = request.is_dispatchable, inlined: this runs for every record put
+        dispatchable = request.sys_flag & TRANSACTION_TYPE_MASK in DISPATCHABLE_TYPES
         if dispatchable:
             queues = self.table.queues.get(topic)  # = table.find_or_create, inlined
             queue = queues.get(request.queue_id) if queues is not None else None

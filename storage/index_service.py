@@ -14,12 +14,17 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from storage.checkpoint import StoreCheckpoint
 from storage.delay_levels import SCHEDULE_TOPIC
 from storage.index_file import IndexFile, KeyHasher, UniqKeyHasher, index_key_hash
+from storage.record.message import StoredMessage
 from storage.record.properties import KEY_SEPARATOR, PROPERTY_REAL_TOPIC
+
+if TYPE_CHECKING:
+    from storage.commit_log import CommitLog
+    from storage.store_types import StoreConfig
 
 MAX_MSGS_NUM_BATCH: Final = 64
 IDEMPOTENCY_MARK: Final = "\x01"
@@ -234,6 +239,25 @@ class IndexService:
                 break
         return found
 
+    def query_messages(
+        self, commit_log: CommitLog, topic: str, key: str, max_num: int, begin: int, end: int
+    ) -> list[StoredMessage]:
+        """Messages of ``topic`` whose KEYS or UNIQ_KEY is ``key``, stored in [begin, end].
+
+        The index compares hashes only; the real key is re-checked on every record read
+        from ``commit_log``. At most 64, oldest first.
+        """
+        found = []
+        max_offset = commit_log.max_offset  # entries past it were truncated away
+        offsets = self.query(topic, key, max_num, begin, end)
+        for offset in sorted(o for o in set(offsets) if o < max_offset):
+            message = commit_log.look_message(offset)
+            if message is None or message.topic != topic:
+                continue
+            if key in message.keys or message.uniq_key == key:
+                found.append(message)
+        return found
+
     def lookup(self, index_key: str, since: int) -> list[int]:
         """Physical offsets of entries whose hash matches ``index_key`` stored at ``since``
         or later (to the second: the caller re-checks the records), newest first, at most
@@ -264,3 +288,15 @@ class IndexService:
     def close(self) -> None:
         for index in self.files:
             index.close()
+
+
+def load_index(
+    directory: Path, config: StoreConfig, checkpoint: StoreCheckpoint, last_exit_ok: bool
+) -> IndexService | None:
+    """The store's index, loaded (rebuilt later after an unclean exit); None when
+    ``config`` turns the index off."""
+    if not config.message_index_enable:
+        return None
+    index = IndexService(directory, config.max_hash_slot_num, config.max_index_num, checkpoint)
+    index.load(last_exit_ok)
+    return index

@@ -8,8 +8,9 @@ offset with RocketMQ's GetMessageStatus rules; ``close`` flushes and marks a cle
 The work lives in the parts it composes: ``commit_log`` (appends, reads, the pull read
 loop), ``consume_queue_table`` (every ConsumeQueue, deleted topics), ``dispatcher``
 (CommitLog → ConsumeQueue and index), ``recovery``, ``queue_reader`` (GetMessageStatus
-rules and batch caps), ``flush_service`` and ``retention`` (background threads, given
-callables), ``store_check`` (``check()``).
+rules and batch caps), ``store_flush`` (what a flush writes, and the flush threads of
+``flush_service``), ``retention``, ``replication_log`` (the CommitLog as replication reads
+and appends it), ``index_service`` (queries by key), ``store_check`` (``check()``).
 
 The store is synchronous and has one writer: the owner calls put/get/flush from one thread
 (the event loop); only ``flush_*`` may run on another thread at the same time.
@@ -17,33 +18,31 @@ The store is synchronous and has one writer: the owner calls put/get/flush from 
 
 from __future__ import annotations
 
-import itertools
-import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from storage.allocate_service import AllocateMappedFileService
 from storage.checkpoint import StoreCheckpoint
-from storage.commit_log import AppendResult, CommitLog, ReplicaAppendError
+from storage.commit_log import AppendResult, CommitLog
 from storage.consume_queue import ConsumeQueue
 from storage.consume_queue_table import ConsumeQueueTable
 from storage.delay_levels import parse_delay_levels, redirect_delayed
 from storage.dispatcher import Dispatcher
 from storage.errors import QueueIdOutOfRangeError, StoreClosedError, StoreNotWriteableError
-from storage.flush_service import GroupCommitService, ServiceThread, build_services
-from storage.index_service import IndexService
+from storage.index_service import IndexService, load_index
 from storage.keyed_records import KeyedRecords
 from storage.queue_reader import QueueReader
-from storage.record.decode import RecordKind
 from storage.record.encode import EncodedBatch, EncodedMessage, check_batch
-from storage.record.layout import PRE_BLANK_SIZE
 from storage.record.message import GetMessageStatus, Message, PutResult, StoredMessage
 from storage.record.msg_id import msg_id_prefix
 from storage.record.properties import PROPERTY_DELAY
 from storage.recovery import StoreRecovery
+from storage.replication_log import REPLICATION_CHUNK_BYTES, ReplicationLog
 from storage.retention import StoreCleaner
 from storage.running_flags import RunningFlags
 from storage.store_check import check_store
+from storage.store_flush import StoreFlush
 from storage.store_lock import acquire_store_lock, release_store_lock
 from storage.store_types import (
     ArrivalListener,
@@ -54,9 +53,6 @@ from storage.store_types import (
 )
 from storage.tag_filter import TagFilter
 
-REPLICATION_CHUNK_BYTES = 32 * 1024
-"""RocketMQ's haTransferBatchSize: the most CommitLog bytes one replication batch carries."""
-
 
 class MessageStore:
     """The store of one directory. Use :meth:`open`."""
@@ -65,6 +61,10 @@ class MessageStore:
     """Created once the checkpoint and index are loaded (in :meth:`open`)."""
     keyed: KeyedRecords
     """Records sent with an idempotency key (created with the dispatcher)."""
+    replication: ReplicationLog
+    """The CommitLog as replication reads and appends it (created with the dispatcher)."""
+    flusher: StoreFlush
+    """Flushes the files and runs the flush and clean threads (created with the dispatcher)."""
 
     def __init__(self, root: Path, config: StoreConfig) -> None:
         self.root = root
@@ -96,12 +96,9 @@ class MessageStore:
             self.commit_log.queue.delete_expired_by_time,
             self.after_commit_log_deleted,
         )
-        self._group_commit: GroupCommitService | None = None
-        self._services: list[ServiceThread] = []
         self._lock_fd: int | None = None
         self._closed = True
-        memory_limit = _physical_memory() * config.access_message_in_memory_max_ratio // 100
-        self._reader = QueueReader(self.commit_log, config, memory_limit)
+        self._reader = QueueReader(self.commit_log, config)
         # Every msgId of this store is this prefix (store address and port) + 16 hex digits.
         self._msg_id_prefix = msg_id_prefix(*config.store_host)
 
@@ -122,7 +119,9 @@ class MessageStore:
             self.commit_log.load()
             self.consume_queue_table.load()
             self.checkpoint = StoreCheckpoint(self.root / "checkpoint")
-            self.index_service = self._load_index(self.checkpoint)
+            self.index_service = load_index(
+                self.root / "index", self.config, self.checkpoint, self.last_exit_ok
+            )
             self.dispatcher = Dispatcher(
                 self.commit_log,
                 self.consume_queue_table,
@@ -134,6 +133,15 @@ class MessageStore:
                 sync_flush=self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH,
             )
             self.keyed = KeyedRecords(self.commit_log, self.dispatcher, self.index_service)
+            self.replication = ReplicationLog(self.commit_log, self.dispatcher, self.checkpoint)
+            self.flusher = StoreFlush(
+                self.config,
+                self.commit_log,
+                self.consume_queue_table,
+                self.checkpoint,
+                self.index_service,
+                self.flush_listeners,
+            )
             self.recovery_findings = StoreRecovery(
                 self.commit_log,
                 self.consume_queue_table,
@@ -150,38 +158,14 @@ class MessageStore:
             self._release_files()
             raise
 
-    def _load_index(self, checkpoint: StoreCheckpoint) -> IndexService | None:
-        config = self.config
-        if not config.message_index_enable:
-            return None
-        index = IndexService(
-            self.root / "index", config.max_hash_slot_num, config.max_index_num, checkpoint
-        )
-        index.load(self.last_exit_ok)
-        return index
-
     def start_services(self) -> None:
         """Start the flushers (or group commit in SYNC_FLUSH) and the cleaner threads."""
-        if self._services:
-            return
-        commit_log = self.commit_log
-        self._services, self._group_commit = build_services(
-            self.config,
-            self.flush_commit_log,
-            lambda: commit_log.flushed_where,
-            lambda: commit_log.max_offset,
-            self.flush_consume_queues,
-            self.clean_once,
-        )
-        for service in self._services:
-            service.start()
+        self.flusher.start_services(self.clean_once)
 
     def stop_services(self) -> None:
         """Stop every background thread; each does its final flush."""
-        services, self._services = self._services, []
-        for service in services:
-            service.stop()
-        self._group_commit = None
+        if not self._closed:
+            self.flusher.stop_services()
 
     @property
     def abort_path(self) -> Path:
@@ -254,23 +238,7 @@ class MessageStore:
             self.flags.mark_not_writeable(str(exc))
             raise
         self.dispatcher.dispatch_appended_batch(appended)
-        prefix = self._msg_id_prefix
-        topic, queue_id = appended.topic, appended.queue_id
-        store_timestamp = appended.store_timestamp
-        return [
-            PutResult(
-                prefix + f"{offset:016X}",
-                topic,
-                queue_id,
-                queue_offset,
-                offset,
-                size,
-                store_timestamp,
-            )
-            for queue_offset, offset, size in zip(
-                itertools.count(appended.first_queue_offset), appended.offsets, appended.sizes
-            )
-        ]
+        return appended.put_results(self._msg_id_prefix)
 
     def _check_queue_id(self, queue_id: int) -> None:
         if not 0 <= queue_id < self.config.max_queues_per_topic:
@@ -324,88 +292,31 @@ class MessageStore:
     # ================================================================== replication
 
     def append_replicated(self, offset: int, data: bytes) -> int:
-        """Append CommitLog bytes from a master (byte for byte); the new max offset.
-
-        The complete records among them are dispatched to the ConsumeQueues and the index
-        at once, waking long-polls; a partial record at the tail waits for the next chunk.
-        """
+        """Append CommitLog bytes from a master and dispatch the complete records among
+        them; the new max offset (:meth:`ReplicationLog.append`)."""
         if self._closed:
             raise StoreClosedError("the store is closed")
-        end = self.commit_log.append_raw(offset, data)
-        self._dispatch_replicated()
-        return end
-
-    def _dispatch_replicated(self) -> None:
-        dispatcher = self.dispatcher
-        table = self.commit_log.topic_queue_table
-        start = max(dispatcher.reput_from_offset, self.commit_log.min_offset)
-        last_timestamp = 0
-        for scanned in self.commit_log.scan(start):
-            if scanned.check.kind is not RecordKind.MESSAGE:
-                break  # the tail of a record still on its way
-            request = dispatcher.request_from_record(scanned.offset, scanned.data)
-            if not dispatcher.dispatch(request, notify=True):
-                break
-            if request.is_dispatchable:
-                table[(request.topic, request.queue_id)] = request.queue_offset + 1
-            dispatcher.reput_from_offset = request.end_offset
-            last_timestamp = request.store_timestamp
-        last = self.commit_log.queue.last_file()
-        if last_timestamp and last is not None:
-            last.store_timestamp = last_timestamp
+        return self.replication.append(offset, data)
 
     def cut_partial_tail(self) -> int:
-        """Cut a replicated record that never arrived whole; the CommitLog's new end.
-
-        A slave's last chunk may end inside a record (the rest was on its way when the master
-        went). Before this log takes writes of its own (a promotion) or bytes from another
-        master (a new leader), that tail goes, so the next record starts where the last
-        complete one ends.
-        """
-        start = max(self.dispatcher.reput_from_offset, self.commit_log.min_offset)
-        end = self.commit_log.end_of_complete_records(start)
-        if end < self.commit_log.max_offset:
-            self.commit_log.cut(end)
-        return self.commit_log.max_offset
+        """Cut a replicated record that never arrived whole (before a promotion or a new
+        master); the CommitLog's new end."""
+        return self.replication.cut_partial_tail()
 
     def read_replication_chunk(
         self, offset: int, max_bytes: int = REPLICATION_CHUNK_BYTES
     ) -> bytes:
-        """Written CommitLog bytes from ``offset`` to the end of its file's data, capped.
-
-        Empty at the log's end. An offset below the oldest file (deleted by retention) or
-        past the end is refused: a slave there cannot continue from this log.
-        """
-        commit_log = self.commit_log
-        if offset == commit_log.max_offset:
-            return b""
-        mapped = commit_log.queue.find_by_offset(offset)
-        if mapped is None or offset > commit_log.max_offset:
-            raise ReplicaAppendError(
-                f"offset {offset} is outside this CommitLog "
-                f"[{self.min_physical_offset}, {commit_log.max_offset}]"
-            )
-        position = offset - mapped.file_from_offset
-        size = min(max_bytes, mapped.read_position - position)
-        return mapped.read(position, size) or b""
+        """CommitLog bytes for a slave from ``offset`` (:meth:`ReplicationLog.read_chunk`)."""
+        return self.replication.read_chunk(offset, max_bytes)
 
     def replication_start(self, slave_offset: int) -> int:
-        """Where to stream from for a slave that reports ``slave_offset``.
-
-        A slave at 0 starts at the beginning of this log's last file (RocketMQ), not at 0.
-        """
-        if slave_offset:
-            return slave_offset
-        max_offset = self.commit_log.max_offset
-        return max_offset - max_offset % self.commit_log.file_size
+        """Where to stream from for a slave that reports ``slave_offset``."""
+        return self.replication.start_for(slave_offset)
 
     @property
     def last_store_timestamp(self) -> int:
         """Store time of the newest record in the CommitLog; 0 when unknown."""
-        last = self.commit_log.queue.last_file()
-        if last is not None and last.store_timestamp:
-            return last.store_timestamp
-        return self.checkpoint.physic_msg_timestamp if self.checkpoint is not None else 0
+        return self.replication.last_store_timestamp
 
     # ================================================================== dispatch
 
@@ -458,11 +369,9 @@ class MessageStore:
         A tombstone (the CommitLog end at deletion, in ``config/deletedTopics.json``) keeps
         recovery from dispatching the old records again; the topic may be used afresh.
         """
-        queue_ids = self.consume_queue_table.queue_ids(topic)
         if not self.consume_queue_table.delete_topic(topic, self.commit_log.max_offset):
             return False
-        for queue_id in queue_ids:
-            self.commit_log.topic_queue_table.pop((topic, queue_id), None)
+        self.commit_log.forget_queue_offsets(topic)
         return True
 
     # ================================================================== get
@@ -476,11 +385,11 @@ class MessageStore:
         max_messages: int = 32,
         max_bytes: int | None = None,
         tag_filter: TagFilter | None = None,
+        raw: bool = False,
     ) -> GetMessageResult:
-        """Read up to ``max_messages`` from ``offset`` of one queue (reference §10.3).
-
-        ``group`` is accepted for parity with RocketMQ; reads do not depend on it. The first
-        message is always returned, even when it alone exceeds the byte cap.
+        """Read up to ``max_messages`` from ``offset`` of one queue (reference §10.3); the
+        first message always, even over the byte cap. ``raw``: records come undecoded, in
+        ``records``. ``group`` is there for parity with RocketMQ; reads do not depend on it.
         """
         del group
         if self._closed:
@@ -489,7 +398,7 @@ class MessageStore:
         if queue is None:
             return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
         codes = None if tag_filter is None else tag_filter.codes
-        return self._reader.read(queue, offset, max_messages, max_bytes, codes)
+        return self._reader.read(queue, offset, max_messages, max_bytes, codes, raw)
 
     # ================================================================== lookups
 
@@ -504,73 +413,53 @@ class MessageStore:
     def query_message(
         self, topic: str, key: str, max_num: int = 32, begin: int = 0, end: int | None = None
     ) -> list[StoredMessage]:
-        """Messages of ``topic`` whose KEYS or UNIQ_KEY is ``key``, stored in [begin, end].
-
-        The index compares hashes only; the real key is re-checked here. At most 64,
-        oldest first.
-        """
+        """Messages of ``topic`` whose KEYS or UNIQ_KEY is ``key``, stored in [begin, end]
+        (default: until a second from now); at most 64, oldest first."""
         if self.index_service is None:
             return []
         end = time.time_ns() // 1_000_000 + 1000 if end is None else end
-        offsets = self.index_service.query(topic, key, max_num, begin, end)
-        found = []
-        max_offset = self.commit_log.max_offset  # entries past it were truncated away
-        for offset in sorted(o for o in set(offsets) if o < max_offset):
-            message = self.look_message_by_offset(offset)
-            if message is None or message.topic != topic:
-                continue
-            if key in message.keys or message.uniq_key == key:
-                found.append(message)
-        return found
+        return self.index_service.query_messages(self.commit_log, topic, key, max_num, begin, end)
 
     def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """RocketMQ's ``searchOffset``: the queue offset stored closest to ``timestamp_ms``
         (see :meth:`ConsumeQueue.offset_by_time`); 0 for an unknown queue."""
         queue = self.consume_queue_table.find(topic, queue_id)
-        if queue is None:
-            return 0
-        return queue.offset_by_time(
-            timestamp_ms, self.commit_log.store_time_of, self.commit_log.min_offset
-        )
+        return 0 if queue is None else queue.offset_by_time(timestamp_ms, *self._store_times())
 
     def first_offset_at_or_after(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first queue offset stored at or after ``timestamp_ms`` (RocketMQ 5's LOWER
         boundary: where a group starting "from this time" begins); 0 for an unknown queue."""
         queue = self.consume_queue_table.find(topic, queue_id)
-        if queue is None:
-            return 0
-        return queue.first_offset_stored_at_or_after(
-            timestamp_ms, self.commit_log.store_time_of, self.commit_log.min_offset
-        )
+        times = self._store_times()
+        return 0 if queue is None else queue.first_offset_stored_at_or_after(timestamp_ms, *times)
 
     def store_timestamp_at(self, topic: str, queue_id: int, offset: int) -> int:
         """Store time of the message at a queue offset; -1 when there is none."""
         queue = self.consume_queue_table.find(topic, queue_id)
-        if queue is None or offset < 0:
-            return -1
-        unit = queue.get_unit(offset)
-        if unit is None or unit[1] == PRE_BLANK_SIZE:
-            return -1
-        return self.commit_log.store_time_of(unit[0], unit[1])
+        return -1 if queue is None else queue.store_time_at(offset, *self._store_times())
+
+    def _store_times(self) -> tuple[Callable[[int, int], int], int]:
+        """What a ConsumeQueue search by time reads: records' store times, the CommitLog min."""
+        return self.commit_log.store_time_of, self.commit_log.min_offset
 
     # ================================================================== flush
 
     def flush_commit_log(self, least_pages: int = 0) -> int:
         """Force CommitLog pages to disk (callable off the owner thread); the flushed offset.
+        Flush listeners hear of every advance, on the flushing thread."""
+        return self.flusher.flush_commit_log(least_pages)
 
-        Flush listeners hear of every advance, on the flushing thread.
-        """
-        before = self.commit_log.flushed_where
-        self.commit_log.flush(least_pages)
-        if least_pages == 0 and self.checkpoint is not None:
-            stamp = self.commit_log.queue.store_timestamp
-            if stamp:
-                self.checkpoint.physic_msg_timestamp = stamp
-        flushed = self.commit_log.flushed_where
-        if flushed != before:
-            for listener in self.flush_listeners:
-                listener(flushed)
-        return flushed
+    def flush_consume_queues(self, least_pages: int = 0) -> None:
+        """Force ConsumeQueue pages; on a thorough flush also the index and the checkpoint."""
+        self.flusher.flush_consume_queues(least_pages)
+
+    def flush_all(self) -> None:
+        self.flusher.flush_all()
+
+    def wake_flush(self) -> None:
+        """Ask the group commit (SYNC_FLUSH) to flush now; a no-op in ASYNC_FLUSH. Waiters
+        learn of the flush through ``flush_listeners``."""
+        self.flusher.wake()
 
     @property
     def flushed_offset(self) -> int:
@@ -586,35 +475,6 @@ class MessageStore:
     def max_physical_offset(self) -> int:
         """The CommitLog's end: where the next record goes."""
         return self.commit_log.max_offset
-
-    def wake_flush(self) -> None:
-        """Ask the group commit (SYNC_FLUSH) to flush now; a no-op in ASYNC_FLUSH.
-
-        Waiters learn of the flush through ``flush_listeners``.
-        """
-        group_commit = self._group_commit
-        if group_commit is not None:
-            group_commit.wakeup()
-
-    def flush_consume_queues(self, least_pages: int = 0) -> None:
-        """Force ConsumeQueue pages; on a thorough flush also the index and the checkpoint."""
-        checkpoint = self.checkpoint
-        logics = checkpoint.logics_msg_timestamp if checkpoint is not None else 0
-        self.consume_queue_table.flush(least_pages)
-        if least_pages == 0 and self.index_service is not None:
-            self.index_service.flush()
-        if least_pages == 0 and checkpoint is not None:
-            # The value captured before the flush: never ahead of what is on disk.
-            current = checkpoint.logics_msg_timestamp
-            checkpoint.logics_msg_timestamp = logics
-            checkpoint.flush()
-            checkpoint.logics_msg_timestamp = current
-
-    def flush_all(self) -> None:
-        self.commit_log.queue.flush_all()
-        self.flush_commit_log(0)
-        self.consume_queue_table.flush_all()
-        self.flush_consume_queues(0)
 
     # ================================================================== retention, check
 
@@ -636,10 +496,3 @@ class MessageStore:
         """
         problems = check_store(self.commit_log, self.consume_queue_table, self.checkpoint, fix)
         return self.recovery_findings + problems
-
-
-def _physical_memory() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):  # pragma: no cover - every Linux has both
-        return 8 * 1024**3

@@ -2,28 +2,63 @@
 (reference §10.3).
 
 The offset alone decides most statuses (empty queue, too small, overflow); otherwise the
-units from the offset to the end of their ConsumeQueue file go to the CommitLog's read loop,
-capped like RocketMQ's ``isTheBatchFull``. ``next_begin_offset`` counts every unit examined,
-filtered-out ones included.
+units from the offset to the end of their ConsumeQueue file are read from the CommitLog's
+files (:meth:`QueueReader.read_units`), capped like RocketMQ's ``isTheBatchFull``.
+``next_begin_offset`` counts every unit examined, filtered-out ones included. Records come
+decoded, or raw (undecoded, for a reader that decodes only what it needs).
 """
 
 from __future__ import annotations
 
-from storage.commit_log import CommitLog, UnitsRead
+import mmap
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from storage.commit_log import CommitLog
 from storage.consume_queue import ConsumeQueue
+from storage.record.decode import decode_record, raw_record
+from storage.record.java_hash import to_int32
+from storage.record.layout import CQ_UNIT_STRUCT, PRE_BLANK_SIZE, Buffer
 from storage.record.message import GetMessageStatus
-from storage.store_types import GetMessageResult, StoreConfig, TransferLimits
+from storage.store_types import GetMessageResult, StoreConfig
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)  # not frozen: one per pull, cheaper to build (see StoredMessage)
+class TransferLimits:
+    """The caps of one pull batch (RocketMQ's ``isTheBatchFull``); the first message always
+    goes out. ``disk_threshold``: units below this CommitLog offset count as "in disk"."""
+
+    max_messages: int
+    memory_bytes: int
+    memory_count: int
+    disk_bytes: int
+    disk_count: int
+    disk_threshold: int
+
+
+@dataclass(slots=True)  # not frozen: one per pull, cheaper to build (see StoredMessage)
+class UnitsRead(Generic[T]):
+    """What ``read_units`` found: the records (decoded or raw), how many units it examined
+    (filtered-out ones count), and whether a unit pointed at a record that is gone."""
+
+    found: list[T]
+    scanned: int
+    removed: bool
 
 
 class QueueReader:
     """Reads ConsumeQueues of one store through its CommitLog, within its pull caps."""
 
-    def __init__(self, commit_log: CommitLog, config: StoreConfig, memory_limit: int) -> None:
+    def __init__(self, commit_log: CommitLog, config: StoreConfig) -> None:
         self.commit_log = commit_log
         self.config = config
         # Units further than this behind the CommitLog's end count as "in disk": RocketMQ's
         # accessMessageInMemoryMaxRatio share of physical RAM.
-        self.memory_limit = memory_limit
+        self.memory_limit = physical_memory() * config.access_message_in_memory_max_ratio // 100
 
     def read(
         self,
@@ -32,9 +67,10 @@ class QueueReader:
         max_messages: int,
         max_bytes: int | None,
         codes: frozenset[int] | None,
+        raw: bool = False,
     ) -> GetMessageResult:
         """Up to ``max_messages`` of ``queue`` from ``offset`` whose tags code is in
-        ``codes`` (None: every message)."""
+        ``codes`` (None: every message); ``raw``: undecoded, in the result's ``records``."""
         min_offset, max_offset = queue.min_offset, queue.max_offset
         status, next_offset = position_status(offset, min_offset, max_offset)
         if status is not None:
@@ -47,10 +83,13 @@ class QueueReader:
                 GetMessageStatus.OFFSET_FOUND_NULL, next_file, min_offset, max_offset
             )
         limits = self.transfer_limits(max_messages, max_bytes)
-        read = self.commit_log.read_units(found[0], limits, codes)
-        return GetMessageResult(
-            _read_status(read), offset + read.scanned, min_offset, max_offset, read.messages
-        )
+        if raw:
+            raw_read = self.read_units(found[0], limits, codes, raw_record)
+            status, next_offset = _read_status(raw_read), offset + raw_read.scanned
+            return GetMessageResult(status, next_offset, min_offset, max_offset, [], raw_read.found)
+        read = self.read_units(found[0], limits, codes, decode_record)
+        status, next_offset = _read_status(read), offset + read.scanned
+        return GetMessageResult(status, next_offset, min_offset, max_offset, read.found)
 
     def transfer_limits(self, max_messages: int, max_bytes: int | None) -> TransferLimits:
         """The caps of one pull: the caller's, within the store's in-memory and in-disk
@@ -68,6 +107,69 @@ class QueueReader:
             self.commit_log.max_offset - self.memory_limit,
         )
 
+    def read_units(
+        self,
+        units: bytes,
+        limits: TransferLimits,
+        codes: frozenset[int] | None,
+        take: Callable[[Buffer, int], T],
+    ) -> UnitsRead[T]:
+        """The records of a run of ConsumeQueue units, up to the batch caps (reference §10.3),
+        each as ``take`` makes it of the buffer and position of a record: decoded
+        (:func:`decode_record`) or undecoded (:func:`raw_record`).
+
+        Units whose tags code is not in ``codes`` (None: all match) and pre-blank units are
+        skipped but count as scanned. A unit is "in disk" below ``limits.disk_threshold``:
+        its batch caps are the smaller disk ones. The first message always goes out.
+        """
+        memory_bytes, memory_count = limits.memory_bytes, limits.memory_count
+        disk_bytes, disk_count = limits.disk_bytes, limits.disk_count
+        max_messages, disk_threshold = limits.max_messages, limits.disk_threshold
+        find_file = self.commit_log.queue.find_by_offset
+        found: list[T] = []
+        append = found.append
+        count = total = scanned = 0
+        removed = False
+        # Records are decoded straight from the mapping of the CommitLog file of the
+        # previous unit (a batch nearly always stays in one file): no lookup and no copy
+        # of the record per message. ``readable_end`` 0 forces a lookup.
+        buffer: mmap.mmap | bytes = b""
+        file_start = readable_end = 0
+        for physical, size, code in CQ_UNIT_STRUCT.iter_unpack(units):
+            if count:  # RocketMQ's isTheBatchFull; never before the first message
+                if count >= max_messages:
+                    break
+                if physical < disk_threshold:
+                    if total + size > disk_bytes or count >= disk_count:
+                        break
+                elif total + size > memory_bytes or count >= memory_count:
+                    break
+            scanned += 1
+            if size == PRE_BLANK_SIZE or (codes is not None and to_int32(code) not in codes):
+                continue
+            if physical < file_start or physical + size > readable_end:
+                mapped = find_file(physical)
+                if mapped is None:
+                    removed = True  # no longer in the CommitLog
+                    continue
+                buffer = mapped.buffer
+                file_start = mapped.file_from_offset
+                readable_end = file_start + mapped.read_position
+                if physical + size > readable_end:
+                    removed = True  # not (or no longer) readable
+                    readable_end = 0
+                    continue
+            try:
+                record = take(buffer, physical - file_start)
+            except ValueError:  # the file was unmapped by the cleaner
+                removed = True
+                readable_end = 0
+                continue
+            append(record)
+            count += 1
+            total += size
+        return UnitsRead(found, scanned, removed)
+
 
 def position_status(
     offset: int, min_offset: int, max_offset: int
@@ -84,9 +186,17 @@ def position_status(
     return None, offset
 
 
-def _read_status(read: UnitsRead) -> GetMessageStatus:
-    if read.messages:
+def _read_status(read: UnitsRead[T]) -> GetMessageStatus:
+    if read.found:
         return GetMessageStatus.FOUND
     if read.removed:  # a removed message before any found one
         return GetMessageStatus.MESSAGE_WAS_REMOVING
     return GetMessageStatus.NO_MATCHED_MESSAGE
+
+
+def physical_memory() -> int:
+    """Bytes of RAM of this machine."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):  # pragma: no cover - every Linux has both
+        return 8 * 1024**3

@@ -12,10 +12,9 @@ import time
 
 from storage.checkpoint import StoreCheckpoint
 from storage.commit_log import CommitLog
-from storage.consume_queue import ConsumeQueue
+from storage.consume_queue import ConsumeQueue, is_readable_unit
 from storage.consume_queue_table import ConsumeQueueTable
 from storage.record.decode import RecordKind, check_record, decode_record
-from storage.record.layout import PRE_BLANK_SIZE
 
 
 def check_store(
@@ -45,7 +44,7 @@ def _check_queue(
             problems.append(f"consumequeue {name}: unit {index} is unreadable")
             break
         physical, size, _ = unit
-        if size == PRE_BLANK_SIZE or physical < min_physical:
+        if not is_readable_unit(physical, size, min_physical):
             continue
         problem = _check_unit(commit_log, queue, index, physical, size)
         if problem:

@@ -11,10 +11,10 @@ may be appending while a tool reads. That shapes every reader:
 * A record never straddles two files, so a byte range of one file is cut at record
   boundaries by walking TOTALSIZE from the file start or from a boundary already known
   (:func:`next_boundary`).
-* ConsumeQueue offsets follow RocketMQ: the min offset is the first unit that is not a
-  pre-blank filler and still points into the CommitLog; the max offset is the number of
-  valid units, ending at the first unit with a negative offset or a size <= 0 (the last file
-  is partly zeros).
+* ConsumeQueue offsets follow the rules :mod:`storage.consume_queue` writes down for the
+  store too: the min offset is the first readable unit (no pre-blank filler, still pointing
+  into the CommitLog), the max offset the number of valid units (the last file is partly
+  zeros).
 * Config files are decoded by :func:`storage.json_file.load_config` and its shape helpers,
   the same decoder the broker's managers use (``.bak`` fallback, RocketMQ's unquoted
   integer keys).
@@ -24,13 +24,24 @@ from __future__ import annotations
 
 import mmap
 import os
-import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from storage.config_managers import (
+    ConsumerOffsetManager,
+    SubscriptionGroupManager,
+    TopicConfigManager,
+)
+from storage.consume_queue import (
+    Unit,
+    count_valid_units,
+    is_readable_unit,
+    is_valid_unit,
+    readable_start,
+)
 from storage.errors import ConfigFileError
 from storage.json_file import (
     as_object,
@@ -38,13 +49,15 @@ from storage.json_file import (
     load_config,
     load_json,
 )
-from storage.record.decode import RecordKind, check_record, decode_record, read_store_timestamp
+from storage.record.decode import Boundary, decode_record, read_store_timestamp, walk_records
 from storage.record.layout import (
     CQ_UNIT_SIZE,
     CQ_UNIT_STRUCT,
+    HEAD_BYTES,
+    LONG_STRUCT,
     MESSAGE_MAGIC_CODES,
     PHYSICAL_OFFSET_POSITION,
-    PRE_BLANK_SIZE,
+    SIZE_AND_MAGIC,
     Buffer,
 )
 from storage.record.message import StoredMessage
@@ -53,15 +66,8 @@ COMMIT_LOG_DIR: Final = "commitlog"
 CONSUME_QUEUE_DIR: Final = "consumequeue"
 CONFIG_DIR: Final = "config"
 
-# Enough bytes to reach STORETIMESTAMP of any record (68 + 8 with an IPv6 born host).
-_HEAD_BYTES: Final = 96
-_MAGIC_AT: Final = struct.Struct(">ii")
-_LONG: Final = struct.Struct(">q")
 # ConsumeQueue units are read in chunks of this many when walking (4096 units = 80 KiB).
 _UNIT_CHUNK: Final = 4096
-
-Unit = tuple[int, int, int]
-"""A ConsumeQueue unit: (commit log offset, size, tags code)."""
 
 
 # --------------------------------------------------------------------------- files
@@ -137,42 +143,16 @@ def buffer_size(buffer: Buffer) -> int:
 # --------------------------------------------------------------------------- CommitLog walks
 
 
-@dataclass(frozen=True, slots=True)
-class Boundary:
-    """A position reached by a walk: a record starts there (MESSAGE) or the walk stopped.
-
-    ``kind`` is BLANK when the file ended with its end-of-file filler, END at the end of
-    written data (zeros, a record cut short, the end of the buffer) and CORRUPT at an
-    impossible record; ``reason`` says why for CORRUPT.
-    """
-
-    position: int
-    kind: RecordKind
-    reason: str = ""
-
-    @property
-    def is_record(self) -> bool:
-        """Whether a complete record starts at ``position``."""
-        return self.kind is RecordKind.MESSAGE
-
-
 def next_boundary(buffer: Buffer, known: int, target: int, limit: int | None = None) -> Boundary:
     """The first record boundary at or after ``target``, walking from the boundary ``known``.
 
     ``known`` must be a record boundary (0, the start of every file, always is). The walk
-    follows TOTALSIZE with :func:`check_record` and stops early at a BLANK, END or CORRUPT
-    position, which is returned instead. ``limit`` is the end of readable data (default: the
-    whole buffer).
+    (:func:`~storage.record.decode.walk_records`) stops early at a BLANK, END or CORRUPT
+    position, which is returned instead. ``limit`` is the end of readable data (default:
+    the whole buffer).
     """
     end = buffer_size(buffer) if limit is None else limit
-    position = known
-    while True:
-        check = check_record(buffer, position, end, check_crc=False)
-        if check.kind is not RecordKind.MESSAGE:
-            return Boundary(position, check.kind, check.reason)
-        if position >= target:
-            return Boundary(position, RecordKind.MESSAGE)
-        position += check.size
+    return walk_records(buffer, known, target, end)[1]
 
 
 def scan_records(
@@ -189,13 +169,10 @@ def scan_records(
     """
     data_end = buffer_size(buffer) if limit is None else limit
     stop_at = data_end if end is None else min(end, data_end)
-    position = start
-    while position < stop_at:
-        check = check_record(buffer, position, data_end, check_crc)
-        if check.kind is not RecordKind.MESSAGE:
-            return
-        yield position, check.size
-        position += check.size
+    positions, stop = walk_records(buffer, start, stop_at, data_end, check_crc)
+    # Each record ends where the next one starts, the last one at the boundary.
+    for position, record_end in zip(positions, [*positions[1:], stop.position], strict=False):
+        yield position, record_end - position
 
 
 def scan_stop(buffer: Buffer, start: int = 0, limit: int | None = None) -> Boundary:
@@ -238,7 +215,7 @@ def first_store_timestamp(file: StoreFile) -> int | None:
     """STORETIMESTAMP of the file's first record, or None when it holds none yet."""
     try:
         with open(file.path, "rb") as handle:
-            head = handle.read(_HEAD_BYTES)
+            head = handle.read(HEAD_BYTES)
     except FileNotFoundError:
         return None
     return _store_timestamp_of_head(head, file.start_offset)
@@ -247,22 +224,22 @@ def first_store_timestamp(file: StoreFile) -> int | None:
 def store_timestamp_at(buffer: Buffer, position: int, limit: int | None = None) -> int | None:
     """STORETIMESTAMP of the record at ``position`` of a mapped file, None if none is there."""
     end = buffer_size(buffer) if limit is None else limit
-    if position + _HEAD_BYTES > end:
+    if position + HEAD_BYTES > end:
         head = bytes(buffer[position:end])
     else:
-        head = bytes(buffer[position : position + _HEAD_BYTES])
+        head = bytes(buffer[position : position + HEAD_BYTES])
     return _store_timestamp_of_head(head, None)
 
 
 def _store_timestamp_of_head(head: bytes, physical_offset: int | None) -> int | None:
     """Store time from the first bytes of a record; checks magic (and offset when given)."""
-    if len(head) < _HEAD_BYTES:
+    if len(head) < HEAD_BYTES:
         return None
-    _total, magic = _MAGIC_AT.unpack_from(head, 0)
+    _total, magic = SIZE_AND_MAGIC.unpack_from(head, 0)
     if magic not in MESSAGE_MAGIC_CODES:
         return None
     if physical_offset is not None:
-        stored_offset = _LONG.unpack_from(head, PHYSICAL_OFFSET_POSITION)[0]
+        stored_offset = LONG_STRUCT.unpack_from(head, PHYSICAL_OFFSET_POSITION)[0]
         if stored_offset != physical_offset:
             return None
     return read_store_timestamp(head, 0)
@@ -289,7 +266,7 @@ def read_commit_log(store_dir: Path, physical_offset: int, size: int) -> bytes |
 
 def store_timestamp_at_offset(store_dir: Path, physical_offset: int) -> int | None:
     """STORETIMESTAMP of the record at an absolute CommitLog offset, or None."""
-    head = read_commit_log(store_dir, physical_offset, _HEAD_BYTES)
+    head = read_commit_log(store_dir, physical_offset, HEAD_BYTES)
     if head is None:
         return None
     return _store_timestamp_of_head(head, physical_offset)
@@ -358,26 +335,13 @@ def _unit_at(path: Path, index: int) -> Unit | None:
     return int(offset), int(size), int(code)
 
 
-def _is_valid_unit(unit: Unit | None) -> bool:
-    """RocketMQ's recovery rule: offset >= 0 and size > 0 (pre-blank units pass)."""
-    return unit is not None and unit[0] >= 0 and unit[1] > 0
-
-
 def _valid_units_in_file(file: StoreFile) -> int:
-    """How many leading units of a file are valid; units are valid then zeros (binary search)."""
-    total = file.size // CQ_UNIT_SIZE
-    if total == 0 or not _is_valid_unit(_unit_at(file.path, 0)):
-        return 0
-    if _is_valid_unit(_unit_at(file.path, total - 1)):
-        return total
-    low, high = 0, total - 1  # unit low is valid, unit high is not
-    while high - low > 1:
-        middle = (low + high) // 2
-        if _is_valid_unit(_unit_at(file.path, middle)):
-            low = middle
-        else:
-            high = middle
-    return high
+    """How many leading units of a file are valid (:func:`count_valid_units`)."""
+
+    def unit_at(index: int) -> Unit:
+        return _unit_at(file.path, index) or (-1, 0, 0)  # a file cut meanwhile ends there
+
+    return count_valid_units(unit_at, file.size // CQ_UNIT_SIZE)
 
 
 def _max_offset(files: list[StoreFile]) -> int:
@@ -393,22 +357,26 @@ def _max_offset(files: list[StoreFile]) -> int:
     return end_bytes // CQ_UNIT_SIZE
 
 
+def _file_units(file: StoreFile, count: int) -> Iterator[Unit]:
+    """The first ``count`` units of a file, read a chunk at a time."""
+    for chunk_start in range(0, count, _UNIT_CHUNK):
+        data = _read_units(file.path, chunk_start, min(_UNIT_CHUNK, count - chunk_start))
+        yield from CQ_UNIT_STRUCT.iter_unpack(data[: len(data) // CQ_UNIT_SIZE * CQ_UNIT_SIZE])
+
+
 def _min_offset(files: list[StoreFile], max_offset: int, commit_log_min: int) -> int:
-    """The first unit that is not pre-blank and points at or past ``commit_log_min``."""
+    """The first readable unit (:func:`readable_start`) below ``max_offset``, else
+    ``max_offset``."""
     for file in files:
         first_index = file.start_offset // CQ_UNIT_SIZE
-        units = file.size // CQ_UNIT_SIZE
-        for chunk_start in range(0, units, _UNIT_CHUNK):
-            index = first_index + chunk_start
-            if index >= max_offset:
-                return max_offset
-            data = _read_units(file.path, chunk_start, min(_UNIT_CHUNK, units - chunk_start))
-            for offset, size, _code in CQ_UNIT_STRUCT.iter_unpack(data[: len(data) // 20 * 20]):
-                if index >= max_offset or offset < 0 or size <= 0:
-                    return max_offset
-                if size != PRE_BLANK_SIZE and offset >= commit_log_min:
-                    return index
-                index += 1
+        count = min(file.size // CQ_UNIT_SIZE, max_offset - first_index)
+        if count <= 0:
+            break
+        skipped, found = readable_start(_file_units(file, count), commit_log_min)
+        if found:
+            return first_index + skipped
+        if skipped < count:  # an invalid unit: the end of the queue's data
+            break
     return max_offset
 
 
@@ -446,7 +414,7 @@ def read_unit(store_dir: Path, topic: str, queue_id: int, offset: int) -> Unit |
     for file in consume_queue_files(store_dir, topic, queue_id):
         if file.start_offset <= byte_offset < file.end_offset:
             unit = _unit_at(file.path, (byte_offset - file.start_offset) // CQ_UNIT_SIZE)
-            return unit if _is_valid_unit(unit) else None
+            return unit if unit is not None and is_valid_unit(unit[0], unit[1]) else None
     return None
 
 
@@ -458,7 +426,8 @@ def store_timestamp_at_queue_offset(
     None when the offset holds no unit, a pre-blank unit, or a unit whose record is gone.
     """
     unit = read_unit(store_dir, topic, queue_id, offset)
-    if unit is None or unit[1] == PRE_BLANK_SIZE:
+    # min physical offset 0: a record below the CommitLog's min offset is found gone when read.
+    if unit is None or not is_readable_unit(unit[0], unit[1], 0):
         return None
     return store_timestamp_at_offset(store_dir, unit[0])
 
@@ -469,27 +438,6 @@ def store_timestamp_at_queue_offset(
 def read_config(store_dir: Path, file_name: str) -> object | None:
     """A config file of ``<store>/config/`` decoded (``.bak`` fallback); None when absent."""
     return load_json(Path(store_dir) / CONFIG_DIR / file_name)
-
-
-POP_STATE_FILE: Final = "popState.json"
-"""POP consumption's snapshot in ``<store>/config/`` (written by the broker's POP service)."""
-
-
-def read_pop_in_flight(store_dir: Path) -> dict[tuple[str, str, int], int]:
-    """Messages received and not yet acked, by (group, topic, queue id), as of the POP
-    service's last snapshot; empty when no group consumes by POP."""
-    root = read_config(store_dir, POP_STATE_FILE)
-    queues = root.get("queues") if isinstance(root, dict) else None
-    found: dict[tuple[str, str, int], int] = {}
-    for item in queues if isinstance(queues, list) else []:
-        try:
-            key = (str(item["group"]), str(item["topic"]), int(item["queue_id"]))
-            in_flight = int(item.get("inFlight", 0))
-        except (KeyError, TypeError, ValueError, AttributeError):
-            continue
-        if in_flight > 0:
-            found[key] = in_flight
-    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -513,7 +461,7 @@ def read_consumer_offsets(store_dir: Path) -> ConsumerOffsets:
 
     Raises ConfigFileError when the file (and its backup) cannot be read or has a wrong shape.
     """
-    path = Path(store_dir) / CONFIG_DIR / "consumerOffset.json"
+    path = Path(store_dir) / CONFIG_DIR / ConsumerOffsetManager.file_name
     root = load_config(path)
     try:
         return ConsumerOffsets(
@@ -528,16 +476,19 @@ def read_consumer_offsets(store_dir: Path) -> ConsumerOffsets:
 
 def read_subscription_groups(store_dir: Path) -> dict[str, dict[str, object]]:
     """``subscriptionGroupTable`` of ``config/subscriptionGroup.json``: group -> its fields."""
-    return _named_table(store_dir, "subscriptionGroup.json", "subscriptionGroupTable")
+    return _named_table(store_dir, SubscriptionGroupManager)
 
 
 def read_topic_configs(store_dir: Path) -> dict[str, dict[str, object]]:
     """``topicConfigTable`` of ``config/topics.json``: topic -> its fields."""
-    return _named_table(store_dir, "topics.json", "topicConfigTable")
+    return _named_table(store_dir, TopicConfigManager)
 
 
-def _named_table(store_dir: Path, file_name: str, key: str) -> dict[str, dict[str, object]]:
-    path = Path(store_dir) / CONFIG_DIR / file_name
+def _named_table(
+    store_dir: Path, manager: type[TopicConfigManager | SubscriptionGroupManager]
+) -> dict[str, dict[str, object]]:
+    """The table of a versioned config file, read the way its manager reads it."""
+    path, key = Path(store_dir) / CONFIG_DIR / manager.file_name, manager.table_key
     try:
         table = as_object(load_config(path).get(key, {}), key)
         return {name: as_object(entry, f"{key}[{name!r}]") for name, entry in table.items()}

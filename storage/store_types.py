@@ -1,7 +1,8 @@
-"""The store's value types: its configuration, what a put and a pull return, and the
-dispatch request that carries one record from the CommitLog to its ConsumeQueue.
+"""The store's value types: its configuration, what a pull returns, and the dispatch request
+that carries one record from the CommitLog to its ConsumeQueue. (The message values every
+layer shares, put results and statuses among them, are in :mod:`storage.record.message`.)
 
-Plain data shared by the facade, the dispatcher, the CommitLog read loop and the services
+Plain data shared by the facade, the dispatcher, the pull read loop and the services
 layer; no behaviour beyond small derived properties.
 """
 
@@ -13,7 +14,7 @@ from enum import Enum
 
 from storage.delay_levels import DEFAULT_DELAY_LEVELS
 from storage.record.layout import is_dispatchable
-from storage.record.message import GetMessageStatus, StoredMessage
+from storage.record.message import GetMessageStatus, RawRecord, StoredMessage
 from storage.retention import RetentionConfig
 
 
@@ -70,19 +71,7 @@ class GetMessageResult:
     min_offset: int
     max_offset: int
     messages: list[StoredMessage] = field(default_factory=list)
-
-
-@dataclass(slots=True)  # not frozen: one per pull, cheaper to build (see StoredMessage)
-class TransferLimits:
-    """The caps of one pull batch (RocketMQ's ``isTheBatchFull``); the first message always
-    goes out. ``disk_threshold``: units below this CommitLog offset count as "in disk"."""
-
-    max_messages: int
-    memory_bytes: int
-    memory_count: int
-    disk_bytes: int
-    disk_count: int
-    disk_threshold: int
+    records: list[RawRecord] = field(default_factory=list)  # a raw read's, undecoded
 
 
 @dataclass(slots=True)  # not frozen: ~1 µs less per put (see StoredMessage)

@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
 PACKAGES = ("services", "app")
-_LISTED = re.compile(r"^- `([\w/]+\.py)` — \S", re.MULTILINE)
+_LISTED = re.compile(r"^- `([\w/]+\.py)`: \S", re.MULTILINE)
 
 
 def listed_in_readme() -> set[str]:

@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 
 from services.pop.handles import adopt_secret
+from services.pop.state_file import POP_STATE_FILE
 from storage.config_managers import (
     ConsumerOffsetManager,
     DelayOffsetManager,
@@ -23,7 +24,6 @@ from storage.config_managers import (
     TopicConfigManager,
 )
 from storage.json_file import save_json
-from storage.store_reader import POP_STATE_FILE
 
 log = logging.getLogger(__name__)
 

@@ -42,10 +42,10 @@ from services.ha.master import HAService
 from services.ha.replication import MasterReplication
 from services.ha.status import ReplicaStatus, Role
 from services.pop.handles import secret_text
+from services.pop.state_file import POP_STATE_FILE
 from storage import MessageStore
 from storage.epoch_file import EpochEntry, EpochFile
 from storage.json_file import load_json
-from storage.store_reader import POP_STATE_FILE
 from storage.truncation import truncate_commit_log
 
 log = logging.getLogger(__name__)

@@ -14,9 +14,11 @@ from typing import Final
 
 from services.pop.inflight import QueueKey
 from storage.json_file import load_json, save_json
-from storage.store_reader import POP_STATE_FILE
 
-STATE_FILE: Final = POP_STATE_FILE
+POP_STATE_FILE: Final = "popState.json"
+"""The snapshot's name in ``<store>/config/``. Offline lag reports read its ``inFlight``
+counts too (``spark_jobs.lag.pop_state``, which keeps its own copy of the name: a test
+writes this file with :func:`save_snapshot` and reads it back there)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +32,7 @@ class PopSnapshot:
 
 def load_snapshot(config_dir: Path) -> PopSnapshot:
     """The last snapshot, or an empty one (read the revive topic from its start)."""
-    root = load_json(config_dir / STATE_FILE)
+    root = load_json(config_dir / POP_STATE_FILE)
     if not isinstance(root, dict):
         return PopSnapshot()
     committed: dict[QueueKey, int] = {}
@@ -45,7 +47,7 @@ def load_snapshot(config_dir: Path) -> PopSnapshot:
 
 def save_snapshot(config_dir: Path, snapshot: PopSnapshot) -> None:
     save_json(
-        config_dir / STATE_FILE,
+        config_dir / POP_STATE_FILE,
         {
             "reviveOffset": snapshot.revive_offset,
             "queues": [

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from spark_jobs.lag.pop_state import read_pop_in_flight
 from storage.lag_model import NOT_COMMITTED, consume_position, dlq_depth, queue_lag_figures
 from storage.store_reader import (
     QueueOffsets,
     all_queue_offsets,
     read_consumer_offsets,
-    read_pop_in_flight,
     read_subscription_groups,
     store_timestamp_at_queue_offset,
 )

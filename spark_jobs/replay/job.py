@@ -46,11 +46,7 @@ from spark_jobs.replay.http_sender import (
 )
 from spark_jobs.session import build_session, parse_conf
 from storage.delay_levels import SCHEDULE_TOPIC
-from storage.record.layout import (
-    TRANSACTION_PREPARED_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
-    TRANSACTION_TYPE_MASK,
-)
+from storage.record.layout import DISPATCHABLE_TYPES, TRANSACTION_TYPE_MASK
 from storage.tag_filter import subscribed_tags
 from storage.topic_names import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 
@@ -148,7 +144,7 @@ def select_messages(spark: SparkSession, selection: Selection) -> DataFrame:
         reader = reader.option("to_time", str(selection.to_ms))
     frame = reader.load()
     transaction = F.col("sys_flag").bitwiseAND(TRANSACTION_TYPE_MASK)
-    frame = frame.where(~transaction.isin(TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE))
+    frame = frame.where(transaction.isin(sorted(DISPATCHABLE_TYPES)))  # no transaction halves
     if selection.queues:
         frame = frame.where(F.col("queue_id").isin(list(selection.queues)))
     if selection.from_offset is not None:

@@ -1,15 +1,19 @@
 """Reading records: what lies at a position of the CommitLog, and the message decoded.
 
-:func:`check_record` frames a record (a short tail or zeros are the end of the log, only an
-impossible length, an unknown magic code or a CRC mismatch is corruption);
-:func:`check_v4_record` is its fast path for the common layout, which recovery runs over
-every record of a large log. :func:`decode_record` turns a checked record into a
+Framing is written once, here: :func:`check_record` says what lies at a position (a short
+tail or zeros are the end of the log; only an impossible length, an unknown magic code or a
+CRC mismatch is corruption), through :func:`check_v4_record` for the common layout (v1,
+IPv4 hosts), which recovery and the readers run over every record of a large log;
+:func:`walk_records` follows TOTALSIZE from record to record with them. Every CommitLog
+walk (recovery, the store reader, the Spark readers) uses these.
+:func:`decode_record` turns a checked record into a
 :class:`~storage.record.message.StoredMessage`.
 """
 
 from __future__ import annotations
 
 import zlib
+from array import array
 from dataclasses import dataclass
 from enum import Enum
 
@@ -28,16 +32,18 @@ from storage.record.layout import (
     RECORD_HEADER_V4,
     SHORT_STRUCT,
     SIZE_AND_MAGIC,
+    SIZE_AND_QUEUE_OFFSET,
     SYSFLAG_POSITION,
     Buffer,
     record_header_struct,
     store_timestamp_position,
 )
-from storage.record.message import StoredMessage
+from storage.record.message import RawRecord, StoredMessage
 from storage.record.msg_id import HOST_NAMES, decode_host
 from storage.record.properties import decode_properties
 
 _HEAD_TO_SYSFLAG = HEAD_TO_SYSFLAG.unpack_from
+_SIZE_AND_QUEUE_OFFSET = SIZE_AND_QUEUE_OFFSET.unpack_from
 _unpack_int = INT_STRUCT.unpack_from
 _unpack_short = SHORT_STRUCT.unpack_from
 
@@ -121,6 +127,9 @@ def check_record(buffer: Buffer, position: int, limit: int, check_crc: bool) -> 
     A short tail or a zero magic is the normal end of the log (END); only an impossible
     length, an unknown magic or a CRC mismatch is CORRUPT.
     """
+    common = check_v4_record(buffer, position, limit, check_crc)
+    if common is not None:
+        return RecordCheck(RecordKind.MESSAGE, common[0])
     if position + SIZE_AND_MAGIC.size > limit:
         return RecordCheck(RecordKind.END, 0)
     total_size, magic = SIZE_AND_MAGIC.unpack_from(buffer, position)
@@ -164,6 +173,55 @@ def check_v4_record(
     if check_crc and zlib.crc32(buffer[position + 88 : body_end]) & CRC_MASK != crc:
         return None
     return total, queue_id, body_end
+
+
+@dataclass(frozen=True, slots=True)
+class Boundary:
+    """A position reached by a walk: a record starts there (MESSAGE) or the walk stopped.
+
+    ``kind`` is BLANK when the file ended with its end-of-file filler, END at the end of
+    written data (zeros, a record cut short, the end of the buffer) and CORRUPT at an
+    impossible record; ``reason`` says why for CORRUPT.
+    """
+
+    position: int
+    kind: RecordKind
+    reason: str = ""
+
+    @property
+    def is_record(self) -> bool:
+        """Whether a complete record starts at ``position``."""
+        return self.kind is RecordKind.MESSAGE
+
+
+def walk_records(
+    buffer: Buffer, start: int, end: int, limit: int, check_crc: bool = False
+) -> tuple[array[int], Boundary]:
+    """The complete, valid records that start in ``[start, end)``, and where the walk ended.
+
+    ``start`` must be a record boundary and ``limit`` is the end of readable data. The walk
+    follows TOTALSIZE and stops early at a BLANK, END or CORRUPT position, which is then the
+    boundary returned; otherwise the boundary is the first position at or after ``end``,
+    checked like any other (MESSAGE when a complete record starts there). Each record's
+    size is the distance to the next position (the last one's: to the boundary).
+    """
+    positions: array[int] = array("q")
+    append = positions.append
+    common = check_v4_record
+    position = start
+    while position < end:
+        found = common(buffer, position, limit, check_crc)
+        if found is not None:
+            append(position)
+            position += found[0]
+            continue
+        check = check_record(buffer, position, limit, check_crc)
+        if check.kind is not RecordKind.MESSAGE:
+            return positions, Boundary(position, check.kind, check.reason)
+        append(position)
+        position += check.size
+    check = check_record(buffer, position, limit, check_crc)
+    return positions, Boundary(position, check.kind, check.reason)
 
 
 def decode_record(buffer: Buffer, position: int = 0) -> StoredMessage:
@@ -252,6 +310,13 @@ def _decode_other_layout(buffer: Buffer, position: int) -> StoredMessage:
         fields[14],  # RECONSUMETIMES
         fields[15],  # PREPARED TRANSACTION OFFSET
     )
+
+
+def raw_record(buffer: Buffer, position: int = 0) -> RawRecord:
+    """The complete record at ``position``, undecoded: a copy of its bytes (so that nothing
+    holds on to a mapping that retention may close) and its QUEUEOFFSET."""
+    size, queue_offset = _SIZE_AND_QUEUE_OFFSET(buffer, position)
+    return RawRecord(queue_offset, bytes(buffer[position : position + size]))
 
 
 def read_store_timestamp(buffer: Buffer, position: int = 0) -> int:

@@ -21,6 +21,7 @@ from storage.record.layout import (
     BORNHOST_V6_FLAG,
     CQ_UNIT_STRUCT,
     CRC_MASK,
+    DISPATCHABLE_TYPES,
     HOST_V6_BITS,
     INT32_MAX,
     INT32_MIN,
@@ -31,7 +32,6 @@ from storage.record.layout import (
     SHORT_STRUCT,
     STOREHOSTADDRESS_V6_FLAG,
     TRANSACTION_TYPE_MASK,
-    is_dispatchable,
 )
 from storage.record.message import Message
 from storage.record.msg_id import encode_host
@@ -172,7 +172,7 @@ class EncodedMessage:
     @property
     def is_dispatchable(self) -> bool:
         """Prepared and rolled-back transaction messages never reach a ConsumeQueue."""
-        return is_dispatchable(self.sys_flag)
+        return self.sys_flag & TRANSACTION_TYPE_MASK in DISPATCHABLE_TYPES  # is_dispatchable
 
     def write_into(
         self,

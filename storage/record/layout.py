@@ -92,10 +92,14 @@ STOREHOSTADDRESS_V6_FLAG: Final = 0x20
 HOST_V6_BITS: Final = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
 
 
+DISPATCHABLE_TYPES: Final = frozenset((TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE))
+"""The transaction types whose records reach a ConsumeQueue (``sys_flag & TYPE_MASK``)."""
+
+
 def is_dispatchable(sys_flag: int) -> bool:
     """Whether a record reaches a ConsumeQueue: prepared and rolled-back transaction halves
     never do (reference §2.3)."""
-    return sys_flag & TRANSACTION_TYPE_MASK in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
+    return sys_flag & TRANSACTION_TYPE_MASK in DISPATCHABLE_TYPES
 
 
 # --------------------------------------------------------------------------- the record
@@ -119,17 +123,29 @@ SIZE_AND_MAGIC: Final = struct.Struct(_HEAD[:3])
 """TOTALSIZE and MAGICCODE: the first 8 bytes of any record, a BLANK included."""
 HEAD_TO_SYSFLAG: Final = struct.Struct(_HEAD[:9])
 """TOTALSIZE .. SYSFLAG: enough to tell the layout of a record."""
+MAGIC_POSITION: Final = struct.calcsize(_HEAD[:2])  # 4
 BODY_CRC_POSITION: Final = SIZE_AND_MAGIC.size  # 8
 QUEUE_ID_POSITION: Final = struct.calcsize(_HEAD[:4])  # 12
 QUEUE_OFFSET_POSITION: Final = struct.calcsize(_HEAD[:6])  # 20
 PHYSICAL_OFFSET_POSITION: Final = struct.calcsize(_HEAD[:7])  # 28
 SYSFLAG_POSITION: Final = struct.calcsize(_HEAD[:8])  # 36
+BORN_TIMESTAMP_POSITION: Final = struct.calcsize(_HEAD[:9])  # 40
 BORN_HOST_POSITION: Final = HEAD_STRUCT.size  # 48
+SIZE_AND_QUEUE_OFFSET: Final = struct.Struct(
+    ">"
+    "i"  # TOTALSIZE
+    f"{QUEUE_OFFSET_POSITION - 4}x"  # MAGICCODE .. FLAG, skipped
+    "q"  # QUEUEOFFSET
+)
 
 
 def _host_format(v6: bool) -> str:
     """An address (4 or 16 bytes) and an int port."""
     return "16si" if v6 else "4si"
+
+
+HOST_V4_SIZE: Final = struct.calcsize(">" + _host_format(False))  # 8
+HOST_V6_SIZE: Final = struct.calcsize(">" + _host_format(True))  # 20
 
 
 def _record_struct(born_v6: bool, store_v6: bool) -> struct.Struct:
@@ -162,11 +178,11 @@ FIXED_FIELDS_V4: Final = struct.Struct(
     + "i"  # BODY LENGTH
 )
 """RECORD_HEADER_V4 without the two hosts: the numbers only, no address bytes built."""
-STORE_HOST_POSITION_V4: Final = BORN_HOST_POSITION + 8 + 8  # 64
+STORE_HOST_POSITION_V4: Final = BORN_HOST_POSITION + HOST_V4_SIZE + 8  # 64
 BODY_LENGTH_POSITION_V4: Final = RECORD_HEADER_V4.size - INT_STRUCT.size  # 84
 FIXED_OVERHEAD_V4: Final = RECORD_HEADER_V4.size + 1 + 2  # 91: TOPIC and PROPERTIES LENGTH
 FIXED_OVERHEAD_V4_V2: Final = FIXED_OVERHEAD_V4 + 1  # 92: a two-byte topic length
-HOST_V6_EXTRA: Final = 12
+HOST_V6_EXTRA: Final = HOST_V6_SIZE - HOST_V4_SIZE
 """What an IPv6 host adds to a record: a 16-byte address instead of 4."""
 
 MIN_RECORD_SIZE: Final = {
@@ -183,7 +199,7 @@ def record_header_struct(sys_flag: int) -> struct.Struct:
 
 def store_timestamp_position(sys_flag: int) -> int:
     """Byte position of STORETIMESTAMP: 56 for an IPv4 born host, 68 for IPv6."""
-    return BORN_HOST_POSITION + (20 if sys_flag & BORNHOST_V6_FLAG else 8)
+    return BORN_HOST_POSITION + (HOST_V6_SIZE if sys_flag & BORNHOST_V6_FLAG else HOST_V4_SIZE)
 
 
 def store_host_position(sys_flag: int) -> int:

@@ -28,7 +28,7 @@ from services.pop.checkpoint import (
 )
 from services.pop.handles import HandleCodec, ReceiptHandle
 from services.pop.service import AckOutcome, Received, ReceivedMessage, ReceiveOptions
-from services.pop.state_file import STATE_FILE
+from services.pop.state_file import POP_STATE_FILE
 from storage import Message, MessageStore, StoredMessage
 from storage.config_managers import TopicConfig
 
@@ -280,10 +280,10 @@ async def test_restart_keeps_answered_acks_and_returns_what_was_in_flight(
     acked = {body(m) for m, _, _ in got[:25]}
     await broker.pop.ack("G", [h for _, h, _ in got[:25]])
     await broker.stop()
-    state = json.loads((tmp_path / "store" / "config" / STATE_FILE).read_text())
+    state = json.loads((tmp_path / "store" / "config" / POP_STATE_FILE).read_text())
     assert sum(q["inFlight"] for q in state["queues"] if q["group"] == "G") == 15
     if lose_snapshot:
-        (tmp_path / "store" / "config" / STATE_FILE).unlink()
+        (tmp_path / "store" / "config" / POP_STATE_FILE).unlink()
     broker = Broker(config(tmp_path))
     await broker.start()
     try:

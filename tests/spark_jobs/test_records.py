@@ -12,11 +12,11 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 
-import spark_jobs.records as records
+import spark_jobs.properties_column as properties_column
+from spark_jobs.arrays import as_bytes
 from spark_jobs.records import (
     ARROW_SCHEMA,
     RecordFilter,
-    as_bytes,
     build_batch,
     record_row,
     rows_to_batch,
@@ -30,19 +30,20 @@ from storage.record.message import Message
 from storage.store_reader import iter_store_records, scan_records, scan_stop
 from tests.spark_jobs.stores import expected_row, sorted_rows, varied_message, varied_store
 from tests.spark_jobs.v2_records import LONG_TOPIC, STORE_TIME_0, mixed_records
+from tests.storage.record.golden import KEYED_PROPERTIES, every_kind_of_message_record
 
 
 @pytest.fixture
 def slow_path_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The batch sizes whose properties fall back to decoding record by record."""
     calls: list[int] = []
-    original = records._per_record_properties
+    original = properties_column._per_record_properties
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         calls.append(len(args[1]) - 1)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(records, "_per_record_properties", spy)
+    monkeypatch.setattr(properties_column, "_per_record_properties", spy)
     return calls
 
 
@@ -310,3 +311,21 @@ def test_rows_to_batch_and_empty_batches() -> None:
     assert build_batch(as_bytes(b""), walk_chain(b"", 0).positions, 0, "/s").num_rows == 0
     table = pa.Table.from_batches([rows_to_batch(reference_rows(encode_all([Message("T", b"1")])))])
     assert table.schema.equals(ARROW_SCHEMA)
+
+
+def test_vectorised_batches_equal_the_decoder_for_every_kind_of_record(
+    slow_path_calls: list[int],
+) -> None:
+    """v1 and v2, every host width, a batch member, keyed (idempotency) properties,
+    transaction halves, empty and binary bodies, back to back; then a BLANK ends the file."""
+    kinds = every_kind_of_message_record()
+    records = b"".join(kind.values[0] for kind in kinds)
+    buffer = records + blank_record(4096) + bytes(4088)
+    chain = walk_chain(buffer, 0)
+    assert len(chain.positions) == len(kinds)
+    assert chain.stop.kind is RecordKind.BLANK and chain.stop.position == len(records)
+    rows = vector_rows(buffer)
+    assert rows == reference_rows(buffer)
+    keyed = [row["properties"] for row in rows if row["uniq_key"] == "7F0000010001ABCD"]
+    assert keyed == [list(KEYED_PROPERTIES.items())] * 2  # the keyed record, the batch member
+    assert slow_path_calls == []

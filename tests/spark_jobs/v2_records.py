@@ -8,41 +8,16 @@ row is the v1 twin's row with the v2 record's topic and size.
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 from spark_jobs.records import record_row, rows_to_batch
 from storage.record.decode import decode_record
 from storage.record.encode import encode_message
-from storage.record.layout import BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE_V2, STOREHOSTADDRESS_V6_FLAG
 from storage.record.message import Message
+from tests.storage.record.golden import to_v2
 
 STORE_TIME_0 = 1_710_000_000_000
 LONG_TOPIC = "Orders." + "x" * 200  # longer than a v1 record can hold
-
-
-def _header_size(record: bytes) -> int:
-    sys_flag: int = struct.unpack_from(">i", record, 36)[0]
-    wide = sum(1 for flag in (BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG) if sys_flag & flag)
-    return 88 + 12 * wide
-
-
-def to_v2(record: bytes, topic: str | None = None) -> bytes:
-    """The v2 form of a v1 record: magic, a two-byte topic length, TOTALSIZE; ``topic``
-    replaces the topic when given."""
-    header = _header_size(record)
-    body_length = struct.unpack_from(">i", record, header - 4)[0]
-    at = header + body_length
-    old_topic = record[at + 1 : at + 1 + record[at]]
-    new_topic = old_topic if topic is None else topic.encode()
-    rebuilt = bytearray(
-        record[:at]
-        + struct.pack(">h", len(new_topic))
-        + new_topic
-        + record[at + 1 + len(old_topic) :]
-    )
-    struct.pack_into(">ii", rebuilt, 0, len(rebuilt), MESSAGE_MAGIC_CODE_V2)
-    return bytes(rebuilt)
 
 
 def mixed_records(

@@ -66,6 +66,13 @@ def message(
     return Message(topic=topic, body=body, queue_id=queue_id, properties=props)
 
 
+def fill_two_queues(store: MessageStore, count: int, topic: str = "TopicA") -> None:
+    """``count`` keyed messages over queues 0 and 1, then a batch of three into queue 1."""
+    for i in range(count):
+        store.put_message(message(topic, f"body-{i}".encode() * 20, queue_id=i % 2, keys=f"k{i}"))
+    store.put_messages([message(topic, b"batch", queue_id=1) for _ in range(3)])
+
+
 @pytest.fixture
 def store_dir(tmp_path: Path) -> Path:
     return tmp_path / "store"

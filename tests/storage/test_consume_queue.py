@@ -7,9 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from storage.consume_queue import ConsumeQueue
+from storage.consume_queue import (
+    ConsumeQueue,
+    count_valid_units,
+    is_readable_unit,
+    is_valid_unit,
+    readable_start,
+    units_in,
+)
 from storage.mapped_file import offset_to_file_name
-from storage.record.layout import CQ_UNIT_STRUCT
+from storage.record.layout import CQ_UNIT_STRUCT, PRE_BLANK_SIZE
 
 UNITS = 10  # units per file: 200-byte files
 PRE_BLANK = (0, 0x7FFFFFFF, 0)
@@ -363,3 +370,37 @@ def test_put_units_skips_units_already_in_place(cq: ConsumeQueue) -> None:
     assert cq.put_units(2, packed_units(2, 4))
     assert files_on_disk(cq) == before
     assert cq.max_offset == 4
+
+
+# ---------------------------------------------------------------- the unit rules
+
+
+def test_a_unit_is_valid_with_an_offset_and_a_size_and_readable_unless_filler_or_expired() -> None:
+    assert is_valid_unit(0, 1) and is_valid_unit(*PRE_BLANK[:2])
+    assert not is_valid_unit(-1, 10) and not is_valid_unit(0, 0) and not is_valid_unit(5, -3)
+    assert is_readable_unit(4096, 158, min_physical_offset=4096)
+    assert not is_readable_unit(4095, 158, min_physical_offset=4096)
+    assert not is_readable_unit(0, PRE_BLANK_SIZE, min_physical_offset=0)
+
+
+@pytest.mark.parametrize("valid", [0, 1, 5, 9, 10])
+def test_count_valid_units_finds_where_the_written_prefix_ends(valid: int) -> None:
+    units = [(i * 100, 100, 0) for i in range(valid)] + [(0, 0, 0)] * (UNITS - valid)
+    looked_at: list[int] = []
+
+    def unit_at(index: int) -> tuple[int, int, int]:
+        looked_at.append(index)
+        return units[index]
+
+    assert count_valid_units(unit_at, UNITS) == valid
+    assert len(looked_at) <= 5  # a binary search, or one look at a full file's last unit
+
+
+def test_readable_start_skips_fillers_and_expired_units_and_stops_at_the_data_end() -> None:
+    run = [PRE_BLANK, PRE_BLANK, (100, 50, 0), (150, 50, 0), (200, 50, 0)]
+    assert readable_start(run, min_physical_offset=0) == (2, True)
+    assert readable_start(run, min_physical_offset=150) == (3, True)
+    assert readable_start(run, min_physical_offset=1000) == (5, False)
+    assert readable_start([PRE_BLANK, (0, 0, 0), (300, 5, 0)], 0) == (1, False)
+    packed = b"".join(CQ_UNIT_STRUCT.pack(*unit) for unit in run)
+    assert list(units_in(packed, 20, len(packed))) == run[1:]

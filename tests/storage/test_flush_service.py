@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from storage import FlushDiskType, GetMessageStatus, Message, MessageStore, StoreConfig
-from storage.checkpoint import StoreCheckpoint
 from storage.flush_service import GroupCommitService
 from tests.storage.conftest import FlushWaiter
 
@@ -172,29 +171,3 @@ def test_a_message_whose_flush_is_held_stays_stored_and_invisible_until_flushed(
     finally:
         syncs.gate.set()
         store.close()
-
-
-def test_stopping_services_flushes_everything(tmp_path: Path) -> None:
-    config = StoreConfig(commit_log_file_size=1024 * 1024, flush_interval_commit_log_ms=60_000)
-    store = MessageStore.open(tmp_path, config)
-    store.start_services()
-    result = store.put_message(Message("T", b"z" * 300))
-    store.stop_services()
-    assert store.commit_log.flushed_where >= result.end_offset
-    store.close()
-
-
-def test_checkpoint_records_flush_times_and_survives_reopen(tmp_path: Path) -> None:
-    with MessageStore.open(tmp_path, StoreConfig(commit_log_file_size=64 * 1024)) as store:
-        result = store.put_message(Message("T", b"stamp"))
-        store.flush_all()
-        assert store.checkpoint is not None
-        assert store.checkpoint.physic_msg_timestamp == result.store_timestamp
-        assert store.checkpoint.logics_msg_timestamp == result.store_timestamp
-    checkpoint = StoreCheckpoint(tmp_path / "checkpoint")
-    try:
-        assert checkpoint.physic_msg_timestamp == result.store_timestamp
-        assert checkpoint.min_timestamp == result.store_timestamp - 3000
-        assert (tmp_path / "checkpoint").stat().st_size == 4096
-    finally:
-        checkpoint.close()

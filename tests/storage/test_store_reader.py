@@ -24,11 +24,10 @@ from storage.config_managers import (
     TopicConfigManager,
 )
 from storage.errors import ConfigFileError
-from storage.record.decode import RecordKind, check_record
+from storage.record.decode import Boundary, RecordKind, check_record
 from storage.record.layout import CQ_UNIT_STRUCT, PRE_BLANK_SIZE
 from storage.record.message import StoredMessage
 from storage.store_reader import (
-    Boundary,
     QueueOffsets,
     all_queue_offsets,
     commit_log_files,

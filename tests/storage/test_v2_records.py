@@ -16,7 +16,6 @@ from storage.mapped_file import offset_to_file_name
 from storage.message_store import MessageStore
 from storage.record.decode import RecordKind, check_record
 from storage.record.encode import blank_record, encode_message
-from storage.record.layout import MESSAGE_MAGIC_CODE_V2
 from storage.record.message import GetMessageStatus, Message
 from storage.store_reader import (
     commit_log_files,
@@ -27,6 +26,7 @@ from storage.store_reader import (
     store_timestamp_at_offset,
 )
 from storage.store_types import StoreConfig
+from tests.storage.record.golden import to_v2
 
 FILE_SIZE = 4096
 CONFIG = StoreConfig(commit_log_file_size=FILE_SIZE, consume_queue_units_per_file=10)
@@ -52,13 +52,6 @@ PLAN = [
     Planned("Orders", 4, False, b"v1-c" * 400),  # goes to the second file after a BLANK
     Planned("Orders", 5, True, b"v2-c"),
 ]
-
-
-def to_v2(record: bytes) -> bytes:
-    """A v1 record (IPv4 hosts) rewritten as v2: new magic, two-byte topic length."""
-    body_end = 88 + struct.unpack_from(">i", record, 84)[0]
-    head = struct.pack(">ii", len(record) + 1, MESSAGE_MAGIC_CODE_V2) + record[8:body_end]
-    return head + struct.pack(">h", record[body_end]) + record[body_end + 1 :]
 
 
 def v1_record(planned: Planned, physical_offset: int) -> bytes:

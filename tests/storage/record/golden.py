@@ -112,13 +112,6 @@ GOLDEN_V2_HEX = (
 GOLDEN_V2 = bytes.fromhex(GOLDEN_V2_HEX)
 
 
-def to_v2(record: bytes) -> bytes:
-    """A v1 record (IPv4 hosts) rewritten as v2: new magic, two-byte topic length."""
-    body_end = 88 + struct.unpack_from(">i", record, 84)[0]
-    head = struct.pack(">ii", len(record) + 1, MESSAGE_MAGIC_CODE_V2) + record[8:body_end]
-    return head + struct.pack(">h", record[body_end]) + record[body_end + 1 :]
-
-
 def in_buffer(record: bytes, position: int = 100, tail: int = 300) -> bytearray:
     """``record`` at ``position`` of a zeroed buffer with ``tail`` zero bytes after it."""
     buffer = bytearray(position + len(record) + tail)
@@ -130,7 +123,7 @@ def packed(host: str) -> bytes:
     return ipaddress.ip_address(host).packed
 
 
-def to_v2_any(record: bytes, topic: str | None = None) -> bytes:
+def to_v2(record: bytes, topic: str | None = None) -> bytes:
     """The v2 form of a v1 record with any host widths: magic, a two-byte topic length,
     TOTALSIZE; ``topic`` replaces the topic when given (v2 may hold one over 127 bytes)."""
     sys_flag: int = struct.unpack_from(">i", record, 36)[0]
@@ -172,8 +165,8 @@ def every_kind_of_message_record() -> list[Any]:
         "v1-born-v6": golden_record(born_host=V6_BORN),
         "v1-store-v6": golden_record(store_host=V6_STORE),
         "v1-both-v6": v6_both,
-        "v2": to_v2_any(golden_record()),
-        "v2-both-v6-long-topic": to_v2_any(v6_both, "T" * 200),
+        "v2": to_v2(golden_record()),
+        "v2-both-v6-long-topic": to_v2(v6_both, "T" * 200),
         "batch-member": batch_data[second_at:],
         "keyed": _record(golden_message(properties=KEYED_PROPERTIES)),
         "prepared": _record(golden_message(sys_flag=0x4)),

@@ -15,6 +15,7 @@ from storage.record.decode import (
     check_v4_record,
     classify_start,
     decode_record,
+    raw_record,
     read_store_timestamp,
 )
 from storage.record.encode import blank_record
@@ -281,3 +282,10 @@ def test_the_first_eight_bytes_classify_a_position(
 ) -> None:
     verdict = classify_start(0, limit, total, magic)
     assert (verdict.kind if verdict else None) is expected
+
+
+def test_a_raw_record_is_a_copy_of_the_record_and_its_queue_offset() -> None:
+    mapped = in_mmap(bytes(9) + golden_record() + bytes(4))
+    raw = raw_record(mapped, 9)
+    mapped.close()  # the copy does not hold on to the mapping
+    assert (raw.queue_offset, raw.data) == (42, golden_record())

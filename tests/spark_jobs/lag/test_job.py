@@ -28,7 +28,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from spark_jobs import cli
-from spark_jobs.formatting import format_duration, format_per_second, format_time
+from spark_jobs.formatting import format_duration, format_time
 from spark_jobs.lag.burrow import Status
 from spark_jobs.lag.job import LagReportConfig, run_lag_report
 from spark_jobs.lag.output import iso_utc, utc_date
@@ -224,14 +224,6 @@ def test_the_command_line_reads_durations_as_the_report_does_and_shows_progress(
     html = (tmp_path / "cli" / "report.html").read_text()
     assert format_duration(oldest) in html
     assert "lag-report: snapshot of" in printed.err and "outputs written to" in printed.err
-
-
-@pytest.mark.parametrize(
-    ("rate", "text"),
-    [(None, "—"), (0.0, "0.0"), (0.04, "0.04"), (0.0012, "0.0012"), (12.34, "12.3")],
-)
-def test_a_slow_rate_never_reads_as_zero(rate: float | None, text: str) -> None:
-    assert format_per_second(rate) == text
 
 
 @pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="make test installs chromium")

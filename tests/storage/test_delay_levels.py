@@ -1,4 +1,5 @@
-"""The store's put path sends DELAY > 0 messages to the schedule topic (reference §8)."""
+"""delay_levels: the levels, delivery times, and the put path sending DELAY > 0 messages to the
+schedule topic (reference §8)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
-"""IndexFile and key lookups through the store."""
+"""index_service: the store's index files, key lookups through the store, rebuilds."""
 
 from __future__ import annotations
 
 import struct
-import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +10,7 @@ import pytest
 from storage import Message, MessageStore, StoreConfig
 from storage.checkpoint import StoreCheckpoint
 from storage.errors import StorageError
-from storage.index_file import IndexFile, IndexFileSizeError, index_key_hash
+from storage.index_file import IndexFileSizeError
 from storage.index_service import IndexService
 from storage.record.java_hash import java_string_hash
 
@@ -25,26 +24,6 @@ def small_config(**overrides: object) -> StoreConfig:
     }
     values.update(overrides)
     return StoreConfig(**values)  # type: ignore[arg-type]
-
-
-def test_index_file_takes_max_minus_one_entries(tmp_path: Path) -> None:
-    index = IndexFile(tmp_path / "20261121000000000", 100, 400, create=True)
-    now = int(time.time() * 1000)
-    accepted = [index.put(str(i), i * 100, now) for i in range(400)]
-    assert accepted == [True] * 399 + [False]
-    assert index.select_phy_offsets("60", 10, 0, now + 1) == [6000]
-    index.close()
-    reopened = IndexFile(tmp_path / "20261121000000000", 100, 400)
-    assert reopened.index_count == 400
-    assert reopened.select_phy_offsets("398", 10, 0, now + 1) == [39800]
-    reopened.close()
-
-
-def test_index_key_hash_is_abs_of_the_java_hash() -> None:
-    assert index_key_hash("TAG1") == 2567159
-    assert index_key_hash("polygenelubricants") == 0  # Java hashCode is Integer.MIN_VALUE
-    assert java_string_hash("polygenelubricants") == -(2**31)
-    assert index_key_hash("a" * 7) == abs(java_string_hash("a" * 7))
 
 
 def test_query_by_key_and_by_uniq_key(tmp_path: Path) -> None:
@@ -186,22 +165,6 @@ def test_an_index_file_of_another_size_is_a_clear_startup_error(tmp_path: Path) 
     assert isinstance(raised.value, StorageError)
     with MessageStore.open(store_dir, small_config(message_index_enable=False)):
         pass  # nothing else was touched
-
-
-def test_put_hashes_writes_what_put_hash_writes_and_stops_when_full(tmp_path: Path) -> None:
-    one_by_one = IndexFile(tmp_path / "20261121000000000", 7, 30, create=True)
-    batched = IndexFile(tmp_path / "20261121000000001", 7, 30, create=True)
-    now = 1_700_000_000_000
-    entries = [(index_key_hash(f"T#k{i % 11}"), 100 * i) for i in range(40)]
-    accepted = sum(one_by_one.put_hash(h, offset, now + 5000) for h, offset in entries)
-    assert batched.put_hashes(entries[:10], now + 5000) == 10
-    assert batched.put_hashes([], now + 5000) == 0
-    assert batched.put_hashes(entries[10:], now + 5000) == accepted - 10 == 19
-    assert batched.put_hashes(entries[29:], now + 5000) == 0
-    one_by_one.close()
-    batched.close()
-    first = (tmp_path / "20261121000000000").read_bytes()
-    assert (tmp_path / "20261121000000001").read_bytes() == first
 
 
 def test_batches_roll_index_files_and_queries_span_them(tmp_path: Path) -> None:

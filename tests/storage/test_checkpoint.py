@@ -1,0 +1,39 @@
+"""checkpoint: three big-endian longs in a 4096-byte file, and where abnormal recovery starts."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+from storage.checkpoint import CHECKPOINT_SIZE, StoreCheckpoint
+
+
+def test_values_reach_the_file_on_flush_and_come_back_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint"
+    checkpoint = StoreCheckpoint(path)
+    assert (checkpoint.physic_msg_timestamp, checkpoint.logics_msg_timestamp) == (0, 0)
+    checkpoint.physic_msg_timestamp = 1_700_000_005_000
+    checkpoint.logics_msg_timestamp = 1_700_000_004_000
+    checkpoint.index_msg_timestamp = 1_700_000_001_000
+    checkpoint.flush()
+    assert path.stat().st_size == CHECKPOINT_SIZE == 4096
+    head = path.read_bytes()[:24]
+    assert struct.unpack(">qqq", head) == (1_700_000_005_000, 1_700_000_004_000, 1_700_000_001_000)
+    checkpoint.close()
+    again = StoreCheckpoint(path)
+    try:
+        assert again.index_msg_timestamp == 1_700_000_001_000
+        assert again.min_timestamp == 1_700_000_004_000 - 3000  # the smaller, less 3 s
+    finally:
+        again.close()
+
+
+def test_a_file_of_another_size_starts_from_zero(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint"
+    path.write_bytes(b"\x01" * 100)  # torn by a crash while it was being created
+    checkpoint = StoreCheckpoint(path)
+    try:
+        assert checkpoint.physic_msg_timestamp == 0 and checkpoint.min_timestamp == 0
+        assert path.stat().st_size == CHECKPOINT_SIZE
+    finally:
+        checkpoint.close()

@@ -1,0 +1,48 @@
+"""dispatcher: what a record's dispatch makes visible (unit, index key, arrival notice)."""
+
+from __future__ import annotations
+
+from storage import MessageStore
+from storage.delay_levels import SCHEDULE_TOPIC
+from storage.record.java_hash import tags_code
+from storage.record.layout import TRANSACTION_PREPARED_TYPE
+from storage.record.message import Message
+from tests.storage.conftest import message
+
+
+def test_a_record_read_back_gives_the_request_its_append_gave(store: MessageStore) -> None:
+    sent = message(tags="TagA", keys="k1 k2", UNIQ_KEY="U1", IDEMPOTENCY_KEY="order-17")
+    result = store.put_message(sent)
+    data = store.commit_log.read_record(result.physical_offset)
+    assert data is not None
+    request = store.dispatcher.request_from_record(result.physical_offset, data)
+    assert (request.topic, request.queue_id, request.queue_offset) == ("TopicA", 0, 0)
+    assert (request.physical_offset, request.size) == (result.physical_offset, result.size)
+    assert request.tags_code == tags_code("TagA")
+    assert (request.keys, request.uniq_key) == ("k1 k2", "U1")
+    assert request.idempotency_key is not None and "order-17" in request.idempotency_key
+    assert request.store_timestamp == result.store_timestamp
+
+
+def test_in_the_schedule_topic_the_tags_code_is_the_delivery_time(store: MessageStore) -> None:
+    result = store.put_message(message(tags="TagA", DELAY="2"))  # level 2: 5 s
+    unit = store.find_consume_queue(SCHEDULE_TOPIC, 1)
+    assert unit is not None
+    assert unit.get_unit(0) == (result.physical_offset, result.size, result.store_timestamp + 5000)
+
+
+def test_a_prepared_half_gets_no_unit_and_no_notice(store: MessageStore) -> None:
+    notices: list[tuple[str, int, int, int]] = []
+    store.arrival_listeners.append(lambda *notice: notices.append(notice))
+    store.put_message(Message("TopicA", b"half", sys_flag=TRANSACTION_PREPARED_TYPE))
+    store.put_message(message(tags="TagA"))
+    assert store.max_offset_in_queue("TopicA", 0) == 1
+    assert notices == [("TopicA", 0, 1, tags_code("TagA"))]
+
+
+def test_a_batch_is_announced_once_per_tags_code(store: MessageStore) -> None:
+    notices: list[tuple[str, int, int, int]] = []
+    store.arrival_listeners.append(lambda *notice: notices.append(notice))
+    store.put_messages([message(tags=tag) for tag in ("a", "b", "a", "a")])
+    assert notices == [("TopicA", 0, 4, tags_code("a")), ("TopicA", 0, 4, tags_code("b"))]
+    assert store.dispatched_offset == store.max_physical_offset

@@ -1,0 +1,76 @@
+"""index_file: entries up to the file's limit, the key hash (a uniq key's from a remembered
+head equals the plain one), batched puts."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from services.send import UniqKeyGenerator
+from storage.index_file import IndexFile, KeyHasher, UniqKeyHasher, index_key_hash
+from storage.record.java_hash import java_string_hash
+
+
+@given(topic=st.text(min_size=1, max_size=20), key=st.text(max_size=60))
+def test_any_key_hashes_as_the_whole_string(topic: str, key: str) -> None:
+    assert UniqKeyHasher()(topic, key) == index_key_hash(f"{topic}#{key}")
+
+
+def test_generated_keys_hash_as_the_whole_string() -> None:
+    hasher = UniqKeyHasher()
+    keys = UniqKeyGenerator("10.0.0.7").next_many(2000)
+    for topic in ("TopicA", "%RETRY%group", "Topic-é"):
+        for key in keys:
+            assert hasher(topic, key) == index_key_hash(f"{topic}#{key}")
+
+
+@given(topic=st.text(min_size=1, max_size=20), key=st.text(max_size=60))
+def test_a_business_key_hashes_as_the_whole_string(topic: str, key: str) -> None:
+    hasher = KeyHasher()
+    assert hasher(topic, key) == index_key_hash(f"{topic}#{key}")
+    assert hasher(topic, key + "x") == index_key_hash(f"{topic}#{key}x")  # prefix remembered
+
+
+def test_long_and_wide_business_keys_hash_as_the_whole_string() -> None:
+    hasher = KeyHasher()
+    for key in ("k" * 1024, "k" * 1025, "é" * 700, "日本" * 3, "\U0001f600x", "key-0000000001"):
+        assert hasher("TopicA", key) == index_key_hash(f"TopicA#{key}")
+
+
+def test_index_file_takes_max_minus_one_entries(tmp_path: Path) -> None:
+    index = IndexFile(tmp_path / "20261121000000000", 100, 400, create=True)
+    now = int(time.time() * 1000)
+    accepted = [index.put(str(i), i * 100, now) for i in range(400)]
+    assert accepted == [True] * 399 + [False]
+    assert index.select_phy_offsets("60", 10, 0, now + 1) == [6000]
+    index.close()
+    reopened = IndexFile(tmp_path / "20261121000000000", 100, 400)
+    assert reopened.index_count == 400
+    assert reopened.select_phy_offsets("398", 10, 0, now + 1) == [39800]
+    reopened.close()
+
+
+def test_index_key_hash_is_abs_of_the_java_hash() -> None:
+    assert index_key_hash("TAG1") == 2567159
+    assert index_key_hash("polygenelubricants") == 0  # Java hashCode is Integer.MIN_VALUE
+    assert java_string_hash("polygenelubricants") == -(2**31)
+    assert index_key_hash("a" * 7) == abs(java_string_hash("a" * 7))
+
+
+def test_put_hashes_writes_what_put_hash_writes_and_stops_when_full(tmp_path: Path) -> None:
+    one_by_one = IndexFile(tmp_path / "20261121000000000", 7, 30, create=True)
+    batched = IndexFile(tmp_path / "20261121000000001", 7, 30, create=True)
+    now = 1_700_000_000_000
+    entries = [(index_key_hash(f"T#k{i % 11}"), 100 * i) for i in range(40)]
+    accepted = sum(one_by_one.put_hash(h, offset, now + 5000) for h, offset in entries)
+    assert batched.put_hashes(entries[:10], now + 5000) == 10
+    assert batched.put_hashes([], now + 5000) == 0
+    assert batched.put_hashes(entries[10:], now + 5000) == accepted - 10 == 19
+    assert batched.put_hashes(entries[29:], now + 5000) == 0
+    one_by_one.close()
+    batched.close()
+    first = (tmp_path / "20261121000000000").read_bytes()
+    assert (tmp_path / "20261121000000001").read_bytes() == first
