@@ -322,7 +322,10 @@ async def test_a_promoted_slave_answers_the_original_receipt(tmp_path: Path) -> 
             )
             end = replica(master.url)["max_physical_offset"]
         wait_until(lambda: replica(slave.url)["max_physical_offset"] == end)
-        wait_until(lambda: httpx.get(f"{slave.url}/v1/topics/Orders", timeout=10).is_success)
+        # The config sync takes the topic in memory, then writes topics.json: the kill below
+        # must come after the write.
+        topics = tmp_path / "slave" / "config" / "topics.json"
+        wait_until(lambda: topics.exists() and '"Orders"' in topics.read_text())
     finally:
         slave.kill()  # unclean: its index is rebuilt when it comes back
         master.stop()
