@@ -1,6 +1,6 @@
 # spoolmq — the two commands a fresh machine needs:
 #   make run    install and start the server on ./data
-#   make test   install everything and run lint, types, layer contracts and the tests
+#   make test   install everything and run lint, types, layer contracts, dead code and the tests
 SHELL := /bin/bash
 PYTHON ?= python3
 UV := $(shell command -v uv 2>/dev/null)
@@ -9,7 +9,7 @@ UV := $(PYTHON) -m uv
 endif
 STORE_DIR ?= ./data
 
-.PHONY: run test install bootstrap chromium etcd jq lint typecheck contracts pytest bench bench-tools bench-http clean
+.PHONY: run test install bootstrap chromium etcd jq lint typecheck contracts deadcode pytest bench bench-tools bench-http clean
 
 # The uv that made uv.lock (the Dockerfile pins the same one).
 UV_VERSION := 0.13.9
@@ -32,6 +32,11 @@ typecheck: install
 contracts: install
 	$(UV) run lint-imports
 
+# Definitions nothing uses (vulture; what only a framework or a template uses is named in
+# scripts/vulture_whitelist.py).
+deadcode: install
+	$(UV) run vulture
+
 # The admin page tests drive Debian's Chromium (never `playwright install`, which downloads).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 chromium:
@@ -51,7 +56,7 @@ jq:
 pytest: install chromium etcd jq
 	$(UV) run pytest
 
-test: lint typecheck contracts pytest
+test: lint typecheck contracts deadcode pytest
 
 bench: install
 	$(UV) run python bench/store_bench.py

@@ -38,8 +38,7 @@ from app.security.principals import ConsumeGrant
 from app.server import ListenError, build_server, listen_socket
 from app.settings import SETTING_SECTIONS, Settings
 from services import Broker, OutgoingMessage, PullOptions
-from services.cluster.member import MasterRoleLostError
-from services.errors import ServiceError, StorageError
+from services.errors import MasterRoleLostError, ServiceError, StorageError
 from services.ha import split_host_port
 
 DEMO_TOPIC = "DemoTopic"

@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 PROBLEM_MEDIA_TYPE: Final = "application/problem+json"
 
 STATUS_BY_CODE: Final[Mapping[str, int]] = {
+    # the roots of the two trees: never raised as they are
+    "SERVICE_ERROR": 500,
+    "STORAGE_ERROR": 500,
     # services
     "NOT_FOUND": 404,
     "TOPIC_NOT_FOUND": 404,
@@ -70,6 +73,9 @@ STATUS_BY_CODE: Final[Mapping[str, int]] = {
     "ROUTE_CONFLICT": 409,  # the proxy: a topic's queues do not move between broker groups
     "ETCD_UNAVAILABLE": 503,  # the proxy: the route table cannot be read or written now
     "OUTCOME_UNKNOWN": 504,  # the proxy: a send may or may not be stored; retry with its key
+    "ETCD_ERROR": 502,  # etcd answered a request of ours with an error
+    "CLUSTER_JOIN_FAILED": 503,  # at start: no lease, or no master to follow
+    "MASTER_ROLE_LOST": 503,  # another broker was elected in this master's place
     # storage
     "MESSAGE_ILLEGAL": 400,
     "INVALID_TOPIC_NAME": 400,
@@ -78,6 +84,10 @@ STATUS_BY_CODE: Final[Mapping[str, int]] = {
     "STORE_NOT_WRITEABLE": 503,
     "STORE_CLOSED": 503,
     "REPLICA_APPEND_REJECTED": 409,
+    "STORE_LOCKED": 503,  # at start: another process holds the store directory
+    "STORE_LOAD_FAILED": 503,  # at start: a store file of the wrong size or name
+    "CONFIG_FILE_UNREADABLE": 503,  # at start: a config file and its backup are unreadable
+    "CORRUPT_RECORD": 500,  # an impossible CommitLog record: a fault of this server, logged
     # the HTTP shell
     "MALFORMED_JSON": 400,
     "UNSUPPORTED_MEDIA_TYPE": 415,  # a JSON route without a JSON body, or a form-encoded send
@@ -195,6 +205,8 @@ def _domain_problem(
 ) -> Response:
     if code not in STATUS_BY_CODE:
         log.error("no HTTP status for error code %s (%s)", code, detail)
+    elif STATUS_BY_CODE[code] == 500:
+        log.error("server fault %s: %s", code, detail)
     return problem_response(request, code, detail, headers=headers)
 
 

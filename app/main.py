@@ -37,7 +37,7 @@ from app.routes.fast import fast_routes
 from app.security import install_security
 from app.settings import Settings, get_settings
 from services import Broker
-from services.cluster.member import ClusterMember
+from services.cluster import ClusterMember
 
 log = logging.getLogger("spoolmq")
 
@@ -113,7 +113,7 @@ def create_app(
     app.state.cluster = member
     app.state.settings = settings
     install_error_handlers(app)
-    app.add_middleware(ReplicaGuardMiddleware, broker=broker)  # innermost: after security
+    app.add_middleware(ReplicaGuardMiddleware, replica=broker.replica)  # innermost: after security
     install_security(app, settings)  # before the routers and inside HttpShellMiddleware
     app.add_middleware(HttpShellMiddleware, max_request_bytes=settings.max_request_bytes)
     for module in (messages, topics, groups, redelivery, pop, replication, cluster, health, docs):

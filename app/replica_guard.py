@@ -17,8 +17,8 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.errors import not_master_response
-from services import Broker
 from services.errors import NotMasterError
+from services.ha import ReplicaRole
 
 _SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
 _ADMIN_SAFE_POSTS: Final = ("/admin/login", "/admin/logout")
@@ -54,14 +54,14 @@ def is_write(scope: Scope) -> bool:
 class ReplicaGuardMiddleware:
     """Answers writes on a slave with 421 before any route runs."""
 
-    def __init__(self, app: ASGIApp, broker: Broker) -> None:
+    def __init__(self, app: ASGIApp, replica: ReplicaRole) -> None:
         self.app = app
-        self.broker = broker
+        self.replica = replica
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not self.broker.accepts_writes and is_write(scope):
+        if scope["type"] == "http" and not self.replica.accepts_writes and is_write(scope):
             try:
-                self.broker.check_writable()
+                self.replica.check_writable()
             except NotMasterError as exc:
                 response = not_master_response(Request(scope), exc)
                 await response(scope, receive, send)

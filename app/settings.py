@@ -26,7 +26,7 @@ from services import (
     StoreConfig,
     TopicPolicy,
 )
-from services.cluster.member import ClusterConfig
+from services.cluster import ClusterConfig
 from services.ha import MasterAddress, split_host_port
 
 MIB = 1024 * 1024

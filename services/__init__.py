@@ -1,21 +1,69 @@
 """spoolmq's services: domain rules and async orchestration over :mod:`storage`.
 
-Start at :class:`Broker`, the composition root. The names storage owns that the HTTP layer
-needs (store config, statuses, stored messages, topic names, message properties) are
-re-exported here: the HTTP layer imports :mod:`services`, never :mod:`storage`.
+Start at :class:`Broker`, the composition root. The HTTP layer reaches the services through
+four faces, and nothing deeper (an import-linter contract says so):
+
+- :mod:`services` (this module): the broker, its config, and the values and rules of
+  sending, pulling, offsets, topics and groups, send-back, resets, the DLQ and redrive jobs,
+  POP receive and ack, idempotency keys; and the names storage owns that configure a broker
+  or name its topics (store config, topic and group configs, topic names, properties);
+- :mod:`services.errors`: the error tree;
+- :mod:`services.ha`: the replica role (``broker.replica``), its config and status;
+- :mod:`services.cluster`: cluster membership, the route table and the proxy's routing.
+
+The message values every layer shares (``StoredMessage``, ``GetMessageStatus``, ...) are
+storage's bottom module :mod:`storage.record.message`, which the HTTP layer imports itself.
 """
 
-from services.broker import BROKER_NAME_PATTERN, Broker, BrokerConfig, BrokerState
-from services.groups import MAX_GROUP_LENGTH, GroupPolicy
+from services.broker import Broker, BrokerState
+from services.broker_config import BrokerConfig
+from services.dlq import (
+    MAX_REDRIVE,
+    MAX_REDRIVE_RATE,
+    MIN_REDRIVE_RATE,
+    PROPERTY_REDRIVEN_FROM,
+    REDRIVE_PROMPT_S,
+    DlqFilter,
+    DlqPage,
+    DlqState,
+    RedriveOutcome,
+    RedriveReport,
+    RedriveRequest,
+    RedriveStatus,
+)
+from services.groups import MAX_GROUP_LENGTH, GroupPolicy, check_group_name
+from services.ha import BROKER_NAME_PATTERN
+from services.idempotency import KEY_PATTERN, MAX_KEY_LENGTH, check_key
 from services.long_poll import WaiterRegistry, WakeReason
 from services.messages import QueuePage
 from services.metrics import Metrics
+from services.offset_reset import ResetPlan, ResetRequest, ResetTarget
 from services.offsets import OffsetCommit, QueueLag, TopicLag
+from services.pop.handles import MAX_HANDLE_LENGTH
+from services.pop.service import (
+    DEFAULT_INVISIBLE_MS,
+    MAX_INVISIBLE_MS,
+    MAX_RECEIVE_MESSAGES,
+    MIN_INVISIBLE_MS,
+    AckResult,
+    InvisibilityChange,
+    Received,
+    ReceiveOptions,
+)
+from services.pop.views import QueueView, in_flight_by_queue, in_flight_list, queue_views
 from services.pull import GroupPull, PullOptions, QueueProgress, QueuePull
+from services.redrive_jobs import (
+    MAX_ACTIVE_REDRIVE_JOBS,
+    MAX_KEPT_REDRIVE_JOBS,
+    RedriveJob,
+    RedriveJobState,
+)
+from services.schedule import LevelProgress
 from services.send import OutgoingMessage, SendLimits, SendReceipt
+from services.send_back import SendBackRequest, SendBackResult, original_topic
 from services.store_status import StoreGauges
-from services.topics import SYSTEM_TOPICS, QueueStats, TopicPolicy
-from storage import FlushDiskType, GetMessageStatus, StoreConfig, StoredMessage
+from services.topics import SYSTEM_TOPICS, QueueSeek, QueueStats, TopicPolicy
+from storage import FlushDiskType, StoreConfig
 from storage.config_managers import (
     CONSUME_FROM_EARLIEST,
     CONSUME_FROM_LATEST,
@@ -24,6 +72,8 @@ from storage.config_managers import (
     SubscriptionGroupConfig,
     TopicConfig,
 )
+from storage.durations import format_duration
+from storage.lag_model import DlqDepth
 from storage.record.properties import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC
 from storage.retention import RetentionConfig
 from storage.timestamps import parse_timestamp_ms
@@ -43,23 +93,43 @@ __all__ = [
     "BROKER_NAME_PATTERN",
     "CONSUME_FROM_EARLIEST",
     "CONSUME_FROM_LATEST",
+    "DEFAULT_INVISIBLE_MS",
     "DLQ_GROUP_TOPIC_PREFIX",
+    "KEY_PATTERN",
+    "MAX_ACTIVE_REDRIVE_JOBS",
     "MAX_GROUP_LENGTH",
+    "MAX_HANDLE_LENGTH",
+    "MAX_INVISIBLE_MS",
+    "MAX_KEPT_REDRIVE_JOBS",
+    "MAX_KEY_LENGTH",
+    "MAX_RECEIVE_MESSAGES",
+    "MAX_REDRIVE",
+    "MAX_REDRIVE_RATE",
     "MAX_TOPIC_LENGTH",
+    "MIN_INVISIBLE_MS",
+    "MIN_REDRIVE_RATE",
     "PERM_READ",
     "PERM_WRITE",
     "PROPERTY_ORIGIN_MESSAGE_ID",
+    "PROPERTY_REDRIVEN_FROM",
     "PROPERTY_RETRY_TOPIC",
+    "REDRIVE_PROMPT_S",
     "RETRY_GROUP_TOPIC_PREFIX",
     "SYSTEM_TOPICS",
     "TOPIC_NAME_PATTERN",
+    "AckResult",
     "Broker",
     "BrokerConfig",
     "BrokerState",
+    "DlqDepth",
+    "DlqFilter",
+    "DlqPage",
+    "DlqState",
     "FlushDiskType",
-    "GetMessageStatus",
     "GroupPolicy",
     "GroupPull",
+    "InvisibilityChange",
+    "LevelProgress",
     "Metrics",
     "OffsetCommit",
     "OutgoingMessage",
@@ -68,23 +138,44 @@ __all__ = [
     "QueuePage",
     "QueueProgress",
     "QueuePull",
+    "QueueSeek",
     "QueueStats",
+    "QueueView",
+    "ReceiveOptions",
+    "Received",
+    "RedriveJob",
+    "RedriveJobState",
+    "RedriveOutcome",
+    "RedriveReport",
+    "RedriveRequest",
+    "RedriveStatus",
+    "ResetPlan",
+    "ResetRequest",
+    "ResetTarget",
     "RetentionConfig",
+    "SendBackRequest",
+    "SendBackResult",
     "SendLimits",
     "SendReceipt",
     "StoreConfig",
     "StoreGauges",
-    "StoredMessage",
     "SubscriptionGroupConfig",
     "TopicConfig",
     "TopicLag",
     "TopicPolicy",
     "WaiterRegistry",
     "WakeReason",
+    "check_group_name",
+    "check_key",
     "dlq_topic",
+    "format_duration",
+    "in_flight_by_queue",
+    "in_flight_list",
     "is_dlq_topic",
     "is_group_topic",
     "is_retry_topic",
+    "original_topic",
     "parse_timestamp_ms",
+    "queue_views",
     "retry_topic",
 ]

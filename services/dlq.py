@@ -25,12 +25,13 @@ import zlib
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import ClassVar, Final
+from typing import Final
 
 from services.dlq_watermark import DlqWatermark
 from services.errors import (
     BrokerUnavailableError,
     InvalidRequestError,
+    RedriveTooLongError,
     ServiceError,
 )
 from services.idempotency import IdempotencyService
@@ -62,12 +63,6 @@ REDRIVE_PROMPT_S: Final = 30.0
 log = logging.getLogger(__name__)
 
 TopicForSend = Callable[[str], Awaitable[TopicConfig]]
-
-
-class RedriveTooLongError(InvalidRequestError):
-    """A paced redrive would hold its request open too long: run it as a redrive job."""
-
-    code: ClassVar[str] = "REDRIVE_TOO_LONG"
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,8 @@ The tree::
     │   ├── TopicNotFoundError          the topic has no config (and auto-creation is off)
     │   ├── GroupNotFoundError          the consumer group has no config and no offsets
     │   ├── QueueNotFoundError          the queue id is outside the topic's queue count
-    │   └── MessageNotFoundError        no message has this id (or it has expired)
+    │   ├── MessageNotFoundError        no message has this id (or it has expired)
+    │   └── RedriveJobNotFoundError     no redrive job of the group has this id
     ├── InvalidRequestError
     │   ├── InvalidGroupNameError       group name breaks ``^[%|a-zA-Z0-9_-]+$`` or is too long
     │   ├── InvalidMessageIdError       a message id is not 32 or 56 hex characters
@@ -16,19 +17,32 @@ The tree::
     │   ├── InvalidTopicConfigError     queue counts or perm outside what the store allows
     │   ├── BatchRejectedError          a batch is empty, too long, too big or spans queues
     │   ├── InvalidIdempotencyKeyError  an Idempotency-Key that is empty, too long or not ASCII
-    │   └── IdempotencyKeyReusedError   a key already used (in the window) for another payload
+    │   ├── IdempotencyKeyReusedError   a key already used (in the window) for another payload
+    │   ├── InvalidReceiptHandleError   a POP receipt handle not issued here, mangled or replaced
+    │   └── RedriveTooLongError         a paced redrive too long for one call: use a job
     ├── ForbiddenError
     │   ├── SystemTopicError            system, retry and DLQ topics are not sent to directly
     │   ├── TopicNotWriteableError      the topic's perm has no write bit
     │   ├── TopicNotReadableError       the topic's perm has no read bit
     │   └── ConsumeDisabledError        the group's consume_enable is false
+    ├── ConsumeModeConflictError        a group consumes by offsets or by POP, never both
+    ├── ReceiptHandleExpiredError       a POP handle whose invisibility ran out
+    ├── TooManyRedriveJobsError         the cap on queued and running redrive jobs is reached
     ├── TooManyWaitersError             the cap on parked long-polls is reached; retry later
     ├── BrokerUnavailableError          the broker is starting, stopping or failed
     │   └── KeyIndexCatchingUpError     the key index is still being rebuilt; retry later
     ├── IdempotencyUnavailableError     the broker runs without the index keys are found in
     ├── NotMasterError                  a write reached a slave; it names the master
+    │   └── NoMasterError               the group has no master to name (an election is on)
     ├── ReplicaDivergedError            this replica's log has a tail its master never confirmed
-    └── ReplicaRoleError                a role change this replica cannot make in its role
+    ├── ReplicaRoleError                a role change this replica cannot make in its role
+    ├── EtcdUnavailableError            no etcd endpoint answered
+    ├── EtcdError                       etcd answered with an error
+    ├── ClusterJoinError                the broker could not take its place in its cluster
+    └── MasterRoleLostError             another broker was elected in this master's place
+
+The proxy's routing errors (:mod:`services.cluster.proxy_routing`) subclass this tree and
+carry its codes.
 
 Each class carries a stable ``code`` (the same vocabulary as :mod:`storage.errors`); the
 HTTP layer maps codes to statuses in one place. Services never know a status code.
@@ -219,3 +233,75 @@ class ReplicaRoleError(ServiceError):
     """A role change asked of a replica in the wrong role (a master told to follow)."""
 
     code: ClassVar[str] = "REPLICA_ROLE_CONFLICT"
+
+
+class NoMasterError(NotMasterError):
+    """A write while the group has no master this broker can name (a failover in progress,
+    or this broker lost the master role): retry shortly."""
+
+    code: ClassVar[str] = "NO_MASTER"
+
+    def __init__(self, message: str, master: str | None = None, retry_after_s: int = 1) -> None:
+        super().__init__(message, master)
+        self.retry_after_s = retry_after_s
+
+
+class ConsumeModeConflictError(ServiceError):
+    """The group consumes by offsets and was asked to receive, or the other way round."""
+
+    code: ClassVar[str] = "CONSUME_MODE_CONFLICT"
+
+
+class InvalidReceiptHandleError(InvalidRequestError):
+    """A receipt handle that this store did not issue, was mangled, or was replaced."""
+
+    code: ClassVar[str] = "INVALID_RECEIPT_HANDLE"
+
+
+class ReceiptHandleExpiredError(ServiceError):
+    """The handle's invisibility ran out: the message may already be with someone else."""
+
+    code: ClassVar[str] = "RECEIPT_HANDLE_EXPIRED"
+
+
+class RedriveTooLongError(InvalidRequestError):
+    """A paced redrive would hold its request open too long: run it as a redrive job."""
+
+    code: ClassVar[str] = "REDRIVE_TOO_LONG"
+
+
+class RedriveJobNotFoundError(NotFoundError):
+    """No redrive job of this group has this id (deleted, or forgotten: only the newest are
+    kept)."""
+
+    code: ClassVar[str] = "REDRIVE_JOB_NOT_FOUND"
+
+
+class TooManyRedriveJobsError(ServiceError):
+    """As many redrive jobs as allowed are queued or running; cancel one or wait."""
+
+    code: ClassVar[str] = "TOO_MANY_REDRIVE_JOBS"
+
+
+class EtcdUnavailableError(ServiceError):
+    """No etcd endpoint answered (down, partitioned, or without a quorum)."""
+
+    code: ClassVar[str] = "ETCD_UNAVAILABLE"
+
+
+class EtcdError(ServiceError):
+    """etcd answered with an error (a bad request, an unknown lease, ...)."""
+
+    code: ClassVar[str] = "ETCD_ERROR"
+
+
+class ClusterJoinError(ServiceError):
+    """The broker could not take its place in the cluster (etcd unreachable, no master)."""
+
+    code: ClassVar[str] = "CLUSTER_JOIN_FAILED"
+
+
+class MasterRoleLostError(ServiceError):
+    """This master found another broker elected in its place: it must restart as a slave."""
+
+    code: ClassVar[str] = "MASTER_ROLE_LOST"

@@ -10,8 +10,12 @@ import asyncio
 from dataclasses import dataclass
 from typing import Final
 
-from services.errors import ConsumeDisabledError, GroupNotFoundError, InvalidGroupNameError
-from services.pop.errors import ConsumeModeConflictError
+from services.errors import (
+    ConsumeDisabledError,
+    ConsumeModeConflictError,
+    GroupNotFoundError,
+    InvalidGroupNameError,
+)
 from storage.config_managers import (
     CONSUME_MODE_POP,
     ConsumerOffsetManager,

@@ -22,7 +22,6 @@ from storage.config_managers import (
     ConsumerOffsetManager,
     SubscriptionGroupConfig,
 )
-from storage.durations import format_duration as format_duration  # for the lag pages
 from storage.lag_model import LagFigures, queue_lag_figures
 
 log = logging.getLogger(__name__)
@@ -98,6 +97,14 @@ class OffsetService:
             start = store.min_offset_in_queue(topic, queue_id)
         self._manager.commit_offset(name, topic, queue_id, start)
         return start
+
+    def committed(self, group: str, topic: str, queue_id: int) -> int:
+        """The group's committed offset on the queue; -1 when it never committed there."""
+        return self._manager.query_offset(group, topic, queue_id)
+
+    def has_committed(self, group: str, topic: str) -> bool:
+        """Whether the group committed an offset on any queue of the topic."""
+        return bool(self._manager.offsets_of(group, topic))
 
     def move(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Store a corrected position (after OFFSET_MOVED) without the client's checks."""

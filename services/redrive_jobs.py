@@ -15,28 +15,19 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import ClassVar, Final
+from typing import Final
 
 from services.dlq import DlqService, RedriveOutcome, RedriveRequest, RedriveStatus, check_rate
-from services.errors import BrokerUnavailableError, NotFoundError, ServiceError
+from services.errors import (
+    BrokerUnavailableError,
+    RedriveJobNotFoundError,
+    TooManyRedriveJobsError,
+)
 
 MAX_ACTIVE_REDRIVE_JOBS: Final = 8
 MAX_KEPT_REDRIVE_JOBS: Final = 100
 
 log = logging.getLogger(__name__)
-
-
-class RedriveJobNotFoundError(NotFoundError):
-    """No redrive job of this group has this id (deleted, or forgotten: only the newest are
-    kept)."""
-
-    code: ClassVar[str] = "REDRIVE_JOB_NOT_FOUND"
-
-
-class TooManyRedriveJobsError(ServiceError):
-    """As many redrive jobs as allowed are queued or running; cancel one or wait."""
-
-    code: ClassVar[str] = "TOO_MANY_REDRIVE_JOBS"
 
 
 class RedriveJobState(Enum):

@@ -37,10 +37,6 @@ def test_the_readme_follows_the_runner_conventions() -> None:
     assert [b for b in blocks if b.is_shell]
 
 
-def blocks_of(markdown: str) -> list[str]:
-    return [b.info for b in parse_blocks(markdown)]
-
-
 def test_an_indented_code_block_is_refused() -> None:
     with pytest.raises(ReadmeError, match="line 3: an indented code block"):
         parse_blocks("Run it:\n\n    make run\n")

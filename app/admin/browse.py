@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from app.admin.lag import group_names
-from services import Broker, StoredMessage, dlq_topic, retry_topic
+from services import Broker, dlq_topic, retry_topic
+from storage.record.message import StoredMessage
 
 MAX_RESULTS: Final = 200
 HEX_LIMIT: Final = 64 * 1024

@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from app.errors import ApiError
-from services.cluster.proxy_routing import batch_queue_id, batch_sharding_key, localize_send
+from services.cluster import batch_queue_id, batch_sharding_key, localize_send
 
 
 def json_body(raw: bytes) -> dict[str, Any]:

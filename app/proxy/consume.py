@@ -23,7 +23,8 @@ from app.proxy.context import (
 from app.proxy.fanout import first_non_empty, share_out
 from app.proxy.forward import BrokerAnswer, broker_path, long_poll_timeout
 from app.responses import OrjsonResponse
-from services.cluster.proxy_routing import (
+from services.cluster import (
+    BrokerMember,
     NoMasterError,
     globalize,
     groups_with_master,
@@ -34,7 +35,6 @@ from services.cluster.proxy_routing import (
     split_commits,
     topic_route,
 )
-from services.cluster.route_table import BrokerMember
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,7 @@ from app.errors import ApiError
 from app.proxy.fanout import BudgetShares
 from app.proxy.forward import Forwarder
 from app.settings import MAX_REQUEST_BYTES
-from services.cluster import ClusterView, RouteRegistry
-from services.cluster.proxy_routing import SendPicker
+from services.cluster import ClusterView, RouteRegistry, SendPicker
 
 DEFAULT_MAX_MESSAGES = 32
 _QUERY: Final = "spoolmq.query"

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.proxy.forward import BrokerAnswer, ProxyError
-from services.cluster.proxy_routing import NoMasterError
+from services.cluster import NoMasterError
 
 ROTATION = itertools.count()
 

@@ -20,8 +20,7 @@ from app.proxy.fanout import BudgetShares
 from app.proxy.fast import FastLane, fast_route
 from app.proxy.forward import Forwarder
 from app.proxy.upstream import Upstream
-from services.cluster import EtcdClient, EtcdError, EtcdUnavailableError, RouteRegistry
-from services.cluster.proxy_routing import SendPicker
+from services.cluster import EtcdClient, EtcdError, EtcdUnavailableError, RouteRegistry, SendPicker
 
 
 def create_proxy_app(

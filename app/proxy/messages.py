@@ -24,14 +24,7 @@ from app.proxy.forward import BrokerAnswer, ProxyError, broker_path, long_poll_t
 from app.proxy.sending import SendTarget, forward_send
 from app.responses import OrjsonResponse
 from app.routes.idempotency import idempotency_key
-from services.cluster.proxy_routing import (
-    NoMasterError,
-    globalize,
-    master_of,
-    queue_route,
-    readers,
-    topic_route,
-)
+from services.cluster import NoMasterError, globalize, master_of, queue_route, readers, topic_route
 
 router = APIRouter()
 

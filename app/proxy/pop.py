@@ -15,13 +15,7 @@ from app.proxy.fanout import first_non_empty, share_out
 from app.proxy.forward import BrokerAnswer, ProxyError, broker_path, long_poll_timeout
 from app.responses import OrjsonResponse
 from app.schemas.pop import ReceiveIn
-from services.cluster.proxy_routing import (
-    globalize,
-    master_of,
-    prefix_handle,
-    split_handle,
-    topic_route,
-)
+from services.cluster import globalize, master_of, prefix_handle, split_handle, topic_route
 
 router = APIRouter()
 

@@ -46,9 +46,7 @@ from app.proxy.forward import (
     ProxyError,
     broker_path,
 )
-from services.cluster import EtcdUnavailableError
-from services.cluster.proxy_routing import NoMasterError, topic_route
-from services.cluster.route_table import QueueRoute
+from services.cluster import EtcdUnavailableError, NoMasterError, QueueRoute, topic_route
 
 log = logging.getLogger(__name__)
 

@@ -20,13 +20,16 @@ from app.proxy.fanout import each_group
 from app.proxy.forward import BrokerAnswer, ProxyError, broker_path
 from app.responses import OrjsonResponse
 from app.schemas.common import MAX_QUEUES
-from services.cluster import BrokerMember, ClusterView, TopicRoute, spread_queues
-from services.cluster.proxy_routing import (
+from services.cluster import (
+    BrokerMember,
+    ClusterView,
     NoMasterError,
+    TopicRoute,
     groups_with_master,
     master_of,
     queue_route,
     readers,
+    spread_queues,
     topic_route,
 )
 

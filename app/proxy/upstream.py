@@ -228,11 +228,3 @@ class Upstream:
             for connection in idle:
                 connection.close()
         self._idle.clear()
-
-
-def request_head(method: str, target: str, host: str, headers: Iterable[tuple[str, str]]) -> bytes:
-    """The request line and headers of one request (Content-Length among ``headers``)."""
-    lines = [f"{method} {target} HTTP/1.1\r\nhost: {host}\r\n"]
-    lines.extend(f"{name}: {value}\r\n" for name, value in headers)
-    lines.append("\r\n")
-    return "".join(lines).encode("latin-1")

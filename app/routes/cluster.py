@@ -8,8 +8,7 @@ from app.deps import BrokerDep
 from app.responses import problems
 from app.routes.params import TopicPath
 from app.schemas.cluster import TopicRouteOut, topic_route_out
-from services.cluster.lookup import cluster_route, local_route
-from services.cluster.member import ClusterMember
+from services.cluster import ClusterMember, cluster_route, local_route
 
 router = APIRouter(tags=["cluster"])
 
@@ -30,5 +29,5 @@ async def topic_route(topic: TopicPath, broker: BrokerDep, request: Request) -> 
     member: ClusterMember | None = request.app.state.cluster
     if member is None:
         return topic_route_out(local_route(broker, topic, str(request.base_url).rstrip("/")))
-    broker.replica_status()  # 503 until the store is open
+    broker.replica.status()  # 503 until the store is open
     return topic_route_out(await cluster_route(member, topic))

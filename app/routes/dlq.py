@@ -31,15 +31,15 @@ from app.schemas import (
     redrive_out,
 )
 from app.schemas.common import TIMESTAMP_DESCRIPTION, TimestampMs
-from services.dlq import (
+from services import (
+    MAX_ACTIVE_REDRIVE_JOBS,
     REDRIVE_PROMPT_S,
     DlqFilter,
     DlqState,
     RedriveRequest,
-    RedriveTooLongError,
+    dlq_topic,
 )
-from services.redrive_jobs import MAX_ACTIVE_REDRIVE_JOBS
-from services.send_back import dlq_topic
+from services.errors import RedriveTooLongError
 
 router = APIRouter(tags=["groups"])
 

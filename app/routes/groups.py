@@ -34,8 +34,8 @@ from services import (
     OffsetCommit,
     PullOptions,
     SubscriptionGroupConfig,
+    in_flight_by_queue,
 )
-from services.pop.views import in_flight_by_queue
 
 router = APIRouter(tags=["groups"])
 

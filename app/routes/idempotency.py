@@ -13,7 +13,7 @@ from typing import Any, Final
 from fastapi import Request
 
 from app.errors import ApiError
-from services.idempotency import KEY_PATTERN, MAX_KEY_LENGTH, check_key
+from services import KEY_PATTERN, MAX_KEY_LENGTH, check_key
 
 REPLAYED_HEADERS: Final = {"Idempotent-Replayed": "true"}
 

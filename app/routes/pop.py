@@ -19,9 +19,7 @@ from app.schemas.pop import (
     invisibility_out,
     receive_out,
 )
-from services import Broker
-from services.groups import check_group_name
-from services.pop.service import ReceiveOptions
+from services import Broker, ReceiveOptions, check_group_name
 
 router = APIRouter(tags=["groups"])
 

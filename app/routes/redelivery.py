@@ -24,8 +24,7 @@ from app.schemas import (
     send_back_out,
 )
 from app.schemas.common import TIMESTAMP_DESCRIPTION, TimestampMs
-from services.offset_reset import ResetRequest, ResetTarget
-from services.send_back import SendBackRequest
+from services import ResetRequest, ResetTarget, SendBackRequest
 
 router = APIRouter()
 router.include_router(dlq.router)

@@ -27,7 +27,7 @@ router = APIRouter(tags=["replication"])
     responses=problems(503),
 )
 async def replica_status(broker: BrokerDep) -> ReplicaStatusOut:
-    return replica_status_out(broker.replica_status())
+    return replica_status_out(broker.replica.status())
 
 
 @router.get(
@@ -42,10 +42,11 @@ async def replica_status(broker: BrokerDep) -> ReplicaStatusOut:
     responses=problems(503),
 )
 async def replication_epochs(broker: BrokerDep) -> EpochsOut:
-    broker.replica_status()  # 503 until the store is open
+    broker.replica.status()  # 503 until the store is open
     return EpochsOut(
         epochs=[
-            EpochOut(epoch=e.epoch, startOffset=e.start_offset) for e in broker.replication_epochs()
+            EpochOut(epoch=e.epoch, startOffset=e.start_offset)
+            for e in broker.replica.epoch_entries()
         ]
     )
 
@@ -58,4 +59,4 @@ async def replication_epochs(broker: BrokerDep) -> EpochsOut:
     responses=problems(503),
 )
 async def replication_configs(broker: BrokerDep) -> dict[str, Any]:
-    return broker.replication_configs()
+    return broker.replica.config_snapshot()

@@ -15,7 +15,7 @@ from app.schemas import (
     topic_detail_out,
     topic_out,
 )
-from services.cluster.member import ClusterMember
+from services.cluster import ClusterMember
 
 router = APIRouter(tags=["topics"])
 

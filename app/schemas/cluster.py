@@ -7,8 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from app.schemas.common import ResponseBody
-from services.cluster.lookup import RouteAnswer
-from services.cluster.route_table import BrokerMember, GroupRoute
+from services.cluster import BrokerMember, GroupRoute, RouteAnswer
 
 
 class ReplicaOut(ResponseBody):

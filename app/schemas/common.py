@@ -29,10 +29,10 @@ from services import (
     MAX_GROUP_LENGTH,
     MAX_TOPIC_LENGTH,
     TOPIC_NAME_PATTERN,
-    GetMessageStatus,
+    check_group_name,
     parse_timestamp_ms,
 )
-from services.groups import check_group_name
+from storage.record.message import GetMessageStatus
 
 TOPIC_PATTERN: Final = TOPIC_NAME_PATTERN
 TOPIC_MAX_LENGTH: Final = MAX_TOPIC_LENGTH

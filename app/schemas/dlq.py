@@ -15,17 +15,19 @@ from app.schemas.common import (
     TopicName,
 )
 from app.schemas.messages import MessageFields, message_out
-from services.dlq import (
+from services import (
+    MAX_KEPT_REDRIVE_JOBS,
     MAX_REDRIVE,
     MAX_REDRIVE_RATE,
     MIN_REDRIVE_RATE,
     REDRIVE_PROMPT_S,
     DlqPage,
+    RedriveJob,
+    RedriveJobState,
     RedriveOutcome,
     RedriveReport,
     RedriveStatus,
 )
-from services.redrive_jobs import MAX_KEPT_REDRIVE_JOBS, RedriveJob, RedriveJobState
 
 REDRIVE_JOB_ID_PATTERN = r"^[0-9a-f]{32}$"
 

@@ -31,7 +31,8 @@ from app.schemas.common import (
     TimestampMs,
 )
 from app.settings import MAX_PULL_MESSAGES, MAX_REQUEST_BYTES, MAX_WAIT_MS
-from services import GroupPull, OutgoingMessage, QueuePull, SendReceipt, StoredMessage
+from services import GroupPull, OutgoingMessage, QueuePull, SendReceipt
+from storage.record.message import StoredMessage
 
 # ==================================================================== send
 

@@ -8,9 +8,9 @@ from pydantic import Field
 
 from app.schemas.common import JsonInt, RequestBody, ResponseBody
 from app.schemas.messages import MessageOut, message_out
-from services.pop.handles import MAX_HANDLE_LENGTH
-from services.pop.service import (
+from services import (
     DEFAULT_INVISIBLE_MS,
+    MAX_HANDLE_LENGTH,
     MAX_INVISIBLE_MS,
     MAX_RECEIVE_MESSAGES,
     MIN_INVISIBLE_MS,

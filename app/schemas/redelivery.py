@@ -15,10 +15,7 @@ from app.schemas.common import (
     TimestampMs,
     TopicName,
 )
-from services.offset_reset import ResetPlan
-from services.schedule import LevelProgress
-from services.send_back import SendBackResult
-from services.topics import QueueSeek
+from services import LevelProgress, QueueSeek, ResetPlan, SendBackResult
 
 # ==================================================================== send-back
 

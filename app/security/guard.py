@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from app.errors import STATUS_BY_CODE
 from app.security.audit import AuditLog
 from app.security.policy import Access, BodyCheck, Param, Rule
 from app.security.principals import ANONYMOUS, Principal
@@ -21,22 +22,20 @@ from app.security.quotas import ParkedPulls, QuotaDefaults, RateLimiter
 from app.security.sessions import SessionStore
 from app.security.tokens import TokenRegistry, load_auth_file
 from app.settings import Settings
-from services import Broker
+from services import Broker, original_topic
 from services.errors import InvalidMessageIdError
-from services.send_back import original_topic
 
 REALM: Final = 'Bearer realm="spoolmq"'
 _MSG_ID: Final = re.compile(r"^([0-9A-Fa-f]{32}|[0-9A-Fa-f]{56})$")
 
 
 class Refusal(Exception):
-    """A request refused before its route runs: status, stable code, detail, headers."""
+    """A request refused before its route runs: stable code, detail, headers (the status is
+    the code's, from :data:`app.errors.STATUS_BY_CODE`)."""
 
-    def __init__(
-        self, status: int, code: str, detail: str, headers: Mapping[str, str] | None = None
-    ) -> None:
+    def __init__(self, code: str, detail: str, headers: Mapping[str, str] | None = None) -> None:
         super().__init__(detail)
-        self.status = status
+        self.status = STATUS_BY_CODE[code]
         self.code = code
         self.detail = detail
         self.headers = dict(headers or {})
@@ -44,11 +43,11 @@ class Refusal(Exception):
 
 def unauthorized(detail: str, error: str | None = None) -> Refusal:
     challenge = REALM if error is None else f'{REALM}, error="{error}"'
-    return Refusal(401, "UNAUTHORIZED", detail, {"WWW-Authenticate": challenge})
+    return Refusal("UNAUTHORIZED", detail, {"WWW-Authenticate": challenge})
 
 
 def forbidden(principal: Principal, what: str) -> Refusal:
-    return Refusal(403, "FORBIDDEN", f"the token {principal.name!r} may not {what}")
+    return Refusal("FORBIDDEN", f"the token {principal.name!r} may not {what}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +165,6 @@ class Security:
         wait = self.rate.admit(principal)
         if wait:
             raise Refusal(
-                429,
                 "RATE_LIMITED",
                 f"the token {principal.name!r} is over its request rate; retry in {wait} s",
                 {"Retry-After": str(wait)},
@@ -178,7 +176,6 @@ class Security:
             return
         cap = self.parked.cap(principal)
         raise Refusal(
-            429,
             "TOO_MANY_WAITERS",
             f"the token {principal.name!r} already has {cap} long-polls waiting (its cap); "
             "retry in 1 s",

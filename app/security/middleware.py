@@ -227,7 +227,6 @@ class SecurityMiddleware:
             given = csrf_from_body(content_type, body)
         if not tokens_match(expected, given):
             raise Refusal(
-                403,
                 "CSRF_FAILED",
                 "the form's CSRF token is missing or stale: reload the page and try again",
             )
@@ -369,9 +368,9 @@ def _login_needed(scope: Scope) -> Refusal:
         target += "?" + scope["query_string"].decode("latin-1")
     login = f"{LOGIN_PATH}?next={quote(target, safe='')}"
     if _header(scope, b"hx-request") == b"true":
-        return Refusal(401, "UNAUTHORIZED", "log in first", {"HX-Redirect": login})
+        return Refusal("UNAUTHORIZED", "log in first", {"HX-Redirect": login})
     if scope["method"] in ("GET", "HEAD"):
-        return Refusal(303, "LOGIN_REQUIRED", "log in first", {"Location": login})
+        return Refusal("LOGIN_REQUIRED", "log in first", {"Location": login})
     return unauthorized("log in on /admin/login, or use an admin bearer token")
 
 

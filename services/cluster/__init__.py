@@ -1,7 +1,27 @@
 """Several broker groups as one cluster: an etcd client, the route table kept in etcd, and
-(built on them) election and failover of each group's master."""
+(built on them) election and failover of each group's master, route lookups, and the
+proxy's routing of requests to groups."""
 
-from services.cluster.etcd import EtcdClient, EtcdError, EtcdUnavailableError
+from services.cluster.etcd import EtcdClient
+from services.cluster.lookup import RouteAnswer, cluster_route, local_route
+from services.cluster.member import ClusterConfig, ClusterMember
+from services.cluster.proxy_routing import (
+    NoMasterError,
+    SendPicker,
+    batch_queue_id,
+    batch_sharding_key,
+    globalize,
+    groups_with_master,
+    localize_send,
+    master_of,
+    merge_group_pulls,
+    prefix_handle,
+    queue_route,
+    readers,
+    split_commits,
+    split_handle,
+    topic_route,
+)
 from services.cluster.registry import RouteRegistry
 from services.cluster.route_table import (
     BrokerMember,
@@ -12,17 +32,38 @@ from services.cluster.route_table import (
     TopicRoute,
     spread_queues,
 )
+from services.errors import EtcdError, EtcdUnavailableError
 
 __all__ = [
     "BrokerMember",
+    "ClusterConfig",
     "ClusterKeys",
+    "ClusterMember",
     "ClusterView",
     "EtcdClient",
     "EtcdError",
     "EtcdUnavailableError",
     "GroupRoute",
+    "NoMasterError",
     "QueueRoute",
+    "RouteAnswer",
     "RouteRegistry",
+    "SendPicker",
     "TopicRoute",
+    "batch_queue_id",
+    "batch_sharding_key",
+    "cluster_route",
+    "globalize",
+    "groups_with_master",
+    "local_route",
+    "localize_send",
+    "master_of",
+    "merge_group_pulls",
+    "prefix_handle",
+    "queue_route",
+    "readers",
+    "split_commits",
+    "split_handle",
     "spread_queues",
+    "topic_route",
 ]

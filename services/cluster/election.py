@@ -18,18 +18,6 @@ from dataclasses import dataclass
 
 from services.cluster.etcd import Compare, EtcdClient, KeyValue, put_op
 from services.cluster.route_table import BrokerMember, ClusterKeys
-from services.errors import NotMasterError
-
-
-class NoMasterError(NotMasterError):
-    """A write while the group has no master this broker can name (a failover in progress,
-    or this broker lost the master role): retry shortly."""
-
-    code = "NO_MASTER"
-
-    def __init__(self, message: str, master: str | None = None, retry_after_s: int = 1) -> None:
-        super().__init__(message, master)
-        self.retry_after_s = retry_after_s
 
 
 @dataclass(frozen=True, slots=True)

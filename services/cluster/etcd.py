@@ -20,19 +20,7 @@ from typing import Any
 
 import httpx
 
-from services.errors import ServiceError
-
-
-class EtcdUnavailableError(ServiceError):
-    """No etcd endpoint answered (down, partitioned, or without a quorum)."""
-
-    code = "ETCD_UNAVAILABLE"
-
-
-class EtcdError(ServiceError):
-    """etcd answered with an error (a bad request, an unknown lease, ...)."""
-
-    code = "ETCD_ERROR"
+from services.errors import EtcdError, EtcdUnavailableError
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,11 +98,6 @@ def put_op(key: str, value: bytes, lease: int = 0) -> dict[str, Any]:
     if lease:
         request["lease"] = str(lease)
     return {"request_put": request}
-
-
-def delete_op(key: str) -> dict[str, Any]:
-    """A txn operation that deletes ``key``."""
-    return {"request_delete_range": {"key": _b64(key)}}
 
 
 def range_op(key: str) -> dict[str, Any]:

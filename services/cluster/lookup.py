@@ -6,9 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from services.cluster.etcd import EtcdUnavailableError
 from services.cluster.route_table import BrokerMember, GroupRoute, TopicRoute, spread_queues
-from services.errors import TopicNotFoundError
+from services.errors import EtcdUnavailableError, TopicNotFoundError
 
 if TYPE_CHECKING:
     from services.broker import Broker
@@ -28,7 +27,7 @@ def local_route(broker: Broker, topic: str, http_url: str) -> RouteAnswer:
     """Outside a cluster: every queue of the local topic in this broker's own group."""
     config = broker.topics.get(topic)  # TopicNotFoundError when absent
     name = broker.config.broker_name
-    status = broker.replica_status()
+    status = broker.replica.status()
     me = BrokerMember(
         name,
         name,
@@ -54,7 +53,7 @@ async def cluster_route(member: ClusterMember, topic: str) -> RouteAnswer:
     if topic not in view.topics:
         try:
             view = await member.registry.refresh()
-            if topic not in view.topics and member.broker.accepts_writes:
+            if topic not in view.topics and member.broker.replica.accepts_writes:
                 config = member.broker.topics.get(topic)
                 await member.register_topic(config.topic_name, config.read_queue_nums)
                 view = member.registry.view

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING
 
 from services.cluster.election import (
     EpochRecord,
-    NoMasterError,
     SyncState,
     campaign,
     first_candidate,
@@ -33,10 +32,16 @@ from services.cluster.election import (
     read_epoch,
     republish_master,
 )
-from services.cluster.etcd import Compare, EtcdClient, EtcdUnavailableError, KeyValue, put_op
+from services.cluster.etcd import Compare, EtcdClient, KeyValue, put_op
 from services.cluster.registry import RouteRegistry
 from services.cluster.route_table import BrokerMember, ClusterKeys, spread_queues
-from services.errors import ReplicaDivergedError
+from services.errors import (
+    ClusterJoinError,
+    EtcdUnavailableError,
+    MasterRoleLostError,
+    NoMasterError,
+    ReplicaDivergedError,
+)
 from services.ha.address import MasterAddress
 from services.topics import SYSTEM_TOPICS
 
@@ -46,14 +51,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FatalHook = Callable[[BaseException], None]
-
-
-class ClusterJoinError(RuntimeError):
-    """The broker could not take its place in the cluster (etcd unreachable, no master)."""
-
-
-class MasterRoleLostError(RuntimeError):
-    """This master found another broker elected in its place: it must restart as a slave."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,13 +75,13 @@ class ClusterMember:
         self, broker: Broker, config: ClusterConfig, on_fatal: FatalHook | None = None
     ) -> None:
         self.broker = broker
+        self.replica = broker.replica
         self.config = config
         self.keys = ClusterKeys(config.cluster)
         self.etcd = EtcdClient(config.etcd_endpoints)
         self.registry = RouteRegistry(self.etcd, config.cluster)
         self.on_fatal = on_fatal
         self.lease = 0
-        self.elections_won = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._published_sync: SyncState | None = None
         self._fenced = False
@@ -102,14 +99,14 @@ class ClusterMember:
         """This broker as it announces itself right now."""
         offset = 0
         if self.broker.running:
-            offset = self.broker.replica_status().confirmed_offset
+            offset = self.replica.status().confirmed_offset
         return BrokerMember(
             self.name,
             self.group,
             self.config.http_url,
             self.config.ha_address,
-            self.broker.role,
-            self.broker.epoch,
+            self.replica.role,
+            self.replica.epoch,
             offset,
         )
 
@@ -138,19 +135,18 @@ class ClusterMember:
         except EtcdUnavailableError as exc:
             raise ClusterJoinError(f"cannot join cluster {self.config.cluster}: {exc}") from exc
         log.info("broker %s joins group %s as slave of %s", self.name, self.group, holder.name)
-        self.broker.prepare_role("slave", _address(holder))
+        self.replica.prepare_role("slave", _address(holder))
 
     async def _campaign_at_start(self) -> bool:
         sync_state = SyncState.from_kv(await self.etcd.get(self.keys.sync_state(self.group)))
         if not may_campaign_at_start(self.name, sync_state):
             return False
         seen = await read_epoch(self.etcd, self.keys, self.group)
-        local = await asyncio.to_thread(self.broker.local_epoch)
+        local = await asyncio.to_thread(self.replica.local_epoch)
         epoch = max(seen.epoch, local) + 1
         if await campaign(self.etcd, self.keys, self.me(), self.lease, seen, epoch):
             log.info("broker %s elected master of %s at epoch %d", self.name, self.group, epoch)
-            self.broker.prepare_role("master", None, epoch)
-            self.elections_won += 1
+            self.replica.prepare_role("master", None, epoch)
             return True
         return False
 
@@ -159,7 +155,7 @@ class ClusterMember:
     def start(self) -> None:
         """Once the broker runs: keep the lease, publish, follow the master key and routes."""
         self.registry.start()
-        self.broker.sync_state_listeners.append(self._on_sync_state)
+        self.replica.sync_state_listeners.append(self._on_sync_state)
         for name, job in (
             ("cluster-lease", self._keep_lease),
             ("cluster-publish", self._publish_loop),
@@ -172,8 +168,8 @@ class ClusterMember:
 
         Writes are refused first, so nothing is acknowledged here once a successor may be.
         """
-        if self.broker.role == "master":
-            self.broker.block_writes(NoMasterError(f"broker {self.name} is shutting down"))
+        if self.replica.role == "master":
+            self.replica.block_writes(NoMasterError(f"broker {self.name} is shutting down"))
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -200,10 +196,10 @@ class ClusterMember:
         """The lease lapsed (etcd was out of reach too long): take a new one, keep or yield."""
         log.warning("broker %s lost its lease; taking a new one", self.name)
         self.lease = await self.etcd.grant(self.config.lease_ttl_s)
-        if self.broker.role != "master":
+        if self.replica.role != "master":
             return
         seen = await read_epoch(self.etcd, self.keys, self.group)
-        still_mine = seen.master == self.name and seen.epoch == self.broker.epoch
+        still_mine = seen.master == self.name and seen.epoch == self.replica.epoch
         if still_mine and await self._reclaim(seen):
             log.info("broker %s kept the master key of %s", self.name, self.group)
             return
@@ -225,7 +221,7 @@ class ClusterMember:
         self._fenced = True
         message = f"broker {self.name} is no longer master of {self.group}: {reason}"
         log.error("%s; refusing writes", message)
-        self.broker.block_writes(NoMasterError(message, None, retry_after_s=2))
+        self.replica.block_writes(NoMasterError(message, None, retry_after_s=2))
         if self.on_fatal is not None:
             self.on_fatal(MasterRoleLostError(message + "; restart it to rejoin as a slave"))
 
@@ -246,7 +242,7 @@ class ClusterMember:
         if announced != self._announced:  # unchanged: the lease alone keeps the key
             await self.etcd.put(self.keys.broker(self.group, self.name), *announced)
             self._announced = announced
-        if self.broker.role != "master" or self._fenced:
+        if self.replica.role != "master" or self._fenced:
             return
         await self.publish_sync_state()
         await self._register_topic_routes()
@@ -270,7 +266,7 @@ class ClusterMember:
 
     async def publish_sync_state(self) -> None:
         """Write the in-sync set when it differs from what this master last wrote."""
-        state = SyncState(self.broker.epoch, self.name, self.broker.sync_state_set())
+        state = SyncState(self.replica.epoch, self.name, self.replica.sync_state_set())
         if state != self._published_sync:
             await self.etcd.put(self.keys.sync_state(self.group), state.to_json())
             self._published_sync = state
@@ -287,7 +283,7 @@ class ClusterMember:
         """Register the route of a topic this master has just made, before that is answered,
         so that a route read on any broker right after finds it. When etcd does not answer,
         the publish loop registers it later."""
-        if self.broker.accepts_writes and topic not in self.registry.view.topics:
+        if self.replica.accepts_writes and topic not in self.registry.view.topics:
             with contextlib.suppress(EtcdUnavailableError):
                 await self.register_topic(topic, queue_count)
 
@@ -320,14 +316,14 @@ class ClusterMember:
     async def _on_master(self, kv: KeyValue | None) -> bool:
         """React to the master key's current value; True when this broker changed role."""
         if kv is None:
-            if self.broker.role == "master":
+            if self.replica.role == "master":
                 await asyncio.sleep(0.2)  # the lease loop decides what a master does
                 return False
             return await self._elect()
         holder = BrokerMember.from_json(kv.value)
         if holder.name == self.name:
             return False
-        if self.broker.role == "master":
+        if self.replica.role == "master":
             await self._fence(f"{holder.name} holds the master key")
             await asyncio.sleep(1)
             return False
@@ -335,14 +331,14 @@ class ClusterMember:
         return False
 
     async def _follow(self, holder: BrokerMember) -> None:
-        self.broker.allow_writes()  # a slave answers 421 again, naming the master
-        current = self.broker.master_address
+        self.replica.allow_writes()  # a slave answers 421 again, naming the master
+        current = self.replica.master_address
         address = _address(holder)
         if current == address:
             return
         log.info("broker %s follows the new master %s", self.name, holder.name)
         try:
-            await self.broker.follow(address)
+            await self.replica.follow(address)
         except ReplicaDivergedError as exc:
             log.error("cannot follow %s: %s", holder.name, exc)
             if self.on_fatal is not None:
@@ -350,7 +346,7 @@ class ClusterMember:
 
     async def _elect(self) -> bool:
         """The group has no master: campaign when this broker may and it is its turn."""
-        self.broker.block_writes(NoMasterError(f"group {self.group} is electing a master"))
+        self.replica.block_writes(NoMasterError(f"group {self.group} is electing a master"))
         sync_state = SyncState.from_kv(await self.etcd.get(self.keys.sync_state(self.group)))
         if not may_campaign(self.name, sync_state):
             await asyncio.sleep(0.3)
@@ -365,7 +361,7 @@ class ClusterMember:
             if await self.etcd.get(self.keys.master(self.group)) is not None:
                 return False
         seen = await read_epoch(self.etcd, self.keys, self.group)
-        epoch = max(seen.epoch, self.broker.epoch) + 1
+        epoch = max(seen.epoch, self.replica.epoch) + 1
         if not await campaign(self.etcd, self.keys, me, self.lease, seen, epoch):
             return False
         await self._take_over(epoch)
@@ -373,14 +369,13 @@ class ClusterMember:
 
     async def _take_over(self, epoch: int) -> None:
         try:
-            await self.broker.promote(epoch)
+            await self.replica.promote(epoch)
         except Exception:
             log.exception("promotion to epoch %d failed; giving the master key up", epoch)
             with contextlib.suppress(EtcdUnavailableError):
                 await self.etcd.delete(self.keys.master(self.group))
             return
-        self.elections_won += 1
-        self.broker.allow_writes()
+        self.replica.allow_writes()
         log.info("broker %s is master of %s at epoch %d", self.name, self.group, epoch)
         await republish_master(self.etcd, self.keys, self.me(), self.lease)
         await self.publish_sync_state()

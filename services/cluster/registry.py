@@ -7,8 +7,9 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from services.cluster.etcd import EtcdClient, EtcdUnavailableError
+from services.cluster.etcd import EtcdClient
 from services.cluster.route_table import ClusterKeys, ClusterView, TopicRoute
+from services.errors import EtcdUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +37,6 @@ class RouteRegistry:
 
     async def put_topic_route(self, route: TopicRoute) -> None:
         await self.etcd.put(self.keys.topic(route.topic), route.to_json())
-
-    async def delete_topic_route(self, topic: str) -> bool:
-        return await self.etcd.delete(self.keys.topic(topic)) > 0
 
     def start(self) -> None:
         """Follow changes in the background (re-read on every change, re-watch on a break)."""

@@ -48,7 +48,6 @@ class SlaveConfigSync:
         self.config_dir = config_dir
         self.interval_s = interval_s
         self.headers = headers
-        self.sync_count = 0
         self._last: dict[str, object] = {}
         self._task: asyncio.Task[None] | None = None
 
@@ -79,7 +78,6 @@ class SlaveConfigSync:
         if not isinstance(root, dict):
             raise ValueError("the configs answer is not an object")
         await asyncio.to_thread(self._write, root)
-        self.sync_count += 1
 
     def _write(self, root: dict[str, object]) -> None:
         for key, manager in self.managers.items():

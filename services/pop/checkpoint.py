@@ -30,8 +30,6 @@ REVIVE_GROUP: Final = "rmq_sys_REVIVE_GROUP"
 TAG_CK: Final = "ck"
 TAG_ACK: Final = "ack"
 
-ACK_REASONS: Final = frozenset({"ack", "revive", "dlq", "nack", "change"})
-
 PROPERTY_POP_CK: Final = "POP_CK"
 """On a copy the revive service put into ``%RETRY%<group>``: which delivery it replaces
 (``<topic> <queue id> <offset> <ck id>``), so a restart that finds the copy but not its ACK

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from services.pop.errors import InvalidReceiptHandleError
+from services.errors import InvalidReceiptHandleError
 
 SECRET_FILE: Final = "pop.secret"
 MAX_HANDLE_LENGTH: Final = 1024

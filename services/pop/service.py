@@ -19,7 +19,12 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from services.errors import ServiceError
+from services.errors import (
+    ConsumeModeConflictError,
+    InvalidReceiptHandleError,
+    ReceiptHandleExpiredError,
+    ServiceError,
+)
 from services.groups import GroupService
 from services.long_poll import WaiterRegistry, WakeReason
 from services.metrics import Metrics
@@ -31,11 +36,6 @@ from services.pop.checkpoint import (
     CheckPoint,
     ack_message,
     checkpoint_message,
-)
-from services.pop.errors import (
-    ConsumeModeConflictError,
-    InvalidReceiptHandleError,
-    ReceiptHandleExpiredError,
 )
 from services.pop.handles import HandleCodec, ReceiptHandle
 from services.pop.inflight import InFlight, InFlightTable, QueueKey, QueueState
@@ -49,7 +49,6 @@ from storage import MessageStore, StoredMessage, TagFilter
 from storage.config_managers import (
     CONSUME_MODE_OFFSETS,
     CONSUME_MODE_POP,
-    ConsumerOffsetManager,
     SubscriptionGroupConfig,
 )
 from storage.record.java_hash import tags_code
@@ -113,38 +112,48 @@ class InvisibilityChange:
     invisible_until_ms: int  # when it becomes visible again
 
 
+@dataclass(frozen=True, slots=True)
+class ConsumerServices:
+    """What POP consumes through, as pull does: topic and group rules, consumer offsets,
+    parked receives and the traffic counters."""
+
+    topics: TopicService
+    groups: GroupService
+    offsets: OffsetService
+    waiters: WaiterRegistry
+    metrics: Metrics
+
+
 class PopService:
-    """The POP state of every group, and the three operations on it."""
+    """The POP state of every group, and the three operations on it.
+
+    ``config_dir`` holds its state file and the secret that signs receipt handles; ``put``
+    writes CK and ACK records durably; ``send_back`` takes back what a consumer gives up.
+    """
 
     def __init__(
         self,
         store: MessageStore,
         config_dir: Path,
-        topics: TopicService,
-        groups: GroupService,
-        offsets: OffsetService,
-        consumer_offsets: ConsumerOffsetManager,
+        consumers: ConsumerServices,
         send_back: SendBackService,
         put: PutMessages,
-        waiters: WaiterRegistry,
-        metrics: Metrics,
         *,
         max_wait_ms: int = 30_000,
     ) -> None:
         self._store = store
         self._config_dir = config_dir
-        self._topics = topics
-        self._groups = groups
-        self._offsets = offsets
-        self._consumer_offsets = consumer_offsets
+        self._topics = consumers.topics
+        self._groups = consumers.groups
+        self._offsets = consumers.offsets
+        self._waiters = consumers.waiters
+        self.metrics = consumers.metrics
         self.send_back = send_back
         self._put = put
-        self._waiters = waiters
-        self.metrics = metrics
         self._max_wait_ms = max_wait_ms
         self.table = InFlightTable()
         self.codec = HandleCodec.for_config_dir(config_dir)
-        self._taker = QueueTaker(store, self.table, offsets, self._sync_committed)
+        self._taker = QueueTaker(store, self.table, self._offsets, self._sync_committed)
         self._claimed: set[str] = set()  # groups this process switched to POP
         self.on_schedule: Callable[[int], None] = lambda deadline: None
 
@@ -155,7 +164,7 @@ class PopService:
         self.codec = HandleCodec.for_config_dir(self._config_dir)  # a slave copied its master's
         read = rebuild(self._store, load_snapshot(self._config_dir), self.table)
         for key, committed in self.table.committed().items():
-            self._consumer_offsets.commit_offset(key[0], key[1], key[2], committed)
+            self._offsets.move(key[0], key[1], key[2], committed)
         return read
 
     def snapshot(self) -> PopSnapshot:
@@ -219,7 +228,7 @@ class PopService:
         if config.consume_mode == CONSUME_MODE_OFFSETS or (
             config.consume_mode != CONSUME_MODE_POP
             and name not in self._claimed
-            and self._consumer_offsets.offsets_of(name, topic)
+            and self._offsets.has_committed(name, topic)
             and not self._has_state(name, topic)
         ):
             raise ConsumeModeConflictError(
@@ -403,7 +412,7 @@ class PopService:
 
     def _sync_committed(self, key: QueueKey, state: QueueState) -> None:
         committed = state.lowest_unresolved()
-        if self._consumer_offsets.query_offset(key[0], key[1], key[2]) != committed:
+        if self._offsets.committed(key[0], key[1], key[2]) != committed:
             self._offsets.move(key[0], key[1], key[2], committed)
 
     # ================================================================== invisibility

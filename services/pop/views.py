@@ -15,7 +15,6 @@ class QueueView:
     topic: str
     queue_id: int
     pop_offset: int  # the next offset a receive takes
-    lowest_unacked: int  # where the lag counts from
     in_flight: int
     oldest_in_flight_ms: int  # age of the oldest in-flight delivery; 0 when none
     next_redelivery_ms: int | None  # the earliest deadline, epoch ms
@@ -56,7 +55,6 @@ def queue_views(table: InFlightTable, group: str) -> list[QueueView]:
                 topic,
                 queue_id,
                 state.pop_offset,
-                state.lowest_unresolved(),
                 len(entries),
                 max((now - e.pop_time_ms for e in entries), default=0),
                 min((e.deadline_ms for e in entries if not e.ready), default=None),

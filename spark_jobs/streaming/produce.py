@@ -67,7 +67,6 @@ class TaskTally:
 
     messages: int = 0
     requests: int = 0
-    replayed_requests: int = 0
     replayed_messages: int = 0
     dropped_properties: int = 0
     topics: set[str] = field(default_factory=set)
@@ -206,7 +205,6 @@ def send_task(
         tally.dropped_properties += sum(row.dropped_properties for row in batch)
         tally.topics.add(batch[0].topic)
         if sent.replayed:
-            tally.replayed_requests += 1
             tally.replayed_messages += len(batch)
     return tally
 

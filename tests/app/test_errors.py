@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
+import services
+import storage
+from app.errors import STATUS_BY_CODE
+from services.errors import ServiceError, StorageError
 from tests.conftest import LiveServer, start_server
 
 MIB = 1024 * 1024
@@ -464,3 +470,20 @@ def test_method_not_allowed_lists_every_method_of_the_path(client: httpx.Client)
     response = client.patch("/v1/topics/E")
     assert_problem(response, 405, "METHOD_NOT_ALLOWED")
     assert response.headers["allow"] == "DELETE, GET, PUT"
+
+
+def test_every_domain_error_code_has_one_status() -> None:
+    """Every code a services or storage error carries is in the one code table."""
+    for package in (services, storage):
+        for module in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
+            importlib.import_module(module.name)
+    missing = set()
+    for root in (ServiceError, StorageError):
+        todo: list[type[Exception]] = [root]
+        while todo:
+            cls = todo.pop()
+            todo.extend(cls.__subclasses__())
+            code = getattr(cls, "code", None)
+            if code not in STATUS_BY_CODE:
+                missing.add(f"{cls.__module__}.{cls.__qualname__}: {code}")
+    assert missing == set()

@@ -300,7 +300,7 @@ async def test_a_promoted_slave_answers_the_original_receipt(tmp_path: Path) -> 
         broker_name="a",
         ha_listen="127.0.0.1:0",
     )
-    ha_address = master.broker.ha_address
+    ha_address = master.broker.replica.ha_address
     assert ha_address is not None
     slave = Spool(
         tmp_path / "slave",
@@ -322,10 +322,10 @@ async def test_a_promoted_slave_answers_the_original_receipt(tmp_path: Path) -> 
             )
             end = replica(master.url)["max_physical_offset"]
         wait_until(lambda: replica(slave.url)["max_physical_offset"] == end)
-        # The slave must hold the topic's config on disk before the kill -9 (the API answers
-        # for the topic once its queue exists, before the config sync has saved it).
+        # The config sync takes the topic in memory, then writes topics.json: the kill below
+        # must come after the write.
         topics = tmp_path / "slave" / "config" / "topics.json"
-        wait_until(lambda: topics.exists() and "Orders" in topics.read_text())
+        wait_until(lambda: topics.exists() and '"Orders"' in topics.read_text())
     finally:
         slave.kill()  # unclean: its index is rebuilt when it comes back
         master.stop()
@@ -340,8 +340,8 @@ async def test_a_promoted_slave_answers_the_original_receipt(tmp_path: Path) -> 
     await broker.start()
     try:
         await hold_index_catch_up(broker)
-        await broker.promote(2)
-        assert broker.role == "master"
+        await broker.replica.promote(2)
+        assert broker.replica.role == "master"
         await keyed_send_waits_for_the_index(broker, sent.json()["messages"][0])
         # A new key is a new message.
         [fresh] = await broker.send.send("Orders", [ORDER], idempotency_key="order-43-paid")

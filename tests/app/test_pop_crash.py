@@ -83,11 +83,9 @@ class Ledger:
         # (queue topic, queue id, queue offset) of each such delivery.
         self.in_doubt: dict[str, list[tuple[str, int, int]]] = {}
         self.redelivered_after_ack: list[str] = []
-        self.deliveries = 0
 
     def delivered(self, messages: list[dict[str, Any]]) -> None:
         with self.lock:
-            self.deliveries += len(messages)
             self.redelivered_after_ack += [m["body"] for m in messages if m["body"] in self.acked]
 
     def answered(self, messages: list[dict[str, Any]], outcomes: list[str]) -> None:

@@ -63,7 +63,7 @@ def start_proxy(
 
 
 def member(name: str, group: str, live: LiveServer, role: str = "master") -> BrokerMember:
-    ha = live.broker.ha_address or "127.0.0.1:1"
+    ha = live.broker.replica.ha_address or "127.0.0.1:1"
     return BrokerMember(name, group, live.url, ha, role)
 
 
@@ -377,7 +377,7 @@ def test_a_new_master_in_etcd_is_followed(cluster: Cluster, tmp_path: Path) -> N
         broker_name="b2",
         role="slave",
         master_http=b.url,
-        master_ha=b.broker.ha_address,
+        master_ha=b.broker.replica.ha_address,
         master_name="b",
         config_sync_interval_s=0.2,
     )
@@ -397,7 +397,9 @@ def test_a_new_master_in_etcd_is_followed(cluster: Cluster, tmp_path: Path) -> N
         # Named master before it is promoted: its 421 passes through as the broker gave it.
         early = http.post("/v1/topics/Fail/messages", json={"body": "x", "queue_id": 3})
         assert (early.status_code, early.json()["code"]) == (421, "NOT_MASTER")
-        asyncio.run_coroutine_threadsafe(slave.broker.promote(2), slave.broker.loop).result(60)
+        asyncio.run_coroutine_threadsafe(slave.broker.replica.promote(2), slave.broker.loop).result(
+            60
+        )
         pulled = http.get("/v1/topics/Fail/queues/3/messages").json()
         assert [(m["body"], m["queue_id"]) for m in pulled["messages"]] == [("before", 3)]
         found = http.get(f"/v1/messages/{before['msg_id']}")

@@ -51,7 +51,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer,
         broker_name="master-1",
         ha_listen="127.0.0.1:0",
     )
-    ha_address = master.broker.ha_address
+    ha_address = master.broker.replica.ha_address
     assert ha_address is not None
     try:
         slave = start_server(

@@ -22,7 +22,7 @@ def slave_of(master: LiveServer, store: Path, **extra: Any) -> LiveServer:
         broker_name="b",
         role="slave",
         master_http=master.url,
-        master_ha=master.broker.ha_address or "127.0.0.1:1",
+        master_ha=master.broker.replica.ha_address or "127.0.0.1:1",
         config_sync_interval_s=0.2,
         ha_heartbeat_s=0.2,
         **extra,

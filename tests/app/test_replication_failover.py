@@ -59,7 +59,7 @@ def run_on(server: LiveServer, coroutine: Any) -> Any:
 
 
 def slave_settings(name: str, master: LiveServer) -> dict[str, Any]:
-    ha_address = master.broker.ha_address
+    ha_address = master.broker.replica.ha_address
     return {
         "commit_log_file_size": FILE_SIZE,
         "broker_name": name,
@@ -91,13 +91,13 @@ def test_promote_then_old_master_truncates_and_rejoins(tmp_path: Path) -> None:
         # b comes back as a slave of the dead master, then is promoted.
         b = start_server(dir_b, **slave_settings("b", a))
         assert replica(b)["max_physical_offset"] == confirmed
-        run_on(b, b.broker.promote(2))
+        run_on(b, b.broker.replica.promote(2))
         view = replica(b)
         assert (view["role"], view["epoch"]) == ("master", 2)
         epochs = json.loads((dir_b / "epoch.json").read_text())["epochs"]
         assert epochs[-1] == {"epoch": 2, "startOffset": confirmed}
         after = send_many(b, "new-epoch", 30)
-        assert b.broker.ha_address is not None
+        assert b.broker.replica.ha_address is not None
 
         # The old master restarts as b's slave: its unconfirmed tail goes.
         a = start_server(dir_a, **slave_settings("a", b))
@@ -142,10 +142,10 @@ def test_follow_refuses_a_diverged_master(tmp_path: Path) -> None:
             tmp_path / "y", commit_log_file_size=FILE_SIZE, broker_name="y", ha_listen="127.0.0.1:0"
         )
         assert replica(y)["epoch"] == 2
-        ha_y = y.broker.ha_address
+        ha_y = y.broker.replica.ha_address
         assert ha_y is not None
         with pytest.raises(ReplicaDivergedError):
-            run_on(s, s.broker.follow(MasterAddress("y", y.url, ha_y)))
+            run_on(s, s.broker.replica.follow(MasterAddress("y", y.url, ha_y)))
         assert "diverges" in (replica(s)["error"] or "")
     finally:
         s.stop()
@@ -176,7 +176,7 @@ def test_receipt_handles_issued_by_the_old_master_ack_on_the_promoted_slave(
         wait_until(lambda: httpx.get(f"{b.url}/v1/topics/Fail", timeout=10).is_success)
         wait_until(lambda: httpx.get(f"{b.url}/v1/groups/Workers", timeout=10).is_success)
         a.stop()
-        run_on(b, b.broker.promote(2))
+        run_on(b, b.broker.replica.promote(2))
         with httpx.Client(base_url=b.url, timeout=10) as http:
             handles = [m["receipt_handle"] for m in received]
             answer = http.post("/v1/groups/Workers/acks", json={"receipt_handles": handles})

@@ -29,7 +29,7 @@ SLAVE = "slave-p"
 def start_slave_process(store: Path, master: LiveServer) -> tuple[subprocess.Popen[bytes], str]:
     """``spoolmq serve`` as a slave of ``master``; the process and its URL, once ready."""
     port = free_port()
-    ha_address = master.broker.ha_address
+    ha_address = master.broker.replica.ha_address
     assert ha_address is not None
     process = subprocess.Popen(
         [

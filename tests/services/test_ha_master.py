@@ -28,7 +28,7 @@ class FakeSlave:
 
     @classmethod
     async def connect(cls, broker: Broker, name: str, offset: int = 0) -> FakeSlave:
-        address = broker.ha_address
+        address = broker.replica.ha_address
         assert address is not None
         reader, writer = await asyncio.open_connection(*split_host_port(address))
         writer.write(hello(name) + OFFSET_REPORT.pack(offset))
@@ -93,33 +93,33 @@ def commit_log(broker: Broker, start: int, end: int) -> bytes:
 async def test_streams_the_commit_log_and_heartbeats(broker: Broker) -> None:
     await send(broker, b"a" * 100, count=5)
     slave = await FakeSlave.connect(broker, "s1")
-    end = broker.replica_status().max_physical_offset
+    end = broker.replica.status().max_physical_offset
     await slave.read_until(end)
     assert slave.start == 0
     assert bytes(slave.received) == commit_log(broker, 0, end)
     offset, data = await asyncio.wait_for(slave.read_batch(), 10)  # idle: a heartbeat
     assert (offset, data) == (end, b"")
     await send(broker, b"later")  # an append wakes the connection
-    await slave.read_until(broker.replica_status().max_physical_offset)
+    await slave.read_until(broker.replica.status().max_physical_offset)
     await slave.close()
 
 
 async def test_sync_state_set_and_listeners(broker: Broker) -> None:
     seen: list[frozenset[str]] = []
-    broker.sync_state_listeners.append(seen.append)
+    broker.replica.sync_state_listeners.append(seen.append)
     await send(broker, b"x" * 50, count=3)
     slave = await FakeSlave.connect(broker, "s1")
-    end = broker.replica_status().max_physical_offset
+    end = broker.replica.status().max_physical_offset
     await slave.read_until(end)
-    assert broker.sync_state_set() == frozenset()  # connected, but nothing acked yet
+    assert broker.replica.sync_state_set() == frozenset()  # connected, but nothing acked yet
     await slave.ack(end)
-    await wait_for(lambda: broker.sync_state_set() == frozenset({"s1"}))
-    status = broker.replica_status()
+    await wait_for(lambda: broker.replica.sync_state_set() == frozenset({"s1"}))
+    status = broker.replica.status()
     [view] = status.slaves
     assert (view.name, view.acked_offset, view.lag_bytes, view.in_sync) == ("s1", end, 0, True)
     assert seen == [frozenset({"s1"})]
     await slave.close()
-    await wait_for(lambda: broker.sync_state_set() == frozenset())
+    await wait_for(lambda: broker.replica.sync_state_set() == frozenset())
     assert seen == [frozenset({"s1"}), frozenset()]
 
 
@@ -128,14 +128,14 @@ async def test_a_slave_too_far_behind_leaves_the_set(tmp_path: Path) -> None:
     try:
         slave = await FakeSlave.connect(broker, "s1")
         await send(broker, b"y" * 10)
-        end = broker.replica_status().max_physical_offset
+        end = broker.replica.status().max_physical_offset
         await slave.read_until(end)
         await slave.ack(end)
-        await wait_for(lambda: broker.sync_state_set() == frozenset({"s1"}))
+        await wait_for(lambda: broker.replica.sync_state_set() == frozenset({"s1"}))
         await send(broker, b"z" * 500, count=6)  # > 2000 bytes the slave does not ack
         await slave.ack(end)
-        await wait_for(lambda: broker.sync_state_set() == frozenset())
-        [view] = broker.replica_status().slaves
+        await wait_for(lambda: broker.replica.sync_state_set() == frozenset())
+        [view] = broker.replica.status().slaves
         assert view.lag_bytes > 2000 and not view.in_sync
         assert view.lag_seconds is not None and view.lag_seconds >= 0
         await slave.close()
@@ -148,12 +148,12 @@ async def test_a_slave_not_caught_up_within_the_window_leaves_the_set(tmp_path: 
     try:
         slave = await FakeSlave.connect(broker, "s1")
         await send(broker, b"y")
-        end = broker.replica_status().max_physical_offset
+        end = broker.replica.status().max_physical_offset
         await slave.read_until(end)
         await slave.ack(end)
-        await wait_for(lambda: broker.sync_state_set() == frozenset({"s1"}))
+        await wait_for(lambda: broker.replica.sync_state_set() == frozenset({"s1"}))
         await send(broker, b"more")  # never acked: the slave is not caught up any more
-        await wait_for(lambda: broker.sync_state_set() == frozenset())
+        await wait_for(lambda: broker.replica.sync_state_set() == frozenset())
         await slave.close()
     finally:
         await broker.stop()
@@ -165,15 +165,15 @@ async def test_sync_replication_statuses(tmp_path: Path) -> None:
     try:
         assert await send(broker, b"alone") == ["SLAVE_NOT_AVAILABLE"]
         slave = await FakeSlave.connect(broker, "s1")
-        end = broker.replica_status().max_physical_offset
+        end = broker.replica.status().max_physical_offset
         await slave.read_until(end)
         await slave.ack(end)
-        await wait_for(lambda: broker.sync_state_set() == frozenset({"s1"}))
+        await wait_for(lambda: broker.replica.sync_state_set() == frozenset({"s1"}))
         # Acked as soon as the slave reports the put's end offset.
         put = asyncio.create_task(send(broker, b"waits"))
         await asyncio.sleep(0)
         assert not put.done()
-        end = broker.replica_status().max_physical_offset
+        end = broker.replica.status().max_physical_offset
         await slave.read_until(end)
         await slave.ack(end)
         assert await asyncio.wait_for(put, 10) == ["PUT_OK"]
@@ -191,17 +191,17 @@ async def test_sync_replication_with_sync_flush(tmp_path: Path) -> None:
     try:
         slave = await FakeSlave.connect(broker, "s1")
         await send(broker, b"first")  # SLAVE_NOT_AVAILABLE until the slave acks
-        end = broker.replica_status().max_physical_offset
+        end = broker.replica.status().max_physical_offset
         await slave.read_until(end)
         await slave.ack(end)
-        await wait_for(lambda: broker.sync_state_set() == frozenset({"s1"}))
+        await wait_for(lambda: broker.replica.sync_state_set() == frozenset({"s1"}))
         put = asyncio.create_task(send(broker, b"durable"))
         end = end + 1  # the put's end is past the last ack
         await slave.read_until(end)
         end = slave.start + len(slave.received) if slave.start is not None else end
         await slave.ack(end)
         assert await asyncio.wait_for(put, 10) == ["PUT_OK"]
-        assert broker.replica_status().confirmed_offset >= end  # flushed on the master
+        assert broker.replica.status().confirmed_offset >= end  # flushed on the master
         await slave.close()
     finally:
         await broker.stop()
@@ -211,16 +211,16 @@ async def test_a_slave_past_the_masters_end_is_refused(broker: Broker) -> None:
     await send(broker, b"short")
     slave = await FakeSlave.connect(broker, "ahead", offset=10_000_000)
     assert await asyncio.wait_for(slave.reader.read(), 10) == b""  # closed by the master
-    assert broker.replica_status().slaves == ()
+    assert broker.replica.status().slaves == ()
     await slave.close()
 
 
 async def test_roles(broker: Broker, tmp_path: Path) -> None:
-    broker.check_writable()  # a master takes writes
+    broker.replica.check_writable()  # a master takes writes
     with pytest.raises(ReplicaRoleError):
-        await broker.promote(5)
+        await broker.replica.promote(5)
     with pytest.raises(ReplicaRoleError):
-        await broker.follow(MasterAddress("x", "http://127.0.0.1:1", "127.0.0.1:1"))
+        await broker.replica.follow(MasterAddress("x", "http://127.0.0.1:1", "127.0.0.1:1"))
     with pytest.raises(ValueError):
         BrokerConfig(tmp_path / "other", role="slave")  # a slave needs its master
     slave = Broker(
@@ -234,10 +234,10 @@ async def test_roles(broker: Broker, tmp_path: Path) -> None:
     await slave.start()
     try:
         with pytest.raises(NotMasterError) as refused:
-            slave.check_writable()
+            slave.replica.check_writable()
         assert refused.value.master == "http://127.0.0.1:1"
-        assert slave.role == "slave" and slave.replica_status().role == "slave"
+        assert slave.replica.role == "slave" and slave.replica.status().role == "slave"
         with pytest.raises(ReplicaRoleError):
-            await slave.promote(0)  # not a new epoch
+            await slave.replica.promote(0)  # not a new epoch
     finally:
         await slave.stop()

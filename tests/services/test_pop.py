@@ -11,6 +11,11 @@ from pathlib import Path
 import pytest
 
 from services import Broker, BrokerConfig, OutgoingMessage, PullOptions, StoreConfig
+from services.errors import (
+    ConsumeModeConflictError,
+    InvalidReceiptHandleError,
+    ReceiptHandleExpiredError,
+)
 from services.pop.checkpoint import (
     PROPERTY_POP_CK,
     REVIVE_TOPIC,
@@ -20,11 +25,6 @@ from services.pop.checkpoint import (
     checkpoint_message,
     decode_record,
     pop_ck_value,
-)
-from services.pop.errors import (
-    ConsumeModeConflictError,
-    InvalidReceiptHandleError,
-    ReceiptHandleExpiredError,
 )
 from services.pop.handles import HandleCodec, ReceiptHandle
 from services.pop.service import AckOutcome, Received, ReceivedMessage, ReceiveOptions

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from services import Broker, BrokerConfig, GetMessageStatus, OutgoingMessage, PullOptions
+from services import Broker, BrokerConfig, OutgoingMessage, PullOptions
 from services.send_back import SendBackRequest
 from storage import MessageStore
+from storage.record.message import GetMessageStatus
 from storage.topic_names import retry_topic
 from tests.services.conftest import LEVELS, SMALL, until
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from services import Broker, BrokerConfig, GetMessageStatus, OutgoingMessage, PullOptions
+from services import Broker, BrokerConfig, OutgoingMessage, PullOptions
 from storage import Message, MessageStore
+from storage.record.message import GetMessageStatus
 from tests.services.conftest import SMALL
 
 

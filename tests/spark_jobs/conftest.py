@@ -8,7 +8,6 @@ project), 127.0.0.1, and a quiet log4j2 configuration.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -89,8 +88,3 @@ def free_port_fixture() -> int:
 def venv_bin() -> Path:
     """The directory of this interpreter's console scripts (spark-submit, spoolmq)."""
     return Path(sys.executable).parent
-
-
-def subprocess_env(extra: dict[str, str]) -> dict[str, str]:
-    """This process's environment plus ``extra``."""
-    return {**os.environ, **extra}

@@ -10,8 +10,7 @@ from starlette.responses import Response
 from app.admin.problems import AdminRoute
 from app.admin.rendering import render
 from app.deps import BrokerDep
-from services.cluster.member import ClusterMember
-from services.cluster.route_table import GroupRoute
+from services.cluster import ClusterMember, GroupRoute
 
 router = APIRouter(route_class=AdminRoute)
 
@@ -29,7 +28,7 @@ async def cluster_page(request: Request, broker: BrokerDep) -> Response:
     context = {
         "title": "Cluster",
         "nav": "cluster",
-        "status": broker.replica_status(),
+        "status": broker.replica.status(),
         "cluster": view.cluster if view is not None else None,
         "group": member.group if member is not None else None,
         "groups": groups,

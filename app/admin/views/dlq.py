@@ -16,9 +16,17 @@ from app.admin.forms import Form, FormError
 from app.admin.problems import AdminRoute
 from app.admin.rendering import PREFIX, path_segment, redirect, render
 from app.deps import BrokerDep
-from services import DLQ_GROUP_TOPIC_PREFIX, Broker, dlq_topic, is_dlq_topic
-from services.dlq import MAX_REDRIVE, DlqDepth, DlqFilter, RedriveStatus
-from services.groups import check_group_name
+from services import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    MAX_REDRIVE,
+    Broker,
+    DlqDepth,
+    DlqFilter,
+    RedriveStatus,
+    check_group_name,
+    dlq_topic,
+    is_dlq_topic,
+)
 
 router = APIRouter(route_class=AdminRoute)
 

@@ -19,11 +19,16 @@ from app.admin.rendering import render
 from app.admin.views.pop import pop_rows
 from app.deps import BrokerDep
 from app.responses import OrjsonResponse
-from services import Broker, SubscriptionGroupConfig
+from services import (
+    Broker,
+    ResetPlan,
+    ResetRequest,
+    ResetTarget,
+    SubscriptionGroupConfig,
+    check_group_name,
+    queue_views,
+)
 from services.errors import GroupNotFoundError
-from services.groups import check_group_name
-from services.offset_reset import ResetPlan, ResetRequest, ResetTarget
-from services.pop.views import queue_views
 
 router = APIRouter(route_class=AdminRoute)
 

@@ -16,8 +16,12 @@ from app.admin.forms import Form, FormError
 from app.admin.problems import AdminRoute
 from app.admin.rendering import PREFIX, redirect, render
 from app.deps import BrokerDep
-from services import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC, Broker
-from services.dlq import PROPERTY_REDRIVEN_FROM
+from services import (
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_REDRIVEN_FROM,
+    PROPERTY_RETRY_TOPIC,
+    Broker,
+)
 
 router = APIRouter(route_class=AdminRoute)
 

@@ -13,9 +13,7 @@ from starlette.responses import Response
 from app.admin.problems import AdminRoute
 from app.admin.rendering import render
 from app.deps import BrokerDep
-from services import Broker
-from services.groups import check_group_name
-from services.pop.views import QueueView, in_flight_list, queue_views
+from services import Broker, QueueView, check_group_name, in_flight_list, queue_views
 
 router = APIRouter(route_class=AdminRoute)
 

@@ -1,0 +1,109 @@
+"""The services of a running broker, built over its open store in dependency order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from services.appender import Appender
+from services.broker_config import BrokerConfig
+from services.dlq import DlqService
+from services.dlq_watermark import DlqWatermark
+from services.groups import GroupService
+from services.idempotency import IdempotencyService
+from services.long_poll import WaiterRegistry
+from services.messages import MessageQueryService
+from services.metrics import Metrics
+from services.offset_reset import OffsetResetService
+from services.offsets import OffsetService
+from services.pop.service import ConsumerServices, PopService
+from services.pull import PullService
+from services.redrive_jobs import RedriveJobs
+from services.send import SendService
+from services.send_back import SendBackService
+from services.store_status import StoreStatusService
+from services.topics import TopicService
+from storage import MessageStore
+from storage.config_managers import (
+    ConsumerOffsetManager,
+    SubscriptionGroupManager,
+    TopicConfigManager,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerServices:
+    """The services over one open store, built in dependency order."""
+
+    topics: TopicService
+    groups: GroupService
+    offsets: OffsetService
+    send: SendService
+    pull: PullService
+    messages: MessageQueryService
+    send_back: SendBackService
+    offset_reset: OffsetResetService
+    dlq: DlqService
+    redrive_jobs: RedriveJobs
+    store_status: StoreStatusService
+    pop: PopService
+    idempotency: IdempotencyService
+
+    @classmethod
+    def build(
+        cls,
+        config: BrokerConfig,
+        store: MessageStore,
+        appender: Appender,
+        *,
+        topic_configs: TopicConfigManager,
+        group_configs: SubscriptionGroupManager,
+        consumer_offsets: ConsumerOffsetManager,
+        metrics: Metrics,
+        waiters: WaiterRegistry,
+    ) -> BrokerServices:
+        put = appender.put
+        idempotency = IdempotencyService(store, appender, config.dedup_window_s)
+        topics = TopicService(store, topic_configs, consumer_offsets, config.topics)
+        groups = GroupService(group_configs, consumer_offsets, config.groups)
+        offsets = OffsetService(store, consumer_offsets, topics, groups)
+        send_back = SendBackService(store, groups.for_use, topics.ensure, idempotency.reput)
+        watermark = DlqWatermark(store, consumer_offsets)
+        dlq = DlqService(store, topics.for_send, idempotency, watermark)
+        consumers = ConsumerServices(topics, groups, offsets, waiters, metrics)
+        return cls(
+            topics=topics,
+            groups=groups,
+            offsets=offsets,
+            send=SendService(
+                topics,
+                put,
+                metrics,
+                config.send,
+                delay_levels=store.delay_levels,
+                idempotency=idempotency,
+            ),
+            pull=PullService(
+                store,
+                topics,
+                groups,
+                offsets,
+                waiters,
+                metrics,
+                max_wait_ms=config.max_wait_ms,
+            ),
+            messages=MessageQueryService(store, topics),
+            send_back=send_back,
+            offset_reset=OffsetResetService(store, consumer_offsets, topics, groups),
+            dlq=dlq,
+            redrive_jobs=RedriveJobs(dlq),
+            store_status=StoreStatusService(store, config.store_dir),
+            pop=PopService(
+                store,
+                config.store_dir / "config",
+                consumers,
+                send_back,
+                put,
+                max_wait_ms=config.max_wait_ms,
+            ),
+            idempotency=idempotency,
+        )
