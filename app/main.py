@@ -33,7 +33,6 @@ from app.routes import (
     replication,
     topics,
 )
-from app.routes.fast import fast_routes
 from app.security import install_security
 from app.settings import Settings, get_settings
 from services import Broker
@@ -118,7 +117,6 @@ def create_app(
     app.add_middleware(HttpShellMiddleware, max_request_bytes=settings.max_request_bytes)
     for module in (messages, topics, groups, redelivery, pop, replication, cluster, health, docs):
         app.include_router(module.router)
-    app.router.routes[0:0] = fast_routes()
     app.mount("/static", docs.static_files(), name="static")
     app.include_router(admin.router)  # browser pages under /admin, not in the schema
     app.mount("/admin/static", admin.static_files(), name="admin-static")
