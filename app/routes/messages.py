@@ -153,7 +153,19 @@ def _check_raw_body(content_type: str, body: bytes) -> None:
 
 
 def _parse_send_json(body: bytes) -> SendMessage | SendBatch:
-    """The JSON body as a message or a batch: the models are the one rulebook."""
+    """The JSON body as a message or a batch: the models are the one rulebook.
+
+    The body is first validated straight from its bytes by the model it looks like (pydantic
+    parses the JSON itself, a third faster for a batch than orjson + validating the parsed
+    value); whatever that refuses goes the exact way below, so every error is the one that
+    way answers: MALFORMED_JSON for what orjson cannot parse (a lone surrogate, a BOM, bad
+    UTF-8), else the model's 422 for the parsed value, by whether it has ``messages``.
+    """
+    guess: type[SendMessage] | type[SendBatch] = SendBatch if b'"messages"' in body else SendMessage
+    try:
+        return guess.model_validate_json(body)
+    except ValidationError:
+        pass
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:

@@ -9,7 +9,6 @@ from fastapi import Query
 
 from app.deps import BrokerDep
 from app.responses import problems
-from app.routes import dlq
 from app.routes.api_route import api_router
 from app.routes.params import GroupPath, QueueIdPath, TopicPath
 from app.schemas import (
@@ -28,7 +27,6 @@ from app.schemas.common import TIMESTAMP_DESCRIPTION, TimestampMs
 from services import ResetRequest, ResetTarget, SendBackRequest
 
 router = api_router()
-router.include_router(dlq.router)
 
 
 @router.post(

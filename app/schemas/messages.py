@@ -400,10 +400,28 @@ def record_out(
 ) -> dict[str, object]:
     """:func:`message_out` of a record as the CommitLog holds it: the same JSON, rendered
     from the record's bytes, decoding only the body (as text when ``auto`` finds it valid
-    UTF-8, else base64) and the properties. ``topic``: show it instead of the record's own
-    (a retried message under the topic it was first sent to)."""
-    data = record.data
-    body = data[record.body_at : record.body_end]
+    UTF-8, else base64), the topic and the properties. ``topic``: show it instead of the
+    record's own (a retried message under the topic it was first sent to)."""
+    (
+        data,
+        _size,
+        queue_id,
+        queue_offset,
+        physical_offset,
+        _sys_flag,
+        born_timestamp,
+        store_timestamp,
+        reconsume_times,
+        host_at,
+        host_end,
+        body_at,
+        body_end,
+        topic_at,
+        topic_end,
+        _properties_at,
+        _properties_end,
+    ) = record
+    body = data[body_at:body_end]
     text: str | None = None
     if encoding == "auto":
         try:
@@ -413,24 +431,33 @@ def record_out(
     body_encoding = "utf-8" if text is not None else "base64"
     if text is None:
         text = base64.b64encode(body).decode("ascii")
+    host = bytes(data[host_at:host_end])
+    msg_id_prefix = _MSG_ID_PREFIXES.get(host)
+    if msg_id_prefix is None:
+        msg_id_prefix = _MSG_ID_PREFIXES[host] = host.hex().upper()
     properties = record.properties()
     tags = properties.pop("TAGS", None)
     keys = properties.pop("KEYS", None)
     return {
-        "msg_id": record.msg_id(),
-        "topic": record.topic() if topic is None else topic,
-        "queue_id": record.queue_id,
-        "queue_offset": record.queue_offset,
-        "commit_log_offset": record.physical_offset,
+        "msg_id": f"{msg_id_prefix}{physical_offset:016X}",  # as RecordFields.msg_id()
+        "topic": str(data[topic_at:topic_end], "utf-8") if topic is None else topic,
+        "queue_id": queue_id,
+        "queue_offset": queue_offset,
+        "commit_log_offset": physical_offset,
         "body": text,
         "body_encoding": body_encoding,
         "tags": tags,
         "keys": [k for k in keys.split(" ") if k] if keys else [],
         "properties": properties,
-        "born_timestamp": record.born_timestamp,
-        "store_timestamp": record.store_timestamp,
-        "reconsume_times": record.reconsume_times,
+        "born_timestamp": born_timestamp,
+        "store_timestamp": store_timestamp,
+        "reconsume_times": reconsume_times,
     }
+
+
+_MSG_ID_PREFIXES: dict[bytes, str] = {}
+"""STOREHOSTADDRESS bytes (address + port) -> their hex, the head of every msg id: a broker
+has one or two."""
 
 
 def pull_out(pulled: QueuePull, encoding: str) -> dict[str, object]:
