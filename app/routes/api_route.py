@@ -1,18 +1,20 @@
 """How a route is written and served: one route class for every router of the app.
 
 Every route is a FastAPI path operation: its parameters, body and answers are declared in the
-endpoint's signature and decorator, and the OpenAPI document is generated from them.
-:class:`ApiRoute` serves most of them through FastAPI's dependency machinery, as any
+endpoint's signature and decorator, and the OpenAPI document is generated from them; a
+router is made with :func:`api_router` and joins the app with :func:`add_routes`.
+:class:`ApiRoute` serves most routes through FastAPI's dependency machinery, as any
 ``APIRoute``. A route whose endpoint returns a ``Response`` itself and takes nothing but path
-parameters, query parameters (one query model, ``Annotated[Model, Query()]``, or single
-ones), the ``Request`` and dependencies that need only the request (``BrokerDep``) is served
-directly instead: its parameters are read and validated by FastAPI's own function for them
-(``request_params_to_args``: same fields, same coercion, same 422 errors), its dependencies
-are called with the request, and the endpoint is awaited, without the per-request exit
-stacks, body handling and dependency cache it has no use for (on a small send or pull they
-cost about a quarter of the request). Same signature, same validation, same answers; the
-choice is made once, when the route is built, by what the signature declares. A test may
-override dependencies (``app.dependency_overrides``): while any is set, FastAPI serves.
+parameters, one query model (``Annotated[Model, Query()]``), the ``Request`` and dependencies
+that need only the request (``BrokerDep``) is served directly instead: its parameters are
+validated by FastAPI's own fields for them (same coercion, same 422 errors; the query model
+read as FastAPI reads one, with the work FastAPI repeats per request done once), its
+dependencies are called with the request, and the endpoint is awaited, without the
+per-request exit stacks, body handling and dependency cache it has no use for (on a small
+send or pull they cost about a quarter of the request). Same signature, same validation,
+same answers -- tests/app/test_api_route.py sends the same requests both ways; the choice is
+made once, when the route is built, by what the signature declares. While a test overrides a
+dependency (``app.dependency_overrides``), FastAPI serves every route.
 """
 
 from __future__ import annotations
@@ -104,18 +106,21 @@ def direct_handler(dependant: Dependant) -> Handler | None:
         errors: list[Any] = []
         path_params = request.path_params
         for field, alias in path:
-            value, field_errors = field.validate(path_params[alias], values, loc=("path", alias))
-            if field_errors:
-                errors += field_errors
-            else:
-                values[field.name] = value
+            value = path_params[alias]
+            if field.field_info.metadata or field.field_info.annotation is not str:
+                value, field_errors = field.validate(value, values, loc=("path", alias))
+                if field_errors:
+                    errors += field_errors
+                    continue
+            # else: a path segment is a str, and a str without constraints validates as itself
+            values[field.name] = value
         query(request.query_params, values, errors)
         if errors:
             raise RequestValidationError(errors)
         if request_name is not None:
             values[request_name] = request
-        for name, call in dependencies:
-            values[name] = await call(request)
+        for name, dependency in dependencies:
+            values[name] = await dependency(request)
         response: Response = await endpoint(**values)
         return response
 
@@ -149,11 +154,21 @@ def _query_model_reader(fields: list[ModelField]) -> QueryReader | None:
         is_list = field_annotation_is_sequence(field.field_info.annotation)
         plan.append((aliases, *aliases[0], is_list))
     name = model_field.name
+    empty: list[tuple[Any, list[Any]]] = []  # what no query parameter at all gives
 
     def read(params: QueryParams, values: dict[str, Any], errors: list[Any]) -> None:
+        if not params:
+            if not empty:
+                empty.append(model_field.validate({}, {}, loc=("query",)))
+            value, model_errors = empty[0]
+            if model_errors:
+                errors += model_errors
+            else:
+                values[name] = value  # one instance for every such request: read-only values
+            return
         data: dict[str, Any] = {}
         known: set[str] = set()
-        for aliases, alias, key, is_list in plan if params else ():
+        for aliases, alias, key, is_list in plan:
             if len(aliases) > 1:
                 alias, key = next((pair for pair in aliases if pair[1] in params), aliases[0])
             known.add(key)
@@ -212,16 +227,8 @@ def _request_dependencies(dependant: Dependant) -> list[RequestDependency] | Non
             or sub.path_params
             or sub.query_params
             or not _only_parameters(sub)
+            or len(inspect.signature(call).parameters) != 1
         ):
             return None
-        request_name = sub.request_param_name
-
-        async def call_with_request(
-            request: Request,
-            call: Callable[..., Awaitable[Any]] = call,
-            request_name: str = request_name,
-        ) -> Any:
-            return await call(**{request_name: request})
-
-        found.append((sub.name, call_with_request))
+        found.append((sub.name, call))  # its one parameter is the request
     return found
