@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import Query, Request
 from starlette.responses import Response
 
 from app.deps import BrokerDep, disconnect_watch
 from app.responses import OrjsonResponse, problems
+from app.routes.api_route import api_router
 from app.routes.params import GroupPath, QueueIdPath, TopicPath
-from app.routes.query import parse_query, query_parameters
 from app.schemas import (
     TOPIC_MAX_LENGTH,
     CommittedOffsetOut,
@@ -30,14 +30,13 @@ from app.schemas import (
 from services import (
     CONSUME_FROM_EARLIEST,
     CONSUME_FROM_LATEST,
-    Broker,
     OffsetCommit,
     PullOptions,
     SubscriptionGroupConfig,
     in_flight_by_queue,
 )
 
-router = APIRouter(tags=["groups"])
+router = api_router(tags=["groups"])
 
 
 @router.get(
@@ -119,11 +118,14 @@ async def delete_group(group: GroupPath, broker: BrokerDep) -> Response:
     ),
     response_model=GroupPullResponse,
     responses=problems(400, 403, 404, 409, 422, 429, 503),
-    openapi_extra={"parameters": query_parameters(GroupPullQuery)},
 )
-async def pull_group_messages(group: GroupPath, topic: TopicPath, request: Request) -> Response:
-    broker: Broker = request.app.state.broker
-    query = parse_query(request, GroupPullQuery)
+async def pull_group_messages(
+    group: GroupPath,
+    topic: TopicPath,
+    query: Annotated[GroupPullQuery, Query()],
+    broker: BrokerDep,
+    request: Request,
+) -> Response:
     wait_ms = query.wait_ms
     pulled = await broker.pull.pull_group(
         group,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.deps import BrokerDep
+from app.deps import BrokerDep, ClusterDep
 from app.responses import problems
+from app.routes.api_route import api_router
 from app.routes.params import TopicPath
 from app.schemas import (
     TopicDetailOut,
@@ -15,9 +15,8 @@ from app.schemas import (
     topic_detail_out,
     topic_out,
 )
-from services.cluster import ClusterMember
 
-router = APIRouter(tags=["topics"])
+router = api_router(tags=["topics"])
 
 
 @router.get(
@@ -55,7 +54,11 @@ async def get_topic(topic: TopicPath, broker: BrokerDep) -> TopicDetailOut:
     },
 )
 async def put_topic(
-    topic: TopicPath, body: TopicIn, broker: BrokerDep, request: Request, response: Response
+    topic: TopicPath,
+    body: TopicIn,
+    broker: BrokerDep,
+    member: ClusterDep,
+    response: Response,
 ) -> TopicDetailOut:
     topics = broker.topics
     config, created = await topics.put(
@@ -65,7 +68,6 @@ async def put_topic(
         perm=body.perm,
         order=body.order,
     )
-    member: ClusterMember | None = request.app.state.cluster
     if member is not None:  # the route is readable anywhere once the PUT is answered
         await member.ensure_topic_route(config.topic_name, config.read_queue_nums)
     if created:
