@@ -8,6 +8,7 @@ records are never dispatched again.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -79,12 +80,10 @@ class ConsumeQueueTable:
         self.deleted_topics = _load_tombstones(self.tombstones_path)
         if not self.root.is_dir():
             return
-        for topic_dir in sorted(self.root.iterdir()):
-            if not topic_dir.is_dir():
-                continue
-            for queue_dir in sorted(topic_dir.iterdir()):
-                if queue_dir.is_dir() and queue_dir.name.isdigit():
-                    self.find_or_create(topic_dir.name, int(queue_dir.name)).load()
+        for topic in _subdirectories(self.root):
+            for queue_id in _subdirectories(self.root / topic):
+                if queue_id.isdigit():
+                    self.find_or_create(topic, int(queue_id)).load()
 
     def flush(self, least_pages: int) -> None:
         for queue in self:
@@ -129,6 +128,13 @@ class ConsumeQueueTable:
             queue.destroy()
         _remove_empty_dirs(self.root / topic)
         return True
+
+
+def _subdirectories(directory: Path) -> list[str]:
+    """Names of the directories in ``directory``, sorted (no ``stat`` where the file system
+    gives the entry types)."""
+    with os.scandir(directory) as entries:
+        return sorted(entry.name for entry in entries if entry.is_dir())
 
 
 def _remove_empty_dirs(topic_dir: Path) -> None:

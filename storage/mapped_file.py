@@ -7,9 +7,10 @@ A MappedFile keeps three positions, relative to its start: ``wrote`` (bytes appe
 A file is either *reserved* -- created with every block allocated (``posix_fallocate``), the
 CommitLog's way -- or *sparse*: created at its full length with no blocks, taking disk as it
 fills (RocketMQ's ConsumeQueue files). Writing through a mapping into a hole on a full disk
-kills the process with SIGBUS, so a sparse file reserves ahead of its writes, a
-:data:`RESERVE_CHUNK` at a time (``reserved_position``): a full disk is then an ENOSPC
-``OSError`` from the write, before any byte is copied.
+kills the process with SIGBUS, so a sparse file reserves ahead of its writes, a page first,
+then doubling up to :data:`RESERVE_CHUNK` at a time (``reserved_position``): a full disk is
+then an ENOSPC ``OSError`` from the write, before any byte is copied. A sparse file loaded
+from disk is mapped on first use (:attr:`MappedFile.buffer`): idle queues cost no mapping.
 
 A file created (or renamed into place, see :meth:`MappedFile.move_to`) has a new directory
 entry; its first flush fsyncs the directory too, so that flushed data is never in a file
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import mmap
 import os
 import threading
@@ -33,7 +35,8 @@ from storage.fs import fsync_directory
 OS_PAGE_SIZE: Final = 4096
 FILE_NAME_WIDTH: Final = 20
 RESERVE_CHUNK: Final = 64 * 1024
-"""Bytes a sparse file reserves ahead of a write that crosses its reserved position."""
+"""Most bytes a sparse file reserves at once ahead of a write that crosses its reserved
+position; the first reservation is a page, each next one doubles up to this."""
 MADV_POPULATE_READ: Final = 22  # Linux 5.14+: map the file's pages in, content untouched
 
 
@@ -105,7 +108,8 @@ class MappedFile:
                 os.ftruncate(fd, file_size)
             elif create:
                 _reserve(fd, file_size)
-            self.buffer = mmap.mmap(fd, file_size, access=mmap.ACCESS_WRITE)
+            if create or not sparse:  # a loaded sparse file is mapped when first used
+                self.buffer = mmap.mmap(fd, file_size, access=mmap.ACCESS_WRITE)
         except BaseException:
             if create:
                 path.unlink(missing_ok=True)
@@ -130,6 +134,19 @@ class MappedFile:
 
     def __repr__(self) -> str:
         return f"MappedFile({self.path.name}, wrote={self.wrote_position})"
+
+    @functools.cached_property
+    def buffer(self) -> mmap.mmap:
+        """The mapping; made here, on first use, for a loaded sparse file (an idle
+        ConsumeQueue of a store with thousands costs no mapping until it is read or
+        written). Once made it is a plain attribute."""
+        if self._closed:
+            raise ValueError("mmap closed or invalid")
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            return mmap.mmap(fd, self.file_size, access=mmap.ACCESS_WRITE)
+        finally:
+            os.close(fd)
 
     # ------------------------------------------------------------------ positions
 
@@ -170,7 +187,8 @@ class MappedFile:
         start = self.reserved_position
         if end <= start:
             return
-        target = min(self.file_size, -(-end // RESERVE_CHUNK) * RESERVE_CHUNK)
+        chunk = min(RESERVE_CHUNK, max(OS_PAGE_SIZE, start))  # 4 KiB, 8, ... 64, 64, ...
+        target = min(self.file_size, -(-end // chunk) * chunk)
         fd = os.open(self.path, os.O_RDWR)
         try:
             _reserve_range(fd, start, target - start)
@@ -332,7 +350,9 @@ class MappedFile:
         with self._lock:
             if not self._closed:
                 self._closed = True
-                self.buffer.close()
+                buffer = self.__dict__.get("buffer")  # never mapped: nothing to unmap
+                if buffer is not None:
+                    buffer.close()
                 if self._write_fd >= 0:
                     os.close(self._write_fd)
                     self._write_fd = -1

@@ -16,6 +16,7 @@ written (a crash right after a roll).
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 from pathlib import Path
@@ -71,12 +72,13 @@ class MappedFileQueue:
         self.directory.mkdir(parents=True, exist_ok=True)
         if self.allocator is not None:
             self.allocator.remove_leftovers()
-        paths = sorted(p for p in self.directory.iterdir() if p.is_file() and p.name.isdigit())
-        if paths and paths[-1].stat().st_size == 0:
+        sizes = _file_sizes(self.directory)
+        paths = [self.directory / name for name in sorted(sizes)]
+        if paths and sizes[paths[-1].name] == 0:
             paths[-1].unlink()
             paths.pop()
         for path in paths:
-            size = path.stat().st_size
+            size = sizes[path.name]
             if size != self.file_size:
                 raise StoreLoadError(
                     f"{path}: file is {size} bytes but the configured file size is "
@@ -309,6 +311,16 @@ class MappedFileQueue:
         with self._files_lock:
             self.files = []
         self.flushed_where = 0
+
+
+def _file_sizes(directory: Path) -> dict[str, int]:
+    """Size of each store file (a name of digits) in ``directory``: one ``stat`` a file."""
+    with os.scandir(directory) as entries:
+        return {
+            entry.name: entry.stat().st_size
+            for entry in entries
+            if entry.name.isdigit() and entry.is_file()
+        }
 
 
 def _never_written(path: Path) -> bool:

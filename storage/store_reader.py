@@ -37,11 +37,11 @@ from storage.config_managers import (
 )
 from storage.consume_queue import (
     Unit,
-    count_valid_units,
     is_readable_unit,
     is_valid_unit,
     readable_start,
 )
+from storage.consume_queue_file import count_valid_units
 from storage.errors import ConfigFileError
 from storage.json_file import (
     as_object,

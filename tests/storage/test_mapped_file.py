@@ -236,15 +236,48 @@ def test_a_sparse_file_takes_disk_a_chunk_ahead_of_its_writes(tmp_path: Path) ->
         assert mapped.path.stat().st_size == size
         assert allocated_bytes(mapped.path) == 0
         assert mapped.append(b"unit")
-        assert mapped.reserved_position == RESERVE_CHUNK
-        assert 0 < allocated_bytes(mapped.path) <= RESERVE_CHUNK
-        mapped.write_at(RESERVE_CHUNK + 10, b"x")  # a write past the chunk reserves the next
-        assert mapped.reserved_position == 2 * RESERVE_CHUNK
-        assert mapped.append(b"z" * (mapped.remaining))
-        assert mapped.reserved_position == size
-        assert mapped.buffer[:4] == b"unit"
+        assert mapped.reserved_position == OS_PAGE_SIZE, "a page first"
+        assert 0 < allocated_bytes(mapped.path) <= OS_PAGE_SIZE
+        reserved = [mapped.reserved_position]
+        while mapped.append(b"u" * 1000):
+            assert mapped.wrote_position <= mapped.reserved_position
+            assert mapped.reserved_position - mapped.wrote_position <= RESERVE_CHUNK
+            if mapped.reserved_position != reserved[-1]:
+                reserved.append(mapped.reserved_position)
+        assert reserved[:5] == [n * OS_PAGE_SIZE for n in (1, 2, 4, 8, 16)], "then doubling"
+        assert reserved[-1] == size and mapped.buffer[:4] == b"unit"
+        assert allocated_bytes(mapped.path) >= size - 1000
     finally:
         mapped.close()
+
+
+def test_a_write_at_past_the_reserved_position_reserves_first(tmp_path: Path) -> None:
+    mapped = MappedFile(
+        tmp_path / offset_to_file_name(0), RESERVE_CHUNK * 4, create=True, sparse=True
+    )
+    try:
+        mapped.write_at(RESERVE_CHUNK + 10, b"x")
+        assert mapped.reserved_position >= RESERVE_CHUNK + 11
+        assert allocated_bytes(mapped.path) >= RESERVE_CHUNK + 11
+    finally:
+        mapped.close()
+
+
+def test_a_loaded_sparse_file_is_mapped_on_first_use(tmp_path: Path) -> None:
+    path = tmp_path / offset_to_file_name(0)
+    MappedFile(path, RESERVE_CHUNK, create=True, sparse=True).close()
+    path.write_bytes(b"head" + bytes(RESERVE_CHUNK - 4))
+    mapped = MappedFile(path, RESERVE_CHUNK, sparse=True)
+    assert "buffer" not in vars(mapped)
+    mapped.set_positions(4)
+    assert mapped.read(0, 4) == b"head"
+    assert "buffer" in vars(mapped)
+    mapped.close()
+    never_used = MappedFile(path, RESERVE_CHUNK, sparse=True)
+    never_used.set_positions(4)
+    never_used.close()
+    with pytest.raises(ValueError, match="closed"):
+        never_used.read(0, 1)
 
 
 def test_a_reserved_file_takes_its_whole_size_on_creation(tmp_path: Path) -> None:
