@@ -33,6 +33,7 @@ caller whose change the write in flight already carries does not write again.
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -315,6 +316,7 @@ class _VersionedTable(_ConfigFile, Generic[_R]):
         self._table: dict[str, _R] = self._built_ins()
         self._data_version = DataVersion(0, now_ms())
         self._journal: ConfigJournal = ConfigJournal(self._path)
+        self._names: list[str] | None = None  # sorted, once asked for
 
     def load(self) -> None:
         """The file (see :meth:`_ConfigFile.load`), then the changes journaled since."""
@@ -342,12 +344,30 @@ class _VersionedTable(_ConfigFile, Generic[_R]):
     def all(self) -> list[_R]:
         """Every entry, sorted by name."""
         with self._lock:
-            return [self._table[name] for name in sorted(self._table)]
+            return [self._table[name] for name in self._sorted_names()]
+
+    def page(self, after: str | None, limit: int) -> tuple[list[_R], int]:
+        """At most ``limit`` entries named after ``after`` (from the first when None), in
+        name order, and how many entries there are: a bisection, not a listing."""
+        with self._lock:
+            names = self._sorted_names()
+            start = 0 if after is None else bisect.bisect_right(names, after)
+            return [self._table[name] for name in names[start : start + limit]], len(names)
+
+    def _sorted_names(self) -> list[str]:
+        """The names in order (called with the lock held); sorted again after a change
+        that added or removed one."""
+        if self._names is None:
+            self._names = sorted(self._table)
+        return self._names
 
     def put(self, record: _R) -> None:
         """Add or replace an entry; returns once the change is durable."""
         with self._lock:
-            self._table[getattr(record, self.name_field)] = record
+            name = getattr(record, self.name_field)
+            if name not in self._table:
+                self._names = None
+            self._table[name] = record
             ticket = self._journal_change("put", record_to_json(record))
         self._sync(ticket)
 
@@ -356,6 +376,7 @@ class _VersionedTable(_ConfigFile, Generic[_R]):
         with self._lock:
             if self._table.pop(name, None) is None:
                 return False
+            self._names = None
             ticket = self._journal_change("delete", name)
         self._sync(ticket)
         return True
@@ -376,6 +397,7 @@ class _VersionedTable(_ConfigFile, Generic[_R]):
             self.persist()
 
     def _replay(self, entry: Mapping[str, object]) -> None:
+        self._names = None
         version = as_object(entry.get("dataVersion", {}), "dataVersion")
         self._data_version = decode_record(self._data_version, version, "dataVersion")
         if "put" in entry:
@@ -403,6 +425,7 @@ class _VersionedTable(_ConfigFile, Generic[_R]):
             fields = as_object(entry, what)
             table[name] = decode_record(self._new(name), fields, what, skip=self.name_field)
         self._table, self._data_version = table, version
+        self._names = None
 
     def _encode(self) -> dict[str, object]:
         return {
@@ -448,6 +471,7 @@ class SubscriptionGroupManager(_VersionedTable[SubscriptionGroupConfig]):
                 return existing
             created = SubscriptionGroupConfig(group)
             self._table[group] = created
+            self._names = None
             ticket = self._journal_change("put", record_to_json(created))
         self._sync(ticket)
         return created

@@ -24,5 +24,5 @@ def test_a_record_round_trips_through_its_camel_case_json() -> None:
 def test_missing_fields_keep_their_defaults_and_wrong_types_are_named() -> None:
     group = decode_record(SubscriptionGroupConfig("g"), {"retryMaxTimes": 3}, "g")
     assert group == SubscriptionGroupConfig("g", retry_max_times=3)
-    with pytest.raises(ValueError, match="g.consumeEnable"):
+    with pytest.raises(ValueError, match=r"g\.consumeEnable"):
         decode_record(SubscriptionGroupConfig("g"), {"consumeEnable": "yes"}, "g")
