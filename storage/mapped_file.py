@@ -101,21 +101,8 @@ class MappedFile:
         self.path = path
         self.file_size = file_size
         self.file_from_offset = int(path.name) if file_from_offset is None else file_from_offset
-        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-        fd = os.open(path, flags, 0o644)
-        try:
-            if create and sparse:
-                os.ftruncate(fd, file_size)
-            elif create:
-                _reserve(fd, file_size)
-            if create or not sparse:  # a loaded sparse file is mapped when first used
-                self.buffer = mmap.mmap(fd, file_size, access=mmap.ACCESS_WRITE)
-        except BaseException:
-            if create:
-                path.unlink(missing_ok=True)
-            raise
-        finally:
-            os.close(fd)
+        if create or not sparse:  # a loaded sparse file is opened and mapped when first used
+            self._open(create, sparse)
         self.wrote_position = 0
         self.flushed_position = 0
         # Below it, writes through the mapping have blocks to land in (the whole file unless
@@ -134,6 +121,24 @@ class MappedFile:
 
     def __repr__(self) -> str:
         return f"MappedFile({self.path.name}, wrote={self.wrote_position})"
+
+    def _open(self, create: bool, sparse: bool) -> None:
+        """Open (``create``: make and size or reserve) the file and map it."""
+        path, file_size = self.path, self.file_size
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        fd = os.open(path, flags, 0o644)
+        try:
+            if create and sparse:
+                os.ftruncate(fd, file_size)
+            elif create:
+                _reserve(fd, file_size)
+            self.buffer = mmap.mmap(fd, file_size, access=mmap.ACCESS_WRITE)
+        except BaseException:
+            if create:
+                path.unlink(missing_ok=True)
+            raise
+        finally:
+            os.close(fd)
 
     @functools.cached_property
     def buffer(self) -> mmap.mmap:

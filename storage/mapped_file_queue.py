@@ -69,10 +69,13 @@ class MappedFileQueue:
         first file is kept, whatever it holds: it fixes the queue's start offset. Any other
         wrong size is an error.
         """
-        self.directory.mkdir(parents=True, exist_ok=True)
         if self.allocator is not None:
             self.allocator.remove_leftovers()
-        sizes = _file_sizes(self.directory)
+        try:
+            sizes = _file_sizes(self.directory)
+        except FileNotFoundError:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            sizes = {}
         paths = [self.directory / name for name in sorted(sizes)]
         if paths and sizes[paths[-1].name] == 0:
             paths[-1].unlink()
