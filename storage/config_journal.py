@@ -95,12 +95,25 @@ class ConfigJournal:
                 self._fd = -1
                 self._synced = self._appended
             if self.path.exists():
-                self.path.replace(self.old_path)
+                _move_or_append(self.path, self.old_path)
             self.entries = 0
 
     def drop_old(self) -> None:
         """Delete the old journal: the file written whole holds all of it."""
         self.old_path.unlink(missing_ok=True)
+
+
+def _move_or_append(journal: Path, old: Path) -> None:
+    """Make ``journal`` the old journal; when an old one is still there (the rewrite after
+    its rotation failed), append to it instead, so that no change is dropped."""
+    if not old.exists():
+        journal.replace(old)
+        return
+    with old.open("ab") as file:
+        file.write(journal.read_bytes())
+        file.flush()
+        os.fsync(file.fileno())
+    journal.unlink()
 
 
 def read_journal(config_path: Path) -> list[dict[str, object]]:

@@ -94,10 +94,13 @@ def test_a_rewrite_that_fails_loses_no_change(
     with pytest.raises(OSError, match="power cut"):
         manager.persist()  # the journal was rotated to .old; the file is the old one
     manager.put(TopicConfig("after"))  # a fresh journal
+    with pytest.raises(OSError, match="power cut"):
+        manager.persist()  # a second rotation appends to the old journal
+    manager.put(TopicConfig("last"))
     reopened = TopicConfigManager(tmp_path)
     reopened.load()
     names = [config.topic_name for config in reopened.all()]
-    assert "kept" not in names and {"journaled", "after"} <= set(names)
+    assert "kept" not in names and {"journaled", "after", "last"} <= set(names)
 
 
 def test_concurrent_creations_are_each_durable_when_answered(tmp_path: Path) -> None:
