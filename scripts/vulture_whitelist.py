@@ -7,6 +7,8 @@ _.truncated
 dead_letters  # app/admin/views/groups.py: group.html, _group_list.html
 oldest_in_flight_ms  # services/pop/views.py: _pop_groups.html
 next_redelivery_ms  # services/pop/views.py: _pop_groups.html
+_.next_query  # app/admin/paging.py: _pager.html
+_.first_query  # app/admin/paging.py: _pager.html
 media_type  # app/responses.py: an OpenAPI response entry
 parked_pulls  # app/schemas/common.py: a response field
 msg  # app/schemas/common.py: FieldError, a response field

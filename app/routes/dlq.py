@@ -17,7 +17,13 @@ from app.deps import BrokerDep, SettingsDep
 from app.errors import PROBLEM_MEDIA_TYPE
 from app.responses import PROBLEM_SCHEMA_REF, problems
 from app.routes.api_route import api_router
-from app.routes.params import BodyEncodingQuery, GroupPath, RedriveJobIdPath
+from app.routes.params import (
+    AfterJobQuery,
+    BodyEncodingQuery,
+    GroupPath,
+    PageLimitQuery,
+    RedriveJobIdPath,
+)
 from app.schemas import (
     INT64_MAX,
     DeadLetterPage,
@@ -195,12 +201,19 @@ async def create_redrive_job(
 @router.get(
     "/v1/groups/{group}/dlq/redrive-jobs",
     operation_id="listRedriveJobs",
-    summary="A group's redrive jobs, newest first",
+    summary="A page of a group's redrive jobs, newest first",
+    description="At most `limit` jobs after job `after`; `next_after` continues.",
     response_model=RedriveJobListOut,
     responses=problems(400, 422, 503),
 )
-async def list_redrive_jobs(group: GroupPath, broker: BrokerDep) -> RedriveJobListOut:
-    return redrive_job_list_out(group, broker.redrive_jobs.of_group(group))
+async def list_redrive_jobs(
+    group: GroupPath,
+    broker: BrokerDep,
+    limit: PageLimitQuery = 100,
+    after: AfterJobQuery = None,
+) -> RedriveJobListOut:
+    jobs, total = broker.redrive_jobs.page_of_group(group, after, limit)
+    return redrive_job_list_out(group, jobs, total, limit)
 
 
 @router.get(

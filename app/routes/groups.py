@@ -10,7 +10,13 @@ from starlette.responses import Response
 from app.deps import BrokerDep, disconnect_watch
 from app.responses import OrjsonResponse, problems
 from app.routes.api_route import api_router
-from app.routes.params import GroupPath, QueueIdPath, TopicPath
+from app.routes.params import (
+    AfterNameQuery,
+    GroupPath,
+    PageLimitQuery,
+    QueueIdPath,
+    TopicPath,
+)
 from app.schemas import (
     TOPIC_MAX_LENGTH,
     CommittedOffsetOut,
@@ -42,12 +48,23 @@ router = api_router(tags=["groups"])
 @router.get(
     "/v1/groups",
     operation_id="listGroups",
-    summary="Every consumer group config",
+    summary="A page of consumer group configs, by name",
+    description=(
+        "At most `limit` groups named after `after`; `next_after` continues, `total` counts "
+        "every group."
+    ),
     response_model=GroupListResponse,
-    responses=problems(503),
+    responses=problems(422, 503),
 )
-async def list_groups(broker: BrokerDep) -> GroupListResponse:
-    return GroupListResponse(groups=[group_out(g) for g in broker.groups.all()])
+async def list_groups(
+    broker: BrokerDep, limit: PageLimitQuery = 100, after: AfterNameQuery = None
+) -> GroupListResponse:
+    configs, total = broker.groups.page(after, limit)
+    return GroupListResponse(
+        groups=[group_out(g) for g in configs],
+        total=total,
+        next_after=configs[-1].group_name if len(configs) == limit else None,
+    )
 
 
 @router.get(

@@ -7,7 +7,7 @@ from starlette.responses import Response
 from app.deps import BrokerDep, ClusterDep
 from app.responses import problems
 from app.routes.api_route import api_router
-from app.routes.params import TopicPath
+from app.routes.params import AfterNameQuery, PageLimitQuery, TopicPath
 from app.schemas import (
     TopicDetailOut,
     TopicIn,
@@ -22,12 +22,23 @@ router = api_router(tags=["topics"])
 @router.get(
     "/v1/topics",
     operation_id="listTopics",
-    summary="Every topic config",
+    summary="A page of topic configs, by name",
+    description=(
+        "At most `limit` topics named after `after`; `next_after` continues, `total` counts "
+        "every topic."
+    ),
     response_model=TopicListResponse,
-    responses=problems(503),
+    responses=problems(422, 503),
 )
-async def list_topics(broker: BrokerDep) -> TopicListResponse:
-    return TopicListResponse(topics=[topic_out(t) for t in broker.topics.all()])
+async def list_topics(
+    broker: BrokerDep, limit: PageLimitQuery = 100, after: AfterNameQuery = None
+) -> TopicListResponse:
+    configs, total = broker.topics.page(after, limit)
+    return TopicListResponse(
+        topics=[topic_out(t) for t in configs],
+        total=total,
+        next_after=configs[-1].topic_name if len(configs) == limit else None,
+    )
 
 
 @router.get(
