@@ -29,6 +29,7 @@ from enum import Enum
 
 from services.appender import Appender
 from services.broker_config import BrokerConfig
+from services.dispatch_retry import DispatchRetry
 from services.dlq import DlqService
 from services.durability import DurabilityTracker
 from services.errors import BrokerUnavailableError
@@ -99,6 +100,7 @@ class Broker:
         self._loop_thread = 0
         self._services: BrokerServices | None = None
         self._durability: DurabilityTracker | None = None
+        self._dispatch_retry: DispatchRetry | None = None
         self._scheduler: DelayScheduler | None = None
         self._index_catch_up: asyncio.Task[None] | None = None
         self._revive: ReviveService | None = None
@@ -124,6 +126,8 @@ class Broker:
         self._store = store
         self._durability = DurabilityTracker(store)
         self._durability.start()
+        self._dispatch_retry = DispatchRetry(store)
+        self._dispatch_retry.start()
         appender = Appender(store, self._durability)
         store.start_services()
         services = self._services = BrokerServices.build(
@@ -148,6 +152,7 @@ class Broker:
             self.failure = exc
             self.state = BrokerState.FAILED
             await self.replica.stop()
+            await self._dispatch_retry.stop()
             await asyncio.to_thread(store.stop_services)
             await asyncio.to_thread(self._close, store)
             raise
@@ -216,6 +221,8 @@ class Broker:
             await asyncio.gather(self._index_catch_up, return_exceptions=True)
         if self._scheduler is not None and self._write_tasks_started:
             await self._scheduler.stop()
+        if self._dispatch_retry is not None:
+            await self._dispatch_retry.stop()
         store = self._require_store()
         # The flushers do their last flush; then every put still waiting is answered.
         await asyncio.to_thread(store.stop_services)
