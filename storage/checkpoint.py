@@ -17,6 +17,8 @@ import struct
 from pathlib import Path
 from typing import Final
 
+from storage.fs import reserve_blocks
+
 CHECKPOINT_SIZE: Final = 4096
 _LAYOUT: Final = struct.Struct(
     ">q"  # physicMsgTimestamp
@@ -34,7 +36,9 @@ class StoreCheckpoint:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             if not existed:
-                os.ftruncate(fd, CHECKPOINT_SIZE)
+                # Real blocks, not a hole: a write through the map into a hole on a full
+                # disk is a SIGBUS; here it is an ENOSPC OSError at open.
+                reserve_blocks(fd, CHECKPOINT_SIZE)
             self._buffer = mmap.mmap(fd, CHECKPOINT_SIZE, access=mmap.ACCESS_WRITE)
         finally:
             os.close(fd)
