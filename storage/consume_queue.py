@@ -13,8 +13,9 @@ CommitLog (:func:`is_readable_unit`), and the min offset is the first readable u
 
 A search by time follows RocketMQ 4.x (the closest message, :meth:`ConsumeQueue.offset_by_time`)
 or RocketMQ 5's lower boundary (the first message at or after the time,
-:meth:`ConsumeQueue.first_offset_stored_at_or_after`). Files can be prepared ahead by an
-:class:`~storage.allocate_service.AllocateMappedFileService` passed to the constructor.
+:meth:`ConsumeQueue.first_offset_stored_at_or_after`). Files are sparse, as RocketMQ's: a
+queue takes disk as it fills (a chunk reserved ahead of its writes, see
+:mod:`storage.mapped_file`), not a whole file's worth on creation.
 """
 
 from __future__ import annotations
@@ -22,14 +23,11 @@ from __future__ import annotations
 import mmap
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from storage.mapped_file import MappedFile
 from storage.mapped_file_queue import MappedFileQueue
 from storage.record.layout import CQ_UNIT_SIZE, CQ_UNIT_STRUCT, PRE_BLANK_SIZE
-
-if TYPE_CHECKING:
-    from storage.allocate_service import AllocateMappedFileService
 
 PRE_BLANK_UNIT: Final = CQ_UNIT_STRUCT.pack(0, PRE_BLANK_SIZE, 0)
 _pack_unit = CQ_UNIT_STRUCT.pack
@@ -98,13 +96,12 @@ class ConsumeQueue:
         topic: str,
         queue_id: int,
         units_per_file: int,
-        allocator: AllocateMappedFileService | None = None,
     ) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.units_per_file = units_per_file
         self.file_size = units_per_file * CQ_UNIT_SIZE
-        self.queue = MappedFileQueue(root / topic / str(queue_id), self.file_size, allocator)
+        self.queue = MappedFileQueue(root / topic / str(queue_id), self.file_size, sparse=True)
         self.max_physic_offset = -1
         self.min_logic_offset = 0  # bytes
         self.last_store_timestamp = 0
@@ -144,6 +141,8 @@ class ConsumeQueue:
             last = files[-1]
             position = last.wrote_position
             if 0 < position < self.file_size and last.file_from_offset + position == expect:
+                if position + CQ_UNIT_SIZE > last.reserved_position:
+                    last.reserve(position + CQ_UNIT_SIZE)
                 _pack_unit_into(last.buffer, position, physical_offset, size, tags_code)
                 last.wrote_position = position + CQ_UNIT_SIZE
                 self.max_physic_offset = physical_offset + size
@@ -181,6 +180,8 @@ class ConsumeQueue:
                 and end <= self.file_size
                 and last.file_from_offset + position == queue_offset * CQ_UNIT_SIZE
             ):
+                if end > last.reserved_position:
+                    last.reserve(end)
                 last.buffer[position:end] = units
                 last.wrote_position = end
                 physical, size, _ = _unpack_unit(units, len(units) - CQ_UNIT_SIZE)

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from storage.allocate_service import AllocateMappedFileService
 from storage.consume_queue import ConsumeQueue
 from storage.json_file import load_json, save_json
 
@@ -24,11 +23,9 @@ class ConsumeQueueTable:
         root: Path,
         units_per_file: int,
         tombstones_path: Path,
-        allocator: AllocateMappedFileService | None = None,
     ) -> None:
         self.root = root
         self.units_per_file = units_per_file
-        self.allocator = allocator
         self.queues: dict[str, dict[int, ConsumeQueue]] = {}
         self.tombstones_path = tombstones_path
         self.deleted_topics: dict[str, int] = {}
@@ -43,7 +40,7 @@ class ConsumeQueueTable:
         queues = self.queues.get(topic)
         queue = queues.get(queue_id) if queues is not None else None
         if queue is None:
-            queue = ConsumeQueue(self.root, topic, queue_id, self.units_per_file, self.allocator)
+            queue = ConsumeQueue(self.root, topic, queue_id, self.units_per_file)
             self.queues.setdefault(topic, {})[queue_id] = queue
         return queue
 

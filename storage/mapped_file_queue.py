@@ -7,8 +7,10 @@ With an :class:`~storage.allocate_service.AllocateMappedFileService`, a roll to 
 for file N+1 to be prepared in the service's thread, and the next roll takes it instead of
 fallocating on the caller's thread (RocketMQ's pre-allocation). Without one (tests, tools)
 every file is created inline. A prepared file lives in the service's scratch directory
-until taken (renamed into place). :meth:`load` deletes a zero-length last file and
-trailing full-size files that were never written (a crash right after a roll).
+until taken (renamed into place). A ``sparse`` queue (ConsumeQueues) creates its files
+sparse (see :mod:`storage.mapped_file`) and inline: there is nothing to prepare ahead.
+:meth:`load` deletes a zero-length last file and trailing full-size files that were never
+written (a crash right after a roll).
 """
 
 from __future__ import annotations
@@ -39,10 +41,13 @@ class MappedFileQueue:
         directory: Path,
         file_size: int,
         allocator: AllocateMappedFileService | None = None,
+        *,
+        sparse: bool = False,
     ) -> None:
         self.directory = directory
         self.file_size = file_size
-        self.allocator = allocator
+        self.allocator = None if sparse else allocator
+        self.sparse = sparse
         self.files: list[MappedFile] = []
         self.flushed_where = 0
         self.store_timestamp = 0
@@ -81,7 +86,7 @@ class MappedFileQueue:
             paths.pop().unlink()
         files = []
         for path in paths:
-            mapped = MappedFile(path, self.file_size)
+            mapped = MappedFile(path, self.file_size, sparse=self.sparse)
             mapped.set_positions(self.file_size)
             files.append(mapped)
         self._check_contiguous(files)
@@ -132,7 +137,7 @@ class MappedFileQueue:
         mapped = allocator.take(path, self.file_size) if allocator is not None else None
         if mapped is None:
             self.directory.mkdir(parents=True, exist_ok=True)
-            mapped = MappedFile(path, self.file_size, create=True)
+            mapped = MappedFile(path, self.file_size, create=True, sparse=self.sparse)
         mapped.first_create_in_queue = first_in_queue
         with self._files_lock:
             self.files = [*self.files, mapped]

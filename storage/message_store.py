@@ -78,7 +78,7 @@ class MessageStore:
         self.root = root
         self.config = config
         self.delay_levels = parse_delay_levels(config.message_delay_levels)
-        # Makes the next CommitLog and ConsumeQueue file ahead of a roll, off the owner thread.
+        # Makes the next CommitLog file ahead of a roll, off the owner thread.
         self.allocate_service = AllocateMappedFileService(root / "prepared")
         self.commit_log = CommitLog(
             root / "commitlog", config.commit_log_file_size, config.store_host
@@ -88,7 +88,6 @@ class MessageStore:
             root / "consumequeue",
             config.consume_queue_units_per_file,
             root / "config" / "deletedTopics.json",
-            self.allocate_service,
         )
         self.flags = RunningFlags()
         self.checkpoint: StoreCheckpoint | None = None

@@ -200,22 +200,21 @@ def test_enospc_on_a_new_file_refuses_writes_loses_nothing_and_recovers(
 def test_enospc_while_indexing_is_repaired_once_space_is_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_reserve = storage.mapped_file._reserve
+    real_reserve = storage.mapped_file._reserve_range
     with MessageStore.open(tmp_path, config()) as store:
         store.disk_watch.disk_usage = lambda _: usage(0.50)
         store.put_message(Message("T", b"first"))
 
-        def no_space(fd: int, size: int) -> None:
-            if size == 10 * 20:  # ConsumeQueue files only
-                raise OSError(errno.ENOSPC, "No space left on device")
-            real_reserve(fd, size)
+        def no_space(fd: int, offset: int, length: int) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
 
-        monkeypatch.setattr(storage.mapped_file, "_reserve", no_space)
+        # ConsumeQueue files are sparse: their blocks are reserved by the first write.
+        monkeypatch.setattr(storage.mapped_file, "_reserve_range", no_space)
         stored = store.put_message(Message("Other", b"needs a new queue file"))
         assert not store.writeable
         with pytest.raises(StoreNotWriteableError, match="disk full"):
             store.put_message(Message("T", b"refused"))
-        monkeypatch.setattr(storage.mapped_file, "_reserve", real_reserve)
+        monkeypatch.setattr(storage.mapped_file, "_reserve_range", real_reserve)
         store.clean_once()
         store.put_message(Message("T", b"second"))
         found = store.get_message("g", "Other", 0, 0)
