@@ -4,9 +4,11 @@ goes on by itself (dispatch from where it stopped) and reopens consistent."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,16 +33,16 @@ def disk(tmp_path: Path) -> Iterator[Path]:
         yield mount_point
 
 
-def config(**overrides: int) -> StoreConfig:
-    values = {
-        "commit_log_file_size": 1024 * 1024,
-        "consume_queue_units_per_file": 1000,
-        "max_hash_slot_num": 64,
-        "max_index_num": 256,
-        **overrides,
-    }
-    # The watch is not what is tested here: a real ENOSPC is.
-    return StoreConfig(**values, retention=RetentionConfig(disk_space_warning_level_ratio=100))
+def config(**overrides: Any) -> StoreConfig:
+    base = StoreConfig(
+        commit_log_file_size=1024 * 1024,
+        consume_queue_units_per_file=1000,
+        max_hash_slot_num=64,
+        max_index_num=256,
+        # The watch is not what is tested here: a real ENOSPC is.
+        retention=RetentionConfig(disk_space_warning_level_ratio=100),
+    )
+    return dataclasses.replace(base, **overrides)
 
 
 def keyed(i: int, size: int = 200) -> Message:
@@ -90,8 +92,7 @@ def test_no_space_for_an_index_file_stops_dispatch_and_resumes_where_it_stopped(
         assert store.retry_dispatch()
         assert store.writeable and not store.dispatch_stalled
         assert bodies_in_queue(store) == [
-            store.look_message_by_offset(r.physical_offset).body  # type: ignore[union-attr]
-            for r in acknowledged
+            store.look_message_by_offset(r.physical_offset).body for r in acknowledged
         ]
         assert [m.body for m in store.query_message("T", f"k{last}")] == [keyed(last).body]
         acknowledged.append(store.put_message(keyed(last + 1)))
