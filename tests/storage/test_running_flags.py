@@ -24,7 +24,7 @@ def test_each_cause_is_cleared_on_its_own_and_the_most_lasting_comes_first() -> 
     flags = RunningFlags()
     flags.refuse(Refusal.DISK_FULL, "disk full: 95% used")
     flags.refuse(Refusal.DISPATCH, "dispatch stopped")
-    assert flags.first_refusal is Refusal.DISPATCH
+    assert [flags.first_refusal] == [Refusal.DISPATCH]
     assert flags.not_writeable_reason == "dispatch stopped; disk full: 95% used"
     flags.clear(Refusal.DISK_FULL)
     assert not flags.writeable and flags.not_writeable_reason == "dispatch stopped"
