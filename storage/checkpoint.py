@@ -62,7 +62,12 @@ class StoreCheckpoint:
         )
         self._buffer.flush()
 
-    def close(self) -> None:
+    def close(self, flush: bool = True) -> None:
+        """Unmap; first write the values down unless ``flush`` is False (after a failed
+        fsync, when nothing more may be trusted to the disk)."""
         if not self._buffer.closed:
-            self.flush()
-            self._buffer.close()
+            try:
+                if flush:
+                    self.flush()
+            finally:
+                self._buffer.close()

@@ -204,7 +204,7 @@ class MessageStore:
             self.flusher.flush_all()
         clean = self.flags.writeable and self.dispatcher.dispatch_behind_bytes == 0
         self._release_files()
-        if clean:
+        if clean and self.flags.writeable:
             self.abort_path.unlink(missing_ok=True)
 
     def _release_files(self) -> None:
@@ -213,7 +213,10 @@ class MessageStore:
         self.commit_log.close()
         self.consume_queue_table.close()
         if self.checkpoint is not None:
-            self.checkpoint.close()
+            try:
+                self.checkpoint.close(flush=not self.flags.flush_failed)
+            except OSError as exc:  # the lock is released all the same; abort stays
+                self.flags.refuse(Refusal.FLUSH_FAILED, f"checkpoint flush failed: {exc}")
         self.allocate_service.shutdown()
         if self._lock_fd is not None:
             release_store_lock(self._lock_fd)
