@@ -7,6 +7,12 @@
 
 Abnormal recovery starts from the newest CommitLog file whose first record is older than
 ``min_timestamp`` (the smaller of the first two, less three seconds).
+
+The logics time the file gets is never the dispatcher's latest (``logics_msg_timestamp``) but
+the one a thorough ConsumeQueue flush made durable (``flushed_logics_msg_timestamp``): the
+checkpoint is also written when an index file fills up, between ConsumeQueue flushes, and a
+logics time ahead of the ConsumeQueues on disk made recovery after a power cut start past
+records whose units were lost (RocketMQ writes the latest there).
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ class StoreCheckpoint:
         self.physic_msg_timestamp: int = int(values[0])
         self.logics_msg_timestamp: int = int(values[1])
         self.index_msg_timestamp: int = int(values[2])
+        # Every ConsumeQueue unit of a message stored up to this time is on disk.
+        self.flushed_logics_msg_timestamp: int = self.logics_msg_timestamp
 
     @property
     def min_timestamp(self) -> int:
@@ -57,7 +65,7 @@ class StoreCheckpoint:
             self._buffer,
             0,
             self.physic_msg_timestamp,
-            self.logics_msg_timestamp,
+            self.flushed_logics_msg_timestamp,
             self.index_msg_timestamp,
         )
         self._buffer.flush()

@@ -51,9 +51,6 @@ class RunningFlags:
             if self._reasons.pop(kind, None) is not None:
                 self._update()
 
-    def refused_for(self, kind: Refusal) -> bool:
-        return kind in self._reasons
-
     @property
     def first_refusal(self) -> Refusal | None:
         """The most lasting cause that stands now; None while writeable."""

@@ -123,12 +123,8 @@ class StoreFlush:
             if self.index_service is not None:
                 self.index_service.flush()
             # The value captured before the flush: never ahead of what is on disk.
-            current = checkpoint.logics_msg_timestamp
-            checkpoint.logics_msg_timestamp = logics
-            try:
-                checkpoint.flush()
-            finally:
-                checkpoint.logics_msg_timestamp = current
+            checkpoint.flushed_logics_msg_timestamp = logics
+            checkpoint.flush()
         except OSError as exc:
             self._failed("the ConsumeQueues, the index or the checkpoint", exc)
 

@@ -103,9 +103,16 @@ def produce(url: str, ledger: Ledger, stop: threading.Event, name: str) -> None:
 
 
 def cut_round(
-    backing: Path, mount_point: Path, flush: str, ledger: Ledger, producers: int, acks: int
+    backing: Path,
+    mount_point: Path,
+    flush: str,
+    ledger: Ledger,
+    producers: int,
+    acks: int,
+    cut_power: bool = True,
 ) -> None:
-    """Mount, serve, load until ``acks`` more sends are acknowledged, then cut the power."""
+    """Mount, serve, load until ``acks`` more sends are acknowledged, then cut the power
+    (or, with ``cut_power=False``, only kill the server: the kill -9 baseline)."""
     with powercut_fs(backing, mount_point) as fs:
         server = BrokerProcess(mount_point / "store", flush)
         stop = threading.Event()
@@ -121,7 +128,8 @@ def cut_round(
             while len(ledger.acknowledged) < target and time.monotonic() < deadline:
                 time.sleep(0.01)
             server.kill()  # the power goes: first the process, then the disk cache
-            ledger.restored_pages += fs.cut()
+            if cut_power:
+                ledger.restored_pages += fs.cut()
             ledger.cuts += 1
         finally:
             stop.set()
