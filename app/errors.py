@@ -81,7 +81,9 @@ STATUS_BY_CODE: Final[Mapping[str, int]] = {
     "INVALID_TOPIC_NAME": 400,
     "MESSAGE_TOO_LARGE": 413,
     "PROPERTIES_TOO_LARGE": 413,
-    "STORE_NOT_WRITEABLE": 503,
+    "STORE_NOT_WRITEABLE": 503,  # e.g. dispatch stalled: writes resume once it caught up
+    "DISK_FULL": 503,  # over the disk warning ratio, or ENOSPC: resumes once space is back
+    "STORE_FLUSH_FAILED": 503,  # an fsync failed: nothing more is acknowledged until restart
     "STORE_CLOSED": 503,
     "REPLICA_APPEND_REJECTED": 409,
     "STORE_LOCKED": 503,  # at start: another process holds the store directory

@@ -67,3 +67,13 @@ _.log_message  # tests/spark_jobs/stub_server.py: overrides http.server's loggin
 _.do_POST  # tests/spark_jobs/stub_server.py: http.server calls it
 g1_b  # tests/app/test_cluster_proxy.py: the deployment keeps every broker it stops
 g2_a
+
+# ---- mfusepy calls the power-cut file system's operations (tests/powercut_fs.py)
+_.use_ns  # mfusepy: times in nanoseconds
+_.readdir
+_.utimens
+_.statfs
+_.fallocate
+_.fsyncdir
+fi  # the operations' signatures, as mfusepy passes them
+datasync

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final, cast
 
-from storage.fs import fsync_directory
+from storage.fs import fsync_directory, reserve_blocks
 
 OS_PAGE_SIZE: Final = 4096
 FILE_NAME_WIDTH: Final = 20
@@ -61,17 +61,8 @@ def offset_to_file_name(offset: int) -> str:
 
 
 def _reserve(fd: int, size: int) -> None:
-    """Give a new file its full size with real blocks where the filesystem can.
-
-    Writing through a mapping into a sparse file on a full disk kills the process with
-    SIGBUS; reserving the blocks up front turns that into an ENOSPC ``OSError`` here.
-    """
-    try:
-        os.posix_fallocate(fd, 0, size)
-    except OSError as exc:
-        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-            raise
-        os.ftruncate(fd, size)
+    """Give a new file its full size with real blocks (:func:`storage.fs.reserve_blocks`)."""
+    reserve_blocks(fd, size)
 
 
 def _reserve_range(fd: int, offset: int, length: int) -> None:
