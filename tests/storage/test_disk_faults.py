@@ -73,7 +73,9 @@ def bodies_in_queue(store: MessageStore) -> list[bytes]:
 def test_no_space_for_an_index_file_stops_dispatch_and_resumes_where_it_stopped(
     disk: Path,
 ) -> None:
-    store = MessageStore.open(disk / "store", config())
+    # An index file fills (128 keys) before the ConsumeQueue's first reserved page (204
+    # units) does, so the index file is the first allocation that meets the full disk.
+    store = MessageStore.open(disk / "store", config(max_index_num=128))
     try:
         acknowledged = [store.put_message(keyed(i)) for i in range(10)]
         ballast = fill_until_free(disk / "ballast", 0)
@@ -98,7 +100,7 @@ def test_no_space_for_an_index_file_stops_dispatch_and_resumes_where_it_stopped(
         acknowledged.append(store.put_message(keyed(last + 1)))
     finally:
         store.close()
-    with MessageStore.open(disk / "store", config()) as reopened:
+    with MessageStore.open(disk / "store", config(max_index_num=128)) as reopened:
         assert reopened.check() == []
         assert reopened.max_offset_in_queue("T", 0) == len(acknowledged)
 
