@@ -254,7 +254,7 @@ class CommitLog:
             raise MessageRejectedError(OUT_OF_RANGE) from None
         size = message.size
         mapped.wrote_position = position + size
-        mapped.store_timestamp = store_timestamp
+        mapped.store_timestamp = max(mapped.store_timestamp, store_timestamp)
         if dispatchable:
             self.topic_queue_table[key] = queue_offset + 1
         if position + size >= mapped.prefault_next:
