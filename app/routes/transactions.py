@@ -164,7 +164,8 @@ async def answer_unknown(
     description=(
         "RocketMQ's check-back (CHECK_TRANSACTION_STATE) as a poll: each due check goes to one "
         "poller of the group, leased for `lease_ms`. Answer with commit, rollback or unknown "
-        "on /v1/transactions/{transaction_id}. An empty long-poll answers 200 with no checks."
+        "on /v1/transactions/{transaction_id}. An empty long-poll answers 200 with no checks. "
+        "With tokens, a poll gets only the checks of topics its token may produce to."
     ),
     response_model=CheckPollOut,
     responses=problems(400, 413, 422, 429, 503),
@@ -173,12 +174,14 @@ async def poll_transaction_checks(
     group: GroupPath, body: CheckPollIn, request: Request
 ) -> Response:
     broker: Broker = request.app.state.broker
+    caller = getattr(request.state, "caller", None)  # None: no tokens, every topic
     offers = await broker.transactions.poll_checks(
         group,
         max_checks=body.max_checks,
         wait_ms=body.wait_ms,
         lease_ms=body.lease_ms,
         abandon=disconnect_watch(request) if body.wait_ms else None,
+        topic_allowed=None if caller is None else caller.may_produce,
     )
     return OrjsonResponse(check_poll_out(group, offers, body.body_encoding))
 

@@ -327,20 +327,22 @@ class TransactionService:
         wait_ms: int,
         lease_ms: int,
         abandon: AbandonFactory | None = None,
+        topic_allowed: Callable[[str], bool] | None = None,
     ) -> list[CheckOffer]:
         """The group's due checks, each leased to this poller for ``lease_ms`` (then offered
-        again); waits up to ``wait_ms`` for one."""
+        again); waits up to ``wait_ms`` for one. ``topic_allowed``: only checks of the topics
+        it allows."""
         self._require_loaded()
         check_group_name(producer_group)
         deadline = time.monotonic() + wait_ms / 1000
         watch: asyncio.Future[Any] | None = None
         try:
             while True:
-                taken = self._take_offers(producer_group, max_checks, lease_ms)
+                taken = self._take_offers(producer_group, max_checks, lease_ms, topic_allowed)
                 remaining = deadline - time.monotonic()
                 if taken or remaining <= 0:
                     return taken
-                wake = self._next_visible_s(producer_group)
+                wake = self._next_visible_s(producer_group, topic_allowed)
                 timeout = remaining if wake is None else min(remaining, wake)
                 if watch is None and abandon is not None:
                     watch = asyncio.ensure_future(abandon())
@@ -353,7 +355,13 @@ class TransactionService:
             if watch is not None and not watch.done():
                 watch.cancel()
 
-    def _take_offers(self, group: str, max_checks: int, lease_ms: int) -> list[CheckOffer]:
+    def _take_offers(
+        self,
+        group: str,
+        max_checks: int,
+        lease_ms: int,
+        topic_allowed: Callable[[str], bool] | None,
+    ) -> list[CheckOffer]:
         offers = self._offers.get(group)
         if not offers:
             return []
@@ -368,6 +376,8 @@ class TransactionService:
                 continue
             if offer.visible_at_ms > now:
                 continue
+            if topic_allowed is not None and not topic_allowed(transaction.topic):
+                continue
             half = self._half(transaction)
             if half is None:
                 del offers[offset]
@@ -376,12 +386,18 @@ class TransactionService:
             taken.append(CheckOffer(transaction, half, offer.visible_at_ms))
         return taken
 
-    def _next_visible_s(self, group: str) -> float | None:
-        offers = self._offers.get(group)
-        if not offers:
-            return None
-        soonest = min(o.visible_at_ms for o in offers.values())
-        return max(0.0, (soonest - now_ms()) / 1000)
+    def _next_visible_s(
+        self, group: str, topic_allowed: Callable[[str], bool] | None
+    ) -> float | None:
+        """Seconds until a leased offer this poller may take comes back; None: none will."""
+        now = now_ms()
+        leased = [
+            o.visible_at_ms
+            for o in self._offers.get(group, {}).values()
+            if o.visible_at_ms > now
+            and (topic_allowed is None or topic_allowed(o.transaction.topic))
+        ]
+        return (min(leased) - now) / 1000 if leased else None
 
     def release_check(self, transaction_id: str, producer_group: str) -> None:
         """The producer does not know yet (UNKNOWN): drop the offer; the next check asks

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.app.auth_support import start_auth_server
 from tests.conftest import LiveServer, start_server, wait_until
 
 Json = dict[str, Any]
@@ -226,3 +227,25 @@ def test_a_group_that_never_answers_ends_in_the_check_max_topic(tmp_path: Path) 
         assert [m["body"] for m in pulled(client, topic)] == ["order 42 paid"]
     finally:
         live.stop()
+
+
+def test_tokens_see_and_end_only_transactions_of_topics_they_produce_to(tmp_path: Path) -> None:
+    secured = start_auth_server(tmp_path, **{**FAST_CHECKS, "transaction_check_max": 15})
+    try:
+        producer, stranger = secured.client("producer"), secured.client("stranger")
+        mine = half(producer, "SecTx", group="shared")
+        theirs = half(stranger, "OtherTx", group="shared")
+        assert end(stranger, mine["transaction_id"], "commit", group="shared").status_code == 403
+        assert stranger.get(f"/v1/transactions/{mine['transaction_id']}").status_code == 403
+        polled = producer.post(
+            "/v1/producer-groups/shared/transaction-checks", json={"wait_ms": 10_000}
+        ).json()["checks"]
+        assert [c["transaction_id"] for c in polled] == [mine["transaction_id"]]
+        polled = stranger.post(
+            "/v1/producer-groups/shared/transaction-checks", json={"wait_ms": 10_000}
+        ).json()["checks"]
+        assert [c["transaction_id"] for c in polled] == [theirs["transaction_id"]]
+        ended = end(producer, mine["transaction_id"], "commit", group="shared")
+        assert ended.status_code == 200
+    finally:
+        secured.stop()
