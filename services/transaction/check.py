@@ -23,11 +23,12 @@ class TransactionCheckService:
     def __init__(self, transactions: TransactionService) -> None:
         self._transactions = transactions
         self._wake = asyncio.Event()
+        self._wake_at_ms = 0  # when the sleeping task wakes by itself
         self._task: asyncio.Task[None] | None = None
         self.rounds = 0
 
     def start(self) -> None:
-        self._transactions.changed = self._wake.set
+        self._transactions.changed = self._due
         self._task = asyncio.create_task(self._run(), name="transaction-check")
 
     async def stop(self) -> None:
@@ -46,12 +47,19 @@ class TransactionCheckService:
             except Exception:  # a failed put (disk full, fencing): try again shortly
                 log.exception("a transaction check round failed; retrying")
                 retry_ms = min(interval_ms, 1000)
-            delay_ms = max(self._next_due_ms() - now_ms(), retry_ms)
+            now = now_ms()
+            delay_ms = min(max(self._next_due_ms() - now, retry_ms), interval_ms)
+            self._wake_at_ms = now + delay_ms
             if delay_ms > 0:
                 try:
-                    await asyncio.wait_for(self._wake.wait(), min(delay_ms, interval_ms) / 1000)
+                    await asyncio.wait_for(self._wake.wait(), delay_ms / 1000)
                 except TimeoutError:
                     pass
+
+    def _due(self, due_ms: int) -> None:
+        """A new transaction is due at ``due_ms``: wake up earlier if that is earlier."""
+        if due_ms < self._wake_at_ms:
+            self._wake.set()
 
     async def check_due(self) -> int:
         """Check every open transaction that is due; returns how many were."""

@@ -83,10 +83,11 @@ class Prepared:
 
 @dataclass(frozen=True, slots=True)
 class Ended:
-    """How a transaction ended; ``message``: the committed message, when committed."""
+    """How a transaction ended; ``message``: where the committed message is, when committed
+    (the record, or the put that stored it now)."""
 
     transaction: Transaction
-    message: StoredMessage | None
+    message: StoredMessage | PutResult | None
     repeated: bool  # an earlier end had already ended it so: nothing was stored
 
 
@@ -132,7 +133,7 @@ class TransactionService:
         self._offers: dict[str, dict[int, _Offer]] = {}
         self._locks: dict[int, asyncio.Lock] = {}
         self.loaded = False
-        self.changed: Callable[[], None] = _nothing  # the check service's wake-up
+        self.changed: Callable[[int], None] = _nothing  # tells the check service a due time
 
     # ------------------------------------------------------------------ state
 
@@ -197,13 +198,9 @@ class TransactionService:
                 "UNIQ_KEY out of a transactional send, or give a new one"
             )
         result = (await self._put([half]))[0]
-        record = self._store.look_message_by_offset(result.physical_offset)
-        if record is None:  # cannot happen: it was just stored
-            raise BrokerUnavailableError("the half message could not be read back")
-        transaction = self.table.add_half(record)
-        assert transaction is not None
+        transaction = self.table.add_prepared(half, result)
         self._metrics.transactions["prepared"] += 1
-        self.changed()
+        self.changed(transaction.next_check_ms(self.config.check_interval_ms))
         return Prepared(transaction, result)
 
     # ------------------------------------------------------------------ end
@@ -233,26 +230,24 @@ class TransactionService:
                 raise _ended_otherwise(transaction)
             return Ended(transaction, self._committed_copy(transaction), repeated=True)
         half = self._half(transaction)
-        earlier = self._committed_copy(transaction, half)
-        if earlier is not None:  # committed before a crash took its op record
-            await self._finish(transaction, committed=True)
-            if not commit:
-                raise _ended_otherwise(transaction)
-            return Ended(transaction, earlier, repeated=True)
         if not commit:
+            earlier = self._committed_copy(transaction, half)
+            if earlier is not None:  # committed before a crash took its op record
+                await self._finish(transaction, committed=True)
+                raise _ended_otherwise(transaction)
             await self._finish(transaction, committed=False)
             return Ended(transaction, None, repeated=False)
         if half is None:
             raise TransactionNotFoundError(
                 f"the half message of transaction {transaction.transaction_id} has expired"
             )
+        # Put once per half: a copy stored before a crash took its op record is found.
         real = real_message(half, transaction.commit_log_offset, transaction.store_timestamp)
         written = await self._idempotency.reput(real, half, since_ms=transaction.store_timestamp)
         await self._finish(transaction, committed=True)
         if written.earlier is not None:
             return Ended(transaction, written.earlier[0], repeated=True)
-        stored = self._store.look_message_by_offset(written.results[0].physical_offset)
-        return Ended(transaction, stored, repeated=False)
+        return Ended(transaction, written.results[0], repeated=False)
 
     async def _finish(self, transaction: Transaction, *, committed: bool) -> None:
         """Write the op record, then take the transaction out of the open ones."""
@@ -421,5 +416,5 @@ def _ended_otherwise(transaction: Transaction) -> TransactionEndedError:
     )
 
 
-def _nothing() -> None:
-    return None
+def _nothing(due_ms: int) -> None:
+    del due_ms

@@ -33,7 +33,7 @@ from services.transaction.records import (
     origin_offset,
     original_offset,
 )
-from storage import MessageStore, StoredMessage
+from storage import Message, MessageStore, PutResult, StoredMessage
 from storage.record.msg_id import msg_id_prefix
 from storage.record.properties import (
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
@@ -98,6 +98,7 @@ class TransactionTable:
         self.timeout_ms = timeout_ms
         self.by_offset: dict[int, Transaction] = {}
         self.by_id: dict[str, Transaction] = {}
+        self._unresolved: dict[int, Transaction] = {}  # open or given up, oldest first
 
     def __len__(self) -> int:
         return len(self.by_offset)
@@ -107,7 +108,7 @@ class TransactionTable:
 
     def open_transactions(self) -> Iterator[Transaction]:
         """Transactions still waiting for an end, open or given up, oldest first."""
-        return (t for t in self.by_offset.values() if not t.state.ended)
+        return iter(self._unresolved.values())
 
     def add_half(self, half: StoredMessage) -> Transaction | None:
         """Open the transaction of an original half, or count a check copy's check."""
@@ -122,6 +123,29 @@ class TransactionTable:
             return self.by_offset[half.queue_offset]
         return self._open(half)
 
+    def add_prepared(self, half: Message, result: PutResult) -> Transaction:
+        """Open the transaction of a half message this broker just stored."""
+        properties = half.properties
+        return self._add(
+            Transaction(
+                transaction_id=properties[PROPERTY_TRANSACTION_ID],
+                producer_group=properties[PROPERTY_PRODUCER_GROUP],
+                topic=properties[PROPERTY_REAL_TOPIC],
+                queue_id=int(properties[PROPERTY_REAL_QID]),
+                half_offset=result.queue_offset,
+                commit_log_offset=result.physical_offset,
+                half_msg_id=result.msg_id,
+                store_timestamp=result.store_timestamp,
+                immunity_ms=immunity_ms(properties, self.timeout_ms),
+            )
+        )
+
+    def _add(self, transaction: Transaction) -> Transaction:
+        self.by_offset[transaction.half_offset] = transaction
+        self.by_id[transaction.transaction_id] = transaction
+        self._unresolved[transaction.half_offset] = transaction
+        return transaction
+
     def _open(self, half: StoredMessage) -> Transaction:
         properties = half.properties
         origin = origin_offset(half)
@@ -134,16 +158,15 @@ class TransactionTable:
             commit_log_offset=origin,
             half_msg_id=msg_id_prefix(*half.store_host) + f"{origin:016X}",
             store_timestamp=half.store_timestamp,
-            immunity_ms=immunity_ms(half, self.timeout_ms),
+            immunity_ms=immunity_ms(properties, self.timeout_ms),
         )
-        self.by_offset[transaction.half_offset] = transaction
-        self.by_id[transaction.transaction_id] = transaction
-        return transaction
+        return self._add(transaction)
 
     def end(self, half_offset: int, committed: bool) -> None:
         found = self.by_offset.get(half_offset)
         if found is not None and not found.state.ended:
             found.state = TransactionState.COMMITTED if committed else TransactionState.ROLLED_BACK
+            self._unresolved.pop(half_offset, None)
 
     def give_up(self, half_offset: int) -> None:
         found = self.by_offset.get(half_offset)
@@ -151,9 +174,9 @@ class TransactionTable:
             found.state = TransactionState.GAVE_UP
 
 
-def immunity_ms(half: StoredMessage, timeout_ms: int) -> int:
+def immunity_ms(properties: dict[str, str], timeout_ms: int) -> int:
     """``CHECK_IMMUNITY_TIME_IN_SECONDS`` in ms, never below the transaction timeout."""
-    value = half.properties.get(PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS, "")
+    value = properties.get(PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS, "")
     return max(timeout_ms, int(value) * 1000) if value.isdigit() else timeout_ms
 
 

@@ -60,7 +60,8 @@ async def test_half_and_committed_records_carry_rocketmq_fields(tmp_path: Path) 
         assert store.max_offset_in_queue("Orders", prepared.transaction.queue_id) == 0
 
         ended = await service.end(prepared.transaction.transaction_id, "pg", commit=True)
-        real = ended.message
+        assert ended.message is not None
+        real = store.look_message_by_offset(ended.message.physical_offset)
         assert real is not None and real.topic == "Orders"
         assert real.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_COMMIT_TYPE
         assert real.prepared_transaction_offset == half.physical_offset
