@@ -76,11 +76,7 @@ async def in_process(messages: int, concurrency: int, repeat: int) -> tuple[floa
 async def over_http(messages: int, concurrency: int, repeat: int) -> tuple[float, float]:
     port = 18000 + int(time.time()) % 1000
     with tempfile.TemporaryDirectory() as tmp:
-        process = subprocess.Popen(
-            [str(BIN / "spoolmq"), "serve", "--store-dir", f"{tmp}/store", "--port", str(port)]
-            + ["--log-level", "warning", "--transaction-timeout-ms", "3600000"],
-            env={"SPOOLMQ_COMMIT_LOG_FILE_SIZE": str(256 << 20), "PATH": str(BIN)},
-        )
+        process = serve(Path(tmp) / "store", port)
         try:
             url = f"http://127.0.0.1:{port}"
             async with httpx.AsyncClient(
@@ -109,6 +105,14 @@ async def over_http(messages: int, concurrency: int, repeat: int) -> tuple[float
         finally:
             process.terminate()
             process.wait(timeout=30)
+
+
+def serve(store: Path, port: int) -> subprocess.Popen[bytes]:
+    """``spoolmq serve`` on ``port``, checks far away (nothing is checked back)."""
+    command = [str(BIN / "spoolmq"), "serve", "--store-dir", str(store), "--port", str(port)]
+    command += ["--log-level", "warning", "--transaction-timeout-ms", "3600000"]
+    env = {"SPOOLMQ_COMMIT_LOG_FILE_SIZE": str(256 << 20), "PATH": str(BIN)}
+    return subprocess.Popen(command, env=env)
 
 
 async def wait_ready(client: httpx.AsyncClient) -> None:

@@ -3,6 +3,7 @@ restart), check-back polls, and the check-max topic after too many unanswered ch
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -249,3 +250,28 @@ def test_tokens_see_and_end_only_transactions_of_topics_they_produce_to(tmp_path
         assert ended.status_code == 200
     finally:
         secured.stop()
+
+
+def test_the_admin_page_lists_open_transactions_and_ends_them(
+    client: httpx.Client, topic: str
+) -> None:
+    kept, dropped = half(client, topic, group="ops"), half(client, topic, group="ops")
+    page = client.get("/admin/transactions")
+    assert page.status_code == 200
+    assert kept["transaction_id"] in page.text and dropped["transaction_id"] in page.text
+    assert ">ops<" in page.text and topic in page.text
+    token = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
+    assert token is not None
+    for transaction, action in ((kept, "commit"), (dropped, "rollback")):
+        ended = client.post(
+            f"/admin/transactions/{transaction['transaction_id']}/{action}",
+            data={"csrf_token": token.group(1)},
+        )
+        assert ended.status_code == 303, ended.text
+    page = client.get("/admin/transactions")
+    assert kept["transaction_id"] not in page.text
+    assert dropped["transaction_id"] not in page.text
+    assert [m["body"] for m in pulled(client, topic)] == ["order 42 paid"]
+    assert client.get(f"/v1/transactions/{dropped['transaction_id']}").json()["state"] == (
+        "rolled_back"
+    )
