@@ -228,10 +228,10 @@ class TransactionService:
             committed = state is TransactionState.COMMITTED
             if committed != commit:
                 raise _ended_otherwise(transaction)
-            return Ended(transaction, self._committed_copy(transaction), repeated=True)
+            return Ended(transaction, await self._committed_copy(transaction), repeated=True)
         half = self._half(transaction)
         if not commit:
-            earlier = self._committed_copy(transaction, half)
+            earlier = await self._committed_copy(transaction, half)
             if earlier is not None:  # committed before a crash took its op record
                 await self._finish(transaction, committed=True)
                 raise _ended_otherwise(transaction)
@@ -263,13 +263,16 @@ class TransactionService:
     def _half(self, transaction: Transaction) -> StoredMessage | None:
         return self._store.look_message_by_offset(transaction.commit_log_offset)
 
-    def _committed_copy(
+    async def _committed_copy(
         self, transaction: Transaction, half: StoredMessage | None = None
     ) -> StoredMessage | None:
-        """The committed message of ``transaction`` in its real topic, if it has one."""
+        """The committed message of ``transaction`` in its real topic, if it has one; after
+        an unclean exit, once the key index has caught up (a copy put before the crash is
+        found only through it)."""
         half = half or self._half(transaction)
         if half is None:
             return None
+        await self._idempotency.ready(None)
         return self._idempotency.find_reput(transaction.topic, half, transaction.store_timestamp)
 
     # ------------------------------------------------------------------ check-back
@@ -278,10 +281,11 @@ class TransactionService:
         """One check-back round of an open transaction (the check service calls it when
         due): repair a commit whose op record was lost, give up after ``check_max``, or
         append a check copy and offer the half to its producer group."""
-        if not transaction.open:
-            return
+        ending = self._locks.get(transaction.half_offset)
+        if not transaction.open or (ending is not None and ending.locked()):
+            return  # ended, or being ended right now
         half = self._half(transaction)
-        if half is not None and self._committed_copy(transaction, half) is not None:
+        if half is not None and await self._committed_copy(transaction, half) is not None:
             await self._finish(transaction, committed=True)
             return
         if transaction.checks >= self.config.check_max or half is None:
