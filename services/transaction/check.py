@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Final
 
 from services.transaction.service import TransactionService, now_ms
 
 log = logging.getLogger(__name__)
+
+BUSY_DUE_MS: Final = 20
+"""The shortest sleep between two rounds."""
 
 
 class TransactionCheckService:
@@ -48,7 +52,8 @@ class TransactionCheckService:
                 log.exception("a transaction check round failed; retrying")
                 retry_ms = min(interval_ms, 1000)
             now = now_ms()
-            delay_ms = min(max(self._next_due_ms() - now, retry_ms), interval_ms)
+            # At least a moment: a transaction being ended right now stays due until it is.
+            delay_ms = min(max(self._next_due_ms() - now, retry_ms, BUSY_DUE_MS), interval_ms)
             self._wake_at_ms = now + delay_ms
             if delay_ms > 0:
                 try:
