@@ -66,6 +66,10 @@ STATUS_BY_CODE: Final[Mapping[str, int]] = {
     "CONSUME_MODE_CONFLICT": 409,
     "INVALID_RECEIPT_HANDLE": 400,
     "RECEIPT_HANDLE_EXPIRED": 409,
+    "TRANSACTION_NOT_FOUND": 404,
+    "PRODUCER_GROUP_MISMATCH": 403,
+    "TRANSACTION_ALREADY_ENDED": 409,  # a commit after a rollback, or the reverse
+    "TRANSACTION_ID_IN_USE": 409,
     "NO_MASTER": 503,  # a failover is under way (or this master lost its key): retry
     "NOT_MASTER": 421,  # a write reached a read-only slave; the body names the master
     "REPLICA_DIVERGED": 409,

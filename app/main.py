@@ -33,6 +33,7 @@ from app.routes import (
     redelivery,
     replication,
     topics,
+    transactions,
 )
 from app.routes.api_route import add_routes
 from app.security import install_security
@@ -115,7 +116,18 @@ def create_app(
     app.state.settings = settings
     install_error_handlers(app)
     # The API's routes first, the hot ones at the head: a request tries routes in order.
-    for module in (messages, topics, groups, dlq, redelivery, pop, replication, cluster, health):
+    for module in (
+        messages,
+        topics,
+        groups,
+        dlq,
+        redelivery,
+        pop,
+        transactions,
+        replication,
+        cluster,
+        health,
+    ):
         add_routes(app, module.router)
     add_routes(app, docs.router)
     app.add_middleware(ReplicaGuardMiddleware, replica=broker.replica)  # innermost: after security

@@ -88,6 +88,14 @@ def render_metrics(broker: Broker, disk_used_bytes: int) -> str:
         ("dead_lettered", "Expired POP deliveries sent to %DLQ%<group>.", m.pop_dead_lettered),
     ):
         page.one(f"spoolmq_pop_{name}_total", "counter", help_text, value)
+    for name, help_text in (
+        ("prepared", "Half messages stored by transactional sends."),
+        ("committed", "Transactions committed (a repeated commit counts once)."),
+        ("rolled_back", "Transactions rolled back (a repeated rollback counts once)."),
+        ("checked", "Check-backs offered to producer groups."),
+        ("gave_up", "Transactions copied to TRANS_CHECK_MAX_TIME_TOPIC after the last check."),
+    ):
+        page.one(f"spoolmq_transactions_{name}_total", "counter", help_text, m.transactions[name])
     if broker.state is BrokerState.RUNNING:
         page.one(
             "spoolmq_pop_in_flight",

@@ -25,6 +25,7 @@ from services import (
     SendLimits,
     StoreConfig,
     TopicPolicy,
+    TransactionConfig,
 )
 from services.cluster import ClusterConfig
 from services.ha import MasterAddress, split_host_port
@@ -197,6 +198,29 @@ class Settings(BaseSettings):
         ge=1,
         description="seconds (by store time) a send's Idempotency-Key is remembered: a repeat "
         "inside the window gets the first receipt",
+    )
+    transaction_timeout_ms: int = Field(
+        default=6_000,
+        ge=1,
+        description="an open transaction is first checked back this long after its half send "
+        "(RocketMQ's transactionTimeOut)",
+    )
+    transaction_check_interval_ms: int = Field(
+        default=30_000,
+        ge=1,
+        description="then it is checked again every this many ms (transactionCheckInterval)",
+    )
+    transaction_check_max: int = Field(
+        default=15,
+        ge=1,
+        description="after this many checks the half goes to TRANS_CHECK_MAX_TIME_TOPIC "
+        "(transactionCheckMax)",
+    )
+    transaction_op_msg_max_size: int = Field(
+        default=4096,
+        ge=64,
+        le=1024 * 1024,
+        description="bytes of half offsets one op record holds at most (transactionOpMsgMaxSize)",
     )
 
     # ---------------------------------------------------------------- replication
@@ -449,6 +473,12 @@ class Settings(BaseSettings):
             max_wait_ms=self.long_poll_max_ms,
             offset_persist_interval_s=self.offset_persist_interval_s,
             dedup_window_s=self.dedup_window_s,
+            transactions=TransactionConfig(
+                timeout_ms=self.transaction_timeout_ms,
+                check_interval_ms=self.transaction_check_interval_ms,
+                check_max=self.transaction_check_max,
+                op_max_size=self.transaction_op_msg_max_size,
+            ),
             role=self.role,
             replication=self.replication,
             broker_name=self.broker_name,

@@ -17,6 +17,8 @@ already_moved  # app/schemas/dlq.py: a response field
 created_at  # app/schemas/dlq.py: a response field
 finished_at  # app/schemas/dlq.py: a response field
 invisible_until  # app/schemas/pop.py: a response field
+next_check_at  # app/schemas/transactions.py: a response field
+leased_until  # app/schemas/transactions.py: a response field
 startOffset  # app/schemas/replication.py: a response field (RocketMQ's name)
 subscription_groups  # app/schemas/replication.py: a response field
 system  # app/schemas/topics.py: a response field

@@ -5,8 +5,9 @@ four faces, and nothing deeper (an import-linter contract says so):
 
 - :mod:`services` (this module): the broker, its config, and the values and rules of
   sending, pulling, offsets, topics and groups, send-back, resets, the DLQ and redrive jobs,
-  POP receive and ack, idempotency keys; and the names storage owns that configure a broker
-  or name its topics (store config, topic and group configs, topic names, properties);
+  POP receive and ack, idempotency keys, transactional messages; and the names storage owns
+  that configure a broker or name its topics (store config, topic and group configs, topic
+  names, properties);
 - :mod:`services.errors`: the error tree;
 - :mod:`services.ha`: the replica role (``broker.replica``), its config and status;
 - :mod:`services.cluster`: cluster membership, the route table and the proxy's routing.
@@ -63,6 +64,15 @@ from services.send import OutgoingMessage, SendLimits, SendReceipt
 from services.send_back import SendBackRequest, SendBackResult, original_topic
 from services.store_status import StoreGauges
 from services.topics import SYSTEM_TOPICS, QueueSeek, QueueStats, TopicPolicy
+from services.transaction import (
+    CheckOffer,
+    Ended,
+    Prepared,
+    Transaction,
+    TransactionConfig,
+    TransactionService,
+    TransactionState,
+)
 from storage import FlushDiskType, StoreConfig
 from storage.config_managers import (
     CONSUME_FROM_EARLIEST,
@@ -121,10 +131,12 @@ __all__ = [
     "Broker",
     "BrokerConfig",
     "BrokerState",
+    "CheckOffer",
     "DlqDepth",
     "DlqFilter",
     "DlqPage",
     "DlqState",
+    "Ended",
     "FlushDiskType",
     "GroupPolicy",
     "GroupPull",
@@ -133,6 +145,7 @@ __all__ = [
     "Metrics",
     "OffsetCommit",
     "OutgoingMessage",
+    "Prepared",
     "PullOptions",
     "QueueLag",
     "QueuePage",
@@ -163,6 +176,10 @@ __all__ = [
     "TopicConfig",
     "TopicLag",
     "TopicPolicy",
+    "Transaction",
+    "TransactionConfig",
+    "TransactionService",
+    "TransactionState",
     "WaiterRegistry",
     "WakeReason",
     "check_group_name",

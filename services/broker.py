@@ -52,6 +52,8 @@ from services.send import SendService
 from services.send_back import SendBackService
 from services.store_status import StoreGauges, StoreStatusService
 from services.topics import TopicService
+from services.transaction.check import TransactionCheckService
+from services.transaction.service import TransactionService
 from services.wiring import BrokerServices
 from storage import MessageStore, StorageError
 from storage.config_managers import (
@@ -114,6 +116,7 @@ class Broker:
         self._index_catch_up: asyncio.Task[None] | None = None
         self._revive: ReviveService | None = None
         self._pop_persister: PopStatePersister | None = None
+        self._transaction_check: TransactionCheckService | None = None
         self._write_tasks_started = False
 
     # ================================================================== lifecycle
@@ -177,7 +180,8 @@ class Broker:
         )
 
     async def _start_write_tasks(self) -> None:
-        """What only a master runs: POP state, revive, persisters, the delay scheduler."""
+        """What only a master runs: POP state, revive, persisters, the delay scheduler,
+        transaction check-back."""
         services = self._built_services()
         await asyncio.to_thread(services.pop.load)  # in-flight state from the revive log
         self._revive = ReviveService(services.pop, services.topics, services.idempotency.reput)
@@ -186,6 +190,9 @@ class Broker:
         self._pop_persister.start()
         self._offset_persister.start()
         await self.scheduler.start()
+        await asyncio.to_thread(services.transactions.load)  # from the transaction topics
+        self._transaction_check = TransactionCheckService(services.transactions)
+        self._transaction_check.start()
         self._write_tasks_started = True
 
     def _open_store(self) -> MessageStore:
@@ -225,6 +232,8 @@ class Broker:
             await _logged("the revive service", self._revive.stop())
         if self._pop_persister is not None:
             await _logged("the POP state persister", self._pop_persister.stop())
+        if self._transaction_check is not None:
+            await _logged("the transaction check", self._transaction_check.stop())
         if self._write_tasks_started:
             await _logged("the offset persister", self._offset_persister.stop())
         if self._index_catch_up is not None:
@@ -339,6 +348,10 @@ class Broker:
     @property
     def pop(self) -> PopService:
         return self.services.pop
+
+    @property
+    def transactions(self) -> TransactionService:
+        return self.services.transactions
 
     @property
     def scheduler(self) -> DelayScheduler:

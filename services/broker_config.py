@@ -11,6 +11,7 @@ from services.ha.role import ReplicaConfig
 from services.idempotency import DEFAULT_WINDOW_S
 from services.send import SendLimits
 from services.topics import TopicPolicy
+from services.transaction.service import TransactionConfig
 from storage import StoreConfig
 
 
@@ -32,3 +33,4 @@ class BrokerConfig(ReplicaConfig):
     retry_after_s: int = 1  # what a refused pull is told
     offset_persist_interval_s: float = 5.0
     dedup_window_s: float = DEFAULT_WINDOW_S  # how long an idempotency key is remembered
+    transactions: TransactionConfig = field(default_factory=TransactionConfig)

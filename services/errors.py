@@ -8,6 +8,7 @@ The tree::
     │   ├── GroupNotFoundError          the consumer group has no config and no offsets
     │   ├── QueueNotFoundError          the queue id is outside the topic's queue count
     │   ├── MessageNotFoundError        no message has this id (or it has expired)
+    │   ├── TransactionNotFoundError    no half message has this transaction id
     │   └── RedriveJobNotFoundError     no redrive job of the group has this id
     ├── InvalidRequestError
     │   ├── InvalidGroupNameError       group name breaks ``^[%|a-zA-Z0-9_-]+$`` or is too long
@@ -24,9 +25,12 @@ The tree::
     │   ├── SystemTopicError            system, retry and DLQ topics are not sent to directly
     │   ├── TopicNotWriteableError      the topic's perm has no write bit
     │   ├── TopicNotReadableError       the topic's perm has no read bit
-    │   └── ConsumeDisabledError        the group's consume_enable is false
+    │   ├── ConsumeDisabledError        the group's consume_enable is false
+    │   └── ProducerGroupMismatchError  a transaction ended by another producer group
     ├── ConsumeModeConflictError        a group consumes by offsets or by POP, never both
     ├── ReceiptHandleExpiredError       a POP handle whose invisibility ran out
+    ├── TransactionEndedError           a commit after a rollback, or the reverse
+    ├── TransactionIdInUseError         a half message whose UNIQ_KEY is a known transaction
     ├── TooManyRedriveJobsError         the cap on queued and running redrive jobs is reached
     ├── TooManyWaitersError             the cap on parked long-polls is reached; retry later
     ├── BrokerUnavailableError          the broker is starting, stopping or failed
@@ -148,6 +152,12 @@ class IdempotencyKeyReusedError(InvalidRequestError):
     code: ClassVar[str] = "IDEMPOTENCY_KEY_REUSED"
 
 
+class TransactionNotFoundError(NotFoundError):
+    """No half message of this broker has the transaction id (or it has expired)."""
+
+    code: ClassVar[str] = "TRANSACTION_NOT_FOUND"
+
+
 class ForbiddenError(ServiceError):
     """The operation is not allowed on this resource."""
 
@@ -177,6 +187,27 @@ class ConsumeDisabledError(ForbiddenError):
     """The group's ``consume_enable`` is false."""
 
     code: ClassVar[str] = "CONSUME_DISABLED"
+
+
+class ProducerGroupMismatchError(ForbiddenError):
+    """A transaction is ended (or its checks polled) only by the producer group that sent
+    its half message (``checkPrepareMessage``)."""
+
+    code: ClassVar[str] = "PRODUCER_GROUP_MISMATCH"
+
+
+class TransactionEndedError(ServiceError):
+    """The transaction already ended the other way: a commit after a rollback, or a
+    rollback after a commit."""
+
+    code: ClassVar[str] = "TRANSACTION_ALREADY_ENDED"
+
+
+class TransactionIdInUseError(ServiceError):
+    """A transactional send whose ``UNIQ_KEY`` (its transaction id) is already a transaction
+    of this broker."""
+
+    code: ClassVar[str] = "TRANSACTION_ID_IN_USE"
 
 
 class TooManyWaitersError(ServiceError):

@@ -75,6 +75,8 @@ class Metrics:
     pop_expired: int = 0  # deliveries whose invisibility ran out
     pop_redelivered: int = 0  # of those, copies put back into %RETRY%<group>
     pop_dead_lettered: int = 0  # of those, sent to %DLQ%<group>
+    # Transactions (services.transaction): prepared, committed, rolled_back, checked, gave_up
+    transactions: Counter[str] = field(default_factory=Counter)
 
     def sent(self, topic: str, count: int, size: int) -> None:
         self.messages_in[topic] += count

@@ -62,6 +62,12 @@ RESERVED_PROPERTIES: Final = frozenset(
         "MAX_RECONSUME_TIMES",
         "TRAN_MSG",
         "PGROUP",
+        "__transactionId__",
+        "TRANSACTION_CHECK_TIMES",
+        "TRAN_PREPARED_QUEUE_OFFSET",
+        "CHECK_IMMUNITY_TIME_IN_SECONDS",
+        "TRAN_END",
+        "TRAN_DELAY",
         "MIN_OFFSET",
         "MAX_OFFSET",
         *IDEMPOTENCY_PROPERTIES,  # use the Idempotency-Key header
@@ -251,6 +257,20 @@ class SendService:
             self._receipt(topic, queue_id, message, result, level)
             for message, result, level in zip(stored, results, levels, strict=True)
         ]
+
+    async def build(
+        self, topic: str, message: OutgoingMessage, born_host: tuple[str, int]
+    ) -> Message:
+        """One message checked and addressed as :meth:`send` would store it, not stored:
+        what a transactional send turns into its half message."""
+        _check_message(message)
+        level = self.delay_level_of(message)
+        config = await self._topics.for_produce(topic)
+        queue_id = self._choose_queue(config, [message], None, None, None)
+        host = born_host if _is_ip(born_host[0]) else ("127.0.0.1", born_host[1])
+        born_timestamp = time.time_ns() // 1_000_000
+        uniq_key = self._uniq_keys.next()
+        return self._to_store(topic, queue_id, message, born_timestamp, host, level, uniq_key)
 
     async def _put_once(
         self,

@@ -22,6 +22,7 @@ from services.send import SendService
 from services.send_back import SendBackService
 from services.store_status import StoreStatusService
 from services.topics import TopicService
+from services.transaction.service import TransactionService
 from storage import MessageStore
 from storage.config_managers import (
     ConsumerOffsetManager,
@@ -47,6 +48,7 @@ class BrokerServices:
     store_status: StoreStatusService
     pop: PopService
     idempotency: IdempotencyService
+    transactions: TransactionService
 
     @classmethod
     def build(
@@ -70,18 +72,19 @@ class BrokerServices:
         watermark = DlqWatermark(store, consumer_offsets)
         dlq = DlqService(store, topics.for_send, idempotency, watermark)
         consumers = ConsumerServices(topics, groups, offsets, waiters, metrics)
+        send = SendService(
+            topics,
+            put,
+            metrics,
+            config.send,
+            delay_levels=store.delay_levels,
+            idempotency=idempotency,
+        )
         return cls(
             topics=topics,
             groups=groups,
             offsets=offsets,
-            send=SendService(
-                topics,
-                put,
-                metrics,
-                config.send,
-                delay_levels=store.delay_levels,
-                idempotency=idempotency,
-            ),
+            send=send,
             pull=PullService(
                 store,
                 topics,
@@ -106,4 +109,7 @@ class BrokerServices:
                 max_wait_ms=config.max_wait_ms,
             ),
             idempotency=idempotency,
+            transactions=TransactionService(
+                store, put, send, idempotency, waiters, metrics, config.transactions, topics
+            ),
         )

@@ -41,8 +41,12 @@ from storage.record.layout import (
     BLANK_MAGIC_CODE,
     BLANK_STRUCT,
     END_FILE_MIN_BLANK_LENGTH,
+    INT_STRUCT,
     MESSAGE_MAGIC_CODES,
     SIZE_AND_MAGIC,
+    SYSFLAG_POSITION,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_TYPE_MASK,
 )
 from storage.record.message import PutResult, StoredMessage
 from storage.record.msg_id import decode_msg_id, encode_host
@@ -254,7 +258,7 @@ class CommitLog:
             raise MessageRejectedError(OUT_OF_RANGE) from None
         size = message.size
         mapped.wrote_position = position + size
-        mapped.store_timestamp = store_timestamp
+        mapped.store_timestamp = max(mapped.store_timestamp, store_timestamp)
         if dispatchable:
             self.topic_queue_table[key] = queue_offset + 1
         if position + size >= mapped.prefault_next:
@@ -438,6 +442,11 @@ class CommitLog:
     def _first_record_before(self, mapped: MappedFile, min_timestamp: int) -> bool:
         _size, magic = SIZE_AND_MAGIC.unpack_from(mapped.buffer, 0)
         if magic not in MESSAGE_MAGIC_CODES:
+            return False
+        sys_flag = INT_STRUCT.unpack_from(mapped.buffer, SYSFLAG_POSITION)[0]
+        if sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_COMMIT_TYPE:
+            # A committed transaction keeps its half's earlier store time: it does not tell
+            # when the file was begun, so look further back.
             return False
         stored = read_store_timestamp(mapped.buffer, 0)
         return stored != 0 and stored <= min_timestamp

@@ -242,7 +242,8 @@ class IndexFile:
         _SLOT.pack_into(buffer, slot_at, count)
         self.index_count = count + 1
         self.end_phy_offset = phy_offset
-        self.end_timestamp = store_timestamp
+        # A committed transaction keeps its half's (older) store time: never move back.
+        self.end_timestamp = max(self.end_timestamp, store_timestamp)
         return True
 
     def put_hashes(self, entries: list[tuple[int, int]], store_timestamp: int) -> int:
@@ -281,7 +282,7 @@ class IndexFile:
         self.hash_slot_count += new_slots
         self.index_count = count
         self.end_phy_offset = entries[-1][1]
-        self.end_timestamp = store_timestamp
+        self.end_timestamp = max(self.end_timestamp, store_timestamp)
         return len(entries)
 
     def overlaps(self, begin: int, end: int) -> bool:

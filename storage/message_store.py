@@ -241,7 +241,8 @@ class MessageStore:
             message = redirect_delayed(message, self.delay_levels)
         encoded = self._encode(message)
         try:
-            result = self.commit_log.append(encoded, time.time_ns() // 1_000_000)
+            stamp = message.store_timestamp or time.time_ns() // 1_000_000
+            result = self.commit_log.append(encoded, stamp)
         except StoreNotWriteableError as exc:
             self.flags.mark_not_writeable(str(exc))
             raise self._refusal() from exc

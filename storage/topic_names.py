@@ -25,6 +25,16 @@ RETRY_GROUP_TOPIC_PREFIX: Final = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX: Final = "%DLQ%"
 GROUP_TOPIC_PREFIXES: Final = (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)
 
+# Transactional messages (``TopicValidator``): half messages wait in the half topic, op
+# records mark them ended, and halves checked too often are copied to the check-max topic.
+TRANS_HALF_TOPIC: Final = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC: Final = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRANS_CHECK_MAX_TIME_TOPIC: Final = "TRANS_CHECK_MAX_TIME_TOPIC"
+TRANSACTION_TOPICS: Final = frozenset(
+    {TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC}
+)
+"""Topics of the broker's transaction bookkeeping: never user messages."""
+
 
 def is_valid_name(name: str, max_length: int = MAX_TOPIC_LENGTH) -> bool:
     """Whether ``name`` is 1 to ``max_length`` allowed characters (topics and groups)."""

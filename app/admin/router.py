@@ -13,10 +13,19 @@ from starlette.staticfiles import StaticFiles
 
 from app.admin.rendering import PREFIX, STATIC_DIR
 from app.admin.traffic import sampling_lifespan
-from app.admin.views import cluster, dlq, groups, messages, overview, pop, topics
+from app.admin.views import (
+    cluster,
+    dlq,
+    groups,
+    messages,
+    overview,
+    pop,
+    topics,
+    transactions,
+)
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False, lifespan=sampling_lifespan)
-for _module in (overview, topics, pop, groups, messages, dlq, cluster):
+for _module in (overview, topics, pop, groups, messages, dlq, transactions, cluster):
     router.include_router(_module.router)
 
 

@@ -103,7 +103,7 @@ async def send_messages(
             messages = _batch_outgoing(parsed.messages)
             batch_queue_id, batch_sharding_key = parsed.queue_id, parsed.sharding_key
         else:
-            messages = [_outgoing(parsed, ("body",))]
+            messages = [outgoing_message(parsed, ("body",))]
     else:
         _check_raw_body(content_type, body)
         messages = [
@@ -178,7 +178,7 @@ def _parse_send_json(body: bytes) -> SendMessage | SendBatch:
         raise RequestValidationError(errors) from None
 
 
-def _outgoing(message: SendMessage, loc: tuple[str | int, ...]) -> OutgoingMessage:
+def outgoing_message(message: SendMessage, loc: tuple[str | int, ...]) -> OutgoingMessage:
     """What the send service takes for one validated message (built positionally: this runs
     for every message of a batch)."""
     try:
@@ -204,10 +204,10 @@ def _outgoing(message: SendMessage, loc: tuple[str | int, ...]) -> OutgoingMessa
 
 
 def _batch_outgoing(messages: list[SendMessage]) -> list[OutgoingMessage]:
-    """:func:`_outgoing` of each message of a batch; text bodies, the common case, in one
+    """:func:`outgoing_message` of each message of a batch; text bodies, the common case, in one
     comprehension (a body the models accepted as text always encodes)."""
     if any(m.body_encoding != "utf-8" for m in messages):
-        return [_outgoing(m, ("body", "messages", i)) for i, m in enumerate(messages)]
+        return [outgoing_message(m, ("body", "messages", i)) for i, m in enumerate(messages)]
     return [
         OutgoingMessage(
             m.body.encode(),

@@ -158,6 +158,8 @@ class Security:
             _check_sent_back(principal, group, body, broker)
         elif rule.body is BodyCheck.MESSAGE_BY_ID:
             _check_message_by_id(principal, str(path_params.get("msg_id", "")), broker)
+        elif rule.body is BodyCheck.TRANSACTION:
+            _check_transaction(principal, str(path_params.get("transaction_id", "")), broker)
 
     # ------------------------------------------------------------------ how much
 
@@ -261,3 +263,13 @@ def _check_message_by_id(principal: Principal, msg_id: str, broker: Broker) -> N
         found = None
     if found is None or not principal.may_consume(None, found.topic):
         raise forbidden(principal, f"read message {msg_id}")
+
+
+def _check_transaction(principal: Principal, transaction_id: str, broker: Broker) -> None:
+    """Only a producer of its topic reads or ends a transaction (403 whether it exists)."""
+    try:
+        topic = broker.transactions.transaction(transaction_id).topic
+    except Exception:
+        topic = None
+    if topic is None or not principal.may_produce(topic):
+        raise forbidden(principal, f"read or end transaction {transaction_id[:80]}")

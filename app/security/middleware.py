@@ -99,7 +99,9 @@ class SecurityMiddleware:
             await self.app(scope, receive, send)
             return
         principal = self._authenticate(scope, rule)
-        scope.setdefault("state", {})["principal"] = principal.name  # e.g. a POP holder
+        state = scope.setdefault("state", {})
+        state["principal"] = principal.name  # e.g. a POP holder
+        state["caller"] = principal  # e.g. what a transaction check poll may see
         security.check_rate(principal)
         if resolved is None or rule is None:  # no such route: 404/405 for a known caller
             await self.app(scope, receive, send)

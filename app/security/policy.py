@@ -33,6 +33,7 @@ class BodyCheck(Enum):
     OFFSET_TOPICS = "offset_topics"  # each offsets[].topic: consume with the path's group
     SENT_BACK_MESSAGE = "sent_back_message"  # the message's original topic, with the group
     MESSAGE_BY_ID = "message_by_id"  # the message's topic, with any group
+    TRANSACTION = "transaction"  # produce on the transaction's topic (looked up)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +113,15 @@ RULES: Final[dict[str, Rule]] = {
     "receiveMessages": Rule(Access.CONSUME, topic=TOPIC, group=GROUP, long_poll_in_body=True),
     "ackMessages": Rule(Access.CONSUME, group=GROUP),
     "changeInvisibility": Rule(Access.CONSUME, group=GROUP),
+    # ---------------------------------------------------------------- transactions
+    "sendHalfMessage": Rule(Access.PRODUCE, topic=TOPIC),
+    "getTransaction": Rule(Access.AUTHENTICATED, body=BodyCheck.TRANSACTION),
+    "commitTransaction": Rule(Access.AUTHENTICATED, body=BodyCheck.TRANSACTION),
+    "rollbackTransaction": Rule(Access.AUTHENTICATED, body=BodyCheck.TRANSACTION),
+    "answerTransactionUnknown": Rule(Access.AUTHENTICATED, body=BodyCheck.TRANSACTION),
+    "listTransactions": ADMIN_RULE,  # names every open transaction
+    # any token: a poll gets only checks of topics it may produce to
+    "pollTransactionChecks": Rule(Access.AUTHENTICATED, long_poll_in_body=True),
     # ---------------------------------------------------------------- health and docs
     "healthz": Rule(Access.PUBLIC),
     "readyz": Rule(Access.PUBLIC),

@@ -9,8 +9,9 @@
 Selection: topics, queues, a store-time window ``[from, to)``, a queue-offset window
 ``[from, to)``, tags (``A||B``, exact; read by :func:`storage.tag_filter.subscribed_tags`)
 and keys (any of). Prepared and rolled-back transaction records (never delivered) are left out,
-and so are the broker's own copies (retry, dead-letter, delay and ``rmq_sys_`` topics) unless
-a topic is named or ``--include-system`` is given. Messages come in CommitLog order per store.
+and so are the broker's own copies (retry, dead-letter, delay, ``rmq_sys_`` and transaction
+topics) unless a topic is named or ``--include-system`` is given. Messages come in CommitLog
+order per store.
 """
 
 from __future__ import annotations
@@ -48,7 +49,11 @@ from spark_jobs.session import build_session, parse_conf
 from storage.delay_levels import SCHEDULE_TOPIC
 from storage.record.layout import DISPATCHABLE_TYPES, TRANSACTION_TYPE_MASK
 from storage.tag_filter import subscribed_tags
-from storage.topic_names import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
+from storage.topic_names import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    TRANSACTION_TOPICS,
+)
 
 DESCRIPTION = "Select stored messages and write them to Parquet or re-send them over HTTP."
 
@@ -163,12 +168,14 @@ def select_messages(spark: SparkSession, selection: Selection) -> DataFrame:
 
 def _system_copy(topic: Column) -> Column:
     """The broker's own copies of messages: retry and dead-letter topics, the delay topic
-    holding delayed ones, and its ``rmq_sys_`` topics (POP checkpoints)."""
+    holding delayed ones, its ``rmq_sys_`` topics (POP checkpoints) and its transaction
+    topics (half messages, op records, halves checked too often)."""
     return (
         topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
         | topic.startswith(DLQ_GROUP_TOPIC_PREFIX)
         | (topic == SCHEDULE_TOPIC)
         | topic.startswith(SYSTEM_TOPIC_PREFIX)
+        | topic.isin(sorted(TRANSACTION_TOPICS))
     )
 
 

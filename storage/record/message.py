@@ -33,6 +33,9 @@ class Message:
     born_host: tuple[str, int] = ("127.0.0.1", 0)
     reconsume_times: int = 0
     prepared_transaction_offset: int = 0
+    store_timestamp: int = 0
+    """0: the time of the append. A committed transactional message keeps its half
+    message's (RocketMQ's ``endMessageTransaction``); batches always take the append time."""
 
 
 @dataclass(slots=True)

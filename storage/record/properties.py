@@ -22,6 +22,17 @@ PROPERTY_REAL_TOPIC: Final = "REAL_TOPIC"
 PROPERTY_REAL_QID: Final = "REAL_QID"
 PROPERTY_ORIGIN_MESSAGE_ID: Final = "ORIGIN_MESSAGE_ID"
 PROPERTY_MAX_RECONSUME_TIMES: Final = "MAX_RECONSUME_TIMES"
+# Transactional messages.
+PROPERTY_TRANSACTION_PREPARED: Final = "TRAN_MSG"
+PROPERTY_PRODUCER_GROUP: Final = "PGROUP"
+PROPERTY_TRANSACTION_ID: Final = "__transactionId__"
+PROPERTY_TRANSACTION_CHECK_TIMES: Final = "TRANSACTION_CHECK_TIMES"
+PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET: Final = "TRAN_PREPARED_QUEUE_OFFSET"
+PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS: Final = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+# Beyond RocketMQ: on an op record, how its half messages ended (COMMIT or ROLLBACK); on a
+# half message, the delay level it is delivered with once committed.
+PROPERTY_TRANSACTION_END: Final = "TRAN_END"
+PROPERTY_TRANSACTION_DELAY: Final = "TRAN_DELAY"
 # Idempotent produce (beyond RocketMQ): the key a send was made with, and on the first record
 # of a keyed send the fingerprint of its payload and, for a batch, how many records it holds.
 PROPERTY_IDEMPOTENCY_KEY: Final = "IDEMPOTENCY_KEY"

@@ -234,3 +234,33 @@ def test_schemathesis_finds_no_server_errors_and_no_schema_violations(fuzzed: Li
     )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
     assert " passed" in result.stdout
+
+
+def test_generated_client_sends_a_half_message_and_commits_it(
+    sdk: Any, live_server: LiveServer
+) -> None:
+    send_api = importlib.import_module("spoolmq_sdk.api.transactions.send_half_message")
+    commit_api = importlib.import_module("spoolmq_sdk.api.transactions.commit_transaction")
+    rollback_api = importlib.import_module("spoolmq_sdk.api.transactions.rollback_transaction")
+    pull_api = importlib.import_module("spoolmq_sdk.api.messages.pull_messages")
+    models = importlib.import_module("spoolmq_sdk.models")
+
+    with sdk.Client(base_url=live_server.url, raise_on_unexpected_status=True) as client:
+        half = send_api.sync(
+            "SdkTx",
+            client=client,
+            body=models.TransactionSendIn(
+                producer_group="sdk-pg", message=models.SendMessage(body="paid", queue_id=0)
+            ),
+        )
+        assert isinstance(half, models.TransactionOut)
+        assert half.state == "open"
+        end = models.EndIn(producer_group="sdk-pg")
+        committed = commit_api.sync(half.transaction_id, client=client, body=end)
+        assert isinstance(committed, models.EndOut)
+        assert committed.state == "committed" and committed.repeated is False
+        pulled = pull_api.sync("SdkTx", 0, client=client, offset=0)
+        assert [m.body for m in pulled.messages] == ["paid"]
+        refused = rollback_api.sync(half.transaction_id, client=client, body=end)
+        assert isinstance(refused, models.Problem)
+        assert refused.code == "TRANSACTION_ALREADY_ENDED"

@@ -98,14 +98,15 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     yield from two_groups(tmp_path)
 
 
-def two_groups(tmp_path: Path) -> Iterator[Cluster]:
-    """etcd, brokers a (group g1) and b (group g2), and a proxy; all stopped afterwards."""
+def two_groups(tmp_path: Path, **overrides: Any) -> Iterator[Cluster]:
+    """etcd, brokers a (group g1) and b (group g2), and a proxy; all stopped afterwards.
+    ``overrides``: settings of both brokers."""
     etcd = start_etcd(tmp_path)
     started: list[LiveServer] = []
     try:
-        a = start_server(tmp_path / "a", broker_name="a")
+        a = start_server(tmp_path / "a", broker_name="a", **overrides)
         started.append(a)
-        b = start_server(tmp_path / "b", broker_name="b", ha_listen="127.0.0.1:0")
+        b = start_server(tmp_path / "b", broker_name="b", ha_listen="127.0.0.1:0", **overrides)
         started.append(b)
         put_members(etcd.url, {"g1": member("a", "g1", a), "g2": member("b", "g2", b)})
         proxy = start_proxy(etcd.url)

@@ -59,6 +59,12 @@ EXPECTED: dict[str, tuple[str, str | None]] = {
     "receiveMessages": ("consumer", "stranger"),
     "ackMessages": ("consumer", "stranger"),
     "changeInvisibility": ("consumer", "stranger"),
+    "sendHalfMessage": ("producer", "stranger"),
+    "getTransaction": ("producer", "stranger"),
+    "commitTransaction": ("producer", "stranger"),
+    "rollbackTransaction": ("producer", "stranger"),
+    "answerTransactionUnknown": ("producer", "stranger"),
+    "pollTransactionChecks": ("nobody", None),  # filtered: only its topics' checks
     "metrics": ("nobody", None),
     "openapi": ("nobody", None),
     "swagger_ui": ("nobody", None),
@@ -78,6 +84,11 @@ BODIES: dict[str, Any] = {
     "receiveMessages": {},
     "ackMessages": {"receipt_handles": ["not-a-handle"]},
     "changeInvisibility": {"receipt_handle": "not-a-handle", "invisible_ms": 1000},
+    "sendHalfMessage": {"producer_group": "pg", "message": {"body": "x"}},
+    "commitTransaction": {"producer_group": "pg"},
+    "rollbackTransaction": {"producer_group": "pg"},
+    "answerTransactionUnknown": {"producer_group": "pg"},
+    "pollTransactionChecks": {},
 }
 QUERIES: dict[str, dict[str, str]] = {
     "queryMessagesByKey": {"key": "k"},
@@ -120,20 +131,38 @@ def _names(key: str | None, method: str) -> tuple[str, str]:
     return f"Sec_{suffix}", f"SecG_{suffix}"
 
 
-def _prepare(secured: AuthServer, topic: str, group: str) -> str:
-    """The topic, the group and one message in it (admin); the message's msg_id."""
+def _prepare(secured: AuthServer, topic: str, group: str) -> tuple[str, str]:
+    """The topic, the group, one message in it and one open transaction on it (admin); the
+    message's msg_id and the transaction's id."""
     admin = secured.client("admin")
     assert admin.put(f"/v1/topics/{topic}", json={}).status_code in (200, 201)
     assert admin.put(f"/v1/groups/{group}", json={}).status_code in (200, 201)
     sent = admin.post(f"/v1/topics/{topic}/messages", json={"body": "x", "queue_id": 0})
     assert sent.status_code == 201, sent.text
-    return str(sent.json()["messages"][0]["msg_id"])
+    half = admin.post(
+        f"/v1/topics/{topic}/transactions",
+        json={"producer_group": "pg", "message": {"body": "x"}},
+    )
+    assert half.status_code == 201, half.text
+    return str(sent.json()["messages"][0]["msg_id"]), str(half.json()["transaction_id"])
 
 
 def _request(
-    key: str | None, method: str, template: str, topic: str, group: str, msg_id: str
+    key: str | None,
+    method: str,
+    template: str,
+    topic: str,
+    group: str,
+    ids: tuple[str, str],
 ) -> tuple[str, str, dict[str, Any]]:
-    values = {"topic": topic, "group": group, "queue_id": "0", "msg_id": msg_id}
+    msg_id, transaction_id = ids
+    values = {
+        "topic": topic,
+        "group": group,
+        "queue_id": "0",
+        "msg_id": msg_id,
+        "transaction_id": transaction_id,
+    }
 
     def fill(match: re.Match[str]) -> str:
         return quote(values.get(match.group(1), "x"), safe="")
@@ -163,8 +192,8 @@ def test_every_route_checks_the_token(
     secured: AuthServer, key: str | None, method: str, template: str
 ) -> None:
     topic, group = _names(key, method)
-    msg_id = _prepare(secured, topic, group)
-    method, path, kwargs = _request(key, method, template, topic, group, msg_id)
+    ids = _prepare(secured, topic, group)
+    method, path, kwargs = _request(key, method, template, topic, group, ids)
     right, without = EXPECTED.get(key or "", ADMIN)
 
     def call(who: str | None, token: str | None = None) -> httpx.Response:

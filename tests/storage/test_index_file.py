@@ -74,3 +74,16 @@ def test_put_hashes_writes_what_put_hash_writes_and_stops_when_full(tmp_path: Pa
     batched.close()
     first = (tmp_path / "20261121000000000").read_bytes()
     assert (tmp_path / "20261121000000001").read_bytes() == first
+
+
+def test_an_older_store_time_does_not_move_the_end_back(tmp_path: Path) -> None:
+    """A committed transaction keeps its half's store time: the file's time range stays
+    whole, so keys stored before it are still found."""
+    index = IndexFile(tmp_path / "20261121000000000", 100, 400, create=True)
+    now = int(time.time() * 1000)
+    index.put("new", 100, now)
+    index.put("committed", 200, now - 60_000)
+    index.put_hashes([(index_key_hash("batch"), 300)], now - 120_000)
+    assert index.end_timestamp == now
+    assert index.select_phy_offsets("new", 10, now, now + 1) == [100]
+    index.close()

@@ -767,3 +767,15 @@ def test_bad_input_after_good_input_leaves_offsets_alone(store: MessageStore) ->
     assert store.commit_log.max_offset == before
     assert store.put_message(message()).queue_offset == 3
     assert store.check() == []
+
+
+def test_a_message_may_keep_an_earlier_store_time(store: MessageStore) -> None:
+    """A committed transactional message keeps its half message's store time."""
+    store.put_message(message(body=b"first"))
+    earlier = int(time.time() * 1000) - 60_000
+    result = store.put_message(Message("TopicA", b"committed", store_timestamp=earlier))
+    assert result.store_timestamp == earlier
+    found = store.look_message_by_offset(result.physical_offset)
+    assert found is not None and found.store_timestamp == earlier
+    later = store.put_message(message(body=b"after"))
+    assert later.store_timestamp >= earlier + 60_000

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from storage import Message, MessageStore, StoreConfig, StoreLoadError, StoreLockedError
-from storage.record.layout import RECORD_HEADER_V4
+from storage.record.layout import RECORD_HEADER_V4, TRANSACTION_COMMIT_TYPE
 
 CONFIG = StoreConfig(commit_log_file_size=4096, consume_queue_units_per_file=10)
 
@@ -221,3 +221,33 @@ def test_a_deleted_topic_stays_deleted_across_restarts(tmp_path: Path, abnormal:
         assert store.check() == []
     with MessageStore.open(tmp_path, CONFIG) as store:
         assert [m.body for m in store.get_message("g", "Gone", 0, 0).messages] == [b"new life"]
+
+
+def test_a_file_begun_by_a_committed_transaction_does_not_start_abnormal_recovery(
+    tmp_path: Path,
+) -> None:
+    """A committed transactional message keeps its half's earlier store time. As the first
+    record of a file it must not pass for "begun before the checkpoint": recovery would skip
+    the files before it."""
+    offsets = fill(tmp_path, 20)
+    with MessageStore.open(tmp_path, CONFIG) as store:
+        last = store.look_message_by_offset(offsets[-1])
+        assert last is not None
+        checkpoint_time = last.store_timestamp
+        # Fill the last file up with 93-byte records, so that the 101-byte commit (with the
+        # 8-byte end-of-file blank) begins a new one.
+        while 4096 - store.commit_log.max_offset % 4096 >= 101 + 8:
+            store.put_message(Message("T", b"x"))
+        commit = Message(
+            "T", b"committed", sys_flag=TRANSACTION_COMMIT_TYPE, store_timestamp=checkpoint_time - 1
+        )
+        first = store.put_message(commit)
+        assert first.physical_offset % 4096 == 0
+        assert (
+            store.commit_log._first_record_before(store.commit_log.queue.files[-1], checkpoint_time)
+            is False
+        )
+        assert (
+            store.commit_log._first_record_before(store.commit_log.queue.files[0], checkpoint_time)
+            is True
+        )

@@ -1,0 +1,201 @@
+"""Proxy endpoints for transactional messages: a half send goes to the group of the queue it
+is placed in, and everything about the transaction afterwards goes back to that group.
+
+The proxy answers a transaction id prefixed with its broker group (as it does POP receipt
+handles), so an end, a state read or a check answer through any proxy reaches the broker that
+holds the half message, and after a failover that group's new master. A half send is tried
+once: one that may have been written is not sent again (it would be a second transaction);
+if it was stored, the broker's check-back asks the producer group about it.
+Check polls ask every group: at once without waiting, then a long-poll of all at once; the
+first answer with checks wins and the other polls are cancelled. A check a cancelled poll had
+already leased is offered again when its lease ends (``lease_ms``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from app.proxy.bodies import json_body
+from app.proxy.context import cluster_view, forwarder, send_picker
+from app.proxy.forward import BrokerAnswer, ProxyError, broker_path, long_poll_timeout
+from app.responses import OrjsonResponse
+from services.cluster import (
+    ClusterView,
+    NoMasterError,
+    master_of,
+    prefix_handle,
+    split_handle,
+    topic_route,
+)
+
+router = APIRouter()
+
+
+@router.post("/v1/topics/{topic}/transactions")
+async def send_half(topic: str, request: Request) -> Response:
+    body = json_body(await request.body())
+    message = body.get("message")
+    message = message if isinstance(message, dict) else {}
+    queue_id = message.get("queue_id")
+    sharding_key = message.get("sharding_key")
+    view = cluster_view(request)
+    route = topic_route(view, topic)
+    queue = send_picker(request).pick(
+        view,
+        route,
+        queue_id if isinstance(queue_id, int) and not isinstance(queue_id, bool) else None,
+        sharding_key if isinstance(sharding_key, str) else None,
+    )
+    local = {**message, "queue_id": queue.local_queue_id}
+    answer = await forwarder(request).call(
+        master_of(view, queue.group),
+        "POST",
+        broker_path("v1", "topics", topic, "transactions"),
+        json={**body, "message": local},
+        request=request,
+    )
+    return _relabeled(answer, view, queue.group)
+
+
+@router.get("/v1/transactions/{transaction_id}")
+async def get_transaction(transaction_id: str, request: Request) -> Response:
+    return await _to_holder(request, transaction_id, "GET", "")
+
+
+@router.post("/v1/transactions/{transaction_id}/{action}")
+async def end_transaction(transaction_id: str, action: str, request: Request) -> Response:
+    """commit, rollback or unknown, at the group holding the half message."""
+    return await _to_holder(request, transaction_id, "POST", action)
+
+
+@router.get("/v1/transactions")
+async def list_transactions(request: Request) -> Response:
+    view = cluster_view(request)
+    groups = sorted(view.groups)
+    answers = await asyncio.gather(
+        *(
+            forwarder(request).call(
+                master_of(view, name),
+                "GET",
+                broker_path("v1", "transactions"),
+                query=request.scope.get("query_string", b""),
+                request=request,
+            )
+            for name in groups
+        )
+    )
+    found: list[dict[str, Any]] = []
+    for name, answer in zip(groups, answers, strict=True):
+        if not answer.ok:
+            return answer.response()
+        for item in answer.json()["transactions"]:
+            found.append(_relabel(item, view, name))
+    found.sort(key=lambda t: t["half"]["store_timestamp"])
+    return OrjsonResponse({"transactions": found})
+
+
+@router.post("/v1/producer-groups/{group}/transaction-checks")
+async def poll_checks(group: str, request: Request) -> Response:
+    body = json_body(await request.body())
+    wait_ms = body.get("wait_ms", 0)
+    view = cluster_view(request)
+    names = sorted(view.groups)
+
+    async def ask(name: str, wait: Any) -> BrokerAnswer | None:
+        try:
+            return await forwarder(request).call(
+                master_of(view, name),
+                "POST",
+                broker_path("v1", "producer-groups", group, "transaction-checks"),
+                json={**body, "wait_ms": wait},
+                request=request,
+                timeout_s=long_poll_timeout(wait),
+            )
+        except (ProxyError, NoMasterError):
+            return None  # a group without a reachable master has nothing to ask now
+
+    answers = await asyncio.gather(*(ask(name, 0) for name in names))
+    refused = next((a for a in answers if a is not None and not a.ok), None)
+    if refused is not None:  # the broker says what is wrong with the request
+        return refused.response()
+    checks = _checks(view, zip(names, answers, strict=True))
+    if not checks and isinstance(wait_ms, int) and wait_ms > 0:
+        checks = await _first_with_checks(view, names, lambda name: ask(name, wait_ms))
+    return OrjsonResponse({"producer_group": group, "checks": checks})
+
+
+def _checks(
+    view: ClusterView, answers: Iterable[tuple[str, BrokerAnswer | None]]
+) -> list[dict[str, Any]]:
+    return [
+        _relabel(check, view, name)
+        for name, answer in answers
+        if answer is not None and answer.ok
+        for check in answer.json()["checks"]
+    ]
+
+
+async def _first_with_checks(
+    view: ClusterView, names: list[str], ask: Callable[[str], Awaitable[BrokerAnswer | None]]
+) -> list[dict[str, Any]]:
+    """Long-poll every group at once; the first answer with checks wins, the rest go."""
+
+    async def one(name: str) -> list[dict[str, Any]]:
+        return _checks(view, [(name, await ask(name))])
+
+    tasks = [asyncio.create_task(one(name)) for name in names]
+    try:
+        for finished in asyncio.as_completed(tasks):
+            checks = await finished
+            if checks:
+                return checks
+        return []
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _to_holder(request: Request, transaction_id: str, method: str, action: str) -> Response:
+    split = split_handle(transaction_id)
+    view = cluster_view(request)
+    if split is None or split[0] not in view.groups:
+        raise ProxyError(
+            "TRANSACTION_NOT_FOUND", "not a transaction id this proxy answered (group:id)"
+        )
+    name, inner = split
+    segments = ("v1", "transactions", inner, action) if action else ("v1", "transactions", inner)
+    answer = await forwarder(request).call(
+        master_of(view, name),
+        method,
+        broker_path(*segments),
+        content=await request.body() if method == "POST" else None,
+        request=request,
+    )
+    return _relabeled(answer, view, name)
+
+
+def _relabeled(answer: BrokerAnswer, view: ClusterView, group: str) -> Response:
+    if not answer.ok or not answer.content:
+        return answer.response()
+    return answer.with_body(_relabel(answer.json(), view, group))
+
+
+def _relabel(item: dict[str, Any], view: ClusterView, group: str) -> dict[str, Any]:
+    """A broker's transaction, end or check with the proxy's transaction id, cluster-wide
+    queue ids and its ``broker_group``."""
+    item["transaction_id"] = prefix_handle(group, item["transaction_id"])
+    item["broker_group"] = group
+    for holder in (item, item.get("message")):
+        if isinstance(holder, dict):
+            route = view.topics.get(holder.get("topic", ""))
+            local = holder.get("queue_id")
+            cluster_id = route.global_id(group, local) if route and isinstance(local, int) else None
+            if cluster_id is not None:
+                holder["queue_id"] = cluster_id
+    return item
