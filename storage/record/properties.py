@@ -22,6 +22,17 @@ PROPERTY_REAL_TOPIC: Final = "REAL_TOPIC"
 PROPERTY_REAL_QID: Final = "REAL_QID"
 PROPERTY_ORIGIN_MESSAGE_ID: Final = "ORIGIN_MESSAGE_ID"
 PROPERTY_MAX_RECONSUME_TIMES: Final = "MAX_RECONSUME_TIMES"
+# Timer messages (RocketMQ 5): what a producer gives (an absolute time, or a delay in s or ms),
+# and what the broker sets (the rounded fire time, when the message entered and left the
+# wheel, how often it rolled, and on a cancel marker the key of the message it cancels).
+PROPERTY_TIMER_DELIVER_MS: Final = "TIMER_DELIVER_MS"
+PROPERTY_TIMER_DELAY_SEC: Final = "TIMER_DELAY_SEC"
+PROPERTY_TIMER_DELAY_MS: Final = "TIMER_DELAY_MS"
+PROPERTY_TIMER_OUT_MS: Final = "TIMER_OUT_MS"
+PROPERTY_TIMER_ENQUEUE_MS: Final = "TIMER_ENQUEUE_MS"
+PROPERTY_TIMER_DEQUEUE_MS: Final = "TIMER_DEQUEUE_MS"
+PROPERTY_TIMER_ROLL_TIMES: Final = "TIMER_ROLL_TIMES"
+PROPERTY_TIMER_DEL_UNIQKEY: Final = "TIMER_DEL_UNIQKEY"
 # Idempotent produce (beyond RocketMQ): the key a send was made with, and on the first record
 # of a keyed send the fingerprint of its payload and, for a batch, how many records it holds.
 PROPERTY_IDEMPOTENCY_KEY: Final = "IDEMPOTENCY_KEY"
