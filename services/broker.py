@@ -49,6 +49,7 @@ from services.schedule import DelayScheduler
 from services.send import SendService
 from services.send_back import SendBackService
 from services.store_status import StoreGauges, StoreStatusService
+from services.timer.service import TimerService
 from services.topics import TopicService
 from services.wiring import BrokerServices
 from storage import MessageStore
@@ -100,6 +101,7 @@ class Broker:
         self._services: BrokerServices | None = None
         self._durability: DurabilityTracker | None = None
         self._scheduler: DelayScheduler | None = None
+        self._timers: TimerService | None = None
         self._index_catch_up: asyncio.Task[None] | None = None
         self._revive: ReviveService | None = None
         self._pop_persister: PopStatePersister | None = None
@@ -139,6 +141,9 @@ class Broker:
         store.arrival_listeners.append(self._on_arrival)
         # Built on a slave too (its delay progress is readable), started only on a master.
         self._scheduler = DelayScheduler(store, self.delay_offsets, services.idempotency.reput)
+        self._timers = TimerService(
+            store, appender.put, services.idempotency.reput, self.config.broker_name
+        )
         host = RoleHost(
             store, appender, self._start_write_tasks, services.idempotency.begin_writing
         )
@@ -163,7 +168,8 @@ class Broker:
         )
 
     async def _start_write_tasks(self) -> None:
-        """What only a master runs: POP state, revive, persisters, the delay scheduler."""
+        """What only a master runs: POP state, revive, persisters, the delay scheduler and
+        the timer wheel."""
         services = self._built_services()
         await asyncio.to_thread(services.pop.load)  # in-flight state from the revive log
         self._revive = ReviveService(services.pop, services.topics, services.idempotency.reput)
@@ -172,6 +178,8 @@ class Broker:
         self._pop_persister.start()
         self._offset_persister.start()
         await self.scheduler.start()
+        if self.config.store.timer.enabled:
+            await self.timers.start()
         self._write_tasks_started = True
 
     def _open_store(self) -> MessageStore:
@@ -216,6 +224,8 @@ class Broker:
             await asyncio.gather(self._index_catch_up, return_exceptions=True)
         if self._scheduler is not None and self._write_tasks_started:
             await self._scheduler.stop()
+        if self._timers is not None and self._write_tasks_started:
+            await self._timers.stop()
         store = self._require_store()
         # The flushers do their last flush; then every put still waiting is answered.
         await asyncio.to_thread(store.stop_services)
@@ -324,6 +334,12 @@ class Broker:
         if self._scheduler is None:
             raise BrokerUnavailableError(f"the broker is {self.state.value}")
         return self._scheduler
+
+    @property
+    def timers(self) -> TimerService:
+        if self._timers is None:
+            raise BrokerUnavailableError(f"the broker is {self.state.value}")
+        return self._timers
 
     @property
     def offset_persist_count(self) -> int:

@@ -8,7 +8,8 @@ The tree::
     │   ├── GroupNotFoundError          the consumer group has no config and no offsets
     │   ├── QueueNotFoundError          the queue id is outside the topic's queue count
     │   ├── MessageNotFoundError        no message has this id (or it has expired)
-    │   └── RedriveJobNotFoundError     no redrive job of the group has this id
+    │   ├── RedriveJobNotFoundError     no redrive job of the group has this id
+    │   └── TimerNotFoundError          no timer message of the topic has this handle
     ├── InvalidRequestError
     │   ├── InvalidGroupNameError       group name breaks ``^[%|a-zA-Z0-9_-]+$`` or is too long
     │   ├── InvalidMessageIdError       a message id is not 32 or 56 hex characters
@@ -19,6 +20,8 @@ The tree::
     │   ├── InvalidIdempotencyKeyError  an Idempotency-Key that is empty, too long or not ASCII
     │   ├── IdempotencyKeyReusedError   a key already used (in the window) for another payload
     │   ├── InvalidReceiptHandleError   a POP receipt handle not issued here, mangled or replaced
+    │   ├── InvalidTimerHandleError     a timer cancel handle that is mangled or of another
+    │   │                               topic or broker
     │   └── RedriveTooLongError         a paced redrive too long for one call: use a job
     ├── ForbiddenError
     │   ├── SystemTopicError            system, retry and DLQ topics are not sent to directly
@@ -250,6 +253,18 @@ class ConsumeModeConflictError(ServiceError):
     """The group consumes by offsets and was asked to receive, or the other way round."""
 
     code: ClassVar[str] = "CONSUME_MODE_CONFLICT"
+
+
+class TimerNotFoundError(NotFoundError):
+    """No timer message of the topic has this handle (or its record has expired)."""
+
+    code: ClassVar[str] = "TIMER_NOT_FOUND"
+
+
+class InvalidTimerHandleError(InvalidRequestError):
+    """A timer cancel handle that cannot be read, or names another topic or broker."""
+
+    code: ClassVar[str] = "INVALID_TIMER_HANDLE"
 
 
 class InvalidReceiptHandleError(InvalidRequestError):

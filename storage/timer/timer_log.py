@@ -162,10 +162,6 @@ class TimerLog:
             yield _unit_at(pos, data)
             pos += UNIT_SIZE
 
-    def next_pos(self, unit_pos: int) -> int:
-        """Where the unit after the one at ``unit_pos`` starts (the end of it)."""
-        return unit_pos + UNIT_SIZE
-
     def truncate(self, end: int) -> None:
         """Drop everything from ``end`` (a unit boundary or a file start) on."""
         queue = self.queue

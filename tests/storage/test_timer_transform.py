@@ -83,7 +83,8 @@ def test_the_timer_queue_holds_fire_times_and_negated_ones_for_cancel_markers(
         assert {timed.topic, marker.topic, *(r.topic for r in batch)} == {TIMER_TOPIC}
         queue = store.find_consume_queue(TIMER_TOPIC, 0)
         assert queue is not None
-        codes = [queue.get_unit(n)[2] for n in range(4)]
+        units = [queue.get_unit(n) for n in range(4)]
+        codes = [unit[2] for unit in units if unit is not None]
         stored = store.look_message_by_offset(timed.physical_offset)
         assert stored is not None
         assert codes[0] == int(stored.properties["TIMER_OUT_MS"]) > timed.store_timestamp
