@@ -66,6 +66,9 @@ STATUS_BY_CODE: Final[Mapping[str, int]] = {
     "CONSUME_MODE_CONFLICT": 409,
     "INVALID_RECEIPT_HANDLE": 400,
     "RECEIPT_HANDLE_EXPIRED": 409,
+    "TIMER_NOT_FOUND": 404,
+    "INVALID_TIMER_HANDLE": 400,
+    "TIMER_ALREADY_DELIVERED": 409,  # a cancel after the timer message was delivered
     "NO_MASTER": 503,  # a failover is under way (or this master lost its key): retry
     "NOT_MASTER": 421,  # a write reached a read-only slave; the body names the master
     "REPLICA_DIVERGED": 409,
@@ -81,6 +84,8 @@ STATUS_BY_CODE: Final[Mapping[str, int]] = {
     "INVALID_TOPIC_NAME": 400,
     "MESSAGE_TOO_LARGE": 413,
     "PROPERTIES_TOO_LARGE": 413,
+    "TIMER_MESSAGE_ILLEGAL": 400,  # a delivery time too far ahead, or unreadable
+    "TIMER_NOT_ENABLED": 501,  # the broker runs without the timer wheel
     "STORE_NOT_WRITEABLE": 503,
     "STORE_CLOSED": 503,
     "REPLICA_APPEND_REJECTED": 409,

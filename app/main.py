@@ -31,6 +31,7 @@ from app.routes import (
     pop,
     redelivery,
     replication,
+    timers,
     topics,
 )
 from app.routes.fast import fast_routes
@@ -116,7 +117,8 @@ def create_app(
     app.add_middleware(ReplicaGuardMiddleware, replica=broker.replica)  # innermost: after security
     install_security(app, settings)  # before the routers and inside HttpShellMiddleware
     app.add_middleware(HttpShellMiddleware, max_request_bytes=settings.max_request_bytes)
-    for module in (messages, topics, groups, redelivery, pop, replication, cluster, health, docs):
+    routers = (messages, timers, topics, groups, redelivery, pop, replication, cluster, health)
+    for module in (*routers, docs):
         app.include_router(module.router)
     app.router.routes[0:0] = fast_routes()
     app.mount("/static", docs.static_files(), name="static")

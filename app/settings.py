@@ -24,7 +24,9 @@ from services import (
     RetentionConfig,
     SendLimits,
     StoreConfig,
+    TimerConfig,
     TopicPolicy,
+    check_timer_config,
 )
 from services.cluster import ClusterConfig
 from services.ha import MasterAddress, split_host_port
@@ -165,6 +167,13 @@ class Settings(BaseSettings):
     message_delay_levels: str = Field(
         default="1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
         description="delay level table",
+    )
+    timer_enabled: bool = Field(default=True, description="accept timer messages (deliver_at)")
+    timer_precision_ms: Literal[100, 200, 500, 1000] = Field(
+        default=1000, description="timer wheel slot length: how exactly timer messages fire"
+    )
+    timer_max_delay_s: int = Field(
+        default=259_200, ge=1, description="how far ahead a timer message may be (3 days)"
     )
 
     # ---------------------------------------------------------------- broker
@@ -386,6 +395,9 @@ class Settings(BaseSettings):
             raise ValueError("a slave needs --master-http and --master-ha")
         if self.replication == "sync" and self.ha_listen is None:
             raise ValueError("sync replication needs --ha-listen (slaves connect there)")
+        problems = check_timer_config(self.timer_config(), self.file_reserved_time_hours)
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     def _check_cluster(self) -> None:
@@ -427,6 +439,14 @@ class Settings(BaseSettings):
             **self._shared(StoreConfig),
             flush_disk_type=flush,
             retention=RetentionConfig(**self._shared(RetentionConfig)),
+            timer=self.timer_config(),
+        )
+
+    def timer_config(self) -> TimerConfig:
+        return TimerConfig(
+            enabled=self.timer_enabled,
+            precision_ms=self.timer_precision_ms,
+            max_delay_s=self.timer_max_delay_s,
         )
 
     def _shared(self, config: type[Any]) -> dict[str, Any]:

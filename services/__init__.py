@@ -62,6 +62,7 @@ from services.schedule import LevelProgress
 from services.send import OutgoingMessage, SendLimits, SendReceipt
 from services.send_back import SendBackRequest, SendBackResult, original_topic
 from services.store_status import StoreGauges
+from services.timer.service import CancelOutcome, CancelResult, TimerProgress
 from services.topics import SYSTEM_TOPICS, QueueSeek, QueueStats, TopicPolicy
 from storage import FlushDiskType, StoreConfig
 from storage.config_managers import (
@@ -76,6 +77,7 @@ from storage.durations import format_duration
 from storage.lag_model import DlqDepth
 from storage.record.properties import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC
 from storage.retention import RetentionConfig
+from storage.timer.config import PRECISIONS_MS, TimerConfig, check_timer_config
 from storage.timestamps import parse_timestamp_ms
 from storage.topic_names import (
     DLQ_GROUP_TOPIC_PREFIX,
@@ -110,6 +112,7 @@ __all__ = [
     "MIN_REDRIVE_RATE",
     "PERM_READ",
     "PERM_WRITE",
+    "PRECISIONS_MS",
     "PROPERTY_ORIGIN_MESSAGE_ID",
     "PROPERTY_REDRIVEN_FROM",
     "PROPERTY_RETRY_TOPIC",
@@ -121,6 +124,8 @@ __all__ = [
     "Broker",
     "BrokerConfig",
     "BrokerState",
+    "CancelOutcome",
+    "CancelResult",
     "DlqDepth",
     "DlqFilter",
     "DlqPage",
@@ -160,6 +165,8 @@ __all__ = [
     "StoreConfig",
     "StoreGauges",
     "SubscriptionGroupConfig",
+    "TimerConfig",
+    "TimerProgress",
     "TopicConfig",
     "TopicLag",
     "TopicPolicy",
@@ -167,6 +174,7 @@ __all__ = [
     "WakeReason",
     "check_group_name",
     "check_key",
+    "check_timer_config",
     "dlq_topic",
     "format_duration",
     "in_flight_by_queue",

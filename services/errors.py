@@ -29,6 +29,7 @@ The tree::
     │   ├── TopicNotReadableError       the topic's perm has no read bit
     │   └── ConsumeDisabledError        the group's consume_enable is false
     ├── ConsumeModeConflictError        a group consumes by offsets or by POP, never both
+    ├── TimerAlreadyDeliveredError      a cancel came after the timer message was delivered
     ├── ReceiptHandleExpiredError       a POP handle whose invisibility ran out
     ├── TooManyRedriveJobsError         the cap on queued and running redrive jobs is reached
     ├── TooManyWaitersError             the cap on parked long-polls is reached; retry later
@@ -253,6 +254,12 @@ class ConsumeModeConflictError(ServiceError):
     """The group consumes by offsets and was asked to receive, or the other way round."""
 
     code: ClassVar[str] = "CONSUME_MODE_CONFLICT"
+
+
+class TimerAlreadyDeliveredError(ServiceError):
+    """The timer message to cancel has been delivered already (its slot has fired)."""
+
+    code: ClassVar[str] = "TIMER_ALREADY_DELIVERED"
 
 
 class TimerNotFoundError(NotFoundError):

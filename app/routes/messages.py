@@ -101,7 +101,8 @@ async def send_messages(topic: TopicPath, request: Request) -> Response:
             messages, batch_queue_id, batch_sharding_key = parsed
         elif isinstance(parsed, SendBatch):
             messages = [
-                _outgoing(m, ("body", "messages", i)) for i, m in enumerate(parsed.messages)
+                _outgoing(_batch_timed(m, parsed), ("body", "messages", i))
+                for i, m in enumerate(parsed.messages)
             ]
             batch_queue_id, batch_sharding_key = parsed.queue_id, parsed.sharding_key
         else:
@@ -118,6 +119,7 @@ async def send_messages(topic: TopicPath, request: Request) -> Response:
                 sharding_key=query.sharding_key,
                 delay_level=query.delay_level or 0,
                 deliver_after_ms=query.deliver_after_ms,
+                deliver_at=query.deliver_at,
             )
         ]
     client = request.client
@@ -190,6 +192,18 @@ def _outgoing(message: SendMessage, loc: tuple[str | int, ...]) -> OutgoingMessa
         sharding_key=message.sharding_key,
         delay_level=message.delay_level,
         deliver_after_ms=message.deliver_after_ms,
+        deliver_at=message.deliver_at,
+    )
+
+
+def _batch_timed(message: SendMessage, batch: SendBatch) -> SendMessage:
+    """A batch message with the batch's delivery time, unless it has its own."""
+    if message.deliver_at is not None or message.deliver_after_ms is not None:
+        return message
+    if batch.deliver_at is None and batch.deliver_after_ms is None:
+        return message
+    return message.model_copy(
+        update={"deliver_at": batch.deliver_at, "deliver_after_ms": batch.deliver_after_ms}
     )
 
 

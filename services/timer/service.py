@@ -37,7 +37,12 @@ from enum import Enum
 from typing import Final
 
 from services.appender import PutMessages
-from services.errors import InvalidTimerHandleError, TimerNotFoundError
+from services.errors import (
+    BrokerUnavailableError,
+    InvalidTimerHandleError,
+    TimerAlreadyDeliveredError,
+    TimerNotFoundError,
+)
 from services.idempotency import RePut
 from services.metrics import Histogram
 from services.timer.delivery import due_message, marker_key, rolled_message, target_key
@@ -78,8 +83,7 @@ _UNIT: Final = struct.Struct(">qiq")
 
 class CancelOutcome(Enum):
     CANCELLED = "cancelled"  # it will never be delivered
-    ALREADY_CANCELLED = "already_cancelled"
-    ALREADY_DELIVERED = "already_delivered"
+    ALREADY_CANCELLED = "already_cancelled"  # an earlier cancel did it
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -193,8 +197,11 @@ class TimerService:
             raise RuntimeError("the timer service is not running")
         return self._timer
 
-    def progress(self) -> TimerProgress:
-        timer = self._require_timer()
+    def progress(self) -> TimerProgress | None:
+        """Where the wheel stands; None when it is not running (a slave, timers off)."""
+        timer = self._timer
+        if timer is None:
+            return None
         return TimerProgress(
             self.precision_ms,
             timer.read_time_ms,
@@ -389,7 +396,8 @@ class TimerService:
         return TimerHandle(topic, self.broker_name, fire_ms + 1, uniq_key).encode()
 
     async def cancel(self, topic: str, handle: str) -> CancelResult:
-        """Cancel the timer message ``handle`` names, or say why it cannot be."""
+        """Cancel the timer message ``handle`` names; TimerAlreadyDeliveredError once its slot
+        has fired."""
         parsed = decode_handle(handle)
         if parsed.topic != topic:
             raise InvalidTimerHandleError(
@@ -399,7 +407,9 @@ class TimerService:
             raise InvalidTimerHandleError(
                 f"the handle is for broker {parsed.broker_name!r}; this is {self.broker_name!r}"
             )
-        timer = self._require_timer()
+        timer = self._timer
+        if timer is None:
+            raise BrokerUnavailableError("the timer wheel is not running on this broker")
         slot = timer.slot_time(parsed.fire_ms)
         key = cancel_key(topic, parsed.uniq_key)
         target, marked = self._find(topic, parsed.uniq_key)
@@ -409,7 +419,11 @@ class TimerService:
         if marked or key in self._cancels.get(slot, ()):
             return dataclasses.replace(result, outcome=CancelOutcome.ALREADY_CANCELLED)
         if slot <= self._decided_through:
-            return dataclasses.replace(result, outcome=CancelOutcome.ALREADY_DELIVERED)
+            raise TimerAlreadyDeliveredError(
+                f"the timer message {parsed.uniq_key} of {topic} was delivered at its time "
+                f"({parsed.fire_ms + self.precision_ms} ms since the epoch, or just after); "
+                "it can no longer be cancelled"
+            )
         self._cancels.setdefault(slot, set()).add(key)
         if (
             parsed.deliver_ms > self._now_ms()

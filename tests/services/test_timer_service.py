@@ -13,7 +13,11 @@ import pytest
 
 from services.appender import Appender
 from services.durability import DurabilityTracker
-from services.errors import InvalidTimerHandleError, TimerNotFoundError
+from services.errors import (
+    InvalidTimerHandleError,
+    TimerAlreadyDeliveredError,
+    TimerNotFoundError,
+)
 from services.idempotency import IdempotencyService
 from services.timer.handles import TimerHandle, decode_handle
 from services.timer.service import CancelOutcome, TimerService
@@ -108,8 +112,8 @@ async def test_cancel_before_due_wins_and_after_delivery_says_so(wheel: Wheel) -
     await asyncio.sleep(0.3)  # a slot or three later: still only the one
     assert [m.body for m in wheel.delivered("Orders")] == [b"kept"]
     assert service.stats.cancelled == 1
-    late = await service.cancel("Orders", service.handle_for("Orders", _fire(at), kept))
-    assert late.outcome is CancelOutcome.ALREADY_DELIVERED
+    with pytest.raises(TimerAlreadyDeliveredError):
+        await service.cancel("Orders", service.handle_for("Orders", _fire(at), kept))
 
 
 async def test_cancel_refuses_handles_it_cannot_honour(wheel: Wheel) -> None:
@@ -153,7 +157,8 @@ async def test_after_a_crash_the_wheel_is_rebuilt_from_the_log(tmp_path: Path) -
     at = now_ms() + 1500
     for number in range(10):
         first.schedule("Orders", f"c{number}".encode(), at)
-    await wait_for(lambda: first.service.progress().enqueue_behind == 0)
+    progress = first.service.progress
+    await wait_for(lambda: (p := progress()) is not None and p.enqueue_behind == 0)
     for task in first.service._tasks:  # a crash: no final flush of the timer files
         task.cancel()
     await asyncio.gather(*first.service._tasks, return_exceptions=True)
