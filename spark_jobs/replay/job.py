@@ -48,6 +48,7 @@ from spark_jobs.session import build_session, parse_conf
 from storage.delay_levels import SCHEDULE_TOPIC
 from storage.record.layout import DISPATCHABLE_TYPES, TRANSACTION_TYPE_MASK
 from storage.tag_filter import subscribed_tags
+from storage.timer import TIMER_TOPIC
 from storage.topic_names import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 
 DESCRIPTION = "Select stored messages and write them to Parquet or re-send them over HTTP."
@@ -162,12 +163,13 @@ def select_messages(spark: SparkSession, selection: Selection) -> DataFrame:
 
 
 def _system_copy(topic: Column) -> Column:
-    """The broker's own copies of messages: retry and dead-letter topics, the delay topic
-    holding delayed ones, and its ``rmq_sys_`` topics (POP checkpoints)."""
+    """The broker's own copies of messages: retry and dead-letter topics, the delay and timer
+    topics holding delayed and timer ones until their time (a delivered one is replayed from
+    its own topic), and its other ``rmq_sys_`` topics (POP checkpoints)."""
     return (
         topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
         | topic.startswith(DLQ_GROUP_TOPIC_PREFIX)
-        | (topic == SCHEDULE_TOPIC)
+        | topic.isin(SCHEDULE_TOPIC, TIMER_TOPIC)
         | topic.startswith(SYSTEM_TOPIC_PREFIX)
     )
 
