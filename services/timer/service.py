@@ -11,7 +11,8 @@ One task does, in turn:
    cancel markers are read, then its records: a cancelled one is dropped, a rolled one is
    put to the timer topic again, the rest go to their real topic. Puts go through
    :meth:`IdempotencyService.reput` keyed by the timer record, so a slot fired again after a
-   crash stores nothing twice (inside the dedup window). The read time moves past a slot
+   crash stores nothing twice (inside the dedup window); a chunk of puts waits for durability
+   once (:meth:`IdempotencyService.reput_all`). The read time moves past a slot
    only once all of its puts are durable.
 3. **Wait** for the next slot's time or for a new timer unit.
 
@@ -43,7 +44,7 @@ from services.errors import (
     TimerAlreadyDeliveredError,
     TimerNotFoundError,
 )
-from services.idempotency import RePut
+from services.idempotency import RePutAll
 from services.metrics import Histogram
 from services.timer.delivery import due_message, marker_key, rolled_message, target_key
 from services.timer.handles import TimerHandle, decode_handle
@@ -74,7 +75,7 @@ Clock = Callable[[], float]
 
 ENQUEUE_BUDGET: Final = 20_000  # units per turn of the loop
 READ_CHUNK: Final = 2_000  # records read between two yields to the loop
-PUT_CHUNK: Final = 1_000  # puts in flight at once
+PUT_CHUNK: Final = 500  # puts appended between two yields, with one wait for durability
 RETRY_AFTER_FAILED_PUT_S: Final = 0.1
 RECALL_TAG: Final = "_RECALL_TAG_"
 LATENESS_BUCKETS_S: Final = (0.01, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
@@ -126,13 +127,13 @@ class TimerService:
         self,
         store: MessageStore,
         put: PutMessages,
-        reput: RePut,
+        reput_all: RePutAll,
         broker_name: str,
         clock: Clock = time.time,
     ) -> None:
         self._store = store
         self._put = put
-        self._reput = reput
+        self._reput_all = reput_all
         self.broker_name = broker_name
         self._clock = clock
         self.config = store.config.timer
@@ -353,19 +354,15 @@ class TimerService:
             failed: list[tuple[Message, StoredMessage]] = []
             for start in range(0, len(pending), PUT_CHUNK):
                 chunk = pending[start : start + PUT_CHUNK]
-                results = await asyncio.gather(
-                    *(self._reput(message, source) for message, source in chunk),
-                    return_exceptions=True,
-                )
-                for item, result in zip(chunk, results, strict=True):
-                    if isinstance(result, MessageRejectedError):
-                        log.error("timer message for %s refused: %s", item[0].topic, result)
-                    elif isinstance(result, StorageError):
+                answers = await self._reput_all(chunk)
+                for item, answer in zip(chunk, answers, strict=True):
+                    if isinstance(answer, MessageRejectedError):
+                        log.error("timer message for %s refused: %s", item[0].topic, answer)
+                    elif isinstance(answer, StorageError):
                         failed.append(item)
-                    elif isinstance(result, BaseException):
-                        raise result
                     elif item[0].topic != TIMER_TOPIC:
                         self.stats.delivered += 1
+                await asyncio.sleep(0)  # let sends and pulls in between chunks
             if failed:
                 log.warning("%d timer messages not put yet; retrying", len(failed))
                 await asyncio.sleep(RETRY_AFTER_FAILED_PUT_S)

@@ -36,7 +36,9 @@ class Wheel:
         self.store = MessageStore.open(root, CONFIG)
         self.appender = Appender(self.store, DurabilityTracker(self.store))
         idempotency = IdempotencyService(self.store, self.appender)
-        self.service = TimerService(self.store, self.appender.put, idempotency.reput, "broker-a")
+        self.service = TimerService(
+            self.store, self.appender.put, idempotency.reput_all, "broker-a"
+        )
 
     def schedule(self, topic: str, body: bytes, deliver_ms: int, **properties: str) -> str:
         """Put a timer message; its uniq key."""
