@@ -36,7 +36,7 @@ from services.ha import BROKER_NAME_PATTERN
 from services.idempotency import KEY_PATTERN, MAX_KEY_LENGTH, check_key
 from services.long_poll import WaiterRegistry, WakeReason
 from services.messages import QueuePage
-from services.metrics import Metrics
+from services.metrics import Histogram, Metrics
 from services.offset_reset import ResetPlan, ResetRequest, ResetTarget
 from services.offsets import OffsetCommit, QueueLag, TopicLag
 from services.pop.handles import MAX_HANDLE_LENGTH
@@ -133,6 +133,7 @@ __all__ = [
     "FlushDiskType",
     "GroupPolicy",
     "GroupPull",
+    "Histogram",
     "InvisibilityChange",
     "LevelProgress",
     "Metrics",

@@ -160,7 +160,7 @@ def test_a_time_already_passed_is_delivered_at_once(http: httpx.Client, topic: s
     assert [m["body"] for m in pull_all(http, topic)] == ["now"]
 
 
-def test_the_timer_status_says_where_the_wheel_stands(http: httpx.Client, topic: str) -> None:
+def test_the_timer_status_and_metrics_say_where_the_wheel_stands(http: httpx.Client, topic: str) -> None:
     send(http, topic, body="x", deliver_after_ms=100)
     wait_until(lambda: len(pull_all(http, topic)) == 1, timeout=15)
     status = http.get("/v1/timers").json()
@@ -168,3 +168,11 @@ def test_the_timer_status_says_where_the_wheel_stands(http: httpx.Client, topic:
     assert (status["precision_ms"], status["max_delay_s"]) == (100, 259_200)
     assert status["delivered"] >= 1
     assert status["read_time_ms"] <= now_ms()
+    metrics = dict(
+        line.rsplit(" ", 1)
+        for line in http.get("/metrics").text.splitlines()
+        if line.startswith("spoolmq_timer_")
+    )
+    assert int(metrics["spoolmq_timer_delivered_total"]) >= 1
+    assert int(metrics["spoolmq_timer_lateness_seconds_count"]) >= 1
+    assert metrics["spoolmq_timer_enqueue_behind"] == "0"
