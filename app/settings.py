@@ -169,8 +169,10 @@ class Settings(BaseSettings):
         description="delay level table",
     )
     timer_enabled: bool = Field(default=True, description="accept timer messages (deliver_at)")
-    timer_precision_ms: Literal[100, 200, 500, 1000] = Field(
-        default=1000, description="timer wheel slot length: how exactly timer messages fire"
+    timer_precision_ms: int = Field(
+        default=1000,
+        description="timer wheel slot length, 100, 200, 500 or 1000: how exactly timer "
+        "messages fire",
     )
     timer_max_delay_s: int = Field(
         default=259_200, ge=1, description="how far ahead a timer message may be (3 days)"

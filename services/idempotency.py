@@ -116,10 +116,13 @@ class Written:
 RePut = Callable[[Message, StoredMessage], Awaitable[Written]]
 """Puts a copy of a stored record once (:meth:`IdempotencyService.reput`)."""
 
-RePutAll = Callable[
-    [Sequence[tuple[Message, StoredMessage]]], Awaitable[list[PutResult | StorageError]]
-]
-"""Puts copies of stored records once each, with one wait (:meth:`IdempotencyService.reput_all`)."""
+
+class RePutAll(Protocol):
+    """Puts copies of stored records once each (:meth:`IdempotencyService.reput_all`)."""
+
+    def __call__(
+        self, items: Sequence[tuple[Message, StoredMessage]], *, fresh: bool = False
+    ) -> Awaitable[list[PutResult | StorageError]]: ...
 
 
 class _Unindexed(NamedTuple):
@@ -245,13 +248,16 @@ class IdempotencyService:
         )
 
     async def reput_all(
-        self, items: Sequence[tuple[Message, StoredMessage]]
+        self, items: Sequence[tuple[Message, StoredMessage]], *, fresh: bool = False
     ) -> list[PutResult | StorageError]:
         """:meth:`reput` for many copies (the timer wheel's due messages): every one is
         appended (or found put already) with nothing in between, then one wait until the
-        last is durable. Each answer is its result, or the StorageError that refused it."""
+        last is durable. Each answer is its result, or the StorageError that refused it.
+
+        ``fresh``: the caller knows no copy can have been put before (nothing is looked up);
+        each copy still carries its key, so a repeat after a crash finds it."""
         keyed = self._store.keyed.enabled
-        if keyed and not self._store.keyed.covers(self._ready_at):
+        if keyed and not fresh and not self._store.keyed.covers(self._ready_at):
             await self.ready(None)
         since = self.since_ms()
         answers: list[PutResult | StorageError] = []
@@ -263,14 +269,14 @@ class IdempotencyService:
             try:
                 if keyed:
                     key = repost_key(source)
-                    earlier = self.find(message.topic, key, None, since)
+                    earlier = None if fresh else self.find(message.topic, key, None, since)
                     if earlier is not None:
                         answers.append(_put_result(earlier[0], PutStatus.PUT_OK))
                         end = max(end, _end_offset(earlier[-1]))
                         continue
                     _stamp([message], key, None)
                 [result] = self._appends.append([message])
-                if keyed:
+                if keyed and not fresh:
                     self._remember(message.topic, key, None, [result])
             except StorageError as exc:
                 answers.append(exc)

@@ -9,11 +9,12 @@ One task does, in turn:
 2. **Fire** (``TimerDequeueGetService`` and the services after it): once a slot's time plus
    one precision has passed, and only when everything sent before then is enqueued, its
    cancel markers are read, then its records: a cancelled one is dropped, a rolled one is
-   put to the timer topic again, the rest go to their real topic. Puts go through
-   :meth:`IdempotencyService.reput` keyed by the timer record, so a slot fired again after a
-   crash stores nothing twice (inside the dedup window); a chunk of puts waits for durability
-   once (:meth:`IdempotencyService.reput_all`). The read time moves past a slot
-   only once all of its puts are durable.
+   put to the timer topic again, the rest go to their real topic. Every copy carries a key
+   made of its timer record's offset (:meth:`IdempotencyService.reput_all`): a slot that
+   may have fired before a crash or a failover (one due before the service started, with a
+   margin) looks for an earlier copy first and stores nothing twice inside the dedup window;
+   later slots cannot have fired before and put straight away. A chunk of puts waits for
+   durability once, and the read time moves past a slot only once all its puts are durable.
 3. **Wait** for the next slot's time or for a new timer unit.
 
 A second task flushes every second: CommitLog, timer log, the wheel pages as they were at
@@ -74,10 +75,13 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], float]
 
 ENQUEUE_BUDGET: Final = 20_000  # units per turn of the loop
-READ_CHUNK: Final = 2_000  # records read between two yields to the loop
 PUT_CHUNK: Final = 500  # puts appended between two yields, with one wait for durability
 RETRY_AFTER_FAILED_PUT_S: Final = 0.1
 RECALL_TAG: Final = "_RECALL_TAG_"
+FIRED_ELSEWHERE_MARGIN_MS: Final = 10_000
+"""Slots due up to this long after the service started may have fired in an earlier process
+(or on the old master, whose clock may differ a little): their puts look for an earlier
+copy first. Later slots cannot have fired before, and put straight away."""
 LATENESS_BUCKETS_S: Final = (0.01, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 _UNIT: Final = struct.Struct(">qiq")
 
@@ -148,11 +152,13 @@ class TimerService:
         # Every slot up to this one has been decided: its cancels are too late.
         self._decided_through = -1
         self._cancels: dict[int, set[str]] = {}
+        self._started_ms = 0
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
         """Load and recover the timer files, then start enqueueing and firing."""
+        self._started_ms = self._now_ms()
         self._timer = await asyncio.to_thread(self._open)
         self._open_from = self._timer.read_time_ms
         self._decided_through = self._timer.read_time_ms - self.precision_ms
@@ -297,64 +303,68 @@ class TimerService:
     # ------------------------------------------------------------------ firing a slot
 
     async def _fire(self, timer: TimerStore, slot: int) -> None:
-        """Deliver, roll or drop every record of ``slot``."""
+        """Deliver, roll or drop every record of ``slot``: its cancel markers first, then the
+        rest a chunk at a time (read, decide, put)."""
         self._open_from = slot + self.precision_ms  # from here on, late arrivals go later
         units = timer.units_of_slot(slot)
-        records: list[tuple[TimerUnit, StoredMessage]] = []
-        look = self._store.look_message_by_offset
-        for number, unit in enumerate(units, start=1):
-            record = look(unit.offset_py)
-            if record is None:
-                self.stats.lost += 1
-                log.warning("timer record at %d is gone (expired?)", unit.offset_py)
-            else:
-                records.append((unit, record))
-            if number % READ_CHUNK == 0:
-                await asyncio.sleep(0)
-        outgoing = self._decide(slot, records)
-        await self._put_all(outgoing)
-        fire_ms = slot + self.precision_ms
-        lateness = max(0, self._now_ms() - fire_ms) / 1000
-        for message, _ in outgoing:
-            if message.topic != TIMER_TOPIC:
-                self.stats.lateness.observe(lateness)
+        cancelled = self._cancelled_in(slot, [u for u in units if _is_marker(u)])
+        self._decided_through = slot  # a cancel from now on comes too late
+        fresh = slot + self.precision_ms > self._started_ms + FIRED_ELSEWHERE_MARGIN_MS
+        others = [u for u in units if not _is_marker(u)]
+        for start in range(0, len(others), PUT_CHUNK):
+            outgoing = self._outgoing(others[start : start + PUT_CHUNK], cancelled)
+            await self._put_all(outgoing, fresh=fresh)
+            lateness = max(0, self._now_ms() - slot - self.precision_ms) / 1000
+            for message, _ in outgoing:
+                if message.topic != TIMER_TOPIC:
+                    self.stats.lateness.observe(lateness)
 
-    def _decide(
-        self, slot: int, records: list[tuple[TimerUnit, StoredMessage]]
-    ) -> list[tuple[Message, StoredMessage]]:
-        """What the slot's records become (no await: cancels wait until this is done)."""
+    def _cancelled_in(self, slot: int, markers: list[TimerUnit]) -> set[str]:
+        """The keys cancelled in ``slot``: by its markers, and by cancels not stored yet."""
         cancelled = self._cancels.pop(slot, set())
-        for unit, record in records:
-            if unit.magic & MAGIC_DELETE and not unit.magic & MAGIC_ROLL:
-                key = marker_key(record)
-                if key:
-                    cancelled.add(key)
+        for unit in markers:
+            record = self._look(unit)
+            key = None if record is None else marker_key(record)
+            if key:
+                cancelled.add(key)
+        return cancelled
+
+    def _outgoing(
+        self, units: list[TimerUnit], cancelled: set[str]
+    ) -> list[tuple[Message, StoredMessage]]:
+        """What these records of a fired slot become."""
         outgoing: list[tuple[Message, StoredMessage]] = []
         now = self._now_ms()
-        for unit, record in records:
+        for unit in units:
+            record = self._look(unit)
+            if record is None:
+                continue
             if unit.magic & MAGIC_ROLL:
                 outgoing.append((rolled_message(record), record))
                 self.stats.rolled += 1
-                continue
-            if unit.magic & MAGIC_DELETE:
-                continue
-            if target_key(record) in cancelled:
+            elif target_key(record) in cancelled:
                 self.stats.cancelled += 1
-                continue
-            message = due_message(record, now)
-            if message is not None:
-                outgoing.append((message, record))
-        self._decided_through = slot
+            else:
+                message = due_message(record, now)
+                if message is not None:
+                    outgoing.append((message, record))
         return outgoing
 
-    async def _put_all(self, outgoing: list[tuple[Message, StoredMessage]]) -> None:
+    def _look(self, unit: TimerUnit) -> StoredMessage | None:
+        record = self._store.look_message_by_offset(unit.offset_py)
+        if record is None:
+            self.stats.lost += 1
+            log.warning("timer record at %d is gone (expired?)", unit.offset_py)
+        return record
+
+    async def _put_all(self, outgoing: list[tuple[Message, StoredMessage]], *, fresh: bool) -> None:
         """Put every message once, a chunk at a time; retry while the store refuses."""
         pending = outgoing
         while pending:
             failed: list[tuple[Message, StoredMessage]] = []
             for start in range(0, len(pending), PUT_CHUNK):
                 chunk = pending[start : start + PUT_CHUNK]
-                answers = await self._reput_all(chunk)
+                answers = await self._reput_all(chunk, fresh=fresh)
                 for item, answer in zip(chunk, answers, strict=True):
                     if isinstance(answer, MessageRejectedError):
                         log.error("timer message for %s refused: %s", item[0].topic, answer)
@@ -458,3 +468,8 @@ class TimerService:
             },
             born_timestamp=int(time.time() * 1000),
         )
+
+
+def _is_marker(unit: TimerUnit) -> bool:
+    """A cancel marker that has come to its slot (a rolled one is put again, as any)."""
+    return bool(unit.magic & MAGIC_DELETE and not unit.magic & MAGIC_ROLL)

@@ -160,7 +160,9 @@ def test_a_time_already_passed_is_delivered_at_once(http: httpx.Client, topic: s
     assert [m["body"] for m in pull_all(http, topic)] == ["now"]
 
 
-def test_the_timer_status_and_metrics_say_where_the_wheel_stands(http: httpx.Client, topic: str) -> None:
+def test_the_timer_status_and_metrics_say_where_the_wheel_stands(
+    http: httpx.Client, topic: str
+) -> None:
     send(http, topic, body="x", deliver_after_ms=100)
     wait_until(lambda: len(pull_all(http, topic)) == 1, timeout=15)
     status = http.get("/v1/timers").json()
