@@ -147,6 +147,7 @@ class TimerStore:
         end = start
         queue_offset = checkpoint.last_timer_queue_offset
         revised = 0
+        earliest = None  # the first slot among units the checkpoint does not know of
         for unit in log.scan(start):
             if not unit_is_valid(unit):
                 findings.append(f"timer log: unit at {unit.pos} points at no timer record; cut")
@@ -154,6 +155,7 @@ class TimerStore:
             revised += self.wheel.revise_slot(unit.fire_ms, unit.pos, 1)
             end = unit.pos + UNIT_SIZE
             queue_offset = max(queue_offset, unit.queue_offset + 1)
+            earliest = unit.fire_ms if earliest is None else min(earliest, unit.fire_ms)
         if log.queue.files and log.queue.max_offset != end:
             log.truncate(end)
         if revised:
@@ -161,16 +163,19 @@ class TimerStore:
                 f"timer log: {revised} units after the checkpoint put back in the wheel"
             )
         self.queue_offset = queue_offset
-        self.read_time_ms = self._recovered_read_time(now_ms)
+        self.read_time_ms = self._recovered_read_time(now_ms, earliest)
         return findings
 
-    def _recovered_read_time(self, now_ms: int) -> int:
-        """The checkpoint's read time, never older than the wheel reaches back."""
+    def _recovered_read_time(self, now_ms: int, earliest: int | None) -> int:
+        """The checkpoint's read time (now, when there is none), or the first slot of the
+        units it does not know of when that is earlier; never older than the wheel reaches
+        back."""
         now_slot = self.slot_time(now_ms)
-        if not self.checkpoint.written:
-            return now_slot
+        read_time = self.checkpoint.last_read_time_ms if self.checkpoint.written else now_slot
+        if earliest is not None:
+            read_time = min(read_time, self.slot_time(earliest))
         oldest = now_slot - (self.config.slots_total - TIMER_BLANK_SLOTS) * self.precision_ms
-        return max(self.checkpoint.last_read_time_ms, oldest)
+        return max(read_time, oldest)
 
     def close(self) -> None:
         self.log.close()

@@ -121,3 +121,14 @@ def test_a_fresh_store_starts_reading_now(tmp_path: Path) -> None:
     assert store.read_time_ms == NOW + 100
     assert store.queue_offset == 0
     store.close()
+
+
+def test_without_a_checkpoint_reading_starts_at_the_first_unit_not_now(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    store.place(NOW + 300, 1, 60, 0, MAGIC_DEFAULT, NOW)
+    store.place(NOW + 900, 2, 60, 1, MAGIC_DEFAULT, NOW)
+    store.log.flush()
+    store.close()  # killed before the first checkpoint
+    reopened = open_store(tmp_path, NOW + 60_000)
+    assert reopened.read_time_ms == NOW + 300, "the overdue slots still fire"
+    reopened.close()
