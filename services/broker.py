@@ -142,7 +142,11 @@ class Broker:
         # Built on a slave too (its delay progress is readable), started only on a master.
         self._scheduler = DelayScheduler(store, self.delay_offsets, services.idempotency.reput)
         self._timers = TimerService(
-            store, appender.put, services.idempotency.reput_all, self.config.broker_name
+            store,
+            appender.put,
+            services.idempotency.reput_all,
+            self.config.broker_name,
+            fired_horizon_ms=int(self.config.dedup_window_s * 1000),
         )
         host = RoleHost(
             store, appender, self._start_write_tasks, services.idempotency.begin_writing

@@ -134,6 +134,8 @@ class TimerService:
         reput_all: RePutAll,
         broker_name: str,
         clock: Clock = time.time,
+        *,
+        fired_horizon_ms: int = 300_000,
     ) -> None:
         self._store = store
         self._put = put
@@ -153,6 +155,13 @@ class TimerService:
         self._decided_through = -1
         self._cancels: dict[int, set[str]] = {}
         self._started_ms = 0
+        # A wheel rebuilt from the timer topic alone (a promoted slave): timer records below
+        # this ConsumeQueue offset that were due before ``_skip_before`` are taken as fired
+        # by the old master (the last ``fired_horizon_ms`` are fired again, and their earlier
+        # copies found by key).
+        self._fired_horizon_ms = fired_horizon_ms
+        self._rebuild_until = 0
+        self._skip_before = 0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -160,6 +169,7 @@ class TimerService:
         """Load and recover the timer files, then start enqueueing and firing."""
         self._started_ms = self._now_ms()
         self._timer = await asyncio.to_thread(self._open)
+        self._plan_rebuild(self._timer)
         self._open_from = self._timer.read_time_ms
         self._decided_through = self._timer.read_time_ms - self.precision_ms
         self._store.arrival_listeners.append(self._on_arrival)
@@ -177,6 +187,21 @@ class TimerService:
             timer.close()
             raise
         return timer
+
+    def _plan_rebuild(self, timer: TimerStore) -> None:
+        """A wheel that starts empty over a timer topic that is not (this broker was a slave:
+        it replicated the records but never ran the wheel) is rebuilt from the topic."""
+        if timer.checkpoint.written or timer.log.max_offset > 0:
+            return
+        self._rebuild_until = self._store.max_offset_in_queue(TIMER_TOPIC, 0)
+        self._skip_before = self._started_ms - self._fired_horizon_ms
+        if self._rebuild_until:
+            log.warning(
+                "timer wheel rebuilt from %d timer records: those due more than %d s ago are "
+                "taken as delivered by the previous master",
+                self._rebuild_until,
+                self._fired_horizon_ms // 1000,
+            )
 
     def _unit_is_valid(self, unit: TimerUnit) -> bool:
         """A unit found after the checkpoint names the ConsumeQueue unit it came from."""
@@ -252,6 +277,7 @@ class TimerService:
         now = self._now_ms()
         place = timer.place
         open_from = self._open_from
+        rebuild_until, skip_before = self._rebuild_until, self._skip_before
         while offset < end:
             chunk = queue.get_units(offset, (end - offset) * CQ_UNIT_SIZE)
             if chunk is None:
@@ -260,7 +286,8 @@ class TimerService:
             for physical, size, code in _UNIT.iter_unpack(
                 data[: len(data) // CQ_UNIT_SIZE * CQ_UNIT_SIZE]
             ):
-                if size != PRE_BLANK_SIZE and code != 0:
+                fired = offset < rebuild_until and abs(code) < skip_before
+                if size != PRE_BLANK_SIZE and code != 0 and not fired:
                     magic = MAGIC_DELETE if code < 0 else MAGIC_DEFAULT
                     place(max(abs(code), open_from), physical, size, offset, magic, now)
                     self.stats.scheduled += code > 0
@@ -311,8 +338,9 @@ class TimerService:
         self._decided_through = slot  # a cancel from now on comes too late
         fresh = slot + self.precision_ms > self._started_ms + FIRED_ELSEWHERE_MARGIN_MS
         others = [u for u in units if not _is_marker(u)]
+        seen: set[str] = set()
         for start in range(0, len(others), PUT_CHUNK):
-            outgoing = self._outgoing(others[start : start + PUT_CHUNK], cancelled)
+            outgoing = self._outgoing(others[start : start + PUT_CHUNK], cancelled, seen)
             await self._put_all(outgoing, fresh=fresh)
             lateness = max(0, self._now_ms() - slot - self.precision_ms) / 1000
             for message, _ in outgoing:
@@ -330,9 +358,10 @@ class TimerService:
         return cancelled
 
     def _outgoing(
-        self, units: list[TimerUnit], cancelled: set[str]
+        self, units: list[TimerUnit], cancelled: set[str], seen: set[str]
     ) -> list[tuple[Message, StoredMessage]]:
-        """What these records of a fired slot become."""
+        """What these records of a fired slot become. Two records of one message in a slot
+        (a rebuilt wheel holds a rolled record and its re-put) deliver it once: ``seen``."""
         outgoing: list[tuple[Message, StoredMessage]] = []
         now = self._now_ms()
         for unit in units:
@@ -342,12 +371,16 @@ class TimerService:
             if unit.magic & MAGIC_ROLL:
                 outgoing.append((rolled_message(record), record))
                 self.stats.rolled += 1
-            elif target_key(record) in cancelled:
+                continue
+            key = target_key(record)
+            if key in cancelled:
                 self.stats.cancelled += 1
-            else:
+            elif key is None or key not in seen:
                 message = due_message(record, now)
                 if message is not None:
                     outgoing.append((message, record))
+                    if key is not None:
+                        seen.add(key)
         return outgoing
 
     def _look(self, unit: TimerUnit) -> StoredMessage | None:

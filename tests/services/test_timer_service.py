@@ -178,3 +178,33 @@ async def test_after_a_crash_the_wheel_is_rebuilt_from_the_log(tmp_path: Path) -
 def _fire(deliver_ms: int) -> int:
     out = deliver_ms // 100 * 100
     return out - 100 if out == deliver_ms else out
+
+
+async def test_a_promoted_slave_rebuilds_the_wheel_from_the_timer_topic(tmp_path: Path) -> None:
+    """Timer records replicated but never placed (a slave's store): the long-past ones count
+    as delivered by the old master, the recent ones fire at once, the rest at their time; a
+    rolled record and its re-put deliver their message once."""
+    wheel = Wheel(tmp_path)
+    now = now_ms() // 100 * 100
+
+    def replicated(body: str, out: int, **extra: str) -> None:
+        properties = {
+            "TIMER_OUT_MS": str(out),
+            "REAL_TOPIC": "Orders",
+            "REAL_QID": "1",
+            "UNIQ_KEY": f"U{body}",
+            **extra,
+        }
+        wheel.store.put_message(Message(TIMER_TOPIC, body.encode(), properties=properties))
+
+    replicated("old", now - 600_000)
+    replicated("recent", now - 60_000)
+    replicated("soon", now + 500)
+    replicated("soon", now + 500, TIMER_ROLL_TIMES="1")  # the re-put of a rolled record
+    await wheel.service.start()
+    try:
+        await wait_for(lambda: len(wheel.delivered("Orders")) >= 2)
+        await asyncio.sleep(0.5)
+        assert sorted(m.body for m in wheel.delivered("Orders")) == [b"recent", b"soon"]
+    finally:
+        await wheel.close()
