@@ -1,7 +1,8 @@
 """Across a cluster, from outside: a streaming query on a standalone Spark master + worker
 reads a topic and writes another through ``spoolmq proxy`` (real etcd, elected brokers in
-two groups), and a group's master is killed with -9 while it runs. Nothing is lost and
-nothing is written twice."""
+two groups), and a group's master is killed with -9 between its micro-batches' writes: the
+sink's keyed batches in flight go again to the promoted slave, which holds their keys.
+Nothing is lost and nothing is written twice."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def test_a_query_through_the_proxy_loses_and_repeats_nothing_when_a_master_dies(
         return "g1-b" in groups.get("g1", {}).get("in_sync", ())
 
     wait_until(g1_in_sync, timeout=30)
-    before, after = [f"before-{i}" for i in range(120)], [f"after-{i}" for i in range(120)]
+    before, after = [f"before-{i}" for i in range(200)], [f"after-{i}" for i in range(120)]
     send_all(http, "In", before, 4)
 
     env = child_env(spark_env)
@@ -70,14 +71,23 @@ def test_a_query_through_the_proxy_loses_and_repeats_nothing_when_a_master_dies(
         ]  # fmt: skip
         query = start_query(COPY, args, env, tmp_path / "query.log", spark_submit=master_url)
         try:
-            wait_until(lambda: messages_in(proxy.url, "Out") >= len(before), timeout=240)
-            g1_master.kill()  # kill -9 while the query keeps reading and writing
+            # 40 messages a micro-batch: the kill -9 comes after the first batch is written
+            # and before the last one is.
+            written: list[int] = []
+
+            def first_batch_written() -> bool:
+                written.append(messages_in(proxy.url, "Out"))
+                return written[-1] >= 40
+
+            wait_until(first_batch_written, timeout=240)
+            g1_master.kill()
             send_all(http, "In", after, 4)  # g1's queues answer 503 until g1-b takes over
             assert masters(http)["g1"] == "g1-b"
             wait_until(lambda: messages_in(proxy.url, "Out") >= len(before) + len(after), 240)
         finally:
             query.kill()
         assert query.process.returncode != 0  # it was running until killed
+    assert written[-1] < len(before)  # the master died in the middle of the copy
 
     rows = (
         spark.read.format("spoolmq")
