@@ -180,9 +180,15 @@ class TimerLog:
     def flush(self) -> None:
         self.queue.flush_all()
 
-    def delete_files_below(self, pos: int) -> int:
-        """Delete leading files that end at or below ``pos`` (never the last)."""
-        verdicts = [mapped.file_end_offset <= pos for mapped in self.queue.files]
+    def delete_files_written_before(self, time_ms: int) -> int:
+        """Delete leading files (never the last) whose last unit was written before
+        ``time_ms``; how many went. Units are appended in time order, so a file's last unit
+        is its latest."""
+        verdicts = []
+        for mapped in self.queue.files[:-1]:
+            last = (mapped.file_size // UNIT_SIZE - 1) * UNIT_SIZE
+            data = mapped.buffer[last : last + UNIT_SIZE]
+            verdicts.append(unit_is_sane(data) and _unit_at(0, data).write_time_ms < time_ms)
         return self.queue.delete_files_below(verdicts)
 
     def close(self) -> None:

@@ -128,6 +128,11 @@ class TimerStore:
         checkpoint.last_timer_queue_offset = ticket.queue_offset
         checkpoint.precision_ms = self.precision_ms
         checkpoint.flush()
+        self.log.delete_files_written_before(ticket.read_time_ms - self.config.roll_window_ms)
+
+    # A unit goes at most a roll window ahead of its write time (a farther one rolls), so a
+    # file whose last unit was written a roll window before the read time holds fired units
+    # only; it goes once the checkpoint says so (recovery never reads below the checkpoint).
 
     # ------------------------------------------------------------------ recovery
 

@@ -45,12 +45,14 @@ def test_a_scan_stops_at_a_torn_unit_and_truncate_cuts_there(tmp_path: Path) -> 
     log.close()
 
 
-def test_files_wholly_below_a_position_are_deleted_but_never_the_last(tmp_path: Path) -> None:
+def test_files_written_before_a_time_are_deleted_but_never_the_last(tmp_path: Path) -> None:
     log = TimerLog(tmp_path / "timerlog", FILE_SIZE)
     log.load()
-    for n in range(7):
-        log.append(-1, MAGIC_DEFAULT, 0, 0, n, 60, n)
-    assert log.delete_files_below(FILE_SIZE * 2) == 2
-    assert log.min_offset == FILE_SIZE * 2
-    assert log.delete_files_below(FILE_SIZE * 10) == 0
+    for n in range(7):  # three files: units written at 0..2, 3..5, 6
+        log.append(-1, MAGIC_DEFAULT, n * 1000, 0, n, 60, n)
+    assert log.delete_files_written_before(2000) == 0, "the first file's last unit is at 2000"
+    assert log.delete_files_written_before(2001) == 1
+    assert log.min_offset == FILE_SIZE
+    assert log.delete_files_written_before(10**9) == 1, "never the last file"
+    assert [u.offset_py for u in log.scan(log.min_offset)] == [6]
     log.close()

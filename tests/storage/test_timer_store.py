@@ -132,3 +132,19 @@ def test_without_a_checkpoint_reading_starts_at_the_first_unit_not_now(tmp_path:
     reopened = open_store(tmp_path, NOW + 60_000)
     assert reopened.read_time_ms == NOW + 300, "the overdue slots still fire"
     reopened.close()
+
+
+def test_a_flush_deletes_log_files_whose_units_have_all_fired(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    for number in range(25):  # three files, written at NOW
+        store.place(NOW + 500, number, 60, number, MAGIC_DEFAULT, NOW)
+    later = NOW + 10_000_000
+    store.place(later + 500, 99, 60, 25, MAGIC_DEFAULT, later)
+    store.read_time_ms = NOW + CONFIG.roll_window_ms + 100
+    store.end_flush(store.begin_flush())
+    assert store.log.min_offset == 2 * CONFIG.log_file_size, "the files written at NOW went"
+    assert [u.offset_py for u in store.units_of_slot(later + 500)] == [99]
+    store.close()
+    reopened = open_store(tmp_path, later)
+    assert [u.offset_py for u in reopened.units_of_slot(later + 500)] == [99]
+    reopened.close()
