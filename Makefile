@@ -9,7 +9,7 @@ UV := $(PYTHON) -m uv
 endif
 STORE_DIR ?= ./data
 
-.PHONY: run test install bootstrap chromium etcd jq lint typecheck contracts deadcode pytest bench bench-tools bench-http clean
+.PHONY: run test install bootstrap chromium etcd jq fuse lint typecheck contracts deadcode pytest bench bench-tools bench-http clean
 
 # The uv that made uv.lock (the Dockerfile pins the same one).
 UV_VERSION := 0.13.9
@@ -53,7 +53,12 @@ jq:
 	@test -x /usr/bin/jq -a -x /usr/bin/curl || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq jq curl >/dev/null; }
 
-pytest: install chromium etcd jq
+# The disk-fault tests mount the power-cut file system (tests/powercut_fs.py) with FUSE.
+fuse:
+	@test -x /usr/bin/fusermount3 || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq fuse3 >/dev/null; }
+
+pytest: install chromium etcd jq fuse
 	$(UV) run pytest
 
 test: lint typecheck contracts deadcode pytest

@@ -231,8 +231,13 @@ def _proxy(args: argparse.Namespace) -> int:
         send_attempt_timeout_s=min(args.send_attempt_timeout_s, args.send_timeout_s),
         max_request_bytes=args.max_request_bytes,
     )
+    try:
+        sock = listen_socket(args.host, args.port, how="--port")
+    except ListenError as exc:
+        print(f"spoolmq: {exc}", file=sys.stderr)
+        return 2
     app = create_proxy_app(args.cluster, args.etcd, limits)
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=args.host,
         port=args.port,
@@ -243,6 +248,8 @@ def _proxy(args: argparse.Namespace) -> int:
         proxy_headers=False,
         server_header=False,
     )
+    with sock:
+        uvicorn.Server(config).run(sockets=[sock])
     return 0
 
 

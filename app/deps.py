@@ -7,7 +7,9 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from app.settings import Settings
 from services import Broker
+from services.cluster import ClusterMember
 
 
 async def get_broker(request: Request) -> Broker:
@@ -17,6 +19,24 @@ async def get_broker(request: Request) -> Broker:
 
 
 BrokerDep = Annotated[Broker, Depends(get_broker)]
+
+
+async def app_settings(request: Request) -> Settings:
+    """The settings the app was built with."""
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+SettingsDep = Annotated[Settings, Depends(app_settings)]
+
+
+async def cluster_member(request: Request) -> ClusterMember | None:
+    """The broker's cluster membership; None when it runs alone."""
+    member: ClusterMember | None = request.app.state.cluster
+    return member
+
+
+ClusterDep = Annotated[ClusterMember | None, Depends(cluster_member)]
 
 
 def disconnect_watch(request: Request) -> Callable[[], Awaitable[None]]:

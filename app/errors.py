@@ -86,7 +86,9 @@ STATUS_BY_CODE: Final[Mapping[str, int]] = {
     "PROPERTIES_TOO_LARGE": 413,
     "TIMER_MESSAGE_ILLEGAL": 400,  # a delivery time too far ahead, or unreadable
     "TIMER_NOT_ENABLED": 501,  # the broker runs without the timer wheel
-    "STORE_NOT_WRITEABLE": 503,
+    "STORE_NOT_WRITEABLE": 503,  # e.g. dispatch stalled: writes resume once it caught up
+    "DISK_FULL": 503,  # over the disk warning ratio, or ENOSPC: resumes once space is back
+    "STORE_FLUSH_FAILED": 503,  # an fsync failed: nothing more is acknowledged until restart
     "STORE_CLOSED": 503,
     "REPLICA_APPEND_REJECTED": 409,
     "STORE_LOCKED": 503,  # at start: another process holds the store directory

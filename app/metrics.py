@@ -158,5 +158,32 @@ def render_metrics(broker: Broker, disk_used_bytes: int) -> str:
         page.one(
             "spoolmq_store_writeable", "gauge", "1 when the store accepts writes.", int(g.writeable)
         )
+        page.one(
+            "spoolmq_store_disk_full",
+            "gauge",
+            "1 while writes are refused for a full disk (over the warning ratio, or ENOSPC).",
+            int(g.disk_full),
+        )
+        page.one(
+            "spoolmq_store_flush_failed",
+            "gauge",
+            "1 after an fsync failed: nothing more is acknowledged until a restart.",
+            int(g.flush_failed),
+        )
+        page.one(
+            "spoolmq_dispatch_stalled",
+            "gauge",
+            "1 while a dispatch failure leaves records undispatched (retried).",
+            int(g.dispatch_stalled),
+        )
+        page.family(
+            "spoolmq_disk_used_ratio",
+            "gauge",
+            "Used / total of each file system the store writes to, at the last sample.",
+            [
+                (f'{{path="{_escape(path)}"}}', round(ratio, 4))
+                for path, ratio in g.disk_used_ratios
+            ],
+        )
     page.one("spoolmq_disk_used_bytes", "gauge", "Disk blocks used by the store.", disk_used_bytes)
     return "\n".join(page.lines) + "\n"

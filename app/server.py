@@ -222,11 +222,12 @@ class ListenError(Exception):
     """The server's address cannot be listened on (a busy port, an address not on this host)."""
 
 
-def listen_socket(host: str, port: int) -> socket.socket:
+def listen_socket(host: str, port: int, how: str = "--port or SPOOLMQ_PORT") -> socket.socket:
     """A socket bound to ``host``:``port``, before anything else starts (as uvicorn binds it).
 
     ListenError, one line saying what to do, when the port is taken or the address is not
-    this machine's (uvicorn would print ``[Errno 98]`` between its startup lines).
+    this machine's (uvicorn would print ``[Errno 98]`` between its startup lines); ``how``
+    says how another port is chosen.
     """
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
@@ -243,7 +244,7 @@ def listen_socket(host: str, port: int) -> socket.socket:
         if exc.errno == errno.EADDRINUSE:
             raise ListenError(
                 f"cannot listen on {host}:{port}: the port is in use (another server? "
-                "choose another with --port or SPOOLMQ_PORT)"
+                f"choose another with {how})"
             ) from None
         raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     sock.set_inheritable(True)

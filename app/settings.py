@@ -156,6 +156,9 @@ class Settings(BaseSettings):
     clean_file_forcibly_enable: bool = Field(
         default=True, description="delete unexpired files when the disk is nearly full"
     )
+    disk_check_interval_ms: int = Field(
+        default=200, ge=10, description="ms between samples of the store's disk use"
+    )
     message_index_enable: bool = Field(
         default=True, description="index message keys and ids (IndexFile)"
     )

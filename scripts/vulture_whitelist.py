@@ -7,6 +7,8 @@ _.truncated
 dead_letters  # app/admin/views/groups.py: group.html, _group_list.html
 oldest_in_flight_ms  # services/pop/views.py: _pop_groups.html
 next_redelivery_ms  # services/pop/views.py: _pop_groups.html
+_.next_query  # app/admin/paging.py: _pager.html
+_.first_query  # app/admin/paging.py: _pager.html
 media_type  # app/responses.py: an OpenAPI response entry
 parked_pulls  # app/schemas/common.py: a response field
 msg  # app/schemas/common.py: FieldError, a response field
@@ -65,3 +67,13 @@ _.log_message  # tests/spark_jobs/stub_server.py: overrides http.server's loggin
 _.do_POST  # tests/spark_jobs/stub_server.py: http.server calls it
 g1_b  # tests/app/test_cluster_proxy.py: the deployment keeps every broker it stops
 g2_a
+
+# ---- mfusepy calls the power-cut file system's operations (tests/powercut_fs.py)
+_.use_ns  # mfusepy: times in nanoseconds
+_.readdir
+_.utimens
+_.statfs
+_.fallocate
+_.fsyncdir
+fi  # the operations' signatures, as mfusepy passes them
+datasync

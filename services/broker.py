@@ -25,10 +25,12 @@ import asyncio
 import dataclasses
 import logging
 import threading
+from collections.abc import Awaitable
 from enum import Enum
 
 from services.appender import Appender
 from services.broker_config import BrokerConfig
+from services.dispatch_retry import DispatchRetry
 from services.dlq import DlqService
 from services.durability import DurabilityTracker
 from services.errors import BrokerUnavailableError
@@ -52,7 +54,7 @@ from services.store_status import StoreGauges, StoreStatusService
 from services.timer.service import TimerService
 from services.topics import TopicService
 from services.wiring import BrokerServices
-from storage import MessageStore
+from storage import MessageStore, StorageError
 from storage.config_managers import (
     ConsumerOffsetManager,
     DelayOffsetManager,
@@ -61,6 +63,14 @@ from storage.config_managers import (
 )
 
 log = logging.getLogger(__name__)
+
+
+async def _logged(what: str, stopping: Awaitable[None]) -> None:
+    """Await one shutdown step; an error is logged, not raised."""
+    try:
+        await stopping
+    except Exception:
+        log.exception("stopping %s failed", what)
 
 
 class BrokerState(Enum):
@@ -100,6 +110,7 @@ class Broker:
         self._loop_thread = 0
         self._services: BrokerServices | None = None
         self._durability: DurabilityTracker | None = None
+        self._dispatch_retry: DispatchRetry | None = None
         self._scheduler: DelayScheduler | None = None
         self._timers: TimerService | None = None
         self._index_catch_up: asyncio.Task[None] | None = None
@@ -126,6 +137,8 @@ class Broker:
         self._store = store
         self._durability = DurabilityTracker(store)
         self._durability.start()
+        self._dispatch_retry = DispatchRetry(store)
+        self._dispatch_retry.start()
         appender = Appender(store, self._durability)
         store.start_services()
         services = self._services = BrokerServices.build(
@@ -157,6 +170,7 @@ class Broker:
             self.failure = exc
             self.state = BrokerState.FAILED
             await self.replica.stop()
+            await self._dispatch_retry.stop()
             await asyncio.to_thread(store.stop_services)
             await asyncio.to_thread(self._close, store)
             raise
@@ -217,19 +231,23 @@ class Broker:
         self.begin_shutdown()
         await asyncio.sleep(0)  # let woken pulls write their answers
         await self.replica.stop()
+        # A step that fails (a config save meeting a failed disk) is logged; the store is
+        # closed all the same.
         if self._revive is not None:
-            await self._revive.stop()
+            await _logged("the revive service", self._revive.stop())
         if self._pop_persister is not None:
-            await self._pop_persister.stop()
+            await _logged("the POP state persister", self._pop_persister.stop())
         if self._write_tasks_started:
-            await self._offset_persister.stop()
+            await _logged("the offset persister", self._offset_persister.stop())
         if self._index_catch_up is not None:
             self._index_catch_up.cancel()
             await asyncio.gather(self._index_catch_up, return_exceptions=True)
         if self._scheduler is not None and self._write_tasks_started:
-            await self._scheduler.stop()
+            await _logged("the delay scheduler", self._scheduler.stop())
         if self._timers is not None and self._write_tasks_started:
-            await self._timers.stop()
+            await _logged("the timer wheel", self._timers.stop())
+        if self._dispatch_retry is not None:
+            await self._dispatch_retry.stop()
         store = self._require_store()
         # The flushers do their last flush; then every put still waiting is answered.
         await asyncio.to_thread(store.stop_services)
@@ -241,8 +259,11 @@ class Broker:
 
     def _close(self, store: MessageStore) -> None:
         try:
-            for manager in self._config_files.values():
-                manager.persist_if_dirty()
+            for name, manager in self._config_files.items():
+                try:
+                    manager.persist_if_dirty()
+                except (OSError, StorageError):  # a full or failing disk: the last version stays
+                    log.exception("could not save the %s config file at shutdown", name)
         finally:
             store.close()
 

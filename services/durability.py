@@ -8,6 +8,11 @@ what is now durable (``dispatch_pending``) and resolves every waiter at or below
 that is not flushed within ``sync_flush_timeout`` is answered False (the message stays
 stored and is dispatched once flushed). :class:`services.appender.Appender` is the caller.
 
+After a failed fsync the flushed offset never moves again: every waiter, and every later
+``wait``, gets :class:`~storage.StoreFlushFailedError` at once instead of a timeout. The flush
+callback never raises: a dispatch error is the store's to flag (it refuses writes and retries),
+and an unexpected one is logged once while the waiters are still answered.
+
 With ASYNC_FLUSH ``wait`` returns at once: the background flusher forces pages later.
 """
 
@@ -15,9 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import time
 
-from storage import FlushDiskType, MessageStore
+from storage import FlushDiskType, MessageStore, StoreFlushFailedError
+
+log = logging.getLogger(__name__)
 
 _SWEEP_INTERVAL = 0.1
 
@@ -34,6 +42,7 @@ class DurabilityTracker:
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sweeper: asyncio.TimerHandle | None = None
+        self._dispatch_error = ""  # the last unexpected dispatch error logged
 
     def start(self) -> None:
         """Hook into the store's flush notifications; call on the event loop."""
@@ -59,8 +68,10 @@ class DurabilityTracker:
         if not self.sync:
             return True
         if self.store.flushed_offset >= end_offset and not self._waiting:
-            self.store.dispatch_pending(end_offset)
+            self._dispatch(end_offset)
             return True
+        if self.store.flush_failed:
+            raise self._flush_failed()
         loop = self._loop or asyncio.get_running_loop()
         future: asyncio.Future[bool] = loop.create_future()
         self._waiting.append((end_offset, time.monotonic() + self.timeout, future))
@@ -75,12 +86,29 @@ class DurabilityTracker:
 
     def _on_flushed(self, flushed: int) -> None:
         """On the loop: dispatch what is durable, then wake its waiters."""
-        self.store.dispatch_pending(flushed)
+        self._dispatch(flushed)
         waiting = self._waiting
         while waiting and waiting[0][0] <= flushed:
             future = waiting.popleft()[2]
             if not future.done():
                 future.set_result(True)
+
+    def _dispatch(self, flushed: int) -> None:
+        """Dispatch what is durable; never raises (a callback that raised would be retried
+        by nothing and leave its waiters hanging)."""
+        try:
+            self.store.dispatch_pending(flushed)
+        except Exception as exc:
+            if str(exc) != self._dispatch_error:
+                self._dispatch_error = str(exc)
+                log.exception("dispatch after a flush failed")
+            self.store.mark_not_writeable(f"dispatch failed: {exc}")
+
+    def _flush_failed(self) -> StoreFlushFailedError:
+        return StoreFlushFailedError(
+            f"not acknowledged: {self.store.not_writeable_reason}; the message may or may not "
+            "be on disk"
+        )
 
     def _arm_sweeper(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._sweeper is None:
@@ -90,8 +118,13 @@ class DurabilityTracker:
         """Answer waiters whose deadline passed; they stay stored and dispatch later."""
         self._sweeper = None
         now = time.monotonic()
+        failed = self.store.flush_failed
         for _, deadline, future in self._waiting:
-            if deadline <= now and not future.done():
+            if future.done():
+                continue
+            if failed:
+                future.set_exception(self._flush_failed())
+            elif deadline <= now:
                 future.set_result(False)
         while self._waiting and self._waiting[0][2].done():
             self._waiting.popleft()

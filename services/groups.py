@@ -82,6 +82,10 @@ class GroupService:
     def all(self) -> list[SubscriptionGroupConfig]:
         return self._manager.all()
 
+    def page(self, after: str | None, limit: int) -> tuple[list[SubscriptionGroupConfig], int]:
+        """At most ``limit`` group configs named after ``after``, by name; and the total."""
+        return self._manager.page(after, limit)
+
     async def for_use(self, group: str) -> SubscriptionGroupConfig:
         """The config of a group that pulls or commits, auto-created when allowed."""
         config = self._manager.get(check_group_name(group))

@@ -23,9 +23,11 @@ from services.groups import GroupService, check_offsets_mode
 from services.long_poll import WaiterRegistry, WakeReason
 from services.metrics import Metrics
 from services.offsets import OffsetCommit, OffsetService
-from services.send_back import original_topic
 from services.topics import TopicService
 from storage import GetMessageResult, GetMessageStatus, MessageStore, StoredMessage, TagFilter
+from storage.record.decode import decode_record
+from storage.record.fields import RecordFields, record_fields
+from storage.record.properties import PROPERTY_RETRY_TOPIC, PROPERTY_TAGS
 from storage.topic_names import is_retry_topic, retry_topic
 
 AbandonFactory = Callable[[], Awaitable[Any]]
@@ -57,7 +59,11 @@ class PullOptions:
 
 @dataclass(frozen=True, slots=True)
 class QueuePull:
-    """The answer to a pull from one queue."""
+    """The answer to a pull from one queue.
+
+    The records come as the CommitLog holds them (their fields located, nothing decoded),
+    for a caller that renders them; :attr:`messages` decodes them.
+    """
 
     topic: str
     queue_id: int
@@ -66,7 +72,11 @@ class QueuePull:
     next_offset: int  # where the next pull should start
     min_offset: int
     max_offset: int
-    messages: list[StoredMessage]
+    records: list[RecordFields]
+
+    @property
+    def messages(self) -> list[StoredMessage]:
+        return [decode_record(r.data) for r in self.records]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,14 +92,30 @@ class QueueProgress:
 
 @dataclass(frozen=True, slots=True)
 class GroupPull:
-    """The answer to a group pull across every readable queue of a topic."""
+    """The answer to a group pull across every readable queue of a topic.
+
+    As for :class:`QueuePull`, the records come undecoded; :attr:`messages` decodes them.
+    """
 
     group: str
     topic: str
-    messages: list[StoredMessage]
+    records: list[RecordFields]
     queues: list[QueueProgress]
-    # For each message, the topic whose queue it was read from (differs for retries).
+    # For each record, the topic whose queue it was read from (differs for retries)...
     queue_topics: list[str] = dataclasses.field(default_factory=list)
+    # ... and the topic it was first sent to, which its consumer sees (RETRY_TOPIC).
+    topics: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def messages(self) -> list[StoredMessage]:
+        """The records decoded, each under the topic it was first sent to."""
+        messages = []
+        for record, topic in zip(self.records, self.topics, strict=True):
+            message = decode_record(record.data)
+            if message.topic != topic:
+                message = dataclasses.replace(message, topic=topic)
+            messages.append(message)
+        return messages
 
 
 class _Abandon:
@@ -170,7 +196,7 @@ class PullService:
         finally:
             watch.close()
             self._metrics.pull_duration.observe(loop.time() - started)
-        self._count_out(topic, pulled.messages)
+        self._count_out(topic, pulled.records)
         return pulled
 
     async def _pull_queue(
@@ -260,14 +286,16 @@ class PullService:
             for key in keys:
                 if position[key] != start[key]:
                     self._offsets.move(group, key[0], key[1], position[key])
-        messages = [_as_original(m) for m in found]
-        self._count_out(topic, messages)
+        self._count_out(topic, found)
         store = self._store
         progress = [
             QueueProgress(q, start[(t, q)], position[(t, q)], store.max_offset_in_queue(t, q), t)
             for t, q in keys
         ]
-        return GroupPull(group, topic, messages, progress, [m.topic for m in found])
+        queue_topics = [r.topic() for r in found]
+        return GroupPull(
+            group, topic, found, progress, queue_topics, [_original_topic(r) for r in found]
+        )
 
     def _retry_keys(self, group: str, topic: str) -> list[tuple[str, int]]:
         retry = retry_topic(group)
@@ -288,12 +316,12 @@ class PullService:
         options: PullOptions,
         started: float,
         watch: _Abandon,
-    ) -> tuple[list[StoredMessage], dict[tuple[str, int], int]]:
+    ) -> tuple[list[RecordFields], dict[tuple[str, int], int]]:
         loop = asyncio.get_running_loop()
         deadline = started + options.wait_ms / 1000
         tag_filter = TagFilter(options.tags)
         position = dict(start)
-        messages: list[StoredMessage] = []
+        messages: list[RecordFields] = []
         order = self._rotate(group, keys[0][0] if keys else "", keys)
         while True:
             advanced = self._read_round(
@@ -321,7 +349,7 @@ class PullService:
         position: dict[tuple[str, int], int],
         options: PullOptions,
         tag_filter: TagFilter,
-        messages: list[StoredMessage],
+        messages: list[RecordFields],
     ) -> bool:
         """Read each queue once from its position; True when a position moved without data."""
         advanced = False
@@ -379,7 +407,7 @@ class PullService:
         options: PullOptions,
         tag_filter: TagFilter,
         group: str | None,
-    ) -> tuple[GetMessageResult, list[StoredMessage]]:
+    ) -> tuple[GetMessageResult, list[RecordFields]]:
         result = self._store.get_message(
             group or "",
             topic,
@@ -388,6 +416,7 @@ class PullService:
             options.max_messages,
             options.max_bytes,
             None if tag_filter.matches_all else tag_filter,
+            raw=True,
         )
         if result.status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE:
             # Callers read only queues the topic declares; RocketMQ's findConsumeQueue creates
@@ -398,15 +427,16 @@ class PullService:
                 min_offset=0,
                 max_offset=0,
             )
-        messages = result.messages
-        if messages and tag_filter.tags is not None:
+        records = [record_fields(r.data) for r in result.records]
+        if records and tag_filter.tags is not None:
             # The store filtered by hash code; drop hash collisions by the exact tag.
-            messages = [m for m in messages if tag_filter.matches_tags(m.tags)]
-        return result, messages
+            records = [r for r in records if tag_filter.matches_tags(_tags(r))]
+        return result, records
 
-    def _count_out(self, topic: str, messages: list[StoredMessage]) -> None:
-        if messages:
-            self._metrics.delivered(topic, len(messages), sum(len(m.body) for m in messages))
+    def _count_out(self, topic: str, records: list[RecordFields]) -> None:
+        if records:
+            body_bytes = sum(r.body_end - r.body_at for r in records)
+            self._metrics.delivered(topic, len(records), body_bytes)
 
 
 def _waitable(status: GetMessageStatus, offset: int, woken: bool) -> bool:
@@ -427,7 +457,7 @@ def _queue_pull(
     queue_id: int,
     offset: int,
     result: GetMessageResult,
-    messages: list[StoredMessage],
+    messages: list[RecordFields],
 ) -> QueuePull:
     status = result.status
     if status is GetMessageStatus.FOUND and not messages:
@@ -444,8 +474,13 @@ def _queue_pull(
     )
 
 
-def _as_original(message: StoredMessage) -> StoredMessage:
-    """A retried message as its consumer expects it: under the topic it was first sent to."""
-    if not is_retry_topic(message.topic):
-        return message
-    return dataclasses.replace(message, topic=original_topic(message))
+def _tags(record: RecordFields) -> str | None:
+    return record.properties().get(PROPERTY_TAGS)
+
+
+def _original_topic(record: RecordFields) -> str:
+    """The topic a record was first sent to: a retried one names it in RETRY_TOPIC."""
+    topic = record.topic()
+    if not is_retry_topic(topic):
+        return topic
+    return record.properties().get(PROPERTY_RETRY_TOPIC) or topic

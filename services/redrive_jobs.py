@@ -121,6 +121,22 @@ class RedriveJobs:
         """The group's jobs still remembered, newest first."""
         return [job for job in reversed(self._jobs.values()) if job.request.group == group]
 
+    def page_of_group(
+        self, group: str, after: str | None, limit: int
+    ) -> tuple[list[RedriveJob], int]:
+        """At most ``limit`` of the group's jobs, newest first, from the one after job
+        ``after`` (from the newest when None); and the total. Jobs are forgotten oldest
+        first, so when ``after`` is forgotten so is every job after it: an empty page."""
+        jobs = self.of_group(group)
+        ids = [job.id for job in jobs]
+        if after is None:
+            start = 0
+        elif after in ids:
+            start = ids.index(after) + 1
+        else:
+            start = len(jobs)
+        return jobs[start : start + limit], len(jobs)
+
     def cancel(self, group: str, job_id: str) -> RedriveJob:
         """Cancel a queued or running job and keep it; a finished job is returned as is."""
         job = self.get(group, job_id)

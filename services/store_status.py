@@ -22,6 +22,10 @@ class StoreGauges:
     writeable: bool
     not_writeable_reason: str  # "" while writeable
     flush_mode: str  # ASYNC_FLUSH or SYNC_FLUSH
+    disk_full: bool  # over the disk warning ratio, or a file found no space
+    flush_failed: bool  # an fsync failed: nothing more is acknowledged until a restart
+    dispatch_stalled: bool  # a dispatch failure left records undispatched
+    disk_used_ratios: tuple[tuple[str, float], ...] = ()  # (store directory, used / total)
 
 
 class StoreStatusService:
@@ -44,6 +48,12 @@ class StoreStatusService:
             writeable=store.writeable,
             not_writeable_reason=store.not_writeable_reason,
             flush_mode=store.config.flush_disk_type.name,
+            disk_full=store.flags.disk_full,
+            flush_failed=store.flush_failed,
+            dispatch_stalled=store.dispatch_stalled,
+            disk_used_ratios=tuple(
+                (str(sample.path), sample.ratio) for sample in store.disk_watch.samples
+            ),
         )
 
     def disk_used_bytes(self) -> int:

@@ -102,6 +102,10 @@ class TopicService:
     def all(self) -> list[TopicConfig]:
         return self._manager.all()
 
+    def page(self, after: str | None, limit: int) -> tuple[list[TopicConfig], int]:
+        """At most ``limit`` topic configs named after ``after``, by name; and the total."""
+        return self._manager.page(after, limit)
+
     async def for_produce(self, topic: str) -> TopicConfig:
         """Like :meth:`for_send`, and the topic is not a group's retry or dead-letter topic:
         only send-back and redrive put there."""

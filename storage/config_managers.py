@@ -22,26 +22,47 @@ or ``stateVersion``, which are ignored). A missing field takes its default. A fi
 is wrong (a list where an object belongs, text where a number belongs) raises
 :class:`~storage.errors.ConfigFileError` naming the file.
 
-Topics and subscription groups persist on every change, as RocketMQ does; consumer and delay
-offsets change constantly and are persisted by a periodic task, which can skip a clean table
-(``dirty`` / ``persist_if_dirty``).
+Topics and subscription groups are durable when a change returns, as in RocketMQ, but a
+change is one line appended to the file's journal (:mod:`storage.config_journal`, group
+committed); the file itself is rewritten once the journal holds changes for half as many
+entries as the table has, and by ``persist_if_dirty`` when the broker stops. Consumer and
+delay offsets change constantly and are persisted by a periodic task, which can skip a clean
+table (``dirty`` / ``persist_if_dirty``). Whole-file writes are coalesced: one at a time, and a
+caller whose change the write in flight already carries does not write again.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import bisect
 import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Final, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Final, Generic, TypeVar
 
-from storage.delay_levels import SCHEDULE_TOPIC as DELAY_SCHEDULE_TOPIC
+from storage.config_journal import ConfigJournal
+from storage.config_records import (
+    CONSUME_FROM_EARLIEST,
+    CONSUME_FROM_LATEST,
+    CONSUME_MODE_OFFSETS,
+    CONSUME_MODE_POP,
+    PERM_INHERIT,
+    PERM_READ,
+    PERM_WRITE,
+    SCHEDULE_TOPIC,
+    SCHEDULE_TOPIC_QUEUE_NUMS,
+    DataVersion,
+    SubscriptionGroupConfig,
+    TopicConfig,
+    TopicGroup,
+    camel,
+    decode_record,
+    record_to_json,
+)
 from storage.errors import ConfigFileError
 from storage.json_file import (
     TOPIC_GROUP_SEPARATOR,
-    as_int,
     as_object,
     decode_int_map,
     decode_topic_group_table,
@@ -55,6 +76,8 @@ if TYPE_CHECKING:
 __all__ = [
     "CONSUME_FROM_EARLIEST",
     "CONSUME_FROM_LATEST",
+    "CONSUME_MODE_OFFSETS",
+    "CONSUME_MODE_POP",
     "PERM_INHERIT",
     "PERM_READ",
     "PERM_WRITE",
@@ -71,119 +94,14 @@ __all__ = [
     "TopicGroup",
 ]
 
-SCHEDULE_TOPIC: Final = DELAY_SCHEDULE_TOPIC
-"""The system topic holding delayed messages; queue id = delay level - 1."""
-SCHEDULE_TOPIC_QUEUE_NUMS = 18
-
-# PermName bits.
-PERM_READ = 4
-PERM_WRITE = 2
-PERM_INHERIT = 1
-
-CONSUME_FROM_EARLIEST = "earliest"
-CONSUME_FROM_LATEST = "latest"
-CONSUME_MODE_OFFSETS = "offsets"
-CONSUME_MODE_POP = "pop"
-CONSUME_MODES = frozenset({"", CONSUME_MODE_OFFSETS, CONSUME_MODE_POP})
-
 _R = TypeVar("_R", bound="DataclassInstance")
+
+JOURNAL_MIN_ENTRIES: Final = 64
+"""A journal shorter than this never makes the file be rewritten (small tables)."""
 
 
 def _system_now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-# ---------------------------------------------------------------- records
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class DataVersion:
-    """Version stamp of topics.json and subscriptionGroup.json (RocketMQ ``DataVersion``)."""
-
-    counter: int = 0  # bumped on every change
-    timestamp: int = 0  # ms of the last change
-
-    def next(self, now_ms: int) -> DataVersion:
-        """The version after one more change made at ``now_ms``."""
-        return DataVersion(self.counter + 1, now_ms)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class TopicConfig:
-    """One topic's entry in topics.json (RocketMQ ``TopicConfig``)."""
-
-    topic_name: str
-    read_queue_nums: int = 8  # queues consumers read from
-    write_queue_nums: int = 8  # queues producers write to
-    perm: int = PERM_READ | PERM_WRITE  # PermName bits
-    topic_filter_type: str = "SINGLE_TAG"  # or "MULTI_TAG"
-    topic_sys_flag: int = 0
-    order: bool = False
-
-    @property
-    def is_readable(self) -> bool:
-        """Whether consumers may pull from the topic."""
-        return bool(self.perm & PERM_READ)
-
-    @property
-    def is_writeable(self) -> bool:
-        """Whether producers may send to the topic."""
-        return bool(self.perm & PERM_WRITE)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class SubscriptionGroupConfig:
-    """One consumer group's entry in subscriptionGroup.json (RocketMQ fields + ``consumeFrom``).
-
-    ``consume_from`` (our extension) says where a group that never committed an offset starts:
-    ``"earliest"``, ``"latest"``, or a decimal ms timestamp string.
-    """
-
-    group_name: str
-    consume_enable: bool = True
-    consume_from_min_enable: bool = True
-    consume_broadcast_enable: bool = True
-    retry_queue_nums: int = 1
-    retry_max_times: int = 16  # deliveries before the message goes to %DLQ%<group>
-    broker_id: int = 0
-    which_broker_when_consume_slowly: int = 1
-    notify_consumer_ids_changed_enable: bool = True
-    consume_from: str = CONSUME_FROM_EARLIEST
-    # Our extensions for POP consumption: "" (not chosen yet), "offsets" or "pop"; and
-    # whether a POP group delivers each queue in order.
-    consume_mode: str = ""
-    fifo: bool = False
-
-    def __post_init__(self) -> None:
-        if self.consume_mode not in CONSUME_MODES:
-            raise ValueError(
-                f"consume_mode must be '', 'offsets' or 'pop', not {self.consume_mode!r}"
-            )
-        if self.consume_from_timestamp is None and self.consume_from not in (
-            CONSUME_FROM_EARLIEST,
-            CONSUME_FROM_LATEST,
-        ):
-            raise ValueError(
-                f"consume_from must be 'earliest', 'latest' or a ms timestamp, "
-                f"not {self.consume_from!r}"
-            )
-
-    @property
-    def consume_from_timestamp(self) -> int | None:
-        """The start timestamp in ms when ``consume_from`` is one, else None."""
-        value = self.consume_from
-        return int(value) if value.isascii() and value.isdigit() else None
-
-
-class TopicGroup(NamedTuple):
-    """A (topic, group) pair: one ``"<topic>@<group>"`` key of consumerOffset.json."""
-
-    topic: str
-    group: str
-
-    def key(self) -> str:
-        """The consumerOffset.json key."""
-        return f"{self.topic}{TOPIC_GROUP_SEPARATOR}{self.group}"
 
 
 # ---------------------------------------------------------------- managers
@@ -193,6 +111,7 @@ class _ConfigFile(ABC):
     """One config file: an in-memory table, a lock, load() and persist()."""
 
     file_name: ClassVar[str]
+    _journal: ConfigJournal | None = None  # the changes since the file was last written
 
     def __init__(self, config_dir: Path, *, now_ms: Callable[[], int] = _system_now_ms) -> None:
         self._path = config_dir / self.file_name
@@ -201,6 +120,8 @@ class _ConfigFile(ABC):
         # Held across snapshot + save so that an older snapshot never overwrites a newer one.
         self._persist_lock = threading.Lock()
         self._dirty = False
+        self._changes = 0  # changes made in memory
+        self._saved_changes = 0  # of those, how many the file holds
 
     @property
     def path(self) -> Path:
@@ -228,11 +149,20 @@ class _ConfigFile(ABC):
             raise ConfigFileError(f"config file {self._path}: {exc}") from exc
 
     def persist(self) -> None:
-        """Write the table to the file (one save_json call) and clear the dirty flag."""
+        """Write the table to the file (one save_json call) and clear the dirty flag.
+
+        Coalesced: one write at a time; when a write that started after this call's last
+        change has finished, there is nothing left to write."""
+        with self._lock:
+            wanted = self._changes
         with self._persist_lock:
+            if self._saved_changes >= wanted and not self._dirty:
+                return
             with self._lock:
                 snapshot = self._encode()
+                covered = self._changes
                 self._dirty = False
+                self._before_save()
             try:
                 save_json(self._path, snapshot)
             except BaseException:
@@ -240,6 +170,23 @@ class _ConfigFile(ABC):
                 with self._lock:
                     self._dirty = True
                 raise
+            self._saved_changes = covered
+            self._after_save()
+
+    def _mark_changed(self) -> None:
+        """Note a change of the table (called with the lock held)."""
+        self._changes += 1
+        self._dirty = True
+
+    def _before_save(self) -> None:
+        """With the lock held, with the snapshot of a whole-file write: start a new journal."""
+        if self._journal is not None:
+            self._journal.rotate()
+
+    def _after_save(self) -> None:
+        """Once a whole-file write is durable: the journal it replaces is not needed."""
+        if self._journal is not None:
+            self._journal.drop_old()
 
     def to_json(self) -> dict[str, object]:
         """The file's content as it would be written now (a master sends it to slaves)."""
@@ -261,7 +208,9 @@ class _ConfigFile(ABC):
                     raise ValueError(f"config {self.file_name}: {exc}") from exc
                 snapshot = self._encode()
                 self._dirty = False
+                self._before_save()
             save_json(self._path, snapshot)
+            self._after_save()
 
     def persist_if_dirty(self) -> bool:
         """Persist only if the table changed; return whether it did."""
@@ -366,6 +315,20 @@ class _VersionedTable(_ConfigFile, Generic[_R]):
         super().__init__(config_dir, now_ms=now_ms)
         self._table: dict[str, _R] = self._built_ins()
         self._data_version = DataVersion(0, now_ms())
+        self._journal: ConfigJournal = ConfigJournal(self._path)
+        self._names: list[str] | None = None  # sorted, once asked for
+
+    def load(self) -> None:
+        """The file (see :meth:`_ConfigFile.load`), then the changes journaled since."""
+        super().load()
+        entries = self._journal.read()
+        try:
+            with self._lock:
+                for entry in entries:
+                    self._replay(entry)
+                self._dirty = bool(entries)
+        except (ValueError, TypeError) as exc:
+            raise ConfigFileError(f"config journal {self._journal.path}: {exc}") from exc
 
     @property
     def data_version(self) -> DataVersion:
@@ -381,27 +344,68 @@ class _VersionedTable(_ConfigFile, Generic[_R]):
     def all(self) -> list[_R]:
         """Every entry, sorted by name."""
         with self._lock:
-            return [self._table[name] for name in sorted(self._table)]
+            return [self._table[name] for name in self._sorted_names()]
+
+    def page(self, after: str | None, limit: int) -> tuple[list[_R], int]:
+        """At most ``limit`` entries named after ``after`` (from the first when None), in
+        name order, and how many entries there are: a bisection, not a listing."""
+        with self._lock:
+            names = self._sorted_names()
+            start = 0 if after is None else bisect.bisect_right(names, after)
+            return [self._table[name] for name in names[start : start + limit]], len(names)
+
+    def _sorted_names(self) -> list[str]:
+        """The names in order (called with the lock held); sorted again after a change
+        that added or removed one."""
+        if self._names is None:
+            self._names = sorted(self._table)
+        return self._names
 
     def put(self, record: _R) -> None:
-        """Add or replace an entry, bump the data version and persist."""
+        """Add or replace an entry; returns once the change is durable."""
         with self._lock:
-            self._table[getattr(record, self.name_field)] = record
-            self._bump()
-        self.persist()
+            name = getattr(record, self.name_field)
+            if name not in self._table:
+                self._names = None
+            self._table[name] = record
+            ticket = self._journal_change("put", record_to_json(record))
+        self._sync(ticket)
 
     def delete(self, name: str) -> bool:
-        """Remove an entry, bump the data version and persist; return whether it existed."""
+        """Remove an entry; returns (whether it existed) once the change is durable."""
         with self._lock:
             if self._table.pop(name, None) is None:
                 return False
-            self._bump()
-        self.persist()
+            self._names = None
+            ticket = self._journal_change("delete", name)
+        self._sync(ticket)
         return True
 
-    def _bump(self) -> None:
+    def _journal_change(self, kind: str, value: object) -> int:
+        """Bump the data version and journal the change (called with the lock held, so
+        that journal order is change order)."""
         self._data_version = self._data_version.next(self._now_ms())
-        self._dirty = True
+        self._mark_changed()
+        entry = {"dataVersion": record_to_json(self._data_version), kind: value}
+        return self._journal.append(entry)
+
+    def _sync(self, ticket: int) -> None:
+        """Make the journal durable up to ``ticket``; rewrite the file once the journal
+        holds changes for half the table's size (O(1) a change, amortised)."""
+        self._journal.sync(ticket)
+        if self._journal.entries > max(JOURNAL_MIN_ENTRIES, len(self._table) // 2):
+            self.persist()
+
+    def _replay(self, entry: Mapping[str, object]) -> None:
+        self._names = None
+        version = as_object(entry.get("dataVersion", {}), "dataVersion")
+        self._data_version = decode_record(self._data_version, version, "dataVersion")
+        if "put" in entry:
+            fields = as_object(entry["put"], "put")
+            name = str(fields.get(camel(self.name_field), ""))
+            self._table[name] = decode_record(self._new(name), fields, "put", skip="")
+        elif "delete" in entry:
+            self._table.pop(str(entry["delete"]), None)
 
     def _built_ins(self) -> dict[str, _R]:
         """Entries present even without a file (the file's entries override them)."""
@@ -413,20 +417,21 @@ class _VersionedTable(_ConfigFile, Generic[_R]):
 
     def _decode(self, root: Mapping[str, object]) -> None:
         version_data = as_object(root.get("dataVersion", {}), "dataVersion")
-        version = _decode_record(DataVersion(0, self._now_ms()), version_data, "dataVersion")
+        version = decode_record(DataVersion(0, self._now_ms()), version_data, "dataVersion")
         table = self._built_ins()
         for name, entry in as_object(root.get(self.table_key, {}), self.table_key).items():
             what = f"{self.table_key}[{name!r}]"
             # The map key names the entry, as RocketMQ's lookups do; a stale inner name loses.
             fields = as_object(entry, what)
-            table[name] = _decode_record(self._new(name), fields, what, skip=self.name_field)
+            table[name] = decode_record(self._new(name), fields, what, skip=self.name_field)
         self._table, self._data_version = table, version
+        self._names = None
 
     def _encode(self) -> dict[str, object]:
         return {
-            "dataVersion": _record_to_json(self._data_version),
+            "dataVersion": record_to_json(self._data_version),
             self.table_key: {
-                name: _record_to_json(self._table[name]) for name in sorted(self._table)
+                name: record_to_json(self._table[name]) for name in sorted(self._table)
             },
         }
 
@@ -466,8 +471,9 @@ class SubscriptionGroupManager(_VersionedTable[SubscriptionGroupConfig]):
                 return existing
             created = SubscriptionGroupConfig(group)
             self._table[group] = created
-            self._bump()
-        self.persist()
+            self._names = None
+            ticket = self._journal_change("put", record_to_json(created))
+        self._sync(ticket)
         return created
 
     def _new(self, name: str) -> SubscriptionGroupConfig:
@@ -533,41 +539,3 @@ def _decode_topic_group_table(value: object, what: str) -> dict[TopicGroup, dict
 
 def _encode_int_map(table: Mapping[int, int]) -> dict[str, int]:
     return {str(key): table[key] for key in sorted(table)}
-
-
-def _record_to_json(record: DataclassInstance) -> dict[str, object]:
-    """A record's fields under RocketMQ's camelCase names."""
-    return {_camel(field.name): getattr(record, field.name) for field in dataclasses.fields(record)}
-
-
-def _decode_record(default: _R, entry: Mapping[str, object], what: str, *, skip: str = "") -> _R:
-    """``default`` with every field present in ``entry`` (camelCase) read over it."""
-    changes: dict[str, object] = {}
-    for field in dataclasses.fields(default):
-        key = _camel(field.name)
-        if field.name != skip and key in entry:
-            changes[field.name] = _coerce(entry[key], getattr(default, field.name), f"{what}.{key}")
-    return dataclasses.replace(default, **changes)
-
-
-def _camel(name: str) -> str:
-    """``read_queue_nums`` -> ``readQueueNums``."""
-    head, *rest = name.split("_")
-    return head + "".join(part.capitalize() for part in rest)
-
-
-def _coerce(value: object, default: object, what: str) -> object:
-    """Check ``value`` against the type of the field's default."""
-    if isinstance(default, bool):
-        return _as_bool(value, what)
-    if isinstance(default, int):
-        return as_int(value, what)
-    if isinstance(value, str):
-        return value
-    raise ValueError(f"{what}: expected a string, got {value!r}")
-
-
-def _as_bool(value: object, what: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    raise ValueError(f"{what}: expected true or false, got {value!r}")

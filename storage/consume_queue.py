@@ -3,71 +3,51 @@
 Logical offset ``n`` is unit ``n``: byte ``n*20`` of the queue, in file
 ``floor(n*20 / file_size)``. The max offset is exclusive (the next unit to write).
 
-The unit rules are written once here, as functions, for the store and for the read-only
+The unit rules are written once, as functions, for the store and for the read-only
 readers (:mod:`storage.store_reader`, the Spark jobs): a unit is *valid* (written) when its
 offset is >= 0 and its size > 0, and the valid units of a file form a prefix
-(:func:`count_valid_units`), so the max offset is the number of valid units up to the first
-invalid one; a unit is *readable* when it is no pre-blank filler and still points into the
-CommitLog (:func:`is_readable_unit`), and the min offset is the first readable unit
-(:func:`readable_start`).
+(:func:`~storage.consume_queue_file.count_valid_units`), so the max offset is the number
+of valid units up to the first invalid one; a unit is *readable* when it is no pre-blank
+filler and still points into the CommitLog (:func:`is_readable_unit`), and the min offset is
+the first readable unit (:func:`readable_start`).
 
 A search by time follows RocketMQ 4.x (the closest message, :meth:`ConsumeQueue.offset_by_time`)
 or RocketMQ 5's lower boundary (the first message at or after the time,
-:meth:`ConsumeQueue.first_offset_stored_at_or_after`). Files can be prepared ahead by an
-:class:`~storage.allocate_service.AllocateMappedFileService` passed to the constructor.
+:meth:`ConsumeQueue.first_offset_stored_at_or_after`). Files are sparse, as RocketMQ's: a
+queue takes disk as it fills (a chunk reserved ahead of its writes, see
+:mod:`storage.mapped_file`), not a whole file's worth on creation.
 """
 
 from __future__ import annotations
 
 import mmap
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
+from storage.consume_queue_file import ConsumeQueueFile, Unit, is_valid_unit
 from storage.mapped_file import MappedFile
 from storage.mapped_file_queue import MappedFileQueue
 from storage.record.layout import CQ_UNIT_SIZE, CQ_UNIT_STRUCT, PRE_BLANK_SIZE
-
-if TYPE_CHECKING:
-    from storage.allocate_service import AllocateMappedFileService
 
 PRE_BLANK_UNIT: Final = CQ_UNIT_STRUCT.pack(0, PRE_BLANK_SIZE, 0)
 _pack_unit = CQ_UNIT_STRUCT.pack
 _pack_unit_into = CQ_UNIT_STRUCT.pack_into
 _unpack_unit = CQ_UNIT_STRUCT.unpack_from
 
-Unit = tuple[int, int, int]
-"""(commit log offset, size, tags code)"""
-
-
-def is_valid_unit(offset: int, size: int) -> bool:
-    """RocketMQ's recovery rule: a written unit has offset >= 0 and size > 0 (pre-blank
-    fillers pass); the queue's valid data ends at the first unit that does not."""
-    return offset >= 0 and size > 0
+__all__ = [
+    "ConsumeQueue",
+    "Unit",
+    "is_readable_unit",
+    "is_valid_unit",
+    "readable_start",
+]
 
 
 def is_readable_unit(offset: int, size: int, min_physical_offset: int) -> bool:
     """Whether a valid unit's message can be read: not a pre-blank filler, and pointing at
     or past the CommitLog's min offset (``min_physical_offset``)."""
     return size != PRE_BLANK_SIZE and offset >= min_physical_offset
-
-
-def count_valid_units(unit_at: Callable[[int], Unit], count: int) -> int:
-    """How many leading units of a file of ``count`` units are valid.
-
-    Units are written in order, so the valid ones form a prefix: a full file is known from
-    its last unit, any other by a binary search for the first invalid unit.
-    """
-    if count and is_valid_unit(*unit_at(count - 1)[:2]):
-        return count
-    low, high = 0, count
-    while low < high:
-        middle = (low + high) // 2
-        if is_valid_unit(*unit_at(middle)[:2]):
-            low = middle + 1
-        else:
-            high = middle
-    return low
 
 
 def readable_start(units: Iterable[Unit], min_physical_offset: int) -> tuple[int, bool]:
@@ -83,12 +63,6 @@ def readable_start(units: Iterable[Unit], min_physical_offset: int) -> tuple[int
     return skipped, False
 
 
-def units_in(buffer: mmap.mmap | bytes, start: int, end: int) -> Iterator[Unit]:
-    """The units packed in ``buffer[start:end]``, one at a time (no copy of the run)."""
-    for position in range(start, end - CQ_UNIT_SIZE + 1, CQ_UNIT_SIZE):
-        yield _unpack_unit(buffer, position)
-
-
 class ConsumeQueue:
     """One queue's index: put units at logical offsets, read them back, recover, truncate."""
 
@@ -98,13 +72,12 @@ class ConsumeQueue:
         topic: str,
         queue_id: int,
         units_per_file: int,
-        allocator: AllocateMappedFileService | None = None,
     ) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.units_per_file = units_per_file
         self.file_size = units_per_file * CQ_UNIT_SIZE
-        self.queue = MappedFileQueue(root / topic / str(queue_id), self.file_size, allocator)
+        self.queue = MappedFileQueue(root / topic / str(queue_id), self.file_size, sparse=True)
         self.max_physic_offset = -1
         self.min_logic_offset = 0  # bytes
         self.last_store_timestamp = 0
@@ -144,6 +117,8 @@ class ConsumeQueue:
             last = files[-1]
             position = last.wrote_position
             if 0 < position < self.file_size and last.file_from_offset + position == expect:
+                if position + CQ_UNIT_SIZE > last.reserved_position:
+                    last.reserve(position + CQ_UNIT_SIZE)
                 _pack_unit_into(last.buffer, position, physical_offset, size, tags_code)
                 last.wrote_position = position + CQ_UNIT_SIZE
                 self.max_physic_offset = physical_offset + size
@@ -181,6 +156,8 @@ class ConsumeQueue:
                 and end <= self.file_size
                 and last.file_from_offset + position == queue_offset * CQ_UNIT_SIZE
             ):
+                if end > last.reserved_position:
+                    last.reserve(end)
                 last.buffer[position:end] = units
                 last.wrote_position = end
                 physical, size, _ = _unpack_unit(units, len(units) - CQ_UNIT_SIZE)
@@ -322,7 +299,9 @@ class ConsumeQueue:
         self.queue.load()
 
     def recover(self) -> None:
-        """Walk the last three files until the first invalid unit; cut the queue there."""
+        """Find the end of the last three files, up to the first invalid unit; cut the
+        queue there. The files are read with ``pread`` (:mod:`storage.consume_queue_file`):
+        an idle queue's pages stay out of the broker's memory."""
         files = self.queue.files
         if not files:
             return
@@ -330,7 +309,9 @@ class ConsumeQueue:
         process_offset = files[index].file_from_offset
         max_physic = -1
         for mapped in files[index:]:
-            valid, last = self._scan_valid_units(mapped)
+            with ConsumeQueueFile(mapped.path, self.file_size) as file:
+                valid = file.count_valid_units() * CQ_UNIT_SIZE
+                last = file.last_physical_end(valid)
             process_offset = mapped.file_from_offset + valid
             if last is not None:
                 max_physic = last
@@ -339,15 +320,6 @@ class ConsumeQueue:
         self.max_physic_offset = max_physic
         self.queue.flushed_where = process_offset
         self.queue.truncate_dirty_files(process_offset)
-
-    def _scan_valid_units(self, mapped: MappedFile) -> tuple[int, int | None]:
-        """Bytes of valid units from the file start, and the end physical offset of the last."""
-        buffer = mapped.buffer
-        valid = count_valid_units(
-            lambda index: _unpack_unit(buffer, index * CQ_UNIT_SIZE), self.units_per_file
-        )
-        position = valid * CQ_UNIT_SIZE
-        return position, self._last_physical_end(buffer, position)
 
     def _last_physical_end(self, buffer: mmap.mmap, end: int) -> int | None:
         """End offset of the last real (not pre-blank) unit before byte ``end``."""
@@ -360,7 +332,12 @@ class ConsumeQueue:
         return None
 
     def truncate_dirty(self, physical_offset: int) -> None:
-        """Drop every unit pointing at or beyond ``physical_offset`` (CommitLog's valid end)."""
+        """Drop every unit pointing at or beyond ``physical_offset`` (CommitLog's valid end).
+
+        A queue whose last message ends at or below it has nothing to drop, and is not
+        read (recovery calls this for every queue)."""
+        if 0 <= self.max_physic_offset <= physical_offset:
+            return
         while True:
             mapped = self.queue.last_file()
             if mapped is None:
@@ -396,13 +373,15 @@ class ConsumeQueue:
         return bool(mapped.read_position) and _unpack_unit(mapped.buffer, 0)[1] == PRE_BLANK_SIZE
 
     def correct_min_offset(self, min_physic_offset: int) -> None:
-        """Point the min offset at the first unit whose message is still in the CommitLog."""
+        """Point the min offset at the first unit whose message is still in the CommitLog
+        (read with ``pread``, as recovery: it runs for every queue on open)."""
         first = self.queue.first_file()
         if first is None:
             return
         position = max(0, self.min_logic_offset - first.file_from_offset)
-        units = units_in(first.buffer, position, first.read_position)
-        skipped, found = readable_start(units, min_physic_offset)
+        with ConsumeQueueFile(first.path, self.file_size) as file:
+            units = file.units(position, first.read_position)
+            skipped, found = readable_start(units, min_physic_offset)
         if found:
             self.min_logic_offset = first.file_from_offset + position + skipped * CQ_UNIT_SIZE
         elif first.read_position == self.file_size and len(self.queue.files) == 1:

@@ -8,10 +8,10 @@ records are never dispatched again.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from storage.allocate_service import AllocateMappedFileService
 from storage.consume_queue import ConsumeQueue
 from storage.json_file import load_json, save_json
 
@@ -24,11 +24,9 @@ class ConsumeQueueTable:
         root: Path,
         units_per_file: int,
         tombstones_path: Path,
-        allocator: AllocateMappedFileService | None = None,
     ) -> None:
         self.root = root
         self.units_per_file = units_per_file
-        self.allocator = allocator
         self.queues: dict[str, dict[int, ConsumeQueue]] = {}
         self.tombstones_path = tombstones_path
         self.deleted_topics: dict[str, int] = {}
@@ -43,7 +41,7 @@ class ConsumeQueueTable:
         queues = self.queues.get(topic)
         queue = queues.get(queue_id) if queues is not None else None
         if queue is None:
-            queue = ConsumeQueue(self.root, topic, queue_id, self.units_per_file, self.allocator)
+            queue = ConsumeQueue(self.root, topic, queue_id, self.units_per_file)
             self.queues.setdefault(topic, {})[queue_id] = queue
         return queue
 
@@ -82,12 +80,10 @@ class ConsumeQueueTable:
         self.deleted_topics = _load_tombstones(self.tombstones_path)
         if not self.root.is_dir():
             return
-        for topic_dir in sorted(self.root.iterdir()):
-            if not topic_dir.is_dir():
-                continue
-            for queue_dir in sorted(topic_dir.iterdir()):
-                if queue_dir.is_dir() and queue_dir.name.isdigit():
-                    self.find_or_create(topic_dir.name, int(queue_dir.name)).load()
+        for topic in _subdirectories(self.root):
+            for queue_id in _subdirectories(self.root / topic):
+                if queue_id.isdigit():
+                    self.find_or_create(topic, int(queue_id)).load()
 
     def flush(self, least_pages: int) -> None:
         for queue in self:
@@ -132,6 +128,13 @@ class ConsumeQueueTable:
             queue.destroy()
         _remove_empty_dirs(self.root / topic)
         return True
+
+
+def _subdirectories(directory: Path) -> list[str]:
+    """Names of the directories in ``directory``, sorted (no ``stat`` where the file system
+    gives the entry types)."""
+    with os.scandir(directory) as entries:
+        return sorted(entry.name for entry in entries if entry.is_dir())
 
 
 def _remove_empty_dirs(topic_dir: Path) -> None:

@@ -5,7 +5,11 @@ notice (RocketMQ's ``doDispatch`` and ``ReputMessageService``).
   the group commit has flushed it (``dispatch_pending``), so no consumer ever sees a message
   that a crash could take back.
 - ``reput_from`` re-dispatches what the ConsumeQueues miss (on open, and after a ConsumeQueue
-  file could not be written); dispatch is idempotent.
+  or index file could not be written); dispatch is idempotent.
+- A failure never goes unseen: it refuses writes (``Refusal.DISPATCH``, with the offset and
+  the cause) so nothing more is acknowledged that no consumer could see, and
+  ``reput_if_needed`` — on the next put, and from the broker's retry task — dispatches again
+  from where it stopped; the refusal ends once dispatch has caught up.
 - After an unclean exit the index is rebuilt by ``catch_up_index``; while it lags, dispatch
   leaves indexing to it.
 """
@@ -35,7 +39,7 @@ from storage.record.properties import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
 )
-from storage.running_flags import DISK_FULL_REASON, RunningFlags
+from storage.running_flags import Refusal, RunningFlags
 from storage.store_types import ArrivalListener, DispatchRequest
 from storage.timer.transform import TIMER_TOPIC, timer_tags_code
 
@@ -68,8 +72,10 @@ class Dispatcher:
         # dispatched offset, dispatch leaves indexing to catch_up_index().
         self.index_reput_offset = 0
         self.index_caught_up = False
-        # A ConsumeQueue file could not be written: re-dispatch once writeable again.
+        # A ConsumeQueue or index file could not be written: dispatch again from
+        # reput_from_offset (reput_if_needed); failed_for_space: the cause was ENOSPC.
         self.needs_reput = False
+        self.failed_for_space = False
         self.pending: deque[DispatchRequest | AppendedBatch] = deque()
 
     # ------------------------------------------------------------------ requests
@@ -157,7 +163,7 @@ class Dispatcher:
         try:
             queue.put_units(batch.first_queue_offset, batch.units)
         except OSError as exc:
-            self._dispatch_failed(exc)
+            self._dispatch_failed(exc, "a ConsumeQueue file", batch.offsets[0])
             return False
         store_timestamp = batch.store_timestamp
         queue.last_store_timestamp = store_timestamp
@@ -165,14 +171,18 @@ class Dispatcher:
             self.checkpoint.logics_msg_timestamp = store_timestamp
         index = self.index_service
         if index is not None and self.index_caught_up:
-            index.build_index_batch(
-                topic,
-                batch.offsets,
-                store_timestamp,
-                batch.keys,
-                batch.uniq_keys,
-                batch.idempotency_keys,
-            )
+            try:
+                index.build_index_batch(
+                    topic,
+                    batch.offsets,
+                    store_timestamp,
+                    batch.keys,
+                    batch.uniq_keys,
+                    batch.idempotency_keys,
+                )
+            except OSError as exc:
+                self._dispatch_failed(exc, "an index file", batch.offsets[0])
+                return False
             self.index_reput_offset = batch.end_offset
         if notify and self.arrival_listeners:
             # Waiters filter by tags code: one notice per distinct code, once the whole
@@ -201,26 +211,33 @@ class Dispatcher:
                     request.physical_offset, request.size, request.tags_code, request.queue_offset
                 )
             except OSError as exc:
-                self._dispatch_failed(exc)
+                self._dispatch_failed(exc, "a ConsumeQueue file", request.physical_offset)
                 return False
             queue.last_store_timestamp = request.store_timestamp
             if self.checkpoint is not None:
                 self.checkpoint.logics_msg_timestamp = request.store_timestamp
         if self.index_caught_up and self.index_service is not None:
-            self._index(request)
+            try:
+                self._index(request)
+            except OSError as exc:
+                self._dispatch_failed(exc, "an index file", request.physical_offset)
+                return False
         if notify and dispatchable and self.arrival_listeners:
             max_offset, code = request.queue_offset + 1, request.tags_code
             for listener in self.arrival_listeners:
                 listener(topic, request.queue_id, max_offset, code)
         return True
 
-    def _dispatch_failed(self, exc: OSError) -> None:
-        if exc.errno == errno.ENOSPC:
-            reason = f"{DISK_FULL_REASON}: cannot write a ConsumeQueue file"
-        else:
-            reason = f"cannot write a ConsumeQueue file: {exc}"
-        self.flags.mark_not_writeable(reason)
+    def _dispatch_failed(self, exc: OSError, what: str, physical_offset: int) -> None:
+        space = exc.errno == errno.ENOSPC
+        cause = "disk full" if space else (exc.strerror or str(exc))
+        self.flags.refuse(
+            Refusal.DISPATCH,
+            f"dispatch stopped at CommitLog offset {physical_offset}: cannot write {what} "
+            f"({cause}); it resumes from there once the file can be written",
+        )
         self.needs_reput = True
+        self.failed_for_space = space
 
     def dispatch_pending(self, up_to_offset: int) -> int:
         """Dispatch appended records that end at or below ``up_to_offset`` (SYNC_FLUSH)."""
@@ -245,24 +262,43 @@ class Dispatcher:
 
     # ------------------------------------------------------------------ reput
 
-    def reput_from(self, start: int, notify: bool = True) -> None:
-        """Dispatch every record from ``start`` to the CommitLog's end."""
+    def reput_from(self, start: int, notify: bool = True, limit: int | None = None) -> bool:
+        """Dispatch every record from ``start`` to the CommitLog's end (or to ``limit``: the
+        flushed offset in SYNC_FLUSH); False when a file could not be written (dispatch
+        stays where it stopped)."""
         offset = max(start, self.commit_log.min_offset, 0)
-        self.pending.clear()
-        for scanned in self.commit_log.scan(offset):
+        for scanned in self.commit_log.scan(offset, limit):
             if scanned.check.kind is not RecordKind.MESSAGE:
                 break
             request = self.request_from_record(scanned.offset, scanned.data)
             if not self.dispatch(request, notify=notify):
-                return
+                self.reput_from_offset = offset
+                self._drop_pending_below(offset)
+                return False
             offset = request.end_offset
-        self.reput_from_offset = max(offset, self.commit_log.max_offset)
+        self.reput_from_offset = (
+            offset if limit is not None else max(offset, self.commit_log.max_offset)
+        )
+        self._drop_pending_below(self.reput_from_offset)
+        return True
 
-    def reput_if_needed(self) -> None:
-        """After a dispatch failure: dispatch what the ConsumeQueues miss (owner thread)."""
-        if self.needs_reput and self.flags.writeable:
-            self.needs_reput = False
-            self.reput_from(self.reput_from_offset)
+    def _drop_pending_below(self, offset: int) -> None:
+        """Forget pending requests a reput has dispatched (they end at or below ``offset``)."""
+        pending = self.pending
+        while pending and pending[0].end_offset <= offset:
+            pending.popleft()
+
+    def reput_if_needed(self, limit: int | None = None) -> bool:
+        """After a dispatch failure: dispatch what the ConsumeQueues miss, up to ``limit``
+        (owner thread); True once caught up, which ends the dispatch refusal."""
+        if not self.needs_reput:
+            return True
+        self.needs_reput = False
+        if not self.reput_from(self.reput_from_offset, limit=limit):
+            return False
+        self.failed_for_space = False
+        self.flags.clear(Refusal.DISPATCH)
+        return True
 
     # ------------------------------------------------------------------ index
 

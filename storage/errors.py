@@ -11,7 +11,9 @@ The tree::
     │   ├── TimerMessageIllegalError  a delivery time that cannot be read, too far, or a
     │   │                             cancel marker in the past
     │   └── TimerNotEnabledError      timer messages are switched off
-    ├── StoreNotWriteableError        disk full, or a write error flagged the store
+    ├── StoreNotWriteableError        a write error or stalled dispatch flagged the store
+    │   ├── StoreDiskFullError        over the disk warning ratio, or no space left
+    │   └── StoreFlushFailedError     an fsync failed: nothing more is acknowledged
     ├── StoreClosedError              the store was closed
     ├── StoreLockedError              another process holds the store directory
     ├── StoreLoadError                a store file has the wrong size or name
@@ -81,6 +83,20 @@ class StoreNotWriteableError(StorageError):
     """The store refuses writes (disk full, or a failed write); reads still work."""
 
     code: ClassVar[str] = "STORE_NOT_WRITEABLE"
+
+
+class StoreDiskFullError(StoreNotWriteableError):
+    """The disk holding the store is over its warning ratio, or a file found no space;
+    writes resume by themselves once space is back."""
+
+    code: ClassVar[str] = "DISK_FULL"
+
+
+class StoreFlushFailedError(StoreNotWriteableError):
+    """An fsync failed (EIO): the page cache can no longer be trusted, so nothing more is
+    acknowledged; a restart recovers from what is on disk."""
+
+    code: ClassVar[str] = "STORE_FLUSH_FAILED"
 
 
 class StoreClosedError(StorageError):

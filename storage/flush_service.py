@@ -11,15 +11,25 @@ drives, not the store.
   one ran. Waiters learn of it through the store's flush listeners.
 - ``ConsumeQueueFlusher``: every second, 2 pages; fully every 60 s, then the checkpoint.
 - ``CleanService``: every 10 s checks disk use and deletes expired files.
+- ``DiskWatchService``: every 200 ms samples the store's file systems (refusing writes over
+  the warning ratio, accepting them again below it) and, over the clean-forcibly ratio, runs
+  the cleaner at once instead of waiting for its turn.
+
+A pass that raises does not end its thread: the error is logged (once per distinct message)
+and kept in ``failure``, and the next pass runs as usual. Disk errors the store expects
+(ENOSPC, EIO) are handled where they happen and set the store's running flags.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
 
 from storage.store_types import FlushDiskType, StoreConfig
+
+log = logging.getLogger(__name__)
 
 Flush = Callable[[int], object]
 """Flush with a least-pages threshold (0: everything dirty)."""
@@ -38,6 +48,7 @@ class ServiceThread:
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        self.failure: Exception | None = None  # the last pass that raised, if any
 
     def start(self) -> None:
         if self._thread is not None:
@@ -67,8 +78,19 @@ class ServiceThread:
             self._wake.clear()
             if self._stopped.is_set():
                 break
-            self.run_once()
-        self.on_stop()
+            self._guarded(self.run_once)
+        self._guarded(self.on_stop)
+
+    def _guarded(self, work: Callable[[], None]) -> None:
+        """Run one pass; an error is logged and kept, and the thread goes on."""
+        try:
+            work()
+        except Exception as exc:
+            if self.failure is None or str(self.failure) != str(exc):
+                log.exception("%s: a pass failed", self.name)
+            self.failure = exc
+        else:
+            self.failure = None
 
     def run_once(self) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -191,6 +213,35 @@ class CleanService(ServiceThread):
         self.clean()
 
 
+class DiskWatchService(ServiceThread):
+    """Samples disk use often; over the clean-forcibly ratio, cleans at once (at most once
+    per ``clean_interval``)."""
+
+    name = "disk-watch"
+
+    def __init__(
+        self,
+        check: Callable[[], float],
+        forcibly: Callable[[float], bool],
+        clean: Callable[[], object],
+        interval: float = 0.2,
+        clean_interval: float = 10.0,
+    ) -> None:
+        super().__init__(interval)
+        self.check = check
+        self.forcibly = forcibly
+        self.clean = clean
+        self.clean_interval = clean_interval
+        self._next_clean = 0.0
+
+    def run_once(self) -> None:
+        ratio = self.check()
+        now = time.monotonic()
+        if self.forcibly(ratio) and now >= self._next_clean:
+            self._next_clean = now + self.clean_interval
+            self.clean()
+
+
 def build_services(
     config: StoreConfig,
     flush_commit_log: Flush,
@@ -198,6 +249,7 @@ def build_services(
     max_offset: Offset,
     flush_consume_queues: Flush,
     clean: Callable[[], object],
+    disk_watch: DiskWatchService | None = None,
 ) -> tuple[list[ServiceThread], GroupCommitService | None]:
     """The store's threads as ``config`` asks (not started), and the group commit if any."""
     group_commit = None
@@ -224,4 +276,6 @@ def build_services(
             clean, config.clean_resource_interval_ms / 1000, config.clean_first_delay_ms / 1000
         ),
     ]
+    if disk_watch is not None:
+        services.append(disk_watch)
     return services, group_commit

@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Final
 
 from storage.checkpoint import StoreCheckpoint
 from storage.delay_levels import SCHEDULE_TOPIC
-from storage.index_file import IndexFile, KeyHasher, UniqKeyHasher, index_key_hash
+from storage.index_file import (
+    IndexFile,
+    IndexFileSizeError,
+    KeyHasher,
+    UniqKeyHasher,
+    index_geometry,
+    index_key_hash,
+)
 from storage.record.message import StoredMessage
 from storage.record.properties import KEY_SEPARATOR, PROPERTY_REAL_TOPIC
 from storage.timer.transform import TIMER_TOPIC
@@ -79,6 +86,10 @@ class IndexService:
         self.directory.mkdir(parents=True, exist_ok=True)
         files = []
         for path in sorted(p for p in self.directory.iterdir() if p.name.isdigit()):
+            if not last_exit_ok and self._torn_creation(path):
+                # Created just before a power cut: its name survived, not its size or data.
+                path.unlink()
+                continue
             index = IndexFile(path, self.hash_slot_num, self.max_index_num)
             # Headers reach the file on flush and seal: a never-flushed one reads as zero.
             stale = index.end_timestamp > self.checkpoint.index_msg_timestamp
@@ -87,6 +98,14 @@ class IndexService:
                 continue
             files.append(index)
         self.files = files
+
+    def _torn_creation(self, path: Path) -> bool:
+        """A file of no index size that holds nothing: made just before a crash."""
+        try:
+            index_geometry(path, path.stat().st_size, self.hash_slot_num, self.max_index_num)
+        except IndexFileSizeError:
+            return _never_written(path)
+        return False
 
     @property
     def end_phy_offset(self) -> int:
@@ -289,6 +308,17 @@ class IndexService:
     def close(self) -> None:
         for index in self.files:
             index.close()
+
+
+def _never_written(path: Path) -> bool:
+    """Whether an index file holds no byte but zeros (or none at all): a file whose
+    creation a crash cut short. Its entries, if any were made, come back from the
+    CommitLog (the index is rebuilt after an unclean exit)."""
+    with path.open("rb") as file:
+        while chunk := file.read(1 << 20):
+            if chunk.count(0) != len(chunk):
+                return False
+    return True
 
 
 def load_index(

@@ -25,6 +25,7 @@ Python values.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -32,7 +33,7 @@ import threading
 from pathlib import Path
 
 # Re-exported: callers of load_json catch it as storage.json_file.ConfigFileError.
-from storage.errors import ConfigFileError
+from storage.errors import ConfigFileError, StoreDiskFullError
 from storage.fs import fsync_directory
 
 __all__ = [
@@ -103,8 +104,18 @@ def save_json(path: Path, data: object) -> None:
     with _save_lock(path):
         _ensure_directory(path.parent)
         tmp = _with_suffix(path, ".tmp")
-        _write_synced(tmp, payload)
-        _back_up_current(path)
+        try:
+            _write_synced(tmp, payload)
+            _back_up_current(path)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            # The main file and .bak are untouched: the last good version stays.
+            tmp.unlink(missing_ok=True)
+            _with_suffix(path, ".bak.tmp").unlink(missing_ok=True)
+            raise StoreDiskFullError(
+                f"disk full: cannot save {path.name}; it keeps its last saved version"
+            ) from exc
         tmp.replace(path)
         fsync_directory(path.parent)
 

@@ -4,6 +4,14 @@ A MappedFile keeps three positions, relative to its start: ``wrote`` (bytes appe
 ``committed`` (equal to ``wrote``: there is no separate write buffer) and ``flushed``
 (bytes forced to disk). Readers see bytes up to the read position, which is ``committed``.
 
+A file is either *reserved* -- created with every block allocated (``posix_fallocate``), the
+CommitLog's way -- or *sparse*: created at its full length with no blocks, taking disk as it
+fills (RocketMQ's ConsumeQueue files). Writing through a mapping into a hole on a full disk
+kills the process with SIGBUS, so a sparse file reserves ahead of its writes, a page first,
+then doubling up to :data:`RESERVE_CHUNK` at a time (``reserved_position``): a full disk is
+then an ENOSPC ``OSError`` from the write, before any byte is copied. A sparse file loaded
+from disk is mapped on first use (:attr:`MappedFile.buffer`): idle queues cost no mapping.
+
 A file created (or renamed into place, see :meth:`MappedFile.move_to`) has a new directory
 entry; its first flush fsyncs the directory too, so that flushed data is never in a file
 whose name a power loss could take back. That keeps the directory fsync off the thread
@@ -14,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import mmap
 import os
 import threading
@@ -21,10 +30,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final, cast
 
-from storage.fs import fsync_directory
+from storage.fs import fsync_directory, reserve_blocks
 
 OS_PAGE_SIZE: Final = 4096
 FILE_NAME_WIDTH: Final = 20
+RESERVE_CHUNK: Final = 64 * 1024
+"""Most bytes a sparse file reserves at once ahead of a write that crosses its reserved
+position; the first reservation is a page, each next one doubles up to this."""
 MADV_POPULATE_READ: Final = 22  # Linux 5.14+: map the file's pages in, content untouched
 
 
@@ -49,17 +61,18 @@ def offset_to_file_name(offset: int) -> str:
 
 
 def _reserve(fd: int, size: int) -> None:
-    """Give a new file its full size with real blocks where the filesystem can.
+    """Give a new file its full size with real blocks (:func:`storage.fs.reserve_blocks`)."""
+    reserve_blocks(fd, size)
 
-    Writing through a mapping into a sparse file on a full disk kills the process with
-    SIGBUS; reserving the blocks up front turns that into an ENOSPC ``OSError`` here.
-    """
+
+def _reserve_range(fd: int, offset: int, length: int) -> None:
+    """Give ``length`` bytes of a sparse file from ``offset`` real blocks (ENOSPC when the
+    disk has none); nothing where the filesystem cannot reserve."""
     try:
-        os.posix_fallocate(fd, 0, size)
+        os.posix_fallocate(fd, offset, length)
     except OSError as exc:
         if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
             raise
-        os.ftruncate(fd, size)
 
 
 class MappedFile:
@@ -72,26 +85,20 @@ class MappedFile:
         *,
         create: bool = False,
         file_from_offset: int | None = None,
+        sparse: bool = False,
     ) -> None:
-        """Map ``path``; ``create`` makes and reserves it. The start offset is the file's
-        name unless given (a file prepared under a scratch name)."""
+        """Map ``path``; ``create`` makes it, reserved whole or (``sparse``) sized only. The
+        start offset is the file's name unless given (a file prepared under a scratch name)."""
         self.path = path
         self.file_size = file_size
         self.file_from_offset = int(path.name) if file_from_offset is None else file_from_offset
-        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-        fd = os.open(path, flags, 0o644)
-        try:
-            if create:
-                _reserve(fd, file_size)
-            self.buffer = mmap.mmap(fd, file_size, access=mmap.ACCESS_WRITE)
-        except BaseException:
-            if create:
-                path.unlink(missing_ok=True)
-            raise
-        finally:
-            os.close(fd)
+        if create or not sparse:  # a loaded sparse file is opened and mapped when first used
+            self._open(create, sparse)
         self.wrote_position = 0
         self.flushed_position = 0
+        # Below it, writes through the mapping have blocks to land in (the whole file unless
+        # sparse; a loaded sparse file may have holes anywhere, so nothing is assumed).
+        self.reserved_position = 0 if sparse else file_size
         self.store_timestamp = 0
         self.first_create_in_queue = False
         self._directory_sync_pending = create
@@ -105,6 +112,37 @@ class MappedFile:
 
     def __repr__(self) -> str:
         return f"MappedFile({self.path.name}, wrote={self.wrote_position})"
+
+    def _open(self, create: bool, sparse: bool) -> None:
+        """Open (``create``: make and size or reserve) the file and map it."""
+        path, file_size = self.path, self.file_size
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        fd = os.open(path, flags, 0o644)
+        try:
+            if create and sparse:
+                os.ftruncate(fd, file_size)
+            elif create:
+                _reserve(fd, file_size)
+            self.buffer = mmap.mmap(fd, file_size, access=mmap.ACCESS_WRITE)
+        except BaseException:
+            if create:
+                path.unlink(missing_ok=True)
+            raise
+        finally:
+            os.close(fd)
+
+    @functools.cached_property
+    def buffer(self) -> mmap.mmap:
+        """The mapping; made here, on first use, for a loaded sparse file (an idle
+        ConsumeQueue of a store with thousands costs no mapping until it is read or
+        written). Once made it is a plain attribute."""
+        if self._closed:
+            raise ValueError("mmap closed or invalid")
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            return mmap.mmap(fd, self.file_size, access=mmap.ACCESS_WRITE)
+        finally:
+            os.close(fd)
 
     # ------------------------------------------------------------------ positions
 
@@ -139,12 +177,29 @@ class MappedFile:
 
     # ------------------------------------------------------------------ write
 
+    def reserve(self, end: int) -> None:
+        """Make sure bytes below ``end`` have blocks, reserving the next chunk(s) of a sparse
+        file; ENOSPC (or another ``OSError``) when the disk has none, the file unchanged."""
+        start = self.reserved_position
+        if end <= start:
+            return
+        chunk = min(RESERVE_CHUNK, max(OS_PAGE_SIZE, start))  # 4 KiB, 8, ... 64, 64, ...
+        target = min(self.file_size, -(-end // chunk) * chunk)
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            _reserve_range(fd, start, target - start)
+        finally:
+            os.close(fd)
+        self.reserved_position = target
+
     def append(self, data: bytes | bytearray | memoryview) -> bool:
         """Copy ``data`` at the write position; False (nothing written) if it does not fit."""
         start = self.wrote_position
         end = start + len(data)
         if end > self.file_size:
             return False
+        if end > self.reserved_position:
+            self.reserve(end)
         self.buffer[start:end] = data
         self.wrote_position = end
         return True
@@ -154,6 +209,8 @@ class MappedFile:
         start = self.wrote_position
         if start + size > self.file_size:
             return False
+        if start + size > self.reserved_position:
+            self.reserve(start + size)
         write(self.buffer, start)
         self.wrote_position = start + size
         return True
@@ -176,7 +233,8 @@ class MappedFile:
         self.wrote_position = start + len(view)
 
     def write_at(self, position: int, data: bytes) -> None:
-        """Overwrite bytes below the write position (pre-blank fill, tests)."""
+        """Write bytes through the mapping at ``position`` (pre-blank fill, tests)."""
+        self.reserve(position + len(data))
         self.buffer[position : position + len(data)] = data
 
     # ------------------------------------------------------------------ read
@@ -288,7 +346,9 @@ class MappedFile:
         with self._lock:
             if not self._closed:
                 self._closed = True
-                self.buffer.close()
+                buffer = self.__dict__.get("buffer")  # never mapped: nothing to unmap
+                if buffer is not None:
+                    buffer.close()
                 if self._write_fd >= 0:
                     os.close(self._write_fd)
                     self._write_fd = -1

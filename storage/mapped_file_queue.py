@@ -7,13 +7,16 @@ With an :class:`~storage.allocate_service.AllocateMappedFileService`, a roll to 
 for file N+1 to be prepared in the service's thread, and the next roll takes it instead of
 fallocating on the caller's thread (RocketMQ's pre-allocation). Without one (tests, tools)
 every file is created inline. A prepared file lives in the service's scratch directory
-until taken (renamed into place). :meth:`load` deletes a zero-length last file and
-trailing full-size files that were never written (a crash right after a roll).
+until taken (renamed into place). A ``sparse`` queue (ConsumeQueues) creates its files
+sparse (see :mod:`storage.mapped_file`) and inline: there is nothing to prepare ahead.
+:meth:`load` deletes a zero-length last file and trailing full-size files that were never
+written (a crash right after a roll).
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 from pathlib import Path
@@ -39,10 +42,13 @@ class MappedFileQueue:
         directory: Path,
         file_size: int,
         allocator: AllocateMappedFileService | None = None,
+        *,
+        sparse: bool = False,
     ) -> None:
         self.directory = directory
         self.file_size = file_size
-        self.allocator = allocator
+        self.allocator = None if sparse else allocator
+        self.sparse = sparse
         self.files: list[MappedFile] = []
         self.flushed_where = 0
         self.store_timestamp = 0
@@ -63,15 +69,19 @@ class MappedFileQueue:
         first file is kept, whatever it holds: it fixes the queue's start offset. Any other
         wrong size is an error.
         """
-        self.directory.mkdir(parents=True, exist_ok=True)
         if self.allocator is not None:
             self.allocator.remove_leftovers()
-        paths = sorted(p for p in self.directory.iterdir() if p.is_file() and p.name.isdigit())
-        if paths and paths[-1].stat().st_size == 0:
+        try:
+            sizes = _file_sizes(self.directory)
+        except FileNotFoundError:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            sizes = {}
+        paths = [self.directory / name for name in sorted(sizes)]
+        if paths and sizes[paths[-1].name] == 0:
             paths[-1].unlink()
             paths.pop()
         for path in paths:
-            size = path.stat().st_size
+            size = sizes[path.name]
             if size != self.file_size:
                 raise StoreLoadError(
                     f"{path}: file is {size} bytes but the configured file size is "
@@ -81,7 +91,7 @@ class MappedFileQueue:
             paths.pop().unlink()
         files = []
         for path in paths:
-            mapped = MappedFile(path, self.file_size)
+            mapped = MappedFile(path, self.file_size, sparse=self.sparse)
             mapped.set_positions(self.file_size)
             files.append(mapped)
         self._check_contiguous(files)
@@ -132,7 +142,7 @@ class MappedFileQueue:
         mapped = allocator.take(path, self.file_size) if allocator is not None else None
         if mapped is None:
             self.directory.mkdir(parents=True, exist_ok=True)
-            mapped = MappedFile(path, self.file_size, create=True)
+            mapped = MappedFile(path, self.file_size, create=True, sparse=self.sparse)
         mapped.first_create_in_queue = first_in_queue
         with self._files_lock:
             self.files = [*self.files, mapped]
@@ -304,6 +314,16 @@ class MappedFileQueue:
         with self._files_lock:
             self.files = []
         self.flushed_where = 0
+
+
+def _file_sizes(directory: Path) -> dict[str, int]:
+    """Size of each store file (a name of digits) in ``directory``: one ``stat`` a file."""
+    with os.scandir(directory) as entries:
+        return {
+            entry.name: entry.stat().st_size
+            for entry in entries
+            if entry.name.isdigit() and entry.is_file()
+        }
 
 
 def _never_written(path: Path) -> bool:

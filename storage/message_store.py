@@ -28,8 +28,16 @@ from storage.commit_log import AppendResult, CommitLog
 from storage.consume_queue import ConsumeQueue
 from storage.consume_queue_table import ConsumeQueueTable
 from storage.delay_levels import parse_delay_levels, redirect_delayed
+from storage.disk_watch import DiskWatch
 from storage.dispatcher import Dispatcher
-from storage.errors import QueueIdOutOfRangeError, StoreClosedError, StoreNotWriteableError
+from storage.errors import (
+    QueueIdOutOfRangeError,
+    StoreClosedError,
+    StoreDiskFullError,
+    StoreFlushFailedError,
+    StoreNotWriteableError,
+)
+from storage.flush_service import DiskWatchService
 from storage.index_service import IndexService, load_index
 from storage.keyed_records import KeyedRecords
 from storage.queue_reader import QueueReader
@@ -40,7 +48,7 @@ from storage.record.properties import PROPERTY_DELAY
 from storage.recovery import StoreRecovery
 from storage.replication_log import REPLICATION_CHUNK_BYTES, ReplicationLog
 from storage.retention import StoreCleaner
-from storage.running_flags import RunningFlags
+from storage.running_flags import Refusal, RunningFlags
 from storage.store_check import check_store
 from storage.store_flush import StoreFlush
 from storage.store_lock import acquire_store_lock, release_store_lock
@@ -71,7 +79,7 @@ class MessageStore:
         self.root = root
         self.config = config
         self.delay_levels = parse_delay_levels(config.message_delay_levels)
-        # Makes the next CommitLog and ConsumeQueue file ahead of a roll, off the owner thread.
+        # Makes the next CommitLog file ahead of a roll, off the owner thread.
         self.allocate_service = AllocateMappedFileService(root / "prepared")
         self.commit_log = CommitLog(
             root / "commitlog", config.commit_log_file_size, config.store_host
@@ -81,7 +89,6 @@ class MessageStore:
             root / "consumequeue",
             config.consume_queue_units_per_file,
             root / "config" / "deletedTopics.json",
-            self.allocate_service,
         )
         self.flags = RunningFlags()
         self.checkpoint: StoreCheckpoint | None = None
@@ -90,10 +97,15 @@ class MessageStore:
         self.flush_listeners: list[FlushListener] = []
         self.recovery_findings: list[str] = []
         self.last_exit_ok = True
+        # Every file system the store writes to (they may be different disks).
+        self.disk_watch = DiskWatch(
+            (root / "commitlog", root / "consumequeue", root / "index"),
+            self.flags,
+            config.retention.disk_space_warning_level_ratio,
+        )
         self.cleaner = StoreCleaner(
             config.retention,
-            root,
-            self.flags,
+            self.disk_watch,
             self.commit_log.queue.delete_expired_by_time,
             self.after_commit_log_deleted,
         )
@@ -142,6 +154,7 @@ class MessageStore:
                 self.checkpoint,
                 self.index_service,
                 self.flush_listeners,
+                self.flags,
             )
             self.recovery_findings = StoreRecovery(
                 self.commit_log,
@@ -160,8 +173,17 @@ class MessageStore:
             raise
 
     def start_services(self) -> None:
-        """Start the flushers (or group commit in SYNC_FLUSH) and the cleaner threads."""
-        self.flusher.start_services(self.clean_once)
+        """Start the flushers (or group commit in SYNC_FLUSH), the cleaner and the disk
+        watch threads."""
+        config = self.config
+        watch = DiskWatchService(
+            self.disk_watch.check,
+            self.cleaner.forcibly,
+            self.clean_once,
+            config.retention.disk_check_interval_ms / 1000,
+            config.clean_resource_interval_ms / 1000,
+        )
+        self.flusher.start_services(self.clean_once, watch)
 
     def stop_services(self) -> None:
         """Stop every background thread; each does its final flush."""
@@ -178,14 +200,12 @@ class MessageStore:
             return
         self.stop_services()
         self._closed = True
-        self.dispatcher.dispatch_pending(self.commit_log.max_offset)
-        self.commit_log.queue.flush_all()
-        self.consume_queue_table.flush_all()
-        if self.checkpoint is not None:
-            self.checkpoint.flush()
+        if not self.flags.flush_failed:  # else what is on disk is all a restart may trust
+            self.dispatcher.dispatch_pending(self.commit_log.max_offset)
+            self.flusher.flush_all()
         clean = self.flags.writeable and self.dispatcher.dispatch_behind_bytes == 0
         self._release_files()
-        if clean:
+        if clean and self.flags.writeable:
             self.abort_path.unlink(missing_ok=True)
 
     def _release_files(self) -> None:
@@ -194,7 +214,10 @@ class MessageStore:
         self.commit_log.close()
         self.consume_queue_table.close()
         if self.checkpoint is not None:
-            self.checkpoint.close()
+            try:
+                self.checkpoint.close(flush=not self.flags.flush_failed)
+            except OSError as exc:  # the lock is released all the same; abort stays
+                self.flags.refuse(Refusal.FLUSH_FAILED, f"checkpoint flush failed: {exc}")
         self.allocate_service.shutdown()
         if self._lock_fd is not None:
             release_store_lock(self._lock_fd)
@@ -225,7 +248,7 @@ class MessageStore:
             result = self.commit_log.append(encoded, now)
         except StoreNotWriteableError as exc:
             self.flags.mark_not_writeable(str(exc))
-            raise
+            raise self._refusal() from exc
         return self._after_append(encoded, result)
 
     def put_messages(self, messages: list[Message]) -> list[PutResult]:
@@ -247,7 +270,7 @@ class MessageStore:
             appended = self.commit_log.append_encoded_batch(batch, now)
         except StoreNotWriteableError as exc:
             self.flags.mark_not_writeable(str(exc))
-            raise
+            raise self._refusal() from exc
         self.dispatcher.dispatch_appended_batch(appended)
         return appended.put_results(self._msg_id_prefix)
 
@@ -278,11 +301,43 @@ class MessageStore:
         if self._closed:
             raise StoreClosedError("the store is closed")
         if self.dispatcher.needs_reput:
-            self.dispatcher.reput_if_needed()
+            self.retry_dispatch()
         if not self.flags.writeable:
-            raise StoreNotWriteableError(
-                f"store is not writeable: {self.flags.not_writeable_reason}"
-            )
+            raise self._refusal()
+
+    def _refusal(self) -> StoreNotWriteableError:
+        """The error for a refused write: its class names the most lasting cause."""
+        flags = self.flags
+        detail = f"store is not writeable: {flags.not_writeable_reason}"
+        first = flags.first_refusal
+        if first is Refusal.FLUSH_FAILED:
+            return StoreFlushFailedError(detail)
+        if first is Refusal.DISK_FULL or (
+            first is Refusal.DISPATCH and self.dispatcher.failed_for_space
+        ):
+            return StoreDiskFullError(detail)
+        return StoreNotWriteableError(detail)
+
+    def retry_dispatch(self) -> bool:
+        """After a dispatch failure, dispatch again from where it stopped (owner thread);
+        True once dispatch has caught up (writes are accepted again unless another cause
+        stands). A no-op while the disk is still full."""
+        if self._closed or not self.dispatcher.needs_reput:
+            return True
+        if self.flags.disk_full:
+            return False
+        limit = self.commit_log.flushed_where if self.dispatcher.sync_flush else None
+        return self.dispatcher.reput_if_needed(limit)
+
+    @property
+    def dispatch_stalled(self) -> bool:
+        """A dispatch failure left records undispatched (:meth:`retry_dispatch`)."""
+        return self.dispatcher.needs_reput
+
+    @property
+    def flush_failed(self) -> bool:
+        """An fsync failed: nothing more may be acknowledged until a restart."""
+        return self.flags.flush_failed
 
     @property
     def writeable(self) -> bool:

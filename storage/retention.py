@@ -9,19 +9,19 @@ RocketMQ's rules (reference §1, §4.2):
 - Then ConsumeQueue files whose last unit points below the new CommitLog min offset go too,
   and every queue's min offset is corrected.
 - At ``disk_space_warning_level_ratio`` (90 %), or after ENOSPC, the store refuses writes
-  ("not writeable: disk full") and keeps serving reads; once space is back it accepts
-  writes again.
+  ("disk full") and keeps serving reads; once space is back it accepts writes again. The
+  :class:`~storage.disk_watch.DiskWatch` measures and sets that refusal (a pass here asks it
+  first); its thread also runs a pass early when the disk is over the clean-forcibly ratio.
 """
 
 from __future__ import annotations
 
-import shutil
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
-from storage.running_flags import DISK_FULL_REASON, RunningFlags
+from storage.disk_watch import DiskWatch
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,19 +34,12 @@ class RetentionConfig:
     disk_space_clean_forcibly_ratio: int = 85
     disk_space_warning_level_ratio: int = 90
     clean_file_forcibly_enable: bool = True
+    disk_check_interval_ms: int = 200
 
-
-DiskUsage = Callable[[Path], tuple[int, int, int]]
-"""(total, used, free) bytes of the filesystem holding a path, as ``shutil.disk_usage``."""
 
 ExpireFiles = Callable[[int, bool, int], int]
 """Delete CommitLog files older than (ms) — or all but the last when forced (bool) — at a
 time (ms); returns how many went (``MappedFileQueue.delete_expired_by_time``)."""
-
-
-def disk_use_ratio(usage: tuple[int, int, int]) -> float:
-    total, used, _ = usage
-    return used / total if total else 0.0
 
 
 def is_time_to_delete(delete_when: str, hour: int) -> bool:
@@ -57,47 +50,43 @@ def is_time_to_delete(delete_when: str, hour: int) -> bool:
 class StoreCleaner:
     """One pass of retention and disk checks (called by the clean service).
 
-    It gets what it acts on, not the store: the directory to measure, the running flags to
-    set, the CommitLog's file expiry and what to do once CommitLog files are gone.
+    It gets what it acts on, not the store: the disk watch (which measures and sets the
+    disk-full refusal), the CommitLog's file expiry and what to do once CommitLog files are
+    gone. The clean thread and the disk watch thread may both run a pass: one at a time.
     """
 
     def __init__(
         self,
         config: RetentionConfig,
-        store_dir: Path,
-        flags: RunningFlags,
+        watch: DiskWatch,
         expire_commit_log_files: ExpireFiles,
         after_commit_log_deleted: Callable[[], None],
-        disk_usage: DiskUsage = shutil.disk_usage,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
-        self.store_dir = store_dir
-        self.flags = flags
+        self.watch = watch
         self.expire_commit_log_files = expire_commit_log_files
         self.after_commit_log_deleted = after_commit_log_deleted
-        self.disk_usage = disk_usage
         self.clock = clock
+        self._lock = threading.Lock()
 
     def run_once(self) -> int:
         """Check the disk, delete what has expired; the number of CommitLog files deleted."""
-        ratio = disk_use_ratio(self.disk_usage(self.store_dir))
-        self._update_writeable(ratio)
-        deleted = self._delete_expired_commit_log(ratio)
-        if deleted:
-            self.after_commit_log_deleted()
-        return deleted
+        with self._lock:
+            ratio = self.watch.check()
+            deleted = self._delete_expired_commit_log(ratio)
+            if deleted:
+                self.after_commit_log_deleted()
+                self.watch.check()  # space freed: writes may resume now
+            return deleted
 
-    def _update_writeable(self, ratio: float) -> None:
-        flags = self.flags
-        warning = self.config.disk_space_warning_level_ratio / 100
-        if ratio >= warning:
-            if flags.writeable:
-                flags.mark_not_writeable(
-                    f"{DISK_FULL_REASON} ({ratio:.0%} used, limit {warning:.0%})"
-                )
-        elif flags.disk_full:
-            flags.mark_writeable()
+    def forcibly(self, ratio: float) -> bool:
+        """Whether ``ratio`` is over the clean-forcibly ratio, with forced cleaning on."""
+        config = self.config
+        return (
+            config.clean_file_forcibly_enable
+            and ratio >= config.disk_space_clean_forcibly_ratio / 100
+        )
 
     def _delete_expired_commit_log(self, ratio: float) -> int:
         config = self.config

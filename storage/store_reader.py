@@ -30,18 +30,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from storage.config_journal import read_journal
 from storage.config_managers import (
     ConsumerOffsetManager,
     SubscriptionGroupManager,
     TopicConfigManager,
 )
+from storage.config_records import camel
 from storage.consume_queue import (
     Unit,
-    count_valid_units,
     is_readable_unit,
     is_valid_unit,
     readable_start,
 )
+from storage.consume_queue_file import count_valid_units
 from storage.errors import ConfigFileError
 from storage.json_file import (
     as_object,
@@ -487,10 +489,18 @@ def read_topic_configs(store_dir: Path) -> dict[str, dict[str, object]]:
 def _named_table(
     store_dir: Path, manager: type[TopicConfigManager | SubscriptionGroupManager]
 ) -> dict[str, dict[str, object]]:
-    """The table of a versioned config file, read the way its manager reads it."""
+    """The table of a versioned config file and its journal, read the way its manager
+    reads them."""
     path, key = Path(store_dir) / CONFIG_DIR / manager.file_name, manager.table_key
     try:
         table = as_object(load_config(path).get(key, {}), key)
-        return {name: as_object(entry, f"{key}[{name!r}]") for name, entry in table.items()}
+        entries = {name: as_object(entry, f"{key}[{name!r}]") for name, entry in table.items()}
+        for change in read_journal(path):  # changes since the file was last written whole
+            if "put" in change:
+                fields = as_object(change["put"], "put")
+                entries[str(fields.get(camel(manager.name_field), ""))] = fields
+            elif "delete" in change:
+                entries.pop(str(change["delete"]), None)
+        return entries
     except ValueError as exc:
         raise ConfigFileError(f"config file {path}: {exc}") from exc

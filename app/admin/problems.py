@@ -46,6 +46,8 @@ HEADINGS: Final[dict[str, str]] = {
     "TOO_MANY_WAITERS": "Too busy",
     "BROKER_UNAVAILABLE": "Broker unavailable",
     "STORE_NOT_WRITEABLE": "The store refuses writes",
+    "DISK_FULL": "The disk is full",
+    "STORE_FLUSH_FAILED": "A flush to disk failed",
     "STORE_CLOSED": "The store is closed",
     "VALIDATION_FAILED": "Please check the form",
     "STALE_PREVIEW": "The offsets moved since the preview",

@@ -33,7 +33,17 @@ def _base(request: Request) -> dict[str, Any]:
     return {"base": request.scope.get("root_path", "") + PREFIX}
 
 
-templates = Jinja2Templates(directory=TEMPLATES_DIR, context_processors=[_base])
+def _store_refusal(request: Request) -> dict[str, Any]:
+    """``store_refusal``: why the store refuses writes ("" while it accepts them), for the
+    banner on every page (a full disk, a failed fsync, a stalled dispatch)."""
+    broker = getattr(request.app.state, "broker", None)
+    if broker is None or not broker.running:
+        return {"store_refusal": ""}
+    gauges = broker.store_gauges()
+    return {"store_refusal": "" if gauges.writeable else gauges.not_writeable_reason}
+
+
+templates = Jinja2Templates(directory=TEMPLATES_DIR, context_processors=[_base, _store_refusal])
 """The admin pages' templates; ``templates.env.globals`` holds ``csrf_token``."""
 
 

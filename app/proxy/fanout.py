@@ -19,7 +19,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from app.proxy.forward import BrokerAnswer, ProxyError
 from services.cluster import NoMasterError
@@ -27,6 +27,7 @@ from services.cluster import NoMasterError
 ROTATION = itertools.count()
 
 Unreachable = ProxyError | NoMasterError
+_Answer = TypeVar("_Answer")
 
 
 def rotated(items: Sequence[str]) -> list[str]:
@@ -39,11 +40,11 @@ def rotated(items: Sequence[str]) -> list[str]:
 
 async def each_group(
     groups: Sequence[str],
-    ask: Callable[[str], Awaitable[BrokerAnswer]],
-) -> list[tuple[str, BrokerAnswer | Unreachable]]:
+    ask: Callable[[str], Awaitable[_Answer]],
+) -> list[tuple[str, _Answer | Unreachable]]:
     """Ask every group concurrently; an unreachable group is kept as its error."""
 
-    async def one(group: str) -> BrokerAnswer | Unreachable:
+    async def one(group: str) -> _Answer | Unreachable:
         try:
             return await ask(group)
         except (ProxyError, NoMasterError) as exc:  # unreachable, no replica, no master

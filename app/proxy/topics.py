@@ -4,7 +4,9 @@ currently follows)."""
 
 from __future__ import annotations
 
+import bisect
 from typing import Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
@@ -131,31 +133,67 @@ def _route_out(route: TopicRoute) -> dict[str, Any]:
 
 @router.get("/v1/topics")
 async def list_topics(request: Request) -> Response:
-    """The topics that have a route, with their cluster-wide queue counts."""
+    """A page of the topics that have a route, with their cluster-wide queue counts; paged
+    as a broker's list is (``limit``, ``after``, ``total``, ``next_after``)."""
     view = cluster_view(request)
+    limit, after = _page_query(request)
+    names = sorted(view.topics)
+    start = 0 if after is None else bisect.bisect_right(names, after)
+    page = names[start : start + limit]
 
-    async def ask(group: str) -> BrokerAnswer:
-        return await _read(request, group, broker_path("v1", "topics"))
+    async def ask(group: str) -> dict[str, dict[str, Any]] | BrokerAnswer:
+        return await _topic_details(request, group, after, page[-1] if page else "")
 
     details: dict[str, dict[str, Any]] = {}
     for _, answer in await each_group(sorted(view.groups), ask):
         if isinstance(answer, ProxyError | NoMasterError):
             continue
-        if not answer.ok:
+        if isinstance(answer, BrokerAnswer):
             return answer.response()
-        for topic in answer.json().get("topics", ()):
-            details.setdefault(topic["topic"], topic)
+        for name, detail in answer.items():
+            details.setdefault(name, detail)
     topics = []
-    for name, route in sorted(view.topics.items()):
-        count = len(route.queues)
+    for name in page:
+        count = len(view.topics[name].queues)
         known = details.get(name, {"perm": 6, "readable": True, "writeable": True})
         topics.append(
             {**_TOPIC_DEFAULTS, **known, "topic": name}
             | {"read_queue_nums": count, "write_queue_nums": count}
         )
-    return OrjsonResponse({"topics": topics})
+    next_after = page[-1] if len(page) == limit else None
+    return OrjsonResponse({"topics": topics, "total": len(names), "next_after": next_after})
 
 
+def _page_query(request: Request) -> tuple[int, str | None]:
+    """``limit`` (1 to 1000, default 100) and ``after`` of a list request."""
+    raw_limit = request.query_params.get("limit", "100")
+    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= _PAGE_MAX:
+        raise ApiError("VALIDATION_FAILED", f"limit is a whole number from 1 to {_PAGE_MAX}")
+    return int(raw_limit), request.query_params.get("after") or None
+
+
+async def _topic_details(
+    request: Request, group: str, after: str | None, last: str
+) -> dict[str, dict[str, Any]] | BrokerAnswer:
+    """The group's topic configs named after ``after`` up to ``last``, read page by page;
+    the failing answer when a page fails."""
+    details: dict[str, dict[str, Any]] = {}
+    cursor = after
+    while last:
+        query = urlencode({"limit": _PAGE_MAX, **({"after": cursor} if cursor else {})})
+        answer = await _read(request, group, broker_path("v1", "topics"), query.encode())
+        if not answer.ok:
+            return answer
+        body = answer.json()
+        for topic in body.get("topics", ()):
+            details[topic["topic"]] = topic
+        cursor = body.get("next_after")
+        if cursor is None or cursor >= last:
+            break
+    return details
+
+
+_PAGE_MAX = 1000
 _TOPIC_DEFAULTS: dict[str, Any] = {"order": False, "system": False}
 
 
@@ -203,13 +241,16 @@ async def offset_by_time(topic: str, queue_id: int, request: Request) -> Respons
     return answer.with_body(out)
 
 
-async def _read(request: Request, group: str, path: str) -> BrokerAnswer:
-    """A GET to the group's master, or to a slave when the master does not answer."""
+async def _read(
+    request: Request, group: str, path: str, query: bytes | None = None
+) -> BrokerAnswer:
+    """A GET to the group's master, or to a slave when the master does not answer; with the
+    client's query string unless given another."""
     _, answer = await forwarder(request).call_any(
         readers(cluster_view(request), group),
         "GET",
         path,
-        query=request.scope["query_string"],
+        query=request.scope["query_string"] if query is None else query,
         request=request,
     )
     return answer

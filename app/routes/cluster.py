@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 
-from app.deps import BrokerDep
+from app.deps import BrokerDep, ClusterDep
 from app.responses import problems
+from app.routes.api_route import api_router
 from app.routes.params import TopicPath
 from app.schemas.cluster import TopicRouteOut, topic_route_out
-from services.cluster import ClusterMember, cluster_route, local_route
+from services.cluster import cluster_route, local_route
 
-router = APIRouter(tags=["cluster"])
+router = api_router(tags=["cluster"])
 
 
 @router.get(
@@ -25,8 +26,9 @@ router = APIRouter(tags=["cluster"])
     response_model=TopicRouteOut,
     responses=problems(400, 404, 422, 503),
 )
-async def topic_route(topic: TopicPath, broker: BrokerDep, request: Request) -> TopicRouteOut:
-    member: ClusterMember | None = request.app.state.cluster
+async def topic_route(
+    topic: TopicPath, broker: BrokerDep, member: ClusterDep, request: Request
+) -> TopicRouteOut:
     if member is None:
         return topic_route_out(local_route(broker, topic, str(request.base_url).rstrip("/")))
     broker.replica.status()  # 503 until the store is open

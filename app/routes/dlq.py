@@ -10,13 +10,20 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import Query
 from starlette.responses import Response
 
-from app.deps import BrokerDep
+from app.deps import BrokerDep, SettingsDep
 from app.errors import PROBLEM_MEDIA_TYPE
 from app.responses import PROBLEM_SCHEMA_REF, problems
-from app.routes.params import BodyEncodingQuery, GroupPath, RedriveJobIdPath
+from app.routes.api_route import api_router
+from app.routes.params import (
+    AfterJobQuery,
+    BodyEncodingQuery,
+    GroupPath,
+    PageLimitQuery,
+    RedriveJobIdPath,
+)
 from app.schemas import (
     INT64_MAX,
     DeadLetterPage,
@@ -41,7 +48,7 @@ from services import (
 )
 from services.errors import RedriveTooLongError
 
-router = APIRouter(tags=["groups"])
+router = api_router(tags=["groups"])
 
 _JOB_NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {
@@ -96,7 +103,7 @@ def _redrive_request(group: str, body: RedriveIn) -> RedriveRequest:
 async def list_dead_letters(
     group: GroupPath,
     broker: BrokerDep,
-    request: Request,
+    settings: SettingsDep,
     offset: Annotated[
         ParamInt | None,
         Query(ge=0, le=INT64_MAX, description="Start here; default: the oldest."),
@@ -115,8 +122,9 @@ async def list_dead_letters(
     ] = "waiting",
 ) -> DeadLetterPage:
     selection = DlqFilter(tags=tuple(tags or ()), begin_ms=begin_timestamp, end_ms=end_timestamp)
-    max_bytes = request.app.state.settings.max_pull_bytes
-    page = broker.dlq.browse(group, offset, limit, selection, max_bytes, DlqState(state))
+    page = broker.dlq.browse(
+        group, offset, limit, selection, settings.max_pull_bytes, DlqState(state)
+    )
     return dead_letter_page_out(group, dlq_topic(group), page, body_encoding)
 
 
@@ -193,12 +201,19 @@ async def create_redrive_job(
 @router.get(
     "/v1/groups/{group}/dlq/redrive-jobs",
     operation_id="listRedriveJobs",
-    summary="A group's redrive jobs, newest first",
+    summary="A page of a group's redrive jobs, newest first",
+    description="At most `limit` jobs after job `after`; `next_after` continues.",
     response_model=RedriveJobListOut,
     responses=problems(400, 422, 503),
 )
-async def list_redrive_jobs(group: GroupPath, broker: BrokerDep) -> RedriveJobListOut:
-    return redrive_job_list_out(group, broker.redrive_jobs.of_group(group))
+async def list_redrive_jobs(
+    group: GroupPath,
+    broker: BrokerDep,
+    limit: PageLimitQuery = 100,
+    after: AfterJobQuery = None,
+) -> RedriveJobListOut:
+    jobs, total = broker.redrive_jobs.page_of_group(group, after, limit)
+    return redrive_job_list_out(group, jobs, total, limit)
 
 
 @router.get(

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import Query, Request
 from starlette.responses import Response
 
 from app.deps import BrokerDep, disconnect_watch
 from app.responses import OrjsonResponse, problems
-from app.routes.params import GroupPath, QueueIdPath, TopicPath
-from app.routes.query import parse_query, query_parameters
+from app.routes.api_route import api_router
+from app.routes.params import (
+    AfterNameQuery,
+    GroupPath,
+    PageLimitQuery,
+    QueueIdPath,
+    TopicPath,
+)
 from app.schemas import (
     TOPIC_MAX_LENGTH,
     CommittedOffsetOut,
@@ -30,25 +36,35 @@ from app.schemas import (
 from services import (
     CONSUME_FROM_EARLIEST,
     CONSUME_FROM_LATEST,
-    Broker,
     OffsetCommit,
     PullOptions,
     SubscriptionGroupConfig,
     in_flight_by_queue,
 )
 
-router = APIRouter(tags=["groups"])
+router = api_router(tags=["groups"])
 
 
 @router.get(
     "/v1/groups",
     operation_id="listGroups",
-    summary="Every consumer group config",
+    summary="A page of consumer group configs, by name",
+    description=(
+        "At most `limit` groups named after `after`; `next_after` continues, `total` counts "
+        "every group."
+    ),
     response_model=GroupListResponse,
-    responses=problems(503),
+    responses=problems(422, 503),
 )
-async def list_groups(broker: BrokerDep) -> GroupListResponse:
-    return GroupListResponse(groups=[group_out(g) for g in broker.groups.all()])
+async def list_groups(
+    broker: BrokerDep, limit: PageLimitQuery = 100, after: AfterNameQuery = None
+) -> GroupListResponse:
+    configs, total = broker.groups.page(after, limit)
+    return GroupListResponse(
+        groups=[group_out(g) for g in configs],
+        total=total,
+        next_after=configs[-1].group_name if len(configs) == limit else None,
+    )
 
 
 @router.get(
@@ -119,11 +135,14 @@ async def delete_group(group: GroupPath, broker: BrokerDep) -> Response:
     ),
     response_model=GroupPullResponse,
     responses=problems(400, 403, 404, 409, 422, 429, 503),
-    openapi_extra={"parameters": query_parameters(GroupPullQuery)},
 )
-async def pull_group_messages(group: GroupPath, topic: TopicPath, request: Request) -> Response:
-    broker: Broker = request.app.state.broker
-    query = parse_query(request, GroupPullQuery)
+async def pull_group_messages(
+    group: GroupPath,
+    topic: TopicPath,
+    query: Annotated[GroupPullQuery, Query()],
+    broker: BrokerDep,
+    request: Request,
+) -> Response:
     wait_ms = query.wait_ms
     pulled = await broker.pull.pull_group(
         group,

@@ -7,14 +7,15 @@ import binascii
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Path, Request
+from fastapi import Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.responses import Response
 
-from app.deps import BrokerDep, disconnect_watch
+from app.deps import BrokerDep, SettingsDep, disconnect_watch
 from app.errors import ApiError, is_json_media_type
 from app.responses import OrjsonResponse, problems
+from app.routes.api_route import api_router
 from app.routes.idempotency import (
     IDEMPOTENCY_KEY_PARAMETER,
     REPLAYED_HEADERS,
@@ -22,7 +23,6 @@ from app.routes.idempotency import (
     send_responses,
 )
 from app.routes.params import BodyEncodingQuery, QueueIdPath, TopicPath
-from app.routes.query import parse_query, query_parameters
 from app.schemas import (
     KeyQuery,
     MessageListResponse,
@@ -37,11 +37,10 @@ from app.schemas import (
     pull_out,
     send_response_out,
 )
-from app.schemas.messages import PlainSend, plain_send
 from app.settings import MAX_REQUEST_BYTES
-from services import Broker, OutgoingMessage, PullOptions
+from services import OutgoingMessage, PullOptions
 
-router = APIRouter(tags=["messages"])
+router = api_router(tags=["messages"])
 
 SEND_REQUEST_BODY: dict[str, Any] = {
     "required": True,
@@ -78,12 +77,15 @@ SEND_REQUEST_BODY: dict[str, Any] = {
     responses=send_responses(problems(400, 403, 404, 413, 422, 501, 503)),
     openapi_extra={
         "requestBody": SEND_REQUEST_BODY,
-        "parameters": [*query_parameters(RawSendQuery), IDEMPOTENCY_KEY_PARAMETER],
+        "parameters": [IDEMPOTENCY_KEY_PARAMETER],
     },
 )
-async def send_messages(topic: TopicPath, request: Request) -> Response:
-    broker: Broker = request.app.state.broker
-    query = parse_query(request, RawSendQuery)
+async def send_messages(
+    topic: TopicPath,
+    query: Annotated[RawSendQuery, Query()],
+    broker: BrokerDep,
+    request: Request,
+) -> Response:
     key = idempotency_key(request)
     body = await request.body()
     batch_queue_id: int | None = None
@@ -97,13 +99,8 @@ async def send_messages(topic: TopicPath, request: Request) -> Response:
                 "raw body; with JSON put them in the message",
             )
         parsed = _parse_send_json(body)
-        if isinstance(parsed, PlainSend):
-            messages, batch_queue_id, batch_sharding_key = parsed
-        elif isinstance(parsed, SendBatch):
-            messages = [
-                _outgoing(_batch_timed(m, parsed), ("body", "messages", i))
-                for i, m in enumerate(parsed.messages)
-            ]
+        if isinstance(parsed, SendBatch):
+            messages = _batch_outgoing([_batch_timed(m, parsed) for m in parsed.messages])
             batch_queue_id, batch_sharding_key = parsed.queue_id, parsed.sharding_key
         else:
             messages = [_outgoing(parsed, ("body",))]
@@ -154,14 +151,24 @@ def _check_raw_body(content_type: str, body: bytes) -> None:
         )
 
 
-def _parse_send_json(body: bytes) -> PlainSend | SendMessage | SendBatch:
+def _parse_send_json(body: bytes) -> SendMessage | SendBatch:
+    """The JSON body as a message or a batch: the models are the one rulebook.
+
+    The body is first validated straight from its bytes by the model it looks like (pydantic
+    parses the JSON itself, a third faster for a batch than orjson + validating the parsed
+    value); whatever that refuses goes the exact way below, so every error is the one that
+    way answers: MALFORMED_JSON for what orjson cannot parse (a lone surrogate, a BOM, bad
+    UTF-8), else the model's 422 for the parsed value, by whether it has ``messages``.
+    """
+    guess: type[SendMessage] | type[SendBatch] = SendBatch if b'"messages"' in body else SendMessage
+    try:
+        return guess.model_validate_json(body)
+    except ValidationError:
+        pass
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
         raise ApiError("MALFORMED_JSON", "the request body is not valid JSON") from None
-    plain = plain_send(data)
-    if plain is not None:
-        return plain
     model: type[SendMessage] | type[SendBatch] = SendMessage
     if isinstance(data, dict) and "messages" in data:
         model = SendBatch
@@ -173,6 +180,8 @@ def _parse_send_json(body: bytes) -> PlainSend | SendMessage | SendBatch:
 
 
 def _outgoing(message: SendMessage, loc: tuple[str | int, ...]) -> OutgoingMessage:
+    """What the send service takes for one validated message (built positionally: this runs
+    for every message of a batch)."""
     try:
         if message.body_encoding == "base64":
             body = base64.b64decode(message.body, validate=True)
@@ -184,15 +193,15 @@ def _outgoing(message: SendMessage, loc: tuple[str | int, ...]) -> OutgoingMessa
             "INVALID_BODY_ENCODING", f"{where}.body is not valid {message.body_encoding}: {exc}"
         ) from None
     return OutgoingMessage(
-        body=body,
-        tags=message.tags,
-        keys=tuple(message.keys),
-        properties=message.properties,
-        queue_id=message.queue_id,
-        sharding_key=message.sharding_key,
-        delay_level=message.delay_level,
-        deliver_after_ms=message.deliver_after_ms,
-        deliver_at=message.deliver_at,
+        body,
+        message.tags,
+        tuple(message.keys),
+        message.properties,
+        message.queue_id,
+        message.sharding_key,
+        message.delay_level,
+        message.deliver_after_ms,
+        message.deliver_at,
     )
 
 
@@ -205,6 +214,27 @@ def _batch_timed(message: SendMessage, batch: SendBatch) -> SendMessage:
     return message.model_copy(
         update={"deliver_at": batch.deliver_at, "deliver_after_ms": batch.deliver_after_ms}
     )
+
+
+def _batch_outgoing(messages: list[SendMessage]) -> list[OutgoingMessage]:
+    """:func:`_outgoing` of each message of a batch; text bodies, the common case, in one
+    comprehension (a body the models accepted as text always encodes)."""
+    if any(m.body_encoding != "utf-8" for m in messages):
+        return [_outgoing(m, ("body", "messages", i)) for i, m in enumerate(messages)]
+    return [
+        OutgoingMessage(
+            m.body.encode(),
+            m.tags,
+            tuple(m.keys),
+            m.properties,
+            m.queue_id,
+            m.sharding_key,
+            m.delay_level,
+            m.deliver_after_ms,
+            m.deliver_at,
+        )
+        for m in messages
+    ]
 
 
 def _parse_properties(items: list[str]) -> dict[str, str]:
@@ -225,11 +255,14 @@ def _parse_properties(items: list[str]) -> dict[str, str]:
     summary="Pull from one queue, long-polling when there is nothing",
     response_model=PullResponse,
     responses=problems(400, 403, 404, 409, 422, 429, 503),
-    openapi_extra={"parameters": query_parameters(PullQuery)},
 )
-async def pull_messages(topic: TopicPath, queue_id: QueueIdPath, request: Request) -> Response:
-    broker: Broker = request.app.state.broker
-    query = parse_query(request, PullQuery)
+async def pull_messages(
+    topic: TopicPath,
+    queue_id: QueueIdPath,
+    query: Annotated[PullQuery, Query()],
+    broker: BrokerDep,
+    request: Request,
+) -> Response:
     wait_ms = query.wait_ms
     pulled = await broker.pull.pull_queue(
         topic,
@@ -250,18 +283,17 @@ async def pull_messages(topic: TopicPath, queue_id: QueueIdPath, request: Reques
     description="Found through the IndexFile, oldest first; an unknown key is an empty list.",
     response_model=MessageListResponse,
     responses=problems(400, 404, 422, 503),
-    openapi_extra={"parameters": query_parameters(KeyQuery)},
 )
-async def query_messages_by_key(topic: TopicPath, request: Request) -> Response:
-    broker: Broker = request.app.state.broker
-    query = parse_query(request, KeyQuery)
+async def query_messages_by_key(
+    topic: TopicPath, query: Annotated[KeyQuery, Query()], broker: BrokerDep, settings: SettingsDep
+) -> Response:
     found = broker.messages.by_key(
         topic,
         query.key,
         max_messages=query.max_messages,
         begin=query.begin_timestamp,
         end=query.end_timestamp,
-        max_bytes=request.app.state.settings.max_pull_bytes,
+        max_bytes=settings.max_pull_bytes,
     )
     return OrjsonResponse(
         {"topic": topic, "messages": [message_out(m, query.body_encoding) for m in found]}

@@ -57,3 +57,23 @@ RedriveJobIdPath = Annotated[
         json_schema_extra={"pattern": REDRIVE_JOB_ID_PATTERN},
     ),
 ]
+PageLimitQuery = Annotated[
+    ParamInt, Query(ge=1, le=1000, description="Most items on the page (1 to 1000).")
+]
+AfterNameQuery = Annotated[
+    str | None,
+    Query(
+        min_length=1,
+        max_length=TOPIC_MAX_LENGTH,
+        description="Start after this name (the previous page's `next_after`); "
+        "default: from the first.",
+    ),
+]
+AfterJobQuery = Annotated[
+    str | None,
+    Query(
+        description="Start after this job (the previous page's `next_after`); default: from "
+        "the newest.",
+        pattern=REDRIVE_JOB_ID_PATTERN,
+    ),
+]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from starlette.responses import Response
 
-from app.deps import BrokerDep, disconnect_watch
+from app.deps import BrokerDep, SettingsDep, disconnect_watch
 from app.responses import OrjsonResponse, problems
+from app.routes.api_route import api_router
 from app.routes.params import GroupPath, TopicPath
 from app.schemas.pop import (
     AckIn,
@@ -19,9 +20,9 @@ from app.schemas.pop import (
     invisibility_out,
     receive_out,
 )
-from services import Broker, ReceiveOptions, check_group_name
+from services import ReceiveOptions, check_group_name
 
-router = APIRouter(tags=["groups"])
+router = api_router(tags=["groups"])
 
 
 @router.post(
@@ -40,16 +41,20 @@ router = APIRouter(tags=["groups"])
     responses=problems(400, 403, 404, 409, 413, 422, 429, 503),
 )
 async def receive_messages(
-    group: GroupPath, topic: TopicPath, body: ReceiveIn, request: Request
+    group: GroupPath,
+    topic: TopicPath,
+    body: ReceiveIn,
+    broker: BrokerDep,
+    settings: SettingsDep,
+    request: Request,
 ) -> Response:
-    broker: Broker = request.app.state.broker
     check_group_name(group)
     options = ReceiveOptions(
         max_messages=body.max_messages,
         wait_ms=body.wait_ms,
         invisible_ms=body.invisible_ms,
         tags=body.tags,
-        max_bytes=request.app.state.settings.max_pull_bytes,
+        max_bytes=settings.max_pull_bytes,
     )
     received = await broker.pop.receive(
         group,

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
-
 from app.deps import BrokerDep
 from app.responses import problems
+from app.routes.api_route import api_router
 from app.schemas.replication import (
     EpochOut,
     EpochsOut,
@@ -16,7 +15,7 @@ from app.schemas.replication import (
     replica_status_out,
 )
 
-router = APIRouter(tags=["replication"])
+router = api_router(tags=["replication"])
 
 
 @router.get(

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import Path
 
 from app.deps import BrokerDep
 from app.responses import problems
+from app.routes.api_route import api_router
 from app.routes.params import TopicPath
 from app.schemas.timers import TimerCancelOut, TimerStatusOut, timer_cancel_out, timer_status_out
 
-router = APIRouter(tags=["messages"])
+router = api_router(tags=["messages"])
 
 TimerHandlePath = Annotated[
     str,

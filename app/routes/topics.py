@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.deps import BrokerDep
+from app.deps import BrokerDep, ClusterDep
 from app.responses import problems
-from app.routes.params import TopicPath
+from app.routes.api_route import api_router
+from app.routes.params import AfterNameQuery, PageLimitQuery, TopicPath
 from app.schemas import (
     TopicDetailOut,
     TopicIn,
@@ -15,20 +15,30 @@ from app.schemas import (
     topic_detail_out,
     topic_out,
 )
-from services.cluster import ClusterMember
 
-router = APIRouter(tags=["topics"])
+router = api_router(tags=["topics"])
 
 
 @router.get(
     "/v1/topics",
     operation_id="listTopics",
-    summary="Every topic config",
+    summary="A page of topic configs, by name",
+    description=(
+        "At most `limit` topics named after `after`; `next_after` continues, `total` counts "
+        "every topic."
+    ),
     response_model=TopicListResponse,
-    responses=problems(503),
+    responses=problems(422, 503),
 )
-async def list_topics(broker: BrokerDep) -> TopicListResponse:
-    return TopicListResponse(topics=[topic_out(t) for t in broker.topics.all()])
+async def list_topics(
+    broker: BrokerDep, limit: PageLimitQuery = 100, after: AfterNameQuery = None
+) -> TopicListResponse:
+    configs, total = broker.topics.page(after, limit)
+    return TopicListResponse(
+        topics=[topic_out(t) for t in configs],
+        total=total,
+        next_after=configs[-1].topic_name if len(configs) == limit else None,
+    )
 
 
 @router.get(
@@ -55,7 +65,11 @@ async def get_topic(topic: TopicPath, broker: BrokerDep) -> TopicDetailOut:
     },
 )
 async def put_topic(
-    topic: TopicPath, body: TopicIn, broker: BrokerDep, request: Request, response: Response
+    topic: TopicPath,
+    body: TopicIn,
+    broker: BrokerDep,
+    member: ClusterDep,
+    response: Response,
 ) -> TopicDetailOut:
     topics = broker.topics
     config, created = await topics.put(
@@ -65,7 +79,6 @@ async def put_topic(
         perm=body.perm,
         order=body.order,
     )
-    member: ClusterMember | None = request.app.state.cluster
     if member is not None:  # the route is readable anywhere once the PUT is answered
         await member.ensure_topic_route(config.topic_name, config.read_queue_nums)
     if created:

@@ -181,6 +181,15 @@ class ResponseBody(BaseModel):
     model_config = ConfigDict(json_schema_serialization_defaults_required=True)
 
 
+class PageBody(ResponseBody):
+    """What every page of a list says besides its items."""
+
+    total: int = Field(description="Items in the whole list, not only on this page.")
+    next_after: str | None = Field(
+        description="Pass as `after` for the next page; null on the last page."
+    )
+
+
 # ==================================================================== health and errors
 
 

@@ -8,6 +8,7 @@ from pydantic import Field
 
 from app.schemas.common import (
     JsonInt,
+    PageBody,
     RequestBody,
     ResponseBody,
     ShortText,
@@ -194,7 +195,7 @@ class RedriveJobOut(ResponseBody):
     error: str | None = Field(description="Why a failed job stopped; null otherwise.")
 
 
-class RedriveJobListOut(ResponseBody):
+class RedriveJobListOut(PageBody):
     group: str
     jobs: list[RedriveJobOut] = Field(
         description="Newest first. The newest jobs are kept, at most "
@@ -220,5 +221,13 @@ def redrive_job_out(job: RedriveJob) -> RedriveJobOut:
     )
 
 
-def redrive_job_list_out(group: str, jobs: list[RedriveJob]) -> RedriveJobListOut:
-    return RedriveJobListOut(group=group, jobs=[redrive_job_out(job) for job in jobs])
+def redrive_job_list_out(
+    group: str, jobs: list[RedriveJob], total: int, limit: int
+) -> RedriveJobListOut:
+    """A page of jobs; ``next_after`` is the last one's id when the page is full."""
+    return RedriveJobListOut(
+        group=group,
+        jobs=[redrive_job_out(job) for job in jobs],
+        total=total,
+        next_after=jobs[-1].id if len(jobs) == limit else None,
+    )

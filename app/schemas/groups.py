@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 from app.schemas.common import (
     MAX_QUEUES,
     JsonInt,
+    PageBody,
     RequestBody,
     ResponseBody,
     TimestampMs,
@@ -70,8 +71,8 @@ class GroupOut(ResponseBody):
     fifo: bool = False
 
 
-class GroupListResponse(ResponseBody):
-    groups: list[GroupOut]
+class GroupListResponse(PageBody):
+    groups: list[GroupOut] = Field(description="By name.")
 
 
 def group_out(config: SubscriptionGroupConfig) -> GroupOut:

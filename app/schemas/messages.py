@@ -7,7 +7,7 @@ them with orjson; the response models document exactly those shapes.
 from __future__ import annotations
 
 import base64
-from typing import Any, Final, Literal, NamedTuple
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -31,8 +31,8 @@ from app.schemas.common import (
     TimestampMs,
 )
 from app.settings import MAX_PULL_MESSAGES, MAX_REQUEST_BYTES, MAX_WAIT_MS
-from services import GroupPull, OutgoingMessage, QueuePull, SendReceipt
-from storage.record.message import StoredMessage
+from services import GroupPull, QueuePull, SendReceipt
+from storage.record.message import RecordFields, StoredMessage
 
 # ==================================================================== send
 
@@ -117,93 +117,6 @@ class SendBatch(RequestBody):
     deliver_at: TimestampMs | None = Field(
         default=None, description="Every message of the batch: deliver_at (a message's own wins)."
     )
-
-
-class PlainSend(NamedTuple):
-    """A send body decoded without the models: its messages and the batch's queue."""
-
-    messages: list[OutgoingMessage]
-    batch_queue_id: int | None
-    batch_sharding_key: str | None
-
-
-_PLAIN_MESSAGE_FIELDS: Final = frozenset({"body", "tags", "keys", "queue_id"})
-_BATCH_FIELDS: Final = frozenset({"messages", "queue_id", "sharding_key"})
-
-
-def plain_send(data: Any) -> PlainSend | None:
-    """The common send body (UTF-8 bodies, tags, keys, queue ids) decoded straight from JSON.
-
-    Checks exactly what :class:`SendMessage` and :class:`SendBatch` check for those fields;
-    a body with any other field, or any value the models would refuse or convert, gives
-    None and goes through the models, which answer the same errors as always.
-    """
-    if type(data) is not dict:
-        return None
-    if "messages" not in data:
-        message = _plain_message(data)
-        return None if message is None else PlainSend([message], None, None)
-    if not data.keys() <= _BATCH_FIELDS:
-        return None
-    items = data["messages"]
-    queue_id = data.get("queue_id")
-    sharding_key = data.get("sharding_key")
-    if type(items) is not list or not 1 <= len(items) <= MAX_BATCH_MESSAGES:
-        return None
-    if not (_plain_queue_id(queue_id) and (sharding_key is None or _short_text(sharding_key))):
-        return None
-    messages = []
-    for item in items:
-        message = _plain_message(item)
-        if message is None:
-            return None
-        messages.append(message)
-    return PlainSend(messages, queue_id, sharding_key)
-
-
-def _plain_message(item: Any) -> OutgoingMessage | None:
-    if type(item) is not dict or not item.keys() <= _PLAIN_MESSAGE_FIELDS:
-        return None
-    body = item.get("body", "")
-    tags = item.get("tags")
-    keys = item.get("keys", ())
-    queue_id = item.get("queue_id")
-    if type(body) is not str or len(body) > MAX_REQUEST_BYTES or not _plain_queue_id(queue_id):
-        return None
-    if tags is not None and not _short_text(tags):
-        return None
-    if keys:
-        if type(keys) is not list or len(keys) > MAX_KEYS or not all(map(_short_text, keys)):
-            return None
-        keys = tuple(keys)
-    elif keys != () and keys != []:
-        return None
-    else:
-        keys = ()
-    try:
-        encoded = body.encode()
-    except UnicodeEncodeError:  # a lone surrogate: the models' path answers it
-        return None
-    return OutgoingMessage(encoded, tags, keys, queue_id=queue_id)
-
-
-def _plain_queue_id(value: Any) -> bool:
-    return value is None or (type(value) is int and 0 <= value < MAX_QUEUES)
-
-
-def _short_text(value: Any) -> bool:
-    return type(value) is str and 0 < len(value) <= 255 and _valid_unicode(value)
-
-
-def _valid_unicode(value: str) -> bool:
-    """No lone surrogate: the models refuse one (``string_unicode``)."""
-    if value.isascii():
-        return True
-    try:
-        value.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 class SendReceiptOut(ResponseBody):
@@ -512,6 +425,71 @@ def message_out(message: StoredMessage, encoding: str = "auto") -> dict[str, obj
     }
 
 
+def record_out(
+    record: RecordFields, encoding: str = "auto", topic: str | None = None
+) -> dict[str, object]:
+    """:func:`message_out` of a record as the CommitLog holds it: the same JSON, rendered
+    from the record's bytes, decoding only the body (as text when ``auto`` finds it valid
+    UTF-8, else base64), the topic and the properties. ``topic``: show it instead of the
+    record's own (a retried message under the topic it was first sent to)."""
+    (
+        data,
+        _size,
+        queue_id,
+        queue_offset,
+        physical_offset,
+        _sys_flag,
+        born_timestamp,
+        store_timestamp,
+        reconsume_times,
+        host_at,
+        host_end,
+        body_at,
+        body_end,
+        topic_at,
+        topic_end,
+        _properties_at,
+        _properties_end,
+    ) = record
+    body = data[body_at:body_end]
+    text: str | None = None
+    if encoding == "auto":
+        try:
+            text = str(body, "utf-8")
+        except UnicodeDecodeError:
+            text = None
+    body_encoding = "utf-8" if text is not None else "base64"
+    if text is None:
+        text = base64.b64encode(body).decode("ascii")
+    host = bytes(data[host_at:host_end])
+    msg_id_prefix = _MSG_ID_PREFIXES.get(host)
+    if msg_id_prefix is None:
+        msg_id_prefix = _MSG_ID_PREFIXES[host] = host.hex().upper()
+    properties = record.properties()
+    tags = properties.pop("TAGS", None)
+    keys = properties.pop("KEYS", None)
+    return {
+        "msg_id": f"{msg_id_prefix}{physical_offset:016X}",  # as RecordFields.msg_id()
+        "topic": str(data[topic_at:topic_end], "utf-8") if topic is None else topic,
+        "queue_id": queue_id,
+        "queue_offset": queue_offset,
+        "commit_log_offset": physical_offset,
+        "body": text,
+        "body_encoding": body_encoding,
+        "tags": tags,
+        "keys": [k for k in keys.split(" ") if k] if keys else [],
+        "properties": properties,
+        "born_timestamp": born_timestamp,
+        "store_timestamp": store_timestamp,
+        "reconsume_times": reconsume_times,
+    }
+
+
+_MSG_ID_PREFIXES: dict[bytes, str] = {}
+"""STOREHOSTADDRESS bytes (address + port) -> their hex, the head of every msg id: a broker
+has one or two."""
+
+
 def pull_out(pulled: QueuePull, encoding: str) -> dict[str, object]:
     return {
         "topic": pulled.topic,
@@ -521,7 +499,7 @@ def pull_out(pulled: QueuePull, encoding: str) -> dict[str, object]:
         "next_offset": pulled.next_offset,
         "min_offset": pulled.min_offset,
         "max_offset": pulled.max_offset,
-        "messages": [message_out(m, encoding) for m in pulled.messages],
+        "messages": [record_out(r, encoding) for r in pulled.records],
     }
 
 
@@ -530,8 +508,10 @@ def group_pull_out(pulled: GroupPull, encoding: str) -> dict[str, object]:
         "group": pulled.group,
         "topic": pulled.topic,
         "messages": [
-            _with_queue_topic(message_out(m, encoding), queue_topic, m.topic)
-            for m, queue_topic in zip(pulled.messages, pulled.queue_topics, strict=True)
+            _with_queue_topic(record_out(r, encoding, topic), queue_topic, topic)
+            for r, queue_topic, topic in zip(
+                pulled.records, pulled.queue_topics, pulled.topics, strict=True
+            )
         ],
         "queues": [
             {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from app.schemas.common import MAX_QUEUES, JsonInt, RequestBody, ResponseBody
+from app.schemas.common import MAX_QUEUES, JsonInt, PageBody, RequestBody, ResponseBody
 from services import SYSTEM_TOPICS, QueueStats, TopicConfig
 
 
@@ -43,8 +43,8 @@ class TopicDetailOut(TopicOut):
     queues: list[QueueStatsOut]
 
 
-class TopicListResponse(ResponseBody):
-    topics: list[TopicOut]
+class TopicListResponse(PageBody):
+    topics: list[TopicOut] = Field(description="By name.")
 
 
 def topic_out(config: TopicConfig) -> TopicOut:

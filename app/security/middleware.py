@@ -1,4 +1,4 @@
-"""The pure-ASGI guard in front of every route, the plain Starlette hot routes included.
+"""The pure-ASGI guard in front of every route.
 
 For a request to ``/v1``, ``/metrics`` or the docs it: finds the route the router will pick
 (:class:`~app.security.routing.RouteResolver`), authenticates the bearer token (401), takes

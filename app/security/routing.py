@@ -3,10 +3,10 @@
 The app's routes are flattened once, in the router's order: a FastAPI route keeps its
 operationId (or name) as its key, and routers included with ``include_router`` (FastAPI
 keeps them as nested "included router" objects) contribute their routes with their full
-paths. The plain Starlette routes put in front of the hot FastAPI routes
-(:mod:`app.routes.fast`) take the key of the FastAPI route with the same path and method,
-so the permission table has one entry per operation. Matching uses Starlette's own
-``Route.matches()``.
+paths. A plain Starlette route on the path and method of a FastAPI route (a twin put in
+front of it) takes that route's key, so the permission table has one entry per operation;
+the app's own routes are all FastAPI routes (:mod:`app.routes.api_route`). Matching uses
+Starlette's own ``Route.matches()``.
 """
 
 from __future__ import annotations

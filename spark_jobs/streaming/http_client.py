@@ -105,12 +105,21 @@ class SpoolmqClient:
 
     def topic_names(self) -> list[str]:
         """The topics clients send to (no system, retry or dead-letter topics)."""
-        listed = self.call("GET", "/v1/topics", what="listing topics")
-        return sorted(
-            t["topic"]
-            for t in listed.get("topics", ())
-            if not t.get("system") and not str(t["topic"]).startswith("%")
-        )
+        names: list[str] = []
+        after: str | None = None
+        while True:  # page by page: a broker lists at most 1000 topics an answer
+            params: dict[str, object] = {"limit": 1000}
+            if after is not None:
+                params["after"] = after
+            listed = self.call("GET", "/v1/topics", params=params, what="listing topics")
+            names += [
+                t["topic"]
+                for t in listed.get("topics", ())
+                if not t.get("system") and not str(t["topic"]).startswith("%")
+            ]
+            after = listed.get("next_after")
+            if after is None:
+                return sorted(names)
 
     def offset_for_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first offset of the queue stored at or after ``timestamp_ms`` (its max offset

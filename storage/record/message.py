@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple
 
-from storage.record.fields import RecordFields, record_fields
+from storage.record.fields import RecordFields as RecordFields  # what app renders from
+from storage.record.fields import record_fields
 from storage.record.msg_id import msg_id_prefix
 from storage.record.properties import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, split_keys
 

@@ -119,6 +119,26 @@ def test_create_topic_send_find_by_key_and_open_detail(admin: Admin) -> None:
     admin.shot("message")
 
 
+def test_the_topic_list_is_paged_with_its_total(admin: Admin) -> None:
+    page, prefix = admin.page, name("Paged")
+    for n in range(105):
+        put_topic(admin.api, f"{prefix}-{n:03d}", 1)
+    admin.goto(f"/admin/topics?q={prefix}")
+    rows = page.locator("#topic-list tbody tr")
+    expect(rows).to_have_count(100)
+    pager = page.locator("#topic-list nav.pager")
+    expect(pager).to_contain_text("1\N{EN DASH}100 of 105")
+    expect(page.locator("#topic-list")).to_contain_text("105 topics matching")
+    pager.get_by_role("link", name="Next page").click()
+    expect(rows).to_have_count(5)
+    expect(rows.first).to_contain_text(f"{prefix}-100")
+    expect(pager).to_contain_text("101\N{EN DASH}105 of 105")
+    expect(pager.get_by_role("link", name="Next page")).to_have_count(0)
+    pager.get_by_role("link", name="First page").click()
+    expect(rows.first).to_contain_text(f"{prefix}-000")
+    expect(pager.get_by_role("link", name="First page")).to_have_count(0)
+
+
 def test_message_search_by_time_offset_and_id_and_consumption(admin: Admin) -> None:
     page, topic, group = admin.page, name("Find"), name("Reader")
     put_topic(admin.api, topic, 2)

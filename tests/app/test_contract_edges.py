@@ -114,6 +114,13 @@ def test_a_redrive_job_runs_in_the_background_and_reports_its_outcomes(
     rerun = client.get(f"{location[:-32]}{again['id']}").json()
     assert rerun["summary"]["already_moved"] == 3, "a re-run sends nothing twice"
     assert len(redriven(client, topic)) == 3
+    jobs = f"/v1/groups/{group}/dlq/redrive-jobs"
+    first = client.get(jobs, params={"limit": 1}).json()
+    assert ([j["id"] for j in first["jobs"]], first["total"]) == ([again["id"]], 2), "newest first"
+    second = client.get(jobs, params={"limit": 1, "after": first["next_after"]}).json()
+    assert [j["id"] for j in second["jobs"]] == [job["id"]]
+    last = client.get(jobs, params={"limit": 1, "after": second["next_after"]}).json()
+    assert (last["jobs"], last["next_after"]) == ([], None)
 
 
 def test_a_cancelled_job_keeps_its_sends_and_a_rerun_finishes_the_rest(

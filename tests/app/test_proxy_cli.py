@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
@@ -49,3 +50,18 @@ def test_proxy_command_refuses_to_listen_beyond_loopback_unless_asked(
     argv = ["proxy", "--cluster", "c", "--etcd", "http://127.0.0.1:1", "--host", "0.0.0.0"]
     assert main(argv) == 2
     assert "--allow-anonymous" in capsys.readouterr().err
+
+
+def test_proxy_command_refuses_a_busy_port_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = ["proxy", "--cluster", "c", "--etcd", "http://127.0.0.1:1", "--port", str(port)]
+        assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"spoolmq: cannot listen on 127.0.0.1:{port}: the port is in use (another server? "
+        "choose another with --port)\n"
+    )

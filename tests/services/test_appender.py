@@ -4,6 +4,8 @@ than the timeout answers FLUSH_DISK_TIMEOUT and the message becomes visible once
 from __future__ import annotations
 
 import dataclasses
+import errno
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -11,7 +13,14 @@ import pytest
 
 from services.appender import Appender
 from services.durability import DurabilityTracker
-from storage import FlushDiskType, GetMessageStatus, Message, MessageStore, PutStatus
+from storage import (
+    FlushDiskType,
+    GetMessageStatus,
+    Message,
+    MessageStore,
+    PutStatus,
+    StoreFlushFailedError,
+)
 from tests.services.conftest import SMALL, until
 
 SYNC = dataclasses.replace(SMALL, flush_disk_type=FlushDiskType.SYNC_FLUSH)
@@ -83,3 +92,30 @@ async def test_a_slow_flush_answers_flush_disk_timeout_and_dispatches_later(
         store.flush_commit_log(0)  # the flush that finally happens
         await until(lambda: visible(store, "Slow") == [b"late"])
         tracker.stop()
+
+
+async def test_a_failed_fsync_answers_every_waiter_at_once_and_acknowledges_nothing_more(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def eio(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    store = MessageStore.open(tmp_path / "eio", SYNC)
+    store.start_services()
+    try:
+        # An hour's timeout: the answer below is the failure, not a timeout.
+        tracker = DurabilityTracker(store, timeout=3600)
+        tracker.start()
+        appender = Appender(store, tracker)
+        [ok] = await appender.put([Message("E", b"before")])
+        assert ok.status is PutStatus.PUT_OK
+        monkeypatch.setattr(os, "fdatasync", eio)
+        with pytest.raises(StoreFlushFailedError, match="not acknowledged"):
+            await appender.put([Message("E", b"during")])
+        with pytest.raises(StoreFlushFailedError, match="restart"):
+            await appender.put([Message("E", b"after")])
+        assert visible(store, "E") == [b"before"]
+        tracker.stop()
+    finally:
+        store.stop_services()
+        store.close()

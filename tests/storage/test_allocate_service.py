@@ -16,7 +16,6 @@ import storage.mapped_file
 import storage.mapped_file_queue
 from storage.allocate_service import AllocateMappedFileService
 from storage.commit_log import PREFAULT_AHEAD
-from storage.consume_queue import ConsumeQueue
 from storage.mapped_file import MappedFile, offset_to_file_name
 from storage.mapped_file_queue import MappedFileQueue
 from storage.message_store import MessageStore
@@ -40,10 +39,12 @@ def inline_creations(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     created: list[Path] = []
     real = storage.mapped_file.MappedFile
 
-    def counting(path: Path, file_size: int, *, create: bool = False) -> MappedFile:
+    def counting(
+        path: Path, file_size: int, *, create: bool = False, sparse: bool = False
+    ) -> MappedFile:
         if create:
             created.append(path)
-        return real(path, file_size, create=create)
+        return real(path, file_size, create=create, sparse=sparse)
 
     monkeypatch.setattr(storage.mapped_file_queue, "MappedFile", counting)
     return created
@@ -178,21 +179,33 @@ def test_leftovers_of_a_crashed_run_are_deleted_when_the_worker_starts(tmp_path:
 def test_truncating_or_destroying_a_queue_discards_its_prepared_file(
     tmp_path: Path, service: AllocateMappedFileService
 ) -> None:
-    cq = ConsumeQueue(tmp_path / "consumequeue", "T", 0, 10, service)
-    cq.load()
-    for n in range(15):  # a roll to file 1 asks for file 2
-        assert cq.put(n * 100, 100, 0, n)
+    queue = MappedFileQueue(tmp_path / "log", SIZE, service)
+    queue.load()
+    roll(queue)
+    roll(queue)  # a roll to file 1 asks for file 2
     service.wait_until_idle()
     assert len(service.prepared_paths) == 1
-    cq.truncate_dirty(500)  # drops file 1: the file after it is not wanted any more
+    queue.truncate_dirty_files(SIZE // 2)  # drops file 1: the file after it is not wanted any more
     assert service.prepared_paths == []
-    for n in range(5, 15):
-        assert cq.put(n * 100, 100, 0, n)
+    roll(queue)
     service.wait_until_idle()
     assert len(service.prepared_paths) == 1
-    cq.destroy()
+    queue.destroy()
     assert service.prepared_paths == []
     assert listing(tmp_path / "prepared") == []
+
+
+def test_a_sparse_queue_creates_its_files_itself(
+    tmp_path: Path, service: AllocateMappedFileService, inline_creations: list[Path]
+) -> None:
+    queue = MappedFileQueue(tmp_path / "consumequeue", SIZE, service, sparse=True)
+    queue.load()
+    for _ in range(3):
+        roll(queue)
+    service.wait_until_idle()
+    assert service.prepared_paths == []
+    assert [p.name for p in inline_creations] == [offset_to_file_name(n * SIZE) for n in range(3)]
+    queue.close()
 
 
 # ---------------------------------------------------------------- load and crash
@@ -248,7 +261,7 @@ def test_a_crash_with_prepared_files_present_recovers_every_message(tmp_path: Pa
         check=True,
     )
     max_offset, prepared = (int(v) for v in child.stdout.split())
-    assert prepared >= 2, "the CommitLog and the ConsumeQueue each had a file ready"
+    assert prepared >= 1, "the CommitLog had its next file ready"
     config = StoreConfig(commit_log_file_size=4096, consume_queue_units_per_file=10)
     with MessageStore.open(store_dir, config) as store:
         assert store.commit_log.max_offset == max_offset

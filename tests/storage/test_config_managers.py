@@ -323,6 +323,7 @@ def test_topic_put_and_delete_persist_and_bump_version(config_dir: Path, clock: 
 def test_topics_file_has_rocketmq_shape(config_dir: Path, clock: FakeClock) -> None:
     manager = topics(config_dir, clock)
     manager.put(TopicConfig("T", perm=PERM_READ))
+    assert manager.persist_if_dirty(), "the change is journaled; the broker's stop writes it"
     stored = read_file(config_dir / "topics.json")
     assert isinstance(stored, dict)
     assert stored["dataVersion"] == {"counter": 1, "timestamp": clock.now}
@@ -431,7 +432,9 @@ def test_get_or_create_persists_at_once(config_dir: Path) -> None:
 
 
 def test_subscription_group_file_has_rocketmq_shape(config_dir: Path) -> None:
-    groups(config_dir).get_or_create("group1")
+    manager = groups(config_dir)
+    manager.get_or_create("group1")
+    manager.persist_if_dirty()
     stored = read_file(config_dir / "subscriptionGroup.json")
     assert isinstance(stored, dict)
     assert stored["subscriptionGroupTable"] == {

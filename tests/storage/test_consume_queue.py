@@ -9,13 +9,11 @@ import pytest
 
 from storage.consume_queue import (
     ConsumeQueue,
-    count_valid_units,
     is_readable_unit,
     is_valid_unit,
     readable_start,
-    units_in,
 )
-from storage.mapped_file import offset_to_file_name
+from storage.mapped_file import RESERVE_CHUNK, offset_to_file_name
 from storage.record.layout import CQ_UNIT_STRUCT, PRE_BLANK_SIZE
 
 UNITS = 10  # units per file: 200-byte files
@@ -383,24 +381,27 @@ def test_a_unit_is_valid_with_an_offset_and_a_size_and_readable_unless_filler_or
     assert not is_readable_unit(0, PRE_BLANK_SIZE, min_physical_offset=0)
 
 
-@pytest.mark.parametrize("valid", [0, 1, 5, 9, 10])
-def test_count_valid_units_finds_where_the_written_prefix_ends(valid: int) -> None:
-    units = [(i * 100, 100, 0) for i in range(valid)] + [(0, 0, 0)] * (UNITS - valid)
-    looked_at: list[int] = []
-
-    def unit_at(index: int) -> tuple[int, int, int]:
-        looked_at.append(index)
-        return units[index]
-
-    assert count_valid_units(unit_at, UNITS) == valid
-    assert len(looked_at) <= 5  # a binary search, or one look at a full file's last unit
-
-
 def test_readable_start_skips_fillers_and_expired_units_and_stops_at_the_data_end() -> None:
     run = [PRE_BLANK, PRE_BLANK, (100, 50, 0), (150, 50, 0), (200, 50, 0)]
     assert readable_start(run, min_physical_offset=0) == (2, True)
     assert readable_start(run, min_physical_offset=150) == (3, True)
     assert readable_start(run, min_physical_offset=1000) == (5, False)
     assert readable_start([PRE_BLANK, (0, 0, 0), (300, 5, 0)], 0) == (1, False)
-    packed = b"".join(CQ_UNIT_STRUCT.pack(*unit) for unit in run)
-    assert list(units_in(packed, 20, len(packed))) == run[1:]
+
+
+def test_a_queue_takes_disk_as_it_fills_not_a_file_at_a_time(root: Path) -> None:
+    units = 300_000  # the default file: 6 MB
+    queue = ConsumeQueue(root, "TopicA", 0, units)
+    queue.load()
+    try:
+        assert queue.put(0, 100, 0, 0)
+        path = root / "TopicA" / "0" / offset_to_file_name(0)
+        assert path.stat().st_size == units * 20
+        assert 0 < path.stat().st_blocks * 512 <= RESERVE_CHUNK
+        batch = b"".join(CQ_UNIT_STRUCT.pack(n * 100, 100, 0) for n in range(1, 5000))
+        assert queue.put_units(1, batch)  # 100,000 bytes: across two chunk boundaries
+        assert queue.max_offset == 5000
+        assert queue.get_unit(4999) == (499_900, 100, 0)
+        assert path.stat().st_blocks * 512 <= 2 * RESERVE_CHUNK
+    finally:
+        queue.close()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from storage import FlushDiskType, GetMessageStatus, Message, MessageStore, StoreConfig
-from storage.flush_service import GroupCommitService
+from storage.flush_service import DiskWatchService, GroupCommitService, ServiceThread
 from tests.storage.conftest import FlushWaiter
 
 
@@ -171,3 +171,36 @@ def test_a_message_whose_flush_is_held_stays_stored_and_invisible_until_flushed(
     finally:
         syncs.gate.set()
         store.close()
+
+
+def test_a_pass_that_raises_is_kept_and_the_thread_goes_on() -> None:
+    passes: list[int] = []
+    done = threading.Event()
+
+    class Flaky(ServiceThread):
+        name = "flaky"
+
+        def run_once(self) -> None:
+            passes.append(len(passes))
+            if len(passes) == 1:
+                raise RuntimeError("first pass fails")
+            done.set()
+
+    service = Flaky(0.001)
+    service.start()
+    try:
+        assert done.wait(30)
+    finally:
+        service.stop()
+    assert len(passes) >= 2 and service.failure is None
+
+
+def test_the_disk_watch_cleans_at_once_over_the_clean_forcibly_ratio() -> None:
+    ratios = iter([0.5, 0.9, 0.9, 0.9])
+    cleans: list[float] = []
+    watch = DiskWatchService(
+        lambda: next(ratios), lambda ratio: ratio >= 0.85, lambda: cleans.append(1.0), 0.2, 3600
+    )
+    for _ in range(4):
+        watch.run_once()
+    assert cleans == [1.0]  # once over the ratio, then not again within the clean interval

@@ -182,3 +182,16 @@ def test_batches_roll_index_files_and_queries_span_them(tmp_path: Path) -> None:
         for i in (0, 37, 99):
             for key in (f"k{i}", f"x{i}", f"u{i}"):
                 assert [m.body for m in store.query_message("T", key)] == [str(i).encode()]
+
+
+def test_an_index_file_a_crash_cut_short_is_dropped_and_rebuilt(tmp_path: Path) -> None:
+    """A power cut right after an index file was made keeps its name, not its size: after
+    an unclean exit such a file (of no index size, nothing but zeros) is dropped."""
+    with MessageStore.open(tmp_path, small_config()) as store:
+        store.put_message(Message("T", b"kept", properties={"KEYS": "k"}))
+    (tmp_path / "index" / "99991231235959000").write_bytes(b"")
+    (tmp_path / "index" / "99991231235959001").write_bytes(b"\0" * 100)
+    (tmp_path / "abort").touch()
+    with MessageStore.open(tmp_path, small_config()) as store:
+        assert sorted(p.name for p in (tmp_path / "index").iterdir())[-1] < "9999"
+        assert [m.body for m in store.query_message("T", "k")] == [b"kept"]

@@ -1,13 +1,20 @@
-"""MappedFile: naming, append, reads up to the read position, the flush page rule."""
+"""MappedFile: naming, append, reads up to the read position, the flush page rule, sparse
+files on a full disk."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from storage.mapped_file import OS_PAGE_SIZE, MappedFile, offset_to_file_name
+from storage.mapped_file import OS_PAGE_SIZE, RESERVE_CHUNK, MappedFile, offset_to_file_name
+
+ROOT = Path(__file__).resolve().parents[2]
 
 PAGES = 8
 FILE_SIZE = PAGES * OS_PAGE_SIZE
@@ -213,3 +220,124 @@ def test_prefault_maps_pages_in_without_changing_them(tmp_path: Path) -> None:
     assert mapped.prefaulted_position == mapped.file_size
     mapped.close()
     assert mapped.prefault(mapped.file_size)  # a closed file: nothing to do
+
+
+# ---------------------------------------------------------------- sparse files
+
+
+def allocated_bytes(path: Path) -> int:
+    return path.stat().st_blocks * 512
+
+
+def test_a_sparse_file_takes_disk_a_chunk_ahead_of_its_writes(tmp_path: Path) -> None:
+    size = 4 * RESERVE_CHUNK
+    mapped = MappedFile(tmp_path / offset_to_file_name(0), size, create=True, sparse=True)
+    try:
+        assert mapped.path.stat().st_size == size
+        assert allocated_bytes(mapped.path) == 0
+        assert mapped.append(b"unit")
+        assert mapped.reserved_position == OS_PAGE_SIZE, "a page first"
+        assert 0 < allocated_bytes(mapped.path) <= OS_PAGE_SIZE
+        reserved = [mapped.reserved_position]
+        while mapped.append(b"u" * 1000):
+            assert mapped.wrote_position <= mapped.reserved_position
+            assert mapped.reserved_position - mapped.wrote_position <= RESERVE_CHUNK
+            if mapped.reserved_position != reserved[-1]:
+                reserved.append(mapped.reserved_position)
+        assert reserved[:5] == [n * OS_PAGE_SIZE for n in (1, 2, 4, 8, 16)], "then doubling"
+        assert reserved[-1] == size and mapped.buffer[:4] == b"unit"
+        assert allocated_bytes(mapped.path) >= size - 1000
+    finally:
+        mapped.close()
+
+
+def test_a_write_at_past_the_reserved_position_reserves_first(tmp_path: Path) -> None:
+    mapped = MappedFile(
+        tmp_path / offset_to_file_name(0), RESERVE_CHUNK * 4, create=True, sparse=True
+    )
+    try:
+        mapped.write_at(RESERVE_CHUNK + 10, b"x")
+        assert mapped.reserved_position >= RESERVE_CHUNK + 11
+        assert allocated_bytes(mapped.path) >= RESERVE_CHUNK + 11
+    finally:
+        mapped.close()
+
+
+def test_a_loaded_sparse_file_is_mapped_on_first_use(tmp_path: Path) -> None:
+    path = tmp_path / offset_to_file_name(0)
+    MappedFile(path, RESERVE_CHUNK, create=True, sparse=True).close()
+    path.write_bytes(b"head" + bytes(RESERVE_CHUNK - 4))
+    mapped = MappedFile(path, RESERVE_CHUNK, sparse=True)
+    assert "buffer" not in vars(mapped)
+    mapped.set_positions(4)
+    assert mapped.read(0, 4) == b"head"
+    assert "buffer" in vars(mapped)
+    mapped.close()
+    never_used = MappedFile(path, RESERVE_CHUNK, sparse=True)
+    never_used.set_positions(4)
+    never_used.close()
+    with pytest.raises(ValueError, match="closed"):
+        never_used.read(0, 1)
+
+
+def test_a_reserved_file_takes_its_whole_size_on_creation(tmp_path: Path) -> None:
+    mapped = MappedFile(tmp_path / offset_to_file_name(0), 4 * RESERVE_CHUNK, create=True)
+    try:
+        assert mapped.reserved_position == mapped.file_size
+        assert allocated_bytes(mapped.path) >= mapped.file_size
+    finally:
+        mapped.close()
+
+
+FULL_DISK_SCRIPT = textwrap.dedent(
+    """
+    import errno, sys
+    from pathlib import Path
+    from storage.consume_queue import ConsumeQueue
+    from storage.mapped_file import MappedFile
+
+    root = Path(sys.argv[1])
+    mapped = MappedFile(root / "00000000000000000000", 1 << 20, create=True, sparse=True)
+    written = 0
+    try:
+        while mapped.append(bytes(range(256)) * 16):
+            written += 4096
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC, exc
+    assert 0 < written < 1 << 20 and mapped.wrote_position == written
+    assert mapped.buffer[written - 4096 : written] == bytes(range(256)) * 16
+    queue = ConsumeQueue(root / "consumequeue", "T", 0, 10_000)
+    queue.load()
+    try:
+        queue.put(0, 100, 0, 0)
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC, exc
+    assert queue.max_offset == 0
+    mapped.destroy()  # space is back
+    for n in range(5000):
+        assert queue.put(n * 100, 100, 0, n)
+    assert queue.max_offset == 5000
+    print("refused", written)
+    """
+)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+def test_a_full_disk_refuses_a_sparse_write_with_enospc_not_sigbus(tmp_path: Path) -> None:
+    mount_point = tmp_path / "small"
+    mount_point.mkdir()
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount_point)], check=True
+    )
+    try:
+        child = subprocess.run(
+            [sys.executable, "-c", FULL_DISK_SCRIPT, str(mount_point)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=True)
+    assert child.returncode == 0, (child.returncode, child.stderr)  # -7 would be SIGBUS
+    assert child.stdout.split()[0] == "refused"

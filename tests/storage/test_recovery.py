@@ -117,6 +117,22 @@ def test_normal_recovery_after_clean_close_keeps_everything(tmp_path: Path) -> N
     assert (count, findings, problems) == (50, [], [])
 
 
+def test_recovery_maps_no_idle_queue_and_their_messages_stay_readable(tmp_path: Path) -> None:
+    with MessageStore.open(tmp_path, CONFIG) as store:
+        for n in range(12):  # a few units per queue, the last file of each partly filled
+            for queue_id in range(3):
+                store.put_message(Message(f"T{n}", b"%d-%d" % (n, queue_id), queue_id=queue_id))
+    with MessageStore.open(tmp_path, CONFIG) as store:
+        files = [f for queue in store.consume_queue_table for f in queue.queue.files]
+        assert len(files) == 36
+        assert not [f for f in files if "buffer" in vars(f)], "found ends with pread only"
+        assert store.max_offset_in_queue("T7", 2) == 1
+        assert [m.body for m in store.get_message("g", "T7", 2, 0).messages] == [b"7-2"]
+        store.put_message(Message("T7", b"after", queue_id=2))
+        assert [m.body for m in store.get_message("g", "T7", 2, 0).messages] == [b"7-2", b"after"]
+        assert sum("buffer" in vars(f) for f in files) == 1, "only the queue used"
+
+
 def test_deleted_consume_queues_are_rebuilt_by_reput(tmp_path: Path) -> None:
     fill(tmp_path, 40)
     for path in sorted((tmp_path / "consumequeue" / "T" / "0").iterdir()):

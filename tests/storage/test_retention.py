@@ -17,6 +17,7 @@ from storage import (
     StoreConfig,
     StoreNotWriteableError,
 )
+from storage.disk_watch import DiskWatch
 from storage.retention import RetentionConfig, StoreCleaner, is_time_to_delete
 from storage.running_flags import RunningFlags
 
@@ -75,11 +76,9 @@ def test_the_cleaner_acts_through_what_it_is_given(tmp_path: Path) -> None:
 
     cleaner = StoreCleaner(
         RetentionConfig(file_reserved_time_hours=2, delete_when="99"),
-        tmp_path,
-        flags,
+        DiskWatch([tmp_path], flags, 90, disk_usage=lambda _: usage(ratio[0])),
         expire,
         lambda: after.append("deleted"),
-        disk_usage=lambda _: usage(ratio[0]),
     )
     assert cleaner.run_once() == 3
     assert not flags.writeable and flags.disk_full
@@ -93,7 +92,7 @@ def test_the_cleaner_acts_through_what_it_is_given(tmp_path: Path) -> None:
 
 def test_expired_files_go_ten_per_pass_at_the_delete_hour_never_the_last(tmp_path: Path) -> None:
     with MessageStore.open(tmp_path, config(f"{hour_now():02d}")) as store:
-        store.cleaner.disk_usage = lambda _: usage(0.10)
+        store.disk_watch.disk_usage = lambda _: usage(0.10)
         fill(store, 100)
         files = commit_log_files(tmp_path)
         assert len(files) > 20
@@ -109,12 +108,12 @@ def test_expired_files_go_ten_per_pass_at_the_delete_hour_never_the_last(tmp_pat
 
 def test_files_are_kept_outside_the_delete_hour_and_while_young(tmp_path: Path) -> None:
     with MessageStore.open(tmp_path, config(f"{(hour_now() + 1) % 24:02d}")) as store:
-        store.cleaner.disk_usage = lambda _: usage(0.10)
+        store.disk_watch.disk_usage = lambda _: usage(0.10)
         fill(store, 40)
         age(commit_log_files(tmp_path), hours=2)
         assert store.clean_once() == 0
     with MessageStore.open(tmp_path, config(f"{hour_now():02d}")) as store:
-        store.cleaner.disk_usage = lambda _: usage(0.10)
+        store.disk_watch.disk_usage = lambda _: usage(0.10)
         files = commit_log_files(tmp_path)
         age(files[3:], hours=0)  # file 3 is young: deletion stops there
         assert store.clean_once() == 3
@@ -122,7 +121,7 @@ def test_files_are_kept_outside_the_delete_hour_and_while_young(tmp_path: Path) 
 
 def test_deletion_removes_consume_queue_files_and_moves_the_min_offset(tmp_path: Path) -> None:
     with MessageStore.open(tmp_path, config(f"{hour_now():02d}")) as store:
-        store.cleaner.disk_usage = lambda _: usage(0.10)
+        store.disk_watch.disk_usage = lambda _: usage(0.10)
         fill(store, 60)
         cq_dir = tmp_path / "consumequeue" / "T" / "0"
         cq_files_before = len(list(cq_dir.iterdir()))
@@ -146,7 +145,7 @@ def test_deletion_removes_consume_queue_files_and_moves_the_min_offset(tmp_path:
 
 def test_disk_over_the_forced_ratio_deletes_files_that_have_not_expired(tmp_path: Path) -> None:
     with MessageStore.open(tmp_path, config()) as store:
-        store.cleaner.disk_usage = lambda _: usage(0.86)
+        store.disk_watch.disk_usage = lambda _: usage(0.86)
         fill(store, 40)
         before = len(commit_log_files(tmp_path))
         assert store.clean_once() == 10
@@ -156,7 +155,7 @@ def test_disk_over_the_forced_ratio_deletes_files_that_have_not_expired(tmp_path
 def test_disk_over_the_warning_ratio_refuses_writes_and_keeps_reads(tmp_path: Path) -> None:
     with MessageStore.open(tmp_path, config()) as store:
         fill(store, 5)
-        store.cleaner.disk_usage = lambda _: usage(0.95)
+        store.disk_watch.disk_usage = lambda _: usage(0.95)
         store.clean_once()
         with pytest.raises(StoreNotWriteableError, match="disk full"):
             store.put_message(Message("T", b"refused"))
@@ -165,7 +164,7 @@ def test_disk_over_the_warning_ratio_refuses_writes_and_keeps_reads(tmp_path: Pa
         read = store.get_message("g", "T", 0, min_offset)
         assert read.status is GetMessageStatus.FOUND
         assert len(read.messages) == 5 - min_offset
-        store.cleaner.disk_usage = lambda _: usage(0.50)
+        store.disk_watch.disk_usage = lambda _: usage(0.50)
         store.clean_once()
         assert store.put_message(Message("T", b"accepted")).queue_offset == 5
 
@@ -179,7 +178,7 @@ def test_enospc_on_a_new_file_refuses_writes_loses_nothing_and_recovers(
         raise OSError(errno.ENOSPC, "No space left on device")
 
     with MessageStore.open(tmp_path, config()) as store:
-        store.cleaner.disk_usage = lambda _: usage(0.50)
+        store.disk_watch.disk_usage = lambda _: usage(0.50)
         acknowledged = [store.put_message(Message("T", b"a" * 1000)) for _ in range(3)]
         monkeypatch.setattr(storage.mapped_file, "_reserve", no_space)
         with pytest.raises(StoreNotWriteableError, match="disk full"):
@@ -201,22 +200,21 @@ def test_enospc_on_a_new_file_refuses_writes_loses_nothing_and_recovers(
 def test_enospc_while_indexing_is_repaired_once_space_is_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_reserve = storage.mapped_file._reserve
+    real_reserve = storage.mapped_file._reserve_range
     with MessageStore.open(tmp_path, config()) as store:
-        store.cleaner.disk_usage = lambda _: usage(0.50)
+        store.disk_watch.disk_usage = lambda _: usage(0.50)
         store.put_message(Message("T", b"first"))
 
-        def no_space(fd: int, size: int) -> None:
-            if size == 10 * 20:  # ConsumeQueue files only
-                raise OSError(errno.ENOSPC, "No space left on device")
-            real_reserve(fd, size)
+        def no_space(fd: int, offset: int, length: int) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
 
-        monkeypatch.setattr(storage.mapped_file, "_reserve", no_space)
+        # ConsumeQueue files are sparse: their blocks are reserved by the first write.
+        monkeypatch.setattr(storage.mapped_file, "_reserve_range", no_space)
         stored = store.put_message(Message("Other", b"needs a new queue file"))
         assert not store.writeable
         with pytest.raises(StoreNotWriteableError, match="disk full"):
             store.put_message(Message("T", b"refused"))
-        monkeypatch.setattr(storage.mapped_file, "_reserve", real_reserve)
+        monkeypatch.setattr(storage.mapped_file, "_reserve_range", real_reserve)
         store.clean_once()
         store.put_message(Message("T", b"second"))
         found = store.get_message("g", "Other", 0, 0)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 import pytest
 
-from storage import Message, MessageStore, StoreConfig
+from storage import Message, MessageStore, StoreConfig, StoreFlushFailedError
 from storage.checkpoint import StoreCheckpoint
 
 
@@ -59,3 +61,37 @@ def test_only_a_thorough_consume_queue_flush_writes_the_index_and_the_checkpoint
         assert flushed == []
         store.flush_consume_queues(0)
         assert flushed == ["index", "checkpoint"]
+
+
+def test_a_failed_fsync_stops_flushing_and_writes_for_good(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fsyncgate lesson: after EIO the flushed offset never moves and no fsync is tried
+    again (a retry could report success for pages the kernel dropped)."""
+    real = os.fdatasync
+    calls: list[int] = []
+
+    def eio(fd: int) -> None:
+        calls.append(fd)
+        raise OSError(errno.EIO, "Input/output error")
+
+    store = MessageStore.open(tmp_path, StoreConfig(commit_log_file_size=64 * 1024))
+    flushed = store.put_message(Message("T", b"on disk"))
+    store.flush_all()
+    store.put_message(Message("T", b"in the page cache"))
+    monkeypatch.setattr(os, "fdatasync", eio)
+    before = store.flushed_offset
+    assert store.flush_commit_log(0) == before == flushed.end_offset
+    assert store.flush_failed and len(calls) == 1
+    assert "fsync of the CommitLog failed (Input/output error)" in store.not_writeable_reason
+    store.flush_commit_log(0)
+    store.flush_all()
+    assert len(calls) == 1, "no fsync after a failed one"
+    with pytest.raises(StoreFlushFailedError, match="restart"):
+        store.put_message(Message("T", b"refused"))
+    store.close()
+    monkeypatch.setattr(os, "fdatasync", real)
+    assert (tmp_path / "abort").exists(), "the next open recovers as after a crash"
+    with MessageStore.open(tmp_path, StoreConfig(commit_log_file_size=64 * 1024)) as reopened:
+        assert reopened.writeable and reopened.check() == []
+        assert reopened.get_message("g", "T", 0, 0).messages[0].body == b"on disk"

@@ -13,7 +13,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app.admin.forms import Form, FormError
-from app.admin.lag import GroupLag, all_group_lags, group_lag
+from app.admin.lag import GroupLag, group_lag, group_names
+from app.admin.paging import Pager, page_of
 from app.admin.problems import HEADINGS, AdminRoute, Problem
 from app.admin.rendering import render
 from app.admin.views.pop import pop_rows
@@ -62,19 +63,25 @@ def _dead_letters(broker: Broker, group: str) -> int:
     return broker.dlq.depth(group).waiting
 
 
-def group_rows(broker: Broker, search: str = "") -> list[GroupRow]:
+def group_rows(broker: Broker, search: str = "", after: str = "") -> tuple[list[GroupRow], Pager]:
+    """One page of the groups matching the search, with their lag (read for the page's
+    groups only)."""
     needle = search.lower()
-    return [
-        GroupRow(lag, _config(broker, lag.group), _dead_letters(broker, lag.group))
-        for lag in all_group_lags(broker)
-        if needle in lag.group.lower()
+    names = [name for name in group_names(broker) if needle in name.lower()]
+    pager = page_of(names, after, {"q": search})
+    rows = [
+        GroupRow(group_lag(broker, name), _config(broker, name), _dead_letters(broker, name))
+        for name in pager.names
     ]
+    return rows, pager
 
 
 @router.get("/groups", name="admin-groups")
 async def list_groups(request: Request, broker: BrokerDep) -> Response:
-    search = Form.query(request.query_params).text("q")
-    context = {"title": "Groups", "nav": "groups", "rows": group_rows(broker, search)}
+    query = Form.query(request.query_params)
+    search = query.text("q")
+    rows, pager = group_rows(broker, search, query.raw("after"))
+    context = {"title": "Groups", "nav": "groups", "rows": rows, "pager": pager}
     context["search"] = search
     context["pop_rows"] = pop_rows(broker)
     return render(request, "groups.html", context, fragment="_group_list.html")

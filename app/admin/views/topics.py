@@ -14,6 +14,7 @@ from starlette.responses import Response
 
 from app.admin.forms import Form, FormError
 from app.admin.lag import group_lag, group_names
+from app.admin.paging import Pager, page_of
 from app.admin.problems import AdminRoute
 from app.admin.rendering import PREFIX, redirect, render
 from app.deps import BrokerDep
@@ -74,17 +75,24 @@ class TopicRow:
         return max((q.last_store_timestamp for q in self.queues), default=0)
 
 
-def topic_rows(broker: Broker, search: str = "", kind: str = "") -> list[TopicRow]:
+def topic_rows(
+    broker: Broker, search: str = "", kind: str = "", after: str = ""
+) -> tuple[list[TopicRow], Pager]:
+    """One page of the topics matching the search and kind, with their queues' figures
+    (read for the page's topics only)."""
     needle = search.lower()
-    rows = []
-    for config in sorted(broker.topics.all(), key=lambda c: c.topic_name):
-        row_kind = topic_kind(config.topic_name)
-        if needle and needle not in config.topic_name.lower():
-            continue
-        if kind and row_kind.value != kind:
-            continue
-        rows.append(TopicRow(config, row_kind, broker.topics.queue_stats(config)))
-    return rows
+    configs = {
+        config.topic_name: config
+        for config in broker.topics.all()
+        if (not needle or needle in config.topic_name.lower())
+        and (not kind or topic_kind(config.topic_name).value == kind)
+    }
+    pager = page_of(sorted(configs), after, {"q": search, "kind": kind})
+    rows = [
+        TopicRow(configs[name], topic_kind(name), broker.topics.queue_stats(configs[name]))
+        for name in pager.names
+    ]
+    return rows, pager
 
 
 def topic_url(topic: str) -> str:
@@ -98,10 +106,12 @@ def topic_url(topic: str) -> str:
 async def list_topics(request: Request, broker: BrokerDep) -> Response:
     query = Form.query(request.query_params)
     search, kind = query.text("q"), query.text("kind")
+    rows, pager = topic_rows(broker, search, kind, query.raw("after"))
     context = {
         "title": "Topics",
         "nav": "topics",
-        "rows": topic_rows(broker, search, kind),
+        "rows": rows,
+        "pager": pager,
         "search": search,
         "kind": kind,
         "kinds": [k.value for k in TopicKind],

@@ -41,9 +41,10 @@ from storage.config_managers import (
 )
 from tests.spark_jobs.stores import CONFIG
 
-# The first run: the next full hour, so that every message is stored before it (store times
-# come from the wall clock); each run is 60 s after the previous one.
-START = (time.time_ns() // 1_000_000 // 3_600_000 + 1) * 3_600_000
+# The first run: a full hour a day ahead, so that every message is stored before it however
+# long the suite runs before this module's tests (store times come from the wall clock); each
+# run is 60 s after the previous one.
+START = (time.time_ns() // 1_000_000 // 3_600_000 + 24) * 3_600_000
 COMMITS: dict[str, list[int | None]] = {
     "fast": [20, 40, 60, 80],
     "catching": [0, 30, 55, 78],

@@ -1,0 +1,234 @@
+"""How a route is written and served: one route class for every router of the app.
+
+Every route is a FastAPI path operation: its parameters, body and answers are declared in the
+endpoint's signature and decorator, and the OpenAPI document is generated from them; a
+router is made with :func:`api_router` and joins the app with :func:`add_routes`.
+:class:`ApiRoute` serves most routes through FastAPI's dependency machinery, as any
+``APIRoute``. A route whose endpoint returns a ``Response`` itself and takes nothing but path
+parameters, one query model (``Annotated[Model, Query()]``), the ``Request`` and dependencies
+that need only the request (``BrokerDep``) is served directly instead: its parameters are
+validated by FastAPI's own fields for them (same coercion, same 422 errors; the query model
+read as FastAPI reads one, with the work FastAPI repeats per request done once), its
+dependencies are called with the request, and the endpoint is awaited, without the
+per-request exit stacks, body handling and dependency cache it has no use for (on a small
+send or pull they cost about a quarter of the request). Same signature, same validation,
+same answers -- tests/app/test_api_route.py sends the same requests both ways; the choice is
+made once, when the route is built, by what the signature declares. While a test overrides a
+dependency (``app.dependency_overrides``), FastAPI serves every route.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from fastapi import APIRouter, FastAPI
+from fastapi._compat import ModelField, field_annotation_is_sequence, get_cached_model_fields
+from fastapi.dependencies.models import Dependant
+from fastapi.dependencies.utils import _get_param_aliases as _param_aliases
+from fastapi.dependencies.utils import _get_param_model as _param_model
+from fastapi.dependencies.utils import _is_json_field, get_typed_return_annotation
+from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
+from pydantic import BaseModel
+from starlette.datastructures import QueryParams
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import request_response
+from starlette.types import Receive, Scope, Send
+
+Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+RequestDependency = tuple[str, Callable[[Request], Awaitable[Any]]]
+
+
+class ApiRoute(APIRoute):
+    """FastAPI's route, served directly when its signature allows (see the module)."""
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        super().__init__(path, endpoint, **kwargs)
+        direct = direct_handler(self.dependant)
+        if direct is None or self.max_body_size is not None:
+            return
+        general = self.app
+        served = request_response(direct)  # Starlette's: no exit stacks to set up
+
+        async def app(scope: Scope, receive: Receive, send: Send) -> None:
+            # A test may override a dependency: FastAPI's own handling honours that.
+            if scope["app"].dependency_overrides:
+                await general(scope, receive, send)
+            else:
+                await served(scope, receive, send)
+
+        self.app = app
+
+
+def api_router(**kwargs: Any) -> APIRouter:
+    """An ``APIRouter`` whose routes are :class:`ApiRoute`s: how every router is made."""
+    return APIRouter(route_class=ApiRoute, **kwargs)
+
+
+def add_routes(app: FastAPI, router: APIRouter) -> None:
+    """Serve ``router``'s routes from ``app``, as routes of the app itself.
+
+    ``include_router`` would put the router in front of its routes as one more layer that
+    every request walks (with its own scope bookkeeping) before a route is tried; the app's
+    routers have no prefix, dependencies or lifespan of their own to apply, so their routes
+    join the app's list as they are, with the tags and answers they were declared with.
+    """
+    for route in router.routes:
+        if not isinstance(route, ApiRoute):
+            raise TypeError(f"{route!r} is not an ApiRoute: make its router with api_router")
+        app.router.routes.append(route)
+
+
+def direct_handler(dependant: Dependant) -> Handler | None:
+    """A handler that serves ``dependant`` without FastAPI's machinery, or None when its
+    signature declares anything beyond path parameters, one query model, the request and
+    request-only dependencies, or its endpoint does not return a ``Response``."""
+    endpoint = dependant.call
+    if endpoint is None or not inspect.iscoroutinefunction(endpoint):
+        return None
+    returns = get_typed_return_annotation(endpoint)
+    if not (inspect.isclass(returns) and issubclass(returns, Response)):
+        return None
+    if not _only_parameters(dependant):
+        return None
+    dependencies = _request_dependencies(dependant)
+    query = _query_model_reader(dependant.query_params)
+    if dependencies is None or query is None:
+        return None
+    path = [(field, _param_aliases(field)[0][1]) for field in dependant.path_params]
+    request_name = dependant.request_param_name
+
+    async def handler(request: Request) -> Response:
+        values: dict[str, Any] = {}
+        errors: list[Any] = []
+        path_params = request.path_params
+        for field, alias in path:
+            value = path_params[alias]
+            if field.field_info.metadata or field.field_info.annotation is not str:
+                value, field_errors = field.validate(value, values, loc=("path", alias))
+                if field_errors:
+                    errors += field_errors
+                    continue
+            # else: a path segment is a str, and a str without constraints validates as itself
+            values[field.name] = value
+        query(request.query_params, values, errors)
+        if errors:
+            raise RequestValidationError(errors)
+        if request_name is not None:
+            values[request_name] = request
+        for name, dependency in dependencies:
+            values[name] = await dependency(request)
+        response: Response = await endpoint(**values)
+        return response
+
+    return handler
+
+
+QueryReader = Callable[[QueryParams, dict[str, Any], list[Any]], None]
+
+
+def _query_model_reader(fields: list[ModelField]) -> QueryReader | None:
+    """What FastAPI's ``request_params_to_args`` does for a route's one query model
+    (``Annotated[Model, Query()]``), with what it works out on every request (each field's
+    query name, whether it is a list) worked out once, by FastAPI's own functions: the
+    model's fields by their query names (a list field from every occurrence, an empty one
+    left out), the other names as extras for the model's extra policy, validated as one value
+    with errors under ``query``. None when the route's query parameters are anything else."""
+    if not fields:
+        return _no_query
+    model_field = fields[0]
+    found = _param_model(model_field)
+    if found is None or len(fields) > 1:
+        return None
+    model: type[BaseModel] = found
+    if model_field.field_info.annotation is not model:
+        return None  # an optional model: FastAPI decides when it is absent
+    plan: list[tuple[list[tuple[str, str]], str, str, bool]] = []
+    for field in get_cached_model_fields(model):  # type: ignore[arg-type]  # a class hashes
+        if _is_json_field(field):
+            return None
+        aliases = _param_aliases(field)  # (validation alias, query name) by preference
+        is_list = field_annotation_is_sequence(field.field_info.annotation)
+        plan.append((aliases, *aliases[0], is_list))
+    name = model_field.name
+    empty: list[tuple[Any, list[Any]]] = []  # what no query parameter at all gives
+
+    def read(params: QueryParams, values: dict[str, Any], errors: list[Any]) -> None:
+        if not params:
+            if not empty:
+                empty.append(model_field.validate({}, {}, loc=("query",)))
+            value, model_errors = empty[0]
+            if model_errors:
+                errors += model_errors
+            else:
+                values[name] = value  # one instance for every such request: read-only values
+            return
+        data: dict[str, Any] = {}
+        known: set[str] = set()
+        for aliases, alias, key, is_list in plan:
+            if len(aliases) > 1:
+                alias, key = next((pair for pair in aliases if pair[1] in params), aliases[0])
+            known.add(key)
+            if is_list:
+                items = params.getlist(key)
+                if items:
+                    data[alias] = items
+            else:
+                value = params.get(key)
+                if value is not None:
+                    data[alias] = value
+        if len(params) > len(data):
+            extras: dict[str, list[str]] = {}
+            for key, item in params.multi_items():
+                if key not in known:
+                    extras.setdefault(key, []).append(item)
+            data.update((key, v[0] if len(v) == 1 else v) for key, v in extras.items())
+        value, model_errors = model_field.validate(data, {}, loc=("query",))
+        if model_errors:
+            errors += model_errors
+        else:
+            values[name] = value
+
+    return read
+
+
+def _no_query(params: QueryParams, values: dict[str, Any], errors: list[Any]) -> None:
+    return None
+
+
+def _only_parameters(dependant: Dependant) -> bool:
+    return not (
+        dependant.header_params
+        or dependant.cookie_params
+        or dependant.body_params
+        or dependant.websocket_param_name
+        or dependant.http_connection_param_name
+        or dependant.response_param_name
+        or dependant.background_tasks_param_name
+        or dependant.security_scopes_param_name
+    )
+
+
+def _request_dependencies(dependant: Dependant) -> list[RequestDependency] | None:
+    """(parameter name, coroutine taking the request) of each dependency, or None when one
+    needs more than the request."""
+    found: list[RequestDependency] = []
+    for sub in dependant.dependencies:
+        call = sub.call
+        if (
+            sub.name is None
+            or call is None
+            or not inspect.iscoroutinefunction(call)
+            or sub.request_param_name is None
+            or sub.dependencies
+            or sub.path_params
+            or sub.query_params
+            or not _only_parameters(sub)
+            or len(inspect.signature(call).parameters) != 1
+        ):
+            return None
+        found.append((sub.name, call))  # its one parameter is the request
+    return found

@@ -1,0 +1,162 @@
+"""One way to write a route: a route served directly answers as FastAPI's own handling does."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, cast
+from urllib.parse import quote
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.routes import (
+    cluster,
+    dlq,
+    docs,
+    groups,
+    health,
+    messages,
+    pop,
+    redelivery,
+    replication,
+    topics,
+)
+from app.routes.api_route import ApiRoute, direct_handler
+from tests.conftest import LiveServer
+
+HOT_OPERATIONS = {"sendMessages", "pullMessages", "pullGroupMessages", "queryMessagesByKey"}
+
+VALUES = st.sampled_from(
+    ["", "0", "1", "-1", "+3", "07", "32", "40", "1.0", "1_0", "x", "true", "*", "A||B", "ä"]
+)
+PULL_NAMES = st.sampled_from(
+    [
+        "offset",
+        "group",
+        "commit_offset",
+        "max_messages",
+        "max_bytes",
+        "tags",
+        "wait_ms",
+        "body_encoding",
+        "auto_commit",
+        "other",
+    ]
+)
+SEND_NAMES = st.sampled_from(
+    ["tags", "keys", "property", "queue_id", "sharding_key", "delay_level", "deliver_after_ms"]
+)
+QUERIES = st.lists(st.tuples(PULL_NAMES, VALUES | st.just("base64")), max_size=4)
+SEND_QUERIES = st.lists(st.tuples(SEND_NAMES, VALUES | st.just("a=b")), max_size=3)
+TOPICS = st.sampled_from(["Routed", "Missing", "bad topic", "%RETRY%g"])
+QUEUES = st.sampled_from(["0", "1", "-1", "+1", "x", "1024", "99999999999999999999"])
+GROUPS = st.sampled_from(["routed", "bad group", "nogroup"])
+
+
+def app_of(live: LiveServer) -> FastAPI:
+    return cast(FastAPI, live.server.config.app)
+
+
+@pytest.fixture(scope="module")
+def routed(live_server: LiveServer) -> Iterator[tuple[LiveServer, httpx.Client]]:
+    client = live_server.client()
+    assert client.put("/v1/topics/Routed", json={"read_queue_nums": 2}).status_code in (200, 201)
+    assert client.put("/v1/groups/routed", json={}).status_code in (200, 201)
+    batch = {"messages": [{"body": f"m{i}", "tags": "A" if i % 2 else "B"} for i in range(6)]}
+    assert client.post("/v1/topics/Routed/messages", json=batch).status_code == 201
+    yield live_server, client
+
+
+def both_ways(live: LiveServer, client: httpx.Client, method: str, url: str, **kw: Any) -> None:
+    """The answer of the direct handler, then of FastAPI's (a dependency override makes
+    every route take FastAPI's path): the same status and, but for ids, the same JSON."""
+    app = app_of(live)
+    direct = client.request(method, url, **kw)
+    app.dependency_overrides[_unused] = _unused
+    try:
+        general = client.request(method, url, **kw)
+    finally:
+        app.dependency_overrides.clear()
+    assert direct.status_code == general.status_code, (url, direct.text, general.text)
+    assert comparable(direct) == comparable(general), url
+
+
+def comparable(response: httpx.Response) -> Any:
+    data = response.json()
+    if isinstance(data, dict):
+        data.pop("request_id", None)
+        for message in data.get("messages", []):
+            if response.status_code == 201:  # each send stores anew
+                message.clear()
+    return data
+
+
+def _unused() -> None:  # pragma: no cover - never called
+    pass
+
+
+ROUTERS = [
+    module.router
+    for module in (cluster, dlq, docs, groups, health, messages, pop, redelivery, replication)
+] + [topics.router]
+
+
+def test_every_route_is_written_one_way() -> None:
+    # redelivery's router includes dlq's, whose routes are counted with dlq
+    routes = [route for router in ROUTERS for route in router.routes if getattr(route, "path", "")]
+    assert routes and all(isinstance(route, ApiRoute) for route in routes)
+
+
+def test_the_hot_routes_are_served_directly() -> None:
+    direct = {
+        route.operation_id
+        for router in ROUTERS
+        for route in router.routes
+        if isinstance(route, APIRoute) and direct_handler(route.dependant) is not None
+    }
+    assert direct >= HOT_OPERATIONS
+
+
+@settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(topic=TOPICS, queue=QUEUES, query=QUERIES)
+def test_a_pull_answers_alike_both_ways(
+    routed: tuple[LiveServer, httpx.Client], topic: str, queue: str, query: list[Any]
+) -> None:
+    live, client = routed
+    url = f"/v1/topics/{quote(topic, safe='')}/queues/{queue}/messages"
+    both_ways(live, client, "GET", url, params=query)
+
+
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(group=GROUPS, topic=TOPICS, query=QUERIES)
+def test_a_group_pull_answers_alike_both_ways(
+    routed: tuple[LiveServer, httpx.Client], group: str, topic: str, query: list[Any]
+) -> None:
+    live, client = routed
+    query = [(k, v) for k, v in query if k != "auto_commit"]  # a commit changes what follows
+    url = f"/v1/groups/{quote(group, safe='')}/topics/{quote(topic, safe='')}/messages"
+    both_ways(live, client, "GET", url, params=query)
+
+
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(topic=TOPICS, query=SEND_QUERIES, json_body=st.booleans())
+def test_a_send_answers_alike_both_ways(
+    routed: tuple[LiveServer, httpx.Client], topic: str, query: list[Any], json_body: bool
+) -> None:
+    live, client = routed
+    url = f"/v1/topics/{quote(topic, safe='')}/messages"
+    if json_body:
+        body = {"content": b'{"body": "x"}', "headers": {"content-type": "application/json"}}
+    else:
+        body = {"content": b"raw", "headers": {"content-type": "text/plain"}}
+    both_ways(live, client, "POST", url, params=query, **body)
