@@ -1,4 +1,4 @@
-"""TimerWheel: the slots of the timing wheel, one mapped file (RocketMQ's ``TimerWheel``).
+"""TimerWheel: the slots of the timing wheel, one file (RocketMQ's ``TimerWheel``).
 
 ``2 x slots_total`` slots of 32 bytes (36.9 MiB with the default 7 days of 1 s slots);
 slot index = ``(timeMs / precisionMs) mod (2 x slots_total)``. Slot layout, big-endian::
@@ -10,8 +10,8 @@ slot index = ``(timeMs / precisionMs) mod (2 x slots_total)``. Slot layout, big-
     magic             int   4   unused
 
 A slot holding another time than the one asked for is empty. The wheel is worked on in a
-heap copy; :meth:`snapshot` takes the pages that changed and :meth:`write_snapshot` puts them
-into the mapped file and forces it — the owner takes the snapshot right after the units it
+heap copy; :meth:`snapshot` takes the pages that changed and :meth:`write_snapshot` writes
+them to the file and forces it — the owner takes the snapshot right after the units it
 refers to were appended and writes it only after the timer log is on disk, so the wheel on
 disk never points past the durable end of the timer log.
 """
@@ -55,14 +55,23 @@ class TimerWheel:
         self.precision_ms = precision_ms
         self.size = self.slots * SLOT_SIZE
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        # File reads and writes, not a mapping: the slots live in the heap copy, and a full or
+        # failing disk answers an OSError here instead of a SIGBUS on a mapped page.
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            if os.fstat(fd).st_size != self.size:
-                os.ftruncate(fd, self.size)
-            self._map = mmap.mmap(fd, self.size, access=mmap.ACCESS_WRITE)
-        finally:
-            os.close(fd)
-        self._heap = bytearray(self._map)
+            if os.fstat(self._fd).st_size != self.size:
+                os.ftruncate(self._fd, self.size)
+            self._heap = bytearray(self.size)
+            view = memoryview(self._heap)
+            done = 0
+            while done < self.size:
+                read = os.preadv(self._fd, [view[done:]], done)
+                if read <= 0:
+                    break
+                done += read
+        except BaseException:
+            os.close(self._fd)
+            raise
         self._dirty = bytearray((self.size + _PAGE - 1) // _PAGE)
 
     def _position(self, time_ms: int) -> int:
@@ -108,10 +117,11 @@ class TimerWheel:
         """Write a snapshot's pages into the file and force them (any thread)."""
         if not snapshot.pages:
             return
-        target = self._map
         for offset, data in snapshot.pages:
-            target[offset : offset + len(data)] = data
-        target.flush()
+            written = 0
+            while written < len(data):
+                written += os.pwrite(self._fd, data[written:], offset + written)
+        os.fdatasync(self._fd)
 
     def reset(self) -> None:
         """Empty every slot."""
@@ -119,8 +129,9 @@ class TimerWheel:
         self._dirty = bytearray(b"\x01" * len(self._dirty))
 
     def close(self) -> None:
-        if not self._map.closed:
-            self._map.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 def _set_indexes(flags: bytearray) -> list[int]:
