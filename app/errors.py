@@ -70,6 +70,9 @@ STATUS_BY_CODE: Final[Mapping[str, int]] = {
     "PRODUCER_GROUP_MISMATCH": 403,
     "TRANSACTION_ALREADY_ENDED": 409,  # a commit after a rollback, or the reverse
     "TRANSACTION_ID_IN_USE": 409,
+    "TIMER_NOT_FOUND": 404,
+    "INVALID_TIMER_HANDLE": 400,
+    "TIMER_ALREADY_DELIVERED": 409,  # a cancel after the timer message was delivered
     "NO_MASTER": 503,  # a failover is under way (or this master lost its key): retry
     "NOT_MASTER": 421,  # a write reached a read-only slave; the body names the master
     "REPLICA_DIVERGED": 409,
@@ -85,6 +88,8 @@ STATUS_BY_CODE: Final[Mapping[str, int]] = {
     "INVALID_TOPIC_NAME": 400,
     "MESSAGE_TOO_LARGE": 413,
     "PROPERTIES_TOO_LARGE": 413,
+    "TIMER_MESSAGE_ILLEGAL": 400,  # a delivery time too far ahead, or unreadable
+    "TIMER_NOT_ENABLED": 501,  # the broker runs without the timer wheel
     "STORE_NOT_WRITEABLE": 503,  # e.g. dispatch stalled: writes resume once it caught up
     "DISK_FULL": 503,  # over the disk warning ratio, or ENOSPC: resumes once space is back
     "STORE_FLUSH_FAILED": 503,  # an fsync failed: nothing more is acknowledged until restart

@@ -32,6 +32,7 @@ from app.routes import (
     pop,
     redelivery,
     replication,
+    timers,
     topics,
     transactions,
 )
@@ -118,6 +119,7 @@ def create_app(
     # The API's routes first, the hot ones at the head: a request tries routes in order.
     for module in (
         messages,
+        timers,
         topics,
         groups,
         dlq,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from services import Broker, BrokerState
+from services import Broker, BrokerState, Histogram
 
 Sample = tuple[str, int | float]
 """(label set such as ``{topic="T"}`` or "", value)"""
@@ -31,6 +31,43 @@ class _Page:
         self.family(name, kind, help_text, [("", value)])
 
 
+def _histogram(page: _Page, name: str, help_text: str, histogram: Histogram) -> None:
+    page.lines.append(f"# HELP {name} {help_text}")
+    page.lines.append(f"# TYPE {name} histogram")
+    for bound, count in histogram.cumulative():
+        page.lines.append(f'{name}_bucket{{le="{bound:g}"}} {count}')
+    page.lines.append(f'{name}_bucket{{le="+Inf"}} {histogram.count}')
+    page.lines.append(f"{name}_sum {histogram.total:.6f}")
+    page.lines.append(f"{name}_count {histogram.count}")
+
+
+def _timer_metrics(page: _Page, broker: Broker) -> None:
+    """The timer wheel's counters (RocketMQ's rocketmq_timer_* family), on a master."""
+    progress = broker.timers.progress()
+    if progress is None:
+        return
+    stats = progress.stats
+    for name, help_text, value in (
+        ("scheduled", "Timer messages placed in the wheel (again at each roll).", stats.scheduled),
+        ("delivered", "Timer messages put into their topic at their time.", stats.delivered),
+        ("cancelled", "Timer messages dropped at their time because of a cancel.", stats.cancelled),
+        ("rolled", "Timer messages put back for a later turn of the wheel.", stats.rolled),
+    ):
+        page.one(f"spoolmq_timer_{name}_total", "counter", help_text, value)
+    page.one(
+        "spoolmq_timer_enqueue_behind",
+        "gauge",
+        "Timer messages stored but not yet placed in the wheel.",
+        progress.enqueue_behind,
+    )
+    _histogram(
+        page,
+        "spoolmq_timer_lateness_seconds",
+        "How long after its slot's end a timer message was put into its topic.",
+        stats.lateness,
+    )
+
+
 def render_metrics(broker: Broker, disk_used_bytes: int) -> str:
     """The metrics page; the store gauges only while the broker runs."""
     m = broker.metrics
@@ -50,15 +87,12 @@ def render_metrics(broker: Broker, disk_used_bytes: int) -> str:
         "Sends answered with an earlier send's receipts (same Idempotency-Key).",
         _per_topic(m.sends_replayed),
     )
-    histogram = m.pull_duration
-    name = "spoolmq_pull_duration_seconds"
-    page.lines.append(f"# HELP {name} Time to answer a pull, long-poll wait included.")
-    page.lines.append(f"# TYPE {name} histogram")
-    for bound, count in histogram.cumulative():
-        page.lines.append(f'{name}_bucket{{le="{bound:g}"}} {count}')
-    page.lines.append(f'{name}_bucket{{le="+Inf"}} {histogram.count}')
-    page.lines.append(f"{name}_sum {histogram.total:.6f}")
-    page.lines.append(f"{name}_count {histogram.count}")
+    _histogram(
+        page,
+        "spoolmq_pull_duration_seconds",
+        "Time to answer a pull, long-poll wait included.",
+        m.pull_duration,
+    )
     waiters = broker.waiters
     page.one("spoolmq_long_polls_parked", "gauge", "Pulls parked for messages.", waiters.parked)
     page.one(
@@ -97,6 +131,7 @@ def render_metrics(broker: Broker, disk_used_bytes: int) -> str:
     ):
         page.one(f"spoolmq_transactions_{name}_total", "counter", help_text, m.transactions[name])
     if broker.state is BrokerState.RUNNING:
+        _timer_metrics(page, broker)
         page.one(
             "spoolmq_pop_in_flight",
             "gauge",

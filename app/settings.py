@@ -24,8 +24,10 @@ from services import (
     RetentionConfig,
     SendLimits,
     StoreConfig,
+    TimerConfig,
     TopicPolicy,
     TransactionConfig,
+    check_timer_config,
 )
 from services.cluster import ClusterConfig
 from services.ha import MasterAddress, split_host_port
@@ -169,6 +171,15 @@ class Settings(BaseSettings):
     message_delay_levels: str = Field(
         default="1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
         description="delay level table",
+    )
+    timer_enabled: bool = Field(default=True, description="accept timer messages (deliver_at)")
+    timer_precision_ms: int = Field(
+        default=1000,
+        description="timer wheel slot length, 100, 200, 500 or 1000: how exactly timer "
+        "messages fire",
+    )
+    timer_max_delay_s: int = Field(
+        default=259_200, ge=1, description="how far ahead a timer message may be (3 days)"
     )
 
     # ---------------------------------------------------------------- broker
@@ -413,6 +424,9 @@ class Settings(BaseSettings):
             raise ValueError("a slave needs --master-http and --master-ha")
         if self.replication == "sync" and self.ha_listen is None:
             raise ValueError("sync replication needs --ha-listen (slaves connect there)")
+        problems = check_timer_config(self.timer_config(), self.file_reserved_time_hours)
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     def _check_cluster(self) -> None:
@@ -454,6 +468,14 @@ class Settings(BaseSettings):
             **self._shared(StoreConfig),
             flush_disk_type=flush,
             retention=RetentionConfig(**self._shared(RetentionConfig)),
+            timer=self.timer_config(),
+        )
+
+    def timer_config(self) -> TimerConfig:
+        return TimerConfig(
+            enabled=self.timer_enabled,
+            precision_ms=self.timer_precision_ms,
+            max_delay_s=self.timer_max_delay_s,
         )
 
     def _shared(self, config: type[Any]) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from services.ha import BROKER_NAME_PATTERN
 from services.idempotency import KEY_PATTERN, MAX_KEY_LENGTH, check_key
 from services.long_poll import WaiterRegistry, WakeReason
 from services.messages import QueuePage
-from services.metrics import Metrics
+from services.metrics import Histogram, Metrics
 from services.offset_reset import ResetPlan, ResetRequest, ResetTarget
 from services.offsets import OffsetCommit, QueueLag, TopicLag
 from services.pop.handles import MAX_HANDLE_LENGTH
@@ -63,6 +63,7 @@ from services.schedule import LevelProgress
 from services.send import OutgoingMessage, SendLimits, SendReceipt
 from services.send_back import SendBackRequest, SendBackResult, original_topic
 from services.store_status import StoreGauges
+from services.timer.service import CancelOutcome, CancelResult, TimerProgress
 from services.topics import SYSTEM_TOPICS, QueueSeek, QueueStats, TopicPolicy
 from services.transaction import (
     CheckOffer,
@@ -86,6 +87,7 @@ from storage.durations import format_duration
 from storage.lag_model import DlqDepth
 from storage.record.properties import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC
 from storage.retention import RetentionConfig
+from storage.timer.config import PRECISIONS_MS, TimerConfig, check_timer_config
 from storage.timestamps import parse_timestamp_ms
 from storage.topic_names import (
     DLQ_GROUP_TOPIC_PREFIX,
@@ -120,6 +122,7 @@ __all__ = [
     "MIN_REDRIVE_RATE",
     "PERM_READ",
     "PERM_WRITE",
+    "PRECISIONS_MS",
     "PROPERTY_ORIGIN_MESSAGE_ID",
     "PROPERTY_REDRIVEN_FROM",
     "PROPERTY_RETRY_TOPIC",
@@ -131,6 +134,8 @@ __all__ = [
     "Broker",
     "BrokerConfig",
     "BrokerState",
+    "CancelOutcome",
+    "CancelResult",
     "CheckOffer",
     "DlqDepth",
     "DlqFilter",
@@ -140,6 +145,7 @@ __all__ = [
     "FlushDiskType",
     "GroupPolicy",
     "GroupPull",
+    "Histogram",
     "InvisibilityChange",
     "LevelProgress",
     "Metrics",
@@ -173,6 +179,8 @@ __all__ = [
     "StoreConfig",
     "StoreGauges",
     "SubscriptionGroupConfig",
+    "TimerConfig",
+    "TimerProgress",
     "TopicConfig",
     "TopicLag",
     "TopicPolicy",
@@ -184,6 +192,7 @@ __all__ = [
     "WakeReason",
     "check_group_name",
     "check_key",
+    "check_timer_config",
     "dlq_topic",
     "format_duration",
     "in_flight_by_queue",

@@ -51,6 +51,7 @@ from services.schedule import DelayScheduler
 from services.send import SendService
 from services.send_back import SendBackService
 from services.store_status import StoreGauges, StoreStatusService
+from services.timer.service import TimerService
 from services.topics import TopicService
 from services.transaction.check import TransactionCheckService
 from services.transaction.service import TransactionService
@@ -113,6 +114,7 @@ class Broker:
         self._durability: DurabilityTracker | None = None
         self._dispatch_retry: DispatchRetry | None = None
         self._scheduler: DelayScheduler | None = None
+        self._timers: TimerService | None = None
         self._index_catch_up: asyncio.Task[None] | None = None
         self._revive: ReviveService | None = None
         self._pop_persister: PopStatePersister | None = None
@@ -155,6 +157,13 @@ class Broker:
         store.arrival_listeners.append(self._on_arrival)
         # Built on a slave too (its delay progress is readable), started only on a master.
         self._scheduler = DelayScheduler(store, self.delay_offsets, services.idempotency.reput)
+        self._timers = TimerService(
+            store,
+            appender.put,
+            services.idempotency.reput_all,
+            self.config.broker_name,
+            fired_horizon_ms=int(self.config.dedup_window_s * 1000),
+        )
         host = RoleHost(
             store, appender, self._start_write_tasks, services.idempotency.begin_writing
         )
@@ -180,8 +189,8 @@ class Broker:
         )
 
     async def _start_write_tasks(self) -> None:
-        """What only a master runs: POP state, revive, persisters, the delay scheduler,
-        transaction check-back."""
+        """What only a master runs: POP state, revive, persisters, the delay scheduler, the
+        timer wheel, transaction check-back."""
         services = self._built_services()
         await asyncio.to_thread(services.pop.load)  # in-flight state from the revive log
         self._revive = ReviveService(services.pop, services.topics, services.idempotency.reput)
@@ -193,6 +202,8 @@ class Broker:
         await asyncio.to_thread(services.transactions.load)  # from the transaction topics
         self._transaction_check = TransactionCheckService(services.transactions)
         self._transaction_check.start()
+        if self.config.store.timer.enabled:
+            await self.timers.start()
         self._write_tasks_started = True
 
     def _open_store(self) -> MessageStore:
@@ -241,6 +252,8 @@ class Broker:
             await asyncio.gather(self._index_catch_up, return_exceptions=True)
         if self._scheduler is not None and self._write_tasks_started:
             await _logged("the delay scheduler", self._scheduler.stop())
+        if self._timers is not None and self._write_tasks_started:
+            await _logged("the timer wheel", self._timers.stop())
         if self._dispatch_retry is not None:
             await self._dispatch_retry.stop()
         store = self._require_store()
@@ -358,6 +371,12 @@ class Broker:
         if self._scheduler is None:
             raise BrokerUnavailableError(f"the broker is {self.state.value}")
         return self._scheduler
+
+    @property
+    def timers(self) -> TimerService:
+        if self._timers is None:
+            raise BrokerUnavailableError(f"the broker is {self.state.value}")
+        return self._timers
 
     @property
     def offset_persist_count(self) -> int:

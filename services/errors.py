@@ -9,7 +9,8 @@ The tree::
     │   ├── QueueNotFoundError          the queue id is outside the topic's queue count
     │   ├── MessageNotFoundError        no message has this id (or it has expired)
     │   ├── TransactionNotFoundError    no half message has this transaction id
-    │   └── RedriveJobNotFoundError     no redrive job of the group has this id
+    │   ├── RedriveJobNotFoundError     no redrive job of the group has this id
+    │   └── TimerNotFoundError          no timer message of the topic has this handle
     ├── InvalidRequestError
     │   ├── InvalidGroupNameError       group name breaks ``^[%|a-zA-Z0-9_-]+$`` or is too long
     │   ├── InvalidMessageIdError       a message id is not 32 or 56 hex characters
@@ -20,6 +21,8 @@ The tree::
     │   ├── InvalidIdempotencyKeyError  an Idempotency-Key that is empty, too long or not ASCII
     │   ├── IdempotencyKeyReusedError   a key already used (in the window) for another payload
     │   ├── InvalidReceiptHandleError   a POP receipt handle not issued here, mangled or replaced
+    │   ├── InvalidTimerHandleError     a timer cancel handle that is mangled or of another
+    │   │                               topic or broker
     │   └── RedriveTooLongError         a paced redrive too long for one call: use a job
     ├── ForbiddenError
     │   ├── SystemTopicError            system, retry and DLQ topics are not sent to directly
@@ -28,6 +31,7 @@ The tree::
     │   ├── ConsumeDisabledError        the group's consume_enable is false
     │   └── ProducerGroupMismatchError  a transaction ended by another producer group
     ├── ConsumeModeConflictError        a group consumes by offsets or by POP, never both
+    ├── TimerAlreadyDeliveredError      a cancel came after the timer message was delivered
     ├── ReceiptHandleExpiredError       a POP handle whose invisibility ran out
     ├── TransactionEndedError           a commit after a rollback, or the reverse
     ├── TransactionIdInUseError         a half message whose UNIQ_KEY is a known transaction
@@ -281,6 +285,24 @@ class ConsumeModeConflictError(ServiceError):
     """The group consumes by offsets and was asked to receive, or the other way round."""
 
     code: ClassVar[str] = "CONSUME_MODE_CONFLICT"
+
+
+class TimerAlreadyDeliveredError(ServiceError):
+    """The timer message to cancel has been delivered already (its slot has fired)."""
+
+    code: ClassVar[str] = "TIMER_ALREADY_DELIVERED"
+
+
+class TimerNotFoundError(NotFoundError):
+    """No timer message of the topic has this handle (or its record has expired)."""
+
+    code: ClassVar[str] = "TIMER_NOT_FOUND"
+
+
+class InvalidTimerHandleError(InvalidRequestError):
+    """A timer cancel handle that cannot be read, or names another topic or broker."""
+
+    code: ClassVar[str] = "INVALID_TIMER_HANDLE"
 
 
 class InvalidReceiptHandleError(InvalidRequestError):

@@ -34,10 +34,11 @@ earlier: beyond the window, deduplication is best effort.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, NamedTuple, Protocol
 
@@ -47,7 +48,7 @@ from services.errors import (
     InvalidIdempotencyKeyError,
     KeyIndexCatchingUpError,
 )
-from storage import Message, MessageStore, PutResult, PutStatus, StoredMessage
+from storage import Message, MessageStore, PutResult, PutStatus, StorageError, StoredMessage
 from storage.record.properties import (
     PROPERTY_IDEMPOTENCY_BATCH,
     PROPERTY_IDEMPOTENCY_FINGERPRINT,
@@ -114,6 +115,14 @@ class Written:
 
 RePut = Callable[[Message, StoredMessage], Awaitable[Written]]
 """Puts a copy of a stored record once (:meth:`IdempotencyService.reput`)."""
+
+
+class RePutAll(Protocol):
+    """Puts copies of stored records once each (:meth:`IdempotencyService.reput_all`)."""
+
+    def __call__(
+        self, items: Sequence[tuple[Message, StoredMessage]], *, fresh: bool = False
+    ) -> Awaitable[list[PutResult | StorageError]]: ...
 
 
 class _Unindexed(NamedTuple):
@@ -237,6 +246,51 @@ class IdempotencyService:
         return await self.put_once(
             message.topic, repost_key(source), None, [message], since_ms=since_ms, ready_wait_s=None
         )
+
+    async def reput_all(
+        self, items: Sequence[tuple[Message, StoredMessage]], *, fresh: bool = False
+    ) -> list[PutResult | StorageError]:
+        """:meth:`reput` for many copies (the timer wheel's due messages): every one is
+        appended (or found put already) with nothing in between, then one wait until the
+        last is durable. Each answer is its result, or the StorageError that refused it.
+
+        ``fresh``: the caller knows no copy can have been put before (nothing is looked up);
+        each copy still carries its key, so a repeat after a crash finds it."""
+        keyed = self._store.keyed.enabled
+        if keyed and not fresh and not self._store.keyed.covers(self._ready_at):
+            await self.ready(None)
+        since = self.since_ms()
+        answers: list[PutResult | StorageError] = []
+        end = -1
+        for message, source in items:
+            properties = message.properties
+            for name in IDEMPOTENCY_PROPERTIES:
+                properties.pop(name, None)
+            try:
+                if keyed:
+                    key = repost_key(source)
+                    earlier = None if fresh else self.find(message.topic, key, None, since)
+                    if earlier is not None:
+                        answers.append(_put_result(earlier[0], PutStatus.PUT_OK))
+                        end = max(end, _end_offset(earlier[-1]))
+                        continue
+                    _stamp([message], key, None)
+                [result] = self._appends.append([message])
+                if keyed and not fresh:
+                    self._remember(message.topic, key, None, [result])
+            except StorageError as exc:
+                answers.append(exc)
+                continue
+            answers.append(result)
+            end = max(end, result.end_offset)
+        if end >= 0:
+            status = await self._appends.durable_status(end)
+            if status is not PutStatus.PUT_OK:
+                answers = [
+                    dataclasses.replace(a, status=status) if isinstance(a, PutResult) else a
+                    for a in answers
+                ]
+        return answers
 
     def find_reput(self, topic: str, source: StoredMessage, since_ms: int) -> StoredMessage | None:
         """The re-put of ``source`` into ``topic`` stored at ``since_ms`` or later, if any."""

@@ -33,6 +33,7 @@ from services.appender import PutMessages as PutMessages  # re-exported for the 
 from services.errors import BatchRejectedError, IdempotencyUnavailableError, InvalidPropertyError
 from services.idempotency import IDEMPOTENCY_PROPERTIES, IdempotencyService, Written
 from services.metrics import Metrics
+from services.timer.handles import TimerHandle
 from services.topics import TopicService
 from storage import Message, PutResult, StoredMessage
 from storage.config_managers import TopicConfig
@@ -47,8 +48,18 @@ from storage.record.properties import (
     PROPERTY_REAL_TOPIC,
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
+    PROPERTY_TIMER_DEL_UNIQKEY,
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELAY_SEC,
+    PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_TIMER_DEQUEUE_MS,
+    PROPERTY_TIMER_ENQUEUE_MS,
+    PROPERTY_TIMER_OUT_MS,
+    PROPERTY_TIMER_ROLL_TIMES,
     PROPERTY_UNIQ_KEY,
 )
+from storage.timer import TIMER_TOPIC
+from storage.timer.transform import fire_time
 
 RESERVED_PROPERTIES: Final = frozenset(
     {
@@ -71,6 +82,15 @@ RESERVED_PROPERTIES: Final = frozenset(
         "MIN_OFFSET",
         "MAX_OFFSET",
         *IDEMPOTENCY_PROPERTIES,  # use the Idempotency-Key header
+        # use deliver_at / deliver_after_ms
+        PROPERTY_TIMER_DELIVER_MS,
+        PROPERTY_TIMER_DELAY_MS,
+        PROPERTY_TIMER_DELAY_SEC,
+        PROPERTY_TIMER_OUT_MS,
+        PROPERTY_TIMER_ENQUEUE_MS,
+        PROPERTY_TIMER_DEQUEUE_MS,
+        PROPERTY_TIMER_ROLL_TIMES,
+        PROPERTY_TIMER_DEL_UNIQKEY,
     }
 )
 """Property names the broker sets or interprets; a producer may not set them directly."""
@@ -90,7 +110,8 @@ class OutgoingMessage(NamedTuple):
     queue_id: int | None = None  # explicit queue
     sharding_key: str | None = None  # same key, same queue
     delay_level: int = 0  # > 0: delivered after that level's delay (1s 5s 10s 30s 1m ...)
-    deliver_after_ms: int | None = None  # rounded up to the next delay level
+    deliver_after_ms: int | None = None  # a timer message: delivered this long after the send
+    deliver_at: int | None = None  # a timer message: delivered at this time (ms since the epoch)
 
 
 class SendReceipt(NamedTuple):
@@ -105,8 +126,9 @@ class SendReceipt(NamedTuple):
     store_timestamp: int
     status: str = "PUT_OK"  # or FLUSH_DISK_TIMEOUT: stored, not yet confirmed on disk
     delay_level: int = 0
-    deliver_at: int | None = None  # delayed messages: when they become visible (ms)
+    deliver_at: int | None = None  # delayed and timer messages: when they become visible (ms)
     replayed: bool = False  # an earlier send with the same idempotency key stored it
+    timer_handle: str | None = None  # a timer message: what cancels it
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +197,7 @@ def fingerprint(messages: Sequence[OutgoingMessage], delay_levels: Sequence[int]
     update = digest.update
     for message in messages:
         update(message.body)
-    described = (
+    described: tuple[object, ...] = (
         [len(m.body) for m in messages],
         list(delay_levels),
         [
@@ -184,6 +206,9 @@ def fingerprint(messages: Sequence[OutgoingMessage], delay_levels: Sequence[int]
             if m.tags is not None or m.keys or m.properties
         ],
     )
+    timers = [(m.deliver_at, m.deliver_after_ms) for m in messages]
+    if any(at is not None or after is not None for at, after in timers):
+        described = (*described, timers)  # untimed sends keep the fingerprint they had
     update(repr(described).encode())
     return digest.hexdigest()[:32]
 
@@ -200,8 +225,12 @@ class SendService:
         uniq_keys: UniqKeyGenerator | None = None,
         delay_levels: tuple[int, ...] = (),
         idempotency: IdempotencyService | None = None,
+        broker_name: str = "broker-a",
+        timer_precision_ms: int = 1000,
     ) -> None:
         self._delay_levels = delay_levels
+        self._broker_name = broker_name
+        self._timer_precision_ms = timer_precision_ms
         self._idempotency = idempotency
         self._topics = topics
         self._put = put
@@ -232,16 +261,24 @@ class SendService:
         levels = [self.delay_level_of(m) for m in messages]
         if len(messages) > 1 and any(levels):
             raise BatchRejectedError("a batch cannot be delayed: send delayed messages one by one")
+        born_timestamp = time.time_ns() // 1_000_000
+        timers = [deliver_time_of(m, born_timestamp) for m in messages]
+        if len(messages) > 1 and any(t is not None for t in timers) and None in timers:
+            raise BatchRejectedError(
+                "a batch is timed as a whole: give deliver_at or deliver_after_ms to every "
+                "message of it, or to none"
+            )
         config = await self._topics.for_produce(topic)
         queue_id = self._choose_queue(
             config, messages, batch_queue_id, batch_sharding_key, idempotency_key
         )
-        born_timestamp = time.time_ns() // 1_000_000
         host = born_host if _is_ip(born_host[0]) else ("127.0.0.1", born_host[1])
         uniq_keys = self._uniq_keys.next_many(len(messages))
         stored = [
-            self._to_store(topic, queue_id, message, born_timestamp, host, level, uniq_key)
-            for message, level, uniq_key in zip(messages, levels, uniq_keys, strict=True)
+            self._to_store(topic, queue_id, message, born_timestamp, host, level, uniq_key, at)
+            for message, level, uniq_key, at in zip(
+                messages, levels, uniq_keys, timers, strict=True
+            )
         ]
         if idempotency_key is None:
             results = await self._put(stored)
@@ -288,6 +325,16 @@ class SendService:
     def _replayed_receipt(self, topic: str, record: StoredMessage, status: str) -> SendReceipt:
         """The receipt the first send with the key answered, rebuilt from its record."""
         uniq_key = record.properties.get(PROPERTY_UNIQ_KEY, "")
+        if record.topic == TIMER_TOPIC:
+            properties = record.properties
+            return self._timer_receipt(
+                record,
+                properties.get(PROPERTY_REAL_TOPIC, topic),
+                int(properties.get(PROPERTY_REAL_QID, "0")),
+                properties,
+                status,
+                replayed=True,
+            )
         if record.topic != SCHEDULE_TOPIC:
             return SendReceipt(
                 record.msg_id,
@@ -320,6 +367,10 @@ class SendService:
         self, topic: str, queue_id: int, message: Message, result: PutResult, level: int
     ) -> SendReceipt:
         uniq_key = message.properties[PROPERTY_UNIQ_KEY]
+        if result.topic == TIMER_TOPIC:
+            return self._timer_receipt(
+                result, topic, queue_id, message.properties, result.status.value, replayed=False
+            )
         if not level:
             return SendReceipt(
                 result.msg_id,
@@ -346,20 +397,42 @@ class SendService:
             result.store_timestamp + self._delay_levels[level - 1],
         )
 
+    def _timer_receipt(
+        self,
+        result: PutResult | StoredMessage,
+        real_topic: str,
+        queue_id: int,
+        properties: Mapping[str, str],
+        status: str,
+        *,
+        replayed: bool,
+    ) -> SendReceipt:
+        """A timer message's receipt: in the timer topic until its time, with a cancel handle."""
+        uniq_key = properties.get(PROPERTY_UNIQ_KEY, "")
+        deliver_at = int(properties.get(PROPERTY_TIMER_DELIVER_MS, "0"))
+        out = fire_time(deliver_at, self._timer_precision_ms)
+        return SendReceipt(
+            result.msg_id,
+            uniq_key,
+            real_topic,
+            queue_id,
+            -1,  # its offset in the real topic comes at delivery
+            result.physical_offset,
+            result.store_timestamp,
+            status,
+            deliver_at=deliver_at,
+            replayed=replayed,
+            timer_handle=TimerHandle(real_topic, self._broker_name, out + 1, uniq_key).encode(),
+        )
+
     def delay_level_of(self, message: OutgoingMessage) -> int:
-        """The delay level a message asks for; ``deliver_after_ms`` rounds up to a level."""
+        """The delay level a message asks for (0: none)."""
         levels = self._delay_levels
-        if message.deliver_after_ms is not None:
-            if message.delay_level:
-                raise InvalidPropertyError("give delay_level or deliver_after_ms, not both")
-            if message.deliver_after_ms <= 0:
-                return 0
-            for level, delay in enumerate(levels, start=1):
-                if delay >= message.deliver_after_ms:
-                    return level
+        if message.delay_level and (
+            message.deliver_after_ms is not None or message.deliver_at is not None
+        ):
             raise InvalidPropertyError(
-                f"deliver_after_ms {message.deliver_after_ms} is longer than the longest delay "
-                f"level ({levels[-1] if levels else 0} ms)"
+                "give a delay_level or a delivery time (deliver_at, deliver_after_ms), not both"
             )
         if message.delay_level < 0 or message.delay_level > len(levels):
             raise InvalidPropertyError(
@@ -423,10 +496,13 @@ class SendService:
         born_host: tuple[str, int],
         delay_level: int,
         uniq_key: str,
+        deliver_at: int | None = None,
     ) -> Message:
         properties = dict(message.properties) if message.properties else {}
         if delay_level:
             properties[PROPERTY_DELAY] = str(delay_level)
+        if deliver_at is not None:
+            properties[PROPERTY_TIMER_DELIVER_MS] = str(deliver_at)
         if message.tags:
             properties[PROPERTY_TAGS] = message.tags
         if message.keys:
@@ -441,6 +517,23 @@ class SendService:
             born_timestamp=born_timestamp,
             born_host=born_host,
         )
+
+
+def deliver_time_of(message: OutgoingMessage, now_ms: int) -> int | None:
+    """When a timer message asks to be delivered (ms since the epoch); None for any other."""
+    if message.deliver_at is not None:
+        if message.deliver_after_ms is not None:
+            raise InvalidPropertyError("give deliver_at or deliver_after_ms, not both")
+        if message.deliver_at < 0:
+            raise InvalidPropertyError(f"deliver_at must be a time, not {message.deliver_at}")
+        return message.deliver_at
+    if message.deliver_after_ms is not None:
+        if message.deliver_after_ms < 0:
+            raise InvalidPropertyError(
+                f"deliver_after_ms must be 0 or more, not {message.deliver_after_ms}"
+            )
+        return now_ms + message.deliver_after_ms if message.deliver_after_ms else None
+    return None
 
 
 def _check_message(message: OutgoingMessage) -> None:

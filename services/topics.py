@@ -29,9 +29,10 @@ from storage.config_managers import (
     TopicConfig,
     TopicConfigManager,
 )
+from storage.timer import TIMER_TOPIC
 from storage.topic_names import TRANSACTION_TOPICS, check_topic, is_group_topic
 
-SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, REVIVE_TOPIC, *TRANSACTION_TOPICS})
+SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, REVIVE_TOPIC, TIMER_TOPIC, *TRANSACTION_TOPICS})
 """Topics the broker writes itself; clients may read them but not send to or change them."""
 
 PERM_ALL = PERM_READ | PERM_WRITE | PERM_INHERIT

@@ -79,6 +79,8 @@ class BrokerServices:
             config.send,
             delay_levels=store.delay_levels,
             idempotency=idempotency,
+            broker_name=config.broker_name,
+            timer_precision_ms=store.config.timer.precision_ms,
         )
         return cls(
             topics=topics,

@@ -41,6 +41,7 @@ from storage.record.properties import (
 )
 from storage.running_flags import Refusal, RunningFlags
 from storage.store_types import ArrivalListener, DispatchRequest
+from storage.timer.transform import TIMER_TOPIC, timer_tags_code
 
 
 class Dispatcher:
@@ -98,7 +99,10 @@ class Dispatcher:
         )
 
     def tags_code_of(self, topic: str, properties: dict[str, str], store_timestamp: int) -> int:
-        """Tag hash, except in the schedule topic where it is the delivery time."""
+        """Tag hash, except in the schedule topic where it is the delivery time, and in the
+        timer topic where it is the fire time (negated for a cancel marker)."""
+        if topic == TIMER_TOPIC:
+            return timer_tags_code(properties)
         if topic == SCHEDULE_TOPIC:
             delay = properties.get(PROPERTY_DELAY)
             if delay is not None and delay.lstrip("-").isdigit():
@@ -120,7 +124,7 @@ class Dispatcher:
             result.physical_offset,
             result.size,
             encoded.tags_code
-            if topic != SCHEDULE_TOPIC
+            if topic != SCHEDULE_TOPIC and topic != TIMER_TOPIC
             else self.tags_code_of(topic, encoded.properties, store_timestamp),
             store_timestamp,
             result.queue_offset,

@@ -7,7 +7,10 @@ The tree::
     │   ├── InvalidTopicError         topic breaks ``^[%|a-zA-Z0-9_-]+$`` or is longer than 127
     │   ├── MessageTooLargeError      body over max_message_size, or record over a file
     │   ├── PropertiesTooLargeError   encoded properties over 32767 bytes
-    │   └── QueueIdOutOfRangeError    queue id outside [0, max_queues_per_topic)
+    │   ├── QueueIdOutOfRangeError    queue id outside [0, max_queues_per_topic)
+    │   ├── TimerMessageIllegalError  a delivery time that cannot be read, too far, or a
+    │   │                             cancel marker in the past
+    │   └── TimerNotEnabledError      timer messages are switched off
     ├── StoreNotWriteableError        a write error or stalled dispatch flagged the store
     │   ├── StoreDiskFullError        over the disk warning ratio, or no space left
     │   └── StoreFlushFailedError     an fsync failed: nothing more is acknowledged
@@ -60,6 +63,20 @@ class QueueIdOutOfRangeError(MessageRejectedError):
     """The queue id is negative or not below the store's per-topic queue limit."""
 
     code: ClassVar[str] = "QUEUE_NOT_FOUND"
+
+
+class TimerMessageIllegalError(MessageRejectedError):
+    """A timer message's time is unreadable or too far ahead, or a cancel marker's has
+    passed (RocketMQ's ``WHEEL_TIMER_MSG_ILLEGAL``)."""
+
+    code: ClassVar[str] = "TIMER_MESSAGE_ILLEGAL"
+
+
+class TimerNotEnabledError(MessageRejectedError):
+    """A message asks for a delivery time but the store runs without the timer wheel
+    (RocketMQ's ``WHEEL_TIMER_NOT_ENABLE``)."""
+
+    code: ClassVar[str] = "TIMER_NOT_ENABLED"
 
 
 class StoreNotWriteableError(StorageError):

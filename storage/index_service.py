@@ -28,6 +28,7 @@ from storage.index_file import (
 )
 from storage.record.message import StoredMessage
 from storage.record.properties import KEY_SEPARATOR, PROPERTY_REAL_TOPIC
+from storage.timer.transform import TIMER_TOPIC
 
 if TYPE_CHECKING:
     from storage.commit_log import CommitLog
@@ -40,9 +41,9 @@ hold it, so an idempotency key and a business key never share an index key."""
 
 
 def idempotency_scope(topic: str, properties: dict[str, str]) -> str:
-    """The topic an idempotency key belongs to: a delayed message waits in the schedule
-    topic, but was sent to (and is looked up in) its ``REAL_TOPIC``."""
-    if topic == SCHEDULE_TOPIC:
+    """The topic an idempotency key belongs to: a delayed or timer message waits in the
+    schedule or timer topic, but was sent to (and is looked up in) its ``REAL_TOPIC``."""
+    if topic in (SCHEDULE_TOPIC, TIMER_TOPIC):
         return properties.get(PROPERTY_REAL_TOPIC) or topic
     return topic
 

@@ -60,6 +60,7 @@ from storage.store_types import (
     StoreConfig,
 )
 from storage.tag_filter import TagFilter
+from storage.timer.transform import TIMER_TOPIC, is_timer_request, redirect_timer, timer_tags_code
 
 
 class MessageStore:
@@ -237,11 +238,14 @@ class MessageStore:
     def put_message(self, message: Message) -> PutResult:
         """Validate, append and (in ASYNC_FLUSH) dispatch one message."""
         self._check_writeable()
+        now = time.time_ns() // 1_000_000
+        if is_timer_request(message.properties):
+            message = redirect_timer(message, now, self.config.timer)
         if PROPERTY_DELAY in message.properties:
             message = redirect_delayed(message, self.delay_levels)
         encoded = self._encode(message)
         try:
-            stamp = message.store_timestamp or time.time_ns() // 1_000_000
+            stamp = message.store_timestamp or now
             result = self.commit_log.append(encoded, stamp)
         except StoreNotWriteableError as exc:
             self.flags.mark_not_writeable(str(exc))
@@ -253,11 +257,18 @@ class MessageStore:
         self._check_writeable()
         if not messages:
             return []
+        now = time.time_ns() // 1_000_000
+        if any(is_timer_request(m.properties) for m in messages):
+            # A timed batch is timed as a whole: every message waits in the timer topic.
+            timer = self.config.timer
+            messages = [redirect_timer(m, now, timer, force=True) for m in messages]
         check_batch(messages)
         self._check_queue_id(messages[0].queue_id)
         batch = EncodedBatch(messages, self.commit_log.store_v6, self.config.max_message_size)
+        if batch.topic == TIMER_TOPIC:
+            batch.tags_codes = [timer_tags_code(m.properties) for m in messages]
         try:
-            appended = self.commit_log.append_encoded_batch(batch, time.time_ns() // 1_000_000)
+            appended = self.commit_log.append_encoded_batch(batch, now)
         except StoreNotWriteableError as exc:
             self.flags.mark_not_writeable(str(exc))
             raise self._refusal() from exc

@@ -16,6 +16,7 @@ from storage.delay_levels import DEFAULT_DELAY_LEVELS
 from storage.record.layout import is_dispatchable
 from storage.record.message import GetMessageStatus, RawRecord, StoredMessage
 from storage.retention import RetentionConfig
+from storage.timer.config import TimerConfig
 
 
 class FlushDiskType(Enum):
@@ -60,6 +61,7 @@ class StoreConfig:
     # After an unclean exit the index is rebuilt from the CommitLog. True: before open()
     # returns; False: the owner calls catch_up_index() in chunks while serving.
     index_catch_up_on_open: bool = True
+    timer: TimerConfig = field(default_factory=TimerConfig)
 
 
 @dataclass(frozen=True, slots=True)

@@ -100,7 +100,7 @@ async def send_messages(
             )
         parsed = _parse_send_json(body)
         if isinstance(parsed, SendBatch):
-            messages = _batch_outgoing(parsed.messages)
+            messages = _batch_outgoing([_batch_timed(m, parsed) for m in parsed.messages])
             batch_queue_id, batch_sharding_key = parsed.queue_id, parsed.sharding_key
         else:
             messages = [outgoing_message(parsed, ("body",))]
@@ -116,6 +116,7 @@ async def send_messages(
                 sharding_key=query.sharding_key,
                 delay_level=query.delay_level or 0,
                 deliver_after_ms=query.deliver_after_ms,
+                deliver_at=query.deliver_at,
             )
         ]
     client = request.client
@@ -200,6 +201,18 @@ def outgoing_message(message: SendMessage, loc: tuple[str | int, ...]) -> Outgoi
         message.sharding_key,
         message.delay_level,
         message.deliver_after_ms,
+        message.deliver_at,
+    )
+
+
+def _batch_timed(message: SendMessage, batch: SendBatch) -> SendMessage:
+    """A batch message with the batch's delivery time, unless it has its own."""
+    if message.deliver_at is not None or message.deliver_after_ms is not None:
+        return message
+    if batch.deliver_at is None and batch.deliver_after_ms is None:
+        return message
+    return message.model_copy(
+        update={"deliver_at": batch.deliver_at, "deliver_after_ms": batch.deliver_after_ms}
     )
 
 
@@ -218,6 +231,7 @@ def _batch_outgoing(messages: list[SendMessage]) -> list[OutgoingMessage]:
             m.sharding_key,
             m.delay_level,
             m.deliver_after_ms,
+            m.deliver_at,
         )
         for m in messages
     ]

@@ -7,7 +7,7 @@ them with orjson; the response models document exactly those shapes.
 from __future__ import annotations
 
 import base64
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -35,6 +35,16 @@ from services import GroupPull, QueuePull, SendReceipt
 from storage.record.message import RecordFields, StoredMessage
 
 # ==================================================================== send
+
+TIMER_RULES: Final = (
+    "Exact to the broker's timer precision (1 s by default; 100, 200 or 500 ms when "
+    "configured): never delivered before the time, at most one precision after it on an idle "
+    "broker. At most the broker's maximum timer delay ahead (3 days by default); a time that "
+    "has passed is delivered at once. Give deliver_at or deliver_after_ms, not both, and not "
+    "with delay_level. The receipt carries deliver_at and a timer_handle: DELETE "
+    "/v1/topics/{topic}/timers/{timer_handle} cancels the message until it is delivered. In a "
+    "batch every message is timed, or none is."
+)
 
 
 class SendMessage(RequestBody):
@@ -83,11 +93,10 @@ class SendMessage(RequestBody):
         default=None,
         ge=0,
         le=INT64_MAX,
-        description=(
-            "Beyond RocketMQ: deliver after at least this many milliseconds, rounded UP to "
-            "the next delay level (e.g. 7000 -> level 3, 10 s). Longer than the longest "
-            "level is refused. Not with delay_level, and not in a batch of more than one."
-        ),
+        description=f"A timer message: deliver this many ms after the send. {TIMER_RULES}",
+    )
+    deliver_at: TimestampMs | None = Field(
+        default=None, description=f"A timer message: deliver at this time. {TIMER_RULES}"
     )
 
 
@@ -99,6 +108,15 @@ class SendBatch(RequestBody):
         default=None, ge=0, lt=MAX_QUEUES, description="Queue of the batch."
     )
     sharding_key: ShortText | None = Field(default=None, description="Sharding key of the batch.")
+    deliver_after_ms: JsonInt | None = Field(
+        default=None,
+        ge=0,
+        le=INT64_MAX,
+        description="Every message of the batch: deliver_after_ms (a message's own wins).",
+    )
+    deliver_at: TimestampMs | None = Field(
+        default=None, description="Every message of the batch: deliver_at (a message's own wins)."
+    )
 
 
 class SendReceiptOut(ResponseBody):
@@ -125,8 +143,15 @@ class SendReceiptOut(ResponseBody):
     deliver_at: int | None = Field(
         default=None,
         description=(
-            "Delayed messages: when they become visible (ms since the epoch). Their "
+            "Delayed and timer messages: when they become visible (ms since the epoch). Their "
             "queue_offset is -1 until then."
+        ),
+    )
+    timer_handle: str | None = Field(
+        default=None,
+        description=(
+            "Timer messages: DELETE /v1/topics/{topic}/timers/{timer_handle} cancels it "
+            "until it is delivered."
         ),
     )
 
@@ -150,6 +175,7 @@ def send_response_out(topic: str, receipts: list[SendReceipt]) -> dict[str, obje
                 "status": r.status,
                 "delay_level": r.delay_level,
                 "deliver_at": r.deliver_at,
+                "timer_handle": r.timer_handle,
             }
             for r in receipts
         ],
@@ -182,7 +208,10 @@ class RawSendQuery(BaseModel):
         default=None,
         ge=0,
         le=INT64_MAX,
-        description="Raw body only: deliver after this many ms (rounded up to a level).",
+        description="Raw body only: a timer message, delivered this many ms after the send.",
+    )
+    deliver_at: TimestampMs | None = Field(
+        default=None, description="Raw body only: a timer message, delivered at this time."
     )
 
     def given(self) -> bool:
@@ -196,6 +225,7 @@ class RawSendQuery(BaseModel):
                 self.sharding_key,
                 self.delay_level,
                 self.deliver_after_ms,
+                self.deliver_at,
             )
         )
 

@@ -83,6 +83,8 @@ RULES: Final[dict[str, Rule]] = {
     "queryMessagesByKey": Rule(Access.CONSUME, topic=TOPIC),
     "getMessage": Rule(Access.CONSUME, body=BodyCheck.MESSAGE_BY_ID),
     "getDelayLevels": Rule(Access.AUTHENTICATED),
+    "cancelTimer": Rule(Access.PRODUCE, topic=TOPIC),
+    "getTimerStatus": Rule(Access.AUTHENTICATED),
     # ---------------------------------------------------------------- topics
     "listTopics": ADMIN_RULE,  # names every topic
     "getTopic": Rule(Access.SEE_TOPIC, topic=TOPIC),

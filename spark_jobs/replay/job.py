@@ -49,6 +49,7 @@ from spark_jobs.session import build_session, parse_conf
 from storage.delay_levels import SCHEDULE_TOPIC
 from storage.record.layout import DISPATCHABLE_TYPES, TRANSACTION_TYPE_MASK
 from storage.tag_filter import subscribed_tags
+from storage.timer import TIMER_TOPIC
 from storage.topic_names import (
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
@@ -167,13 +168,14 @@ def select_messages(spark: SparkSession, selection: Selection) -> DataFrame:
 
 
 def _system_copy(topic: Column) -> Column:
-    """The broker's own copies of messages: retry and dead-letter topics, the delay topic
-    holding delayed ones, its ``rmq_sys_`` topics (POP checkpoints) and its transaction
+    """The broker's own copies of messages: retry and dead-letter topics, the delay and timer
+    topics holding delayed and timer ones until their time (a delivered one is replayed from
+    its own topic), its other ``rmq_sys_`` topics (POP checkpoints) and its transaction
     topics (half messages, op records, halves checked too often)."""
     return (
         topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
         | topic.startswith(DLQ_GROUP_TOPIC_PREFIX)
-        | (topic == SCHEDULE_TOPIC)
+        | topic.isin(SCHEDULE_TOPIC, TIMER_TOPIC)
         | topic.startswith(SYSTEM_TOPIC_PREFIX)
         | topic.isin(sorted(TRANSACTION_TOPICS))
     )

@@ -33,6 +33,17 @@ PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS: Final = "CHECK_IMMUNITY_TIME_IN_SECONDS
 # half message, the delay level it is delivered with once committed.
 PROPERTY_TRANSACTION_END: Final = "TRAN_END"
 PROPERTY_TRANSACTION_DELAY: Final = "TRAN_DELAY"
+# Timer messages (RocketMQ 5): what a producer gives (an absolute time, or a delay in s or ms),
+# and what the broker sets (the rounded fire time, when the message entered and left the
+# wheel, how often it rolled, and on a cancel marker the key of the message it cancels).
+PROPERTY_TIMER_DELIVER_MS: Final = "TIMER_DELIVER_MS"
+PROPERTY_TIMER_DELAY_SEC: Final = "TIMER_DELAY_SEC"
+PROPERTY_TIMER_DELAY_MS: Final = "TIMER_DELAY_MS"
+PROPERTY_TIMER_OUT_MS: Final = "TIMER_OUT_MS"
+PROPERTY_TIMER_ENQUEUE_MS: Final = "TIMER_ENQUEUE_MS"
+PROPERTY_TIMER_DEQUEUE_MS: Final = "TIMER_DEQUEUE_MS"
+PROPERTY_TIMER_ROLL_TIMES: Final = "TIMER_ROLL_TIMES"
+PROPERTY_TIMER_DEL_UNIQKEY: Final = "TIMER_DEL_UNIQKEY"
 # Idempotent produce (beyond RocketMQ): the key a send was made with, and on the first record
 # of a keyed send the fingerprint of its payload and, for a batch, how many records it holds.
 PROPERTY_IDEMPOTENCY_KEY: Final = "IDEMPOTENCY_KEY"

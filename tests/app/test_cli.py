@@ -55,10 +55,13 @@ def test_every_store_size_and_limit_is_a_setting() -> None:
     store = StoreConfig()
     for config in (store, store.retention):
         for field in dataclasses.fields(config):
-            if field.name in ("store_host", "flush_disk_type", "retention"):
+            if field.name in ("store_host", "flush_disk_type", "retention", "timer"):
                 continue
             assert field.name in Settings.model_fields, f"no setting for {field.name}"
             assert getattr(settings, field.name) == getattr(config, field.name), field.name
+    # The timer's: what an operator chooses; the wheel's geometry stays RocketMQ's.
+    for name in ("enabled", "precision_ms", "max_delay_s"):
+        assert getattr(settings, f"timer_{name}") == getattr(store.timer, name), name
     assert settings.store_config() == StoreConfig()
 
 

@@ -132,11 +132,15 @@ def test_a_raw_body_takes_a_key(client: httpx.Client, topic: str) -> None:
     assert raw("Other").json()["code"] == "IDEMPOTENCY_KEY_REUSED"
 
 
-def test_a_delayed_send_replays_its_delivery_time(client: httpx.Client, topic: str) -> None:
+def test_a_timed_send_replays_its_delivery_time_and_handle(
+    client: httpx.Client, topic: str
+) -> None:
     body = {"body": "later", "deliver_after_ms": 9000}
     first = send(client, topic, "delayed-1", json=body)
     receipt = first.json()["messages"][0]
-    assert (receipt["queue_offset"], receipt["delay_level"]) == (-1, 3)
+    assert (receipt["queue_offset"], receipt["delay_level"]) == (-1, 0)
+    assert receipt["deliver_at"] - receipt["store_timestamp"] > 8000
+    assert receipt["timer_handle"]
     again = send(client, topic, "delayed-1", json=body)
     assert again.headers["idempotent-replayed"] == "true"
     assert again.json() == first.json()

@@ -90,14 +90,11 @@ def test_delayed_message_is_invisible_before_its_time_and_visible_after(
     assert "DELAY" not in message["properties"]
 
 
-def test_deliver_after_ms_rounds_up_to_the_next_level(http: httpx.Client, topic: str) -> None:
-    receipt = send(http, topic, body="x", deliver_after_ms=2500)
-    assert receipt["delay_level"] == 3
-    too_long = http.post(
-        f"/v1/topics/{topic}/messages", json={"body": "x", "deliver_after_ms": 10**9}
-    )
-    assert too_long.status_code == 422
-    assert too_long.json()["code"] == "INVALID_PROPERTY"
+def test_delay_levels_stay_rocketmq_4s_and_a_batch_cannot_use_them(
+    http: httpx.Client, topic: str
+) -> None:
+    receipt = send(http, topic, body="x", delay_level=3)
+    assert (receipt["delay_level"], receipt["timer_handle"]) == (3, None)
     batch = http.post(
         f"/v1/topics/{topic}/messages",
         json={"messages": [{"body": "a", "delay_level": 1}, {"body": "b"}]},

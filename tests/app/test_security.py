@@ -47,6 +47,8 @@ EXPECTED: dict[str, tuple[str, str | None]] = {
     "queryMessagesByKey": ("consumer", "stranger"),
     "getMessage": ("consumer", "stranger"),
     "getDelayLevels": ("nobody", None),
+    "cancelTimer": ("producer", "stranger"),
+    "getTimerStatus": ("nobody", None),
     "getTopic": ("producer", "stranger"),
     "getOffsetByTime": ("consumer", "stranger"),
     "getGroup": ("consumer", "stranger"),

@@ -65,3 +65,33 @@ async def test_producers_may_not_send_to_retry_or_dead_letter_topics(broker: Bro
     assert broker.store_gauges().commit_log_max_offset == written, "nothing written"
     assert broker.topics.stored_messages(dlq_topic("g")) == 1, "send-back still puts there"
     assert [c.topic_name for c in broker.topics.all() if "new" in c.topic_name] == []
+
+
+async def test_a_timed_send_answers_its_time_and_a_cancel_handle(broker: Broker) -> None:
+    send = broker.send.send
+    [receipt] = await send("Orders", [OutgoingMessage(b"x", deliver_after_ms=61_000)])
+    assert receipt.topic == "Orders"
+    assert receipt.queue_offset == -1, "its offset in the topic comes at delivery"
+    assert receipt.deliver_at is not None
+    # 61 s after the send, not rounded up to a delay level (120 s)
+    assert abs(receipt.deliver_at - receipt.store_timestamp - 61_000) < 1000
+    assert receipt.timer_handle is not None
+    config = broker.topics.get("Orders")
+    assert all(q.max_offset == 0 for q in broker.topics.queue_stats(config)), "not visible yet"
+    with pytest.raises(InvalidPropertyError):
+        await send("Orders", [OutgoingMessage(b"x", delay_level=2, deliver_at=1)])
+    with pytest.raises(InvalidPropertyError):
+        await send("Orders", [OutgoingMessage(b"x", deliver_at=10**13, deliver_after_ms=5)])
+    with pytest.raises(InvalidPropertyError):
+        await send("Orders", [OutgoingMessage(b"x", properties={"TIMER_OUT_MS": "1"})])
+    with pytest.raises(BatchRejectedError, match="as a whole"):
+        await send("Orders", [OutgoingMessage(b"a", deliver_after_ms=5000), OutgoingMessage(b"b")])
+    batch = await send(
+        "Orders",
+        [
+            OutgoingMessage(b"a", deliver_after_ms=5000),
+            OutgoingMessage(b"b", deliver_after_ms=9000),
+        ],
+    )
+    assert [r.queue_offset for r in batch] == [-1, -1]
+    assert len({r.timer_handle for r in batch}) == 2

@@ -23,4 +23,4 @@ def test_system_and_idempotency_names_go_uncounted_and_unsendable_ones_are_count
     }
     assert sendable_properties(stored) == ({"region": "eu"}, 2)
     assert sendable_properties({"TAGS": "a"}, system=frozenset()) == ({"TAGS": "a"}, 0)
-    assert {"KEYS", "DELAY", "ORIGIN_MESSAGE_ID"} <= SYSTEM_PROPERTIES
+    assert {"KEYS", "DELAY", "ORIGIN_MESSAGE_ID", "TIMER_OUT_MS"} <= SYSTEM_PROPERTIES

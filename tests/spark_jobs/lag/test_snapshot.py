@@ -8,7 +8,9 @@ from services.pop.state_file import PopSnapshot, save_snapshot
 from spark_jobs.lag.output import queue_record
 from spark_jobs.lag.report import evaluate
 from spark_jobs.lag.snapshot import take_snapshot
+from storage import Message, MessageStore
 from tests.spark_jobs.lag.conftest import T0, KnownStore, rows_by_key
+from tests.spark_jobs.stores import CONFIG
 
 
 def test_lag_equals_hand_computed_values(known_store: KnownStore) -> None:
@@ -61,3 +63,15 @@ def test_pop_groups_show_in_flight_apart_from_lag(known_store: KnownStore) -> No
     assert rows[("audit", "Orders", 0)].in_flight == 0
     [queue] = [q for q in evaluate(snapshot, {}).queues if q.snapshot is q0]
     assert queue_record(queue)["in_flight"] == 2
+
+
+def test_timer_messages_are_no_lag_until_they_are_delivered(known_store: KnownStore) -> None:
+    with MessageStore.open(Path(known_store.store_dir), CONFIG) as store:
+        for _ in range(4):  # an hour ahead: waiting in the timer topic, not in Orders
+            timed = Message("Orders", b"later", properties={"TIMER_DELAY_SEC": "3600"})
+            assert store.put_message(timed).topic == "rmq_sys_wheel_timer"
+    snapshot = take_snapshot([known_store.store_dir], known_store.now)
+    rows = rows_by_key(snapshot.queues)
+    assert rows[("billing", "Orders", 0)].lag == 6, "as before the timer messages"
+    assert rows[("audit", "Orders", 0)].lag == 0
+    assert not any(r.topic == "rmq_sys_wheel_timer" for r in snapshot.queues)

@@ -1,0 +1,1 @@
+"""Timer messages: the wheel service, cancel handles, and what a fired record becomes."""
