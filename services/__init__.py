@@ -51,7 +51,15 @@ from services.pop.service import (
     Received,
     ReceiveOptions,
 )
-from services.pop.views import QueueView, in_flight_by_queue, in_flight_list, queue_views
+from services.pop.views import (
+    InFlightKey,
+    InFlightPage,
+    InFlightView,
+    QueueView,
+    in_flight_by_queue,
+    in_flight_page,
+    queue_views,
+)
 from services.pull import GroupPull, PullOptions, QueueProgress, QueuePull
 from services.redrive_jobs import (
     MAX_ACTIVE_REDRIVE_JOBS,
@@ -140,6 +148,9 @@ __all__ = [
     "FlushDiskType",
     "GroupPolicy",
     "GroupPull",
+    "InFlightKey",
+    "InFlightPage",
+    "InFlightView",
     "InvisibilityChange",
     "LevelProgress",
     "Metrics",
@@ -187,7 +198,7 @@ __all__ = [
     "dlq_topic",
     "format_duration",
     "in_flight_by_queue",
-    "in_flight_list",
+    "in_flight_page",
     "is_dlq_topic",
     "is_group_topic",
     "is_retry_topic",
