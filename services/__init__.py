@@ -51,7 +51,15 @@ from services.pop.service import (
     Received,
     ReceiveOptions,
 )
-from services.pop.views import QueueView, in_flight_by_queue, in_flight_list, queue_views
+from services.pop.views import (
+    InFlightKey,
+    InFlightPage,
+    InFlightView,
+    QueueView,
+    in_flight_by_queue,
+    in_flight_page,
+    queue_views,
+)
 from services.pull import GroupPull, PullOptions, QueueProgress, QueuePull
 from services.redrive_jobs import (
     MAX_ACTIVE_REDRIVE_JOBS,
@@ -146,6 +154,9 @@ __all__ = [
     "GroupPolicy",
     "GroupPull",
     "Histogram",
+    "InFlightKey",
+    "InFlightPage",
+    "InFlightView",
     "InvisibilityChange",
     "LevelProgress",
     "Metrics",
@@ -196,7 +207,7 @@ __all__ = [
     "dlq_topic",
     "format_duration",
     "in_flight_by_queue",
-    "in_flight_list",
+    "in_flight_page",
     "is_dlq_topic",
     "is_group_topic",
     "is_retry_topic",

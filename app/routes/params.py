@@ -21,6 +21,7 @@ from app.schemas import (
     ParamInt,
     checked_group_name,
 )
+from app.schemas.pop import IN_FLIGHT_CURSOR_PATTERN
 
 TopicPath = Annotated[
     str,
@@ -67,6 +68,14 @@ AfterNameQuery = Annotated[
         max_length=TOPIC_MAX_LENGTH,
         description="Start after this name (the previous page's `next_after`); "
         "default: from the first.",
+    ),
+]
+AfterInFlightQuery = Annotated[
+    str | None,
+    Query(
+        description="Start after this message, `<topic>:<queue id>:<offset>` (the previous "
+        "page's `next_after`); default: from the first.",
+        pattern=IN_FLIGHT_CURSOR_PATTERN,
     ),
 ]
 AfterJobQuery = Annotated[

@@ -8,19 +8,22 @@ from starlette.responses import Response
 from app.deps import BrokerDep, SettingsDep, disconnect_watch
 from app.responses import OrjsonResponse, problems
 from app.routes.api_route import api_router
-from app.routes.params import GroupPath, TopicPath
+from app.routes.params import AfterInFlightQuery, GroupPath, PageLimitQuery, TopicPath
 from app.schemas.pop import (
     AckIn,
     AckResponse,
+    InFlightListResponse,
     InvisibilityIn,
     InvisibilityOut,
     ReceiveIn,
     ReceiveResponse,
     ack_out,
+    in_flight_list_out,
     invisibility_out,
+    parse_in_flight_cursor,
     receive_out,
 )
-from services import ReceiveOptions, check_group_name
+from services import ReceiveOptions, check_group_name, in_flight_page
 
 router = api_router(tags=["groups"])
 
@@ -104,3 +107,26 @@ async def change_invisibility(
     check_group_name(group)
     change = await broker.pop.change_invisibility(group, body.receipt_handle, body.invisible_ms)
     return invisibility_out(change)
+
+
+@router.get(
+    "/v1/groups/{group}/in-flight",
+    operation_id="listInFlight",
+    summary="A page of the group's received, not yet acked messages",
+    description=(
+        "By topic, queue id and offset: at most `limit` after `after`; `next_after` "
+        "continues, `total` counts every message in flight for the group. A message acked "
+        "or returned between two pages is simply not listed again."
+    ),
+    response_model=InFlightListResponse,
+    responses=problems(400, 404, 422, 503),
+)
+async def list_in_flight(
+    group: GroupPath,
+    broker: BrokerDep,
+    limit: PageLimitQuery = 100,
+    after: AfterInFlightQuery = None,
+) -> InFlightListResponse:
+    broker.groups.get(group)
+    key = parse_in_flight_cursor(after) if after is not None else None
+    return in_flight_list_out(group, in_flight_page(broker.pop.table, group, key, limit))

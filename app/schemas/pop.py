@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from app.schemas.common import JsonInt, RequestBody, ResponseBody
+from app.schemas.common import TOPIC_MAX_LENGTH, JsonInt, PageBody, RequestBody, ResponseBody
 from app.schemas.messages import MessageOut, message_out
 from services import (
     DEFAULT_INVISIBLE_MS,
@@ -15,11 +15,15 @@ from services import (
     MAX_RECEIVE_MESSAGES,
     MIN_INVISIBLE_MS,
     AckResult,
+    InFlightKey,
+    InFlightPage,
     InvisibilityChange,
     Received,
 )
 
 MAX_ACK_HANDLES = 256
+# An in-flight list cursor: `<topic>:<queue id>:<offset>` (a topic name has no `:`).
+IN_FLIGHT_CURSOR_PATTERN = rf"^[%|a-zA-Z0-9_-]{{1,{TOPIC_MAX_LENGTH}}}:[0-9]{{1,4}}:[0-9]{{1,19}}$"
 
 
 class ReceiveIn(RequestBody):
@@ -121,4 +125,56 @@ class InvisibilityOut(ResponseBody):
 def invisibility_out(change: InvisibilityChange) -> InvisibilityOut:
     return InvisibilityOut(
         receipt_handle=change.receipt_handle, invisible_until=change.invisible_until_ms
+    )
+
+
+class InFlightOut(ResponseBody):
+    topic: str
+    queue_id: int
+    offset: int = Field(description="The message's offset in its queue.")
+    delivery_attempt: int = Field(description="1 on the first delivery.")
+    holder: str | None = Field(
+        description="The name of the token that received it, where auth is on; else null."
+    )
+    invisible_until: int = Field(
+        description="Ms since the epoch when it comes back unless acked (FIFO: once due, it "
+        "waits for the next receive)."
+    )
+    due: bool = Field(description="FIFO: its invisibility ended; the next receive takes it.")
+
+
+class InFlightListResponse(PageBody):
+    group: str
+    messages: list[InFlightOut] = Field(description="By topic, queue id and offset.")
+
+
+def in_flight_cursor(key: InFlightKey) -> str:
+    topic, queue_id, offset = key
+    return f"{topic}:{queue_id}:{offset}"
+
+
+def parse_in_flight_cursor(cursor: str) -> InFlightKey:
+    """The key of a cursor that matched :data:`IN_FLIGHT_CURSOR_PATTERN`."""
+    topic, queue_id, offset = cursor.rsplit(":", 2)
+    return topic, int(queue_id), int(offset)
+
+
+def in_flight_list_out(group: str, page: InFlightPage) -> InFlightListResponse:
+    following = page.next_after
+    return InFlightListResponse(
+        group=group,
+        messages=[
+            InFlightOut(
+                topic=item.topic,
+                queue_id=item.queue_id,
+                offset=item.offset,
+                delivery_attempt=item.attempt,
+                holder=item.holder or None,
+                invisible_until=item.returns_at_ms,
+                due=item.ready,
+            )
+            for item in page.items
+        ],
+        total=page.total,
+        next_after=in_flight_cursor(following) if following else None,
     )

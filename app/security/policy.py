@@ -115,6 +115,7 @@ RULES: Final[dict[str, Rule]] = {
     "receiveMessages": Rule(Access.CONSUME, topic=TOPIC, group=GROUP, long_poll_in_body=True),
     "ackMessages": Rule(Access.CONSUME, group=GROUP),
     "changeInvisibility": Rule(Access.CONSUME, group=GROUP),
+    "listInFlight": ADMIN_RULE,  # names the receivers' tokens, of every topic of the group
     # ---------------------------------------------------------------- transactions
     "sendHalfMessage": Rule(Access.PRODUCE, topic=TOPIC),
     "getTransaction": Rule(Access.AUTHENTICATED, body=BodyCheck.TRANSACTION),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import time
 from dataclasses import dataclass
 
@@ -63,13 +64,45 @@ def queue_views(table: InFlightTable, group: str) -> list[QueueView]:
     return views
 
 
-def in_flight_list(table: InFlightTable, group: str, limit: int = 500) -> list[InFlightView]:
-    """The group's in-flight messages, the ones returning first first."""
-    items = [
-        InFlightView(topic, queue_id, e.offset, e.attempt, e.holder, e.deadline_ms, e.ready)
+InFlightKey = tuple[str, int, int]  # (topic, queue id, offset): the in-flight list's order
+
+
+@dataclass(frozen=True, slots=True)
+class InFlightPage:
+    """A page of a group's in-flight messages, by topic, queue and offset."""
+
+    items: list[InFlightView]
+    total: int  # in flight in the whole group
+    first: int  # 1-based position of the page's first item
+    more: bool  # items follow the page
+
+    @property
+    def next_after(self) -> InFlightKey | None:
+        """The key to continue from; None on the last page."""
+        if not self.more or not self.items:
+            return None
+        last = self.items[-1]
+        return last.topic, last.queue_id, last.offset
+
+
+def in_flight_page(
+    table: InFlightTable, group: str, after: InFlightKey | None, limit: int
+) -> InFlightPage:
+    """At most ``limit`` of the group's in-flight messages whose key follows ``after``.
+
+    The order is (topic, queue id, offset), which a delivery's deadline or attempt does not
+    change, so walking the pages lists each message still in flight once."""
+    keys = sorted(
+        (topic, queue_id, offset)
         for (name, topic, queue_id), state in table.queues.items()
         if name == group
-        for e in state.entries.values()
-    ]
-    items.sort(key=lambda v: (v.returns_at_ms, v.topic, v.queue_id, v.offset))
-    return items[:limit]
+        for offset in state.entries
+    )
+    start = bisect.bisect_right(keys, after) if after is not None else 0
+    items = []
+    for topic, queue_id, offset in keys[start : start + limit]:
+        e = table.queues[(group, topic, queue_id)].entries[offset]
+        items.append(
+            InFlightView(topic, queue_id, offset, e.attempt, e.holder, e.deadline_ms, e.ready)
+        )
+    return InFlightPage(items, len(keys), start + 1, start + limit < len(keys))

@@ -59,3 +59,32 @@ def test_a_large_body_is_cut_on_the_page_and_downloads_whole(admin: Admin) -> No
     assert path is not None and path.read_bytes() == body.encode()
     page.get_by_role("link", name="Hex").click()
     expect(page.locator("#body-cut")).to_contain_text("download the whole body")
+
+
+def test_the_in_flight_page_is_paged_with_its_total(admin: Admin) -> None:
+    page, topic, group = admin.page, f"Many_{uuid.uuid4().hex[:8]}", f"Pop_{uuid.uuid4().hex[:8]}"
+    batch = {"messages": [{"body": f"job {n}"} for n in range(105)], "queue_id": 0}
+    assert admin.api.post(f"/v1/topics/{topic}/messages", json=batch).status_code == 201
+    taken = 0
+    for _ in range(4):  # 32 a receive
+        received = admin.api.post(
+            f"/v1/groups/{group}/topics/{topic}/receive",
+            json={"max_messages": 32, "invisible_ms": 600_000},
+        )
+        assert received.status_code == 200, received.text
+        taken += len(received.json()["messages"])
+    assert taken == 105
+    admin.goto(f"/admin/groups/{group}/in-flight")
+    rows = page.locator("#in-flight tbody tr")
+    expect(rows).to_have_count(100)
+    expect(page.locator("main")).to_contain_text("105 received and not acked")
+    pager = page.locator("nav.pager")
+    expect(pager).to_contain_text("1\N{EN DASH}100 of 105")
+    pager.get_by_role("link", name="Next page").click()
+    expect(rows).to_have_count(5)
+    expect(rows.first.locator("td").nth(2)).to_have_text("100")
+    expect(pager).to_contain_text("101\N{EN DASH}105 of 105")
+    expect(pager.get_by_role("link", name="Next page")).to_have_count(0)
+    pager.get_by_role("link", name="First page").click()
+    expect(rows.first.locator("td").nth(2)).to_have_text("0")
+    expect(pager.get_by_role("link", name="First page")).to_have_count(0)
