@@ -72,6 +72,7 @@ from services.send import OutgoingMessage, SendLimits, SendReceipt
 from services.send_back import SendBackRequest, SendBackResult, original_topic
 from services.store_status import StoreGauges
 from services.timer.service import CancelOutcome, CancelResult, TimerProgress
+from services.timer.upcoming import TIMER_BUCKETS, UpcomingTimer, UpcomingTimers
 from services.topics import SYSTEM_TOPICS, QueueSeek, QueueStats, TopicPolicy
 from services.transaction import (
     CheckOffer,
@@ -137,6 +138,7 @@ __all__ = [
     "REDRIVE_PROMPT_S",
     "RETRY_GROUP_TOPIC_PREFIX",
     "SYSTEM_TOPICS",
+    "TIMER_BUCKETS",
     "TOPIC_NAME_PATTERN",
     "AckResult",
     "Broker",
@@ -199,6 +201,8 @@ __all__ = [
     "TransactionConfig",
     "TransactionService",
     "TransactionState",
+    "UpcomingTimer",
+    "UpcomingTimers",
     "WaiterRegistry",
     "WakeReason",
     "check_group_name",

@@ -51,6 +51,9 @@ HEADINGS: Final[dict[str, str]] = {
     "STORE_CLOSED": "The store is closed",
     "VALIDATION_FAILED": "Please check the form",
     "STALE_PREVIEW": "The offsets moved since the preview",
+    "TIMER_ALREADY_DELIVERED": "Already delivered",
+    "TIMER_NOT_FOUND": "No such timer message",
+    "INVALID_TIMER_HANDLE": "Invalid timer handle",
 }
 """A short heading per stable code; the error's own message follows it."""
 

@@ -20,12 +20,13 @@ from app.admin.views import (
     messages,
     overview,
     pop,
+    timers,
     topics,
     transactions,
 )
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False, lifespan=sampling_lifespan)
-for _module in (overview, topics, pop, groups, messages, dlq, transactions, cluster):
+for _module in (overview, topics, pop, groups, messages, dlq, transactions, timers, cluster):
     router.include_router(_module.router)
 
 

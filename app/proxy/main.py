@@ -14,7 +14,7 @@ from starlette.types import ASGIApp
 
 from app.errors import install_error_handlers, problem_response
 from app.middleware import HttpShellMiddleware
-from app.proxy import consume, messages, pop, topics, transactions
+from app.proxy import consume, messages, pop, timers, topics, transactions
 from app.proxy.context import ProxyLimits
 from app.proxy.fanout import BudgetShares
 from app.proxy.fast import FastLane, fast_route
@@ -62,7 +62,7 @@ def create_proxy_app(
     install_error_handlers(app)
     app.add_exception_handler(EtcdError, _etcd_error)
     app.add_exception_handler(EtcdUnavailableError, _etcd_error)
-    for module in (topics, messages, consume, pop, transactions):
+    for module in (topics, messages, consume, pop, transactions, timers):
         app.include_router(module.router)
     hot = [
         fast_route("POST", "/v1/topics/{topic}/messages", messages.send),

@@ -20,6 +20,7 @@ from services.cluster.proxy_routing import (
     readers,
     split_commits,
     split_handle,
+    timer_group,
     topic_route,
 )
 from services.cluster.registry import RouteRegistry
@@ -65,5 +66,6 @@ __all__ = [
     "split_commits",
     "split_handle",
     "spread_queues",
+    "timer_group",
     "topic_route",
 ]

@@ -15,10 +15,12 @@ from services.cluster.route_table import BrokerMember, ClusterView, QueueRoute, 
 from services.errors import (
     BatchRejectedError,
     BrokerUnavailableError,
+    InvalidTimerHandleError,
     NotFoundError,
     ServiceError,
 )
 from services.send import shard_queue
+from services.timer.handles import decode_handle
 
 HANDLE_SEPARATOR = "~"
 """Separates the broker group from the broker's own receipt handle in a proxied handle."""
@@ -253,3 +255,21 @@ def split_handle(handle: str) -> tuple[str, str] | None:
     if not sep or not group or not inner:
         return None
     return group, inner
+
+
+def timer_group(view: ClusterView, topic: str, handle: str) -> str:
+    """The group holding the timer message a cancel handle names: the group of the broker
+    the handle names, else the topic's only group; InvalidTimerHandleError when neither says
+    (the handle is not one, or names another topic or a broker no group knows)."""
+    parsed = decode_handle(handle)
+    if parsed.topic != topic:
+        raise InvalidTimerHandleError(f"the handle is for topic {parsed.topic!r}, not {topic!r}")
+    for name, group in sorted(view.groups.items()):
+        if any(member.name == parsed.broker_name for member in group.replicas()):
+            return name
+    groups = topic_route(view, topic).groups()
+    if len(groups) == 1:
+        return groups[0]
+    raise InvalidTimerHandleError(
+        f"the handle names broker {parsed.broker_name!r}, which no group of the cluster has"
+    )

@@ -49,6 +49,7 @@ from services.idempotency import RePutAll
 from services.metrics import Histogram
 from services.timer.delivery import due_message, marker_key, rolled_message, target_key
 from services.timer.handles import TimerHandle, decode_handle
+from services.timer.upcoming import UpcomingTimers, upcoming_of
 from storage import Message, MessageStore, StorageError, StoredMessage
 from storage.errors import MessageRejectedError
 from storage.record.layout import CQ_UNIT_SIZE, PRE_BLANK_SIZE
@@ -241,6 +242,32 @@ class TimerService:
             self._store.max_offset_in_queue(TIMER_TOPIC, 0),
             self.stats,
         )
+
+    def upcoming(
+        self, topic: str | None = None, *, next_count: int = 50, scan_limit: int = 20_000
+    ) -> UpcomingTimers | None:
+        """What waits in the wheel (of ``topic``, or all), read slot by slot from the read time
+        over the roll window, at most ``scan_limit`` units; None when the wheel is not
+        running."""
+        timer = self._timer
+        if timer is None:
+            return None
+        units = timer.waiting_units(timer.config.effective_roll_window_slots + 1, scan_limit)
+        cancelled = set().union(*self._cancels.values()) if self._cancels else set()
+        records: list[tuple[StoredMessage, bool]] = []
+        for unit in units:
+            record = self._store.look_message_by_offset(unit.offset_py)
+            if record is None:
+                continue
+            if _is_marker(unit):
+                key = marker_key(record)
+                if key:
+                    cancelled.add(key)
+            elif not unit.magic & MAGIC_DELETE:
+                records.append((record, bool(unit.magic & MAGIC_ROLL)))
+        now = self._now_ms()
+        counts, soonest = upcoming_of(records, cancelled, now, topic=topic, next_count=next_count)
+        return UpcomingTimers(now, counts, soonest, len(units), len(units) < scan_limit)
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)

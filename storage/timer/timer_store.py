@@ -110,6 +110,16 @@ class TimerStore:
         units.reverse()
         return units
 
+    def waiting_units(self, slots: int, limit: int) -> list[TimerUnit]:
+        """Up to ``limit`` units of the ``slots`` slots from the read time on, in slot order:
+        what is waiting in the wheel (markers and rolled records included)."""
+        units: list[TimerUnit] = []
+        for slot in self.wheel.occupied(self.read_time_ms, slots):
+            units.extend(self.units_of_slot(slot.time_ms))
+            if len(units) >= limit:
+                return units[:limit]
+        return units
+
     # ------------------------------------------------------------------ flush
 
     def begin_flush(self) -> FlushTicket:

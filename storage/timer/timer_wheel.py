@@ -102,6 +102,21 @@ class TimerWheel:
         self.put_slot(time_ms, first, unit_pos, max(0, slot.num + count))
         return True
 
+    def occupied(self, start_ms: int, count: int) -> list[Slot]:
+        """The non-empty slots among the ``count`` from ``start_ms`` on, in time order (one
+        pass over the heap copy, at most one turn of the wheel)."""
+        first_tick = start_ms // self.precision_ms
+        count = max(0, min(count, self.slots))
+        found: list[Slot] = []
+        for tick in range(first_tick, first_tick + count):
+            position = tick % self.slots * SLOT_SIZE
+            if self._heap[position + 7] != tick & 0xFF:  # the stamp's low byte: a quick miss
+                continue
+            stamp, first, last, num, _ = _SLOT.unpack_from(self._heap, position)
+            if stamp == tick and (first or last or num):
+                found.append(Slot(tick * self.precision_ms, first, last, num))
+        return found
+
     def snapshot(self) -> WheelSnapshot:
         """The pages changed since the last snapshot (call on the owner thread)."""
         dirty = self._dirty

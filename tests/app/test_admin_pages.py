@@ -404,6 +404,7 @@ PAGES = [
     pytest.param("dlqs", "/admin/dlq", id="dlqs"),
     pytest.param("dlq", "/admin/dlq/{group}", id="dlq"),
     pytest.param("dlq-topic", "/admin/topics/{dlq_topic}", id="dlq-topic"),
+    pytest.param("timers", "/admin/timers", id="timers"),
 ]
 
 

@@ -22,9 +22,12 @@ from services.cluster.proxy_routing import (
     readers,
     split_commits,
     split_handle,
+    timer_group,
     topic_route,
 )
+from services.errors import InvalidTimerHandleError
 from services.send import shard_queue
+from services.timer.handles import TimerHandle
 
 A = BrokerMember("a", "g1", "http://127.0.0.1:1", "127.0.0.1:2", "master")
 A2 = BrokerMember("a2", "g1", "http://127.0.0.1:3", "127.0.0.1:4", "slave")
@@ -155,3 +158,16 @@ def test_receipt_handles_carry_their_group() -> None:
     assert split_handle(prefix_handle("g2", "abc.def")) == ("g2", "abc.def")
     assert split_handle("no-group") is None
     assert split_handle("~x") is None
+
+
+def test_a_timer_handle_goes_to_its_brokers_group_or_the_topics_only_group() -> None:
+    def handle(topic: str, broker: str) -> str:
+        return TimerHandle(topic, broker, 1001, "K").encode()
+
+    assert timer_group(view(), "T", handle("T", "a2")) == "g1", "a slave that issued it"
+    assert timer_group(view(), "T", handle("T", "b")) == "g2"
+    alone = ClusterView("c1", 1, view().groups, {"One": spread_queues("One", 2, ["g2"])})
+    assert timer_group(alone, "One", handle("One", "gone")) == "g2"
+    for topic, text in (("T", handle("T", "gone")), ("T", handle("U", "a")), ("T", "x")):
+        with pytest.raises(InvalidTimerHandleError):
+            timer_group(view(), topic, text)

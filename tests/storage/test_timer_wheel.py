@@ -39,3 +39,14 @@ def test_the_file_holds_what_was_snapshotted_and_written_only(tmp_path: Path) ->
     assert reopened.get_slot(100) == (100, 0, 0, 1)
     assert reopened.get_slot(200).empty
     reopened.close()
+
+
+def test_occupied_lists_the_non_empty_slots_of_a_range_in_time_order(tmp_path: Path) -> None:
+    wheel = TimerWheel(tmp_path / "timerwheel", slots_total=10, precision_ms=1000)
+    wheel.put_slot(7000, 0, 52, 2)
+    wheel.put_slot(3000, 104, 104, 1)
+    wheel.put_slot(30_000, 156, 156, 1)  # beyond the range asked for
+    assert [s.time_ms for s in wheel.occupied(2000, 8)] == [3000, 7000]
+    assert [s.time_ms for s in wheel.occupied(12_000, 30)] == [30_000], "one turn at most"
+    assert wheel.occupied(4000, 3) == []
+    wheel.close()
