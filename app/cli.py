@@ -173,6 +173,7 @@ def _token_create(args: argparse.Namespace) -> int:
         admin=args.admin,
         produce=args.produce,
         consume=args.consume,
+        producer_groups=args.producer_group,
         rate_per_s=args.rate_per_s,
         burst=args.burst,
         max_parked_pulls=args.max_parked_pulls,
@@ -211,6 +212,13 @@ def _add_token_commands(commands: Any) -> None:
         default=[],
         metavar="GROUP:TOPIC",
         help="group and topic patterns (globs)",
+    )
+    create.add_argument(
+        "--producer-group",
+        action="append",
+        default=[],
+        metavar="GROUP",
+        help="producer group pattern (glob) of its transactions",
     )
     create.add_argument("--rate-per-s", type=float, help="its own request rate (0: none)")
     create.add_argument("--burst", type=int, help="its own burst")

@@ -88,7 +88,12 @@ def check_key(key: str) -> str:
 def repost_key(source: StoredMessage) -> str:
     """The key of a re-put of ``source``: its physical offset, the same on every replica of
     the group. It holds a space, so no client's key is ever equal to it."""
-    return f"re-put {source.physical_offset}"
+    return repost_key_at(source.physical_offset)
+
+
+def repost_key_at(physical_offset: int) -> str:
+    """:func:`repost_key` of the record at ``physical_offset``."""
+    return f"re-put {physical_offset}"
 
 
 class Appends(Protocol):
@@ -291,6 +296,23 @@ class IdempotencyService:
                     for a in answers
                 ]
         return answers
+
+    async def reput_first(self, message: Message, source_offset: int) -> list[PutResult]:
+        """Put ``message``, a copy of the record at ``source_offset``, keyed as :meth:`reput`
+        keys it, without looking for an earlier copy: for a caller that knows none was ever
+        put (it wrote the source itself in this process and has not re-put it yet). A later
+        :meth:`reput` or :meth:`find_reput` finds this one."""
+        properties = message.properties
+        for name in IDEMPOTENCY_PROPERTIES:
+            properties.pop(name, None)
+        if not self._store.keyed.enabled:
+            return await self._appends.settle(self._appends.append([message]))
+        self._forget_indexed(self.since_ms())
+        key = repost_key_at(source_offset)
+        _stamp([message], key, None)
+        results = self._appends.append([message])
+        self._remember(message.topic, key, None, results)
+        return await self._appends.settle(results)
 
     def find_reput(self, topic: str, source: StoredMessage, since_ms: int) -> StoredMessage | None:
         """The re-put of ``source`` into ``topic`` stored at ``since_ms`` or later, if any."""

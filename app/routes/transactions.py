@@ -161,7 +161,8 @@ async def answer_unknown(
         "RocketMQ's check-back (CHECK_TRANSACTION_STATE) as a poll: each due check goes to one "
         "poller of the group, leased for `lease_ms`. Answer with commit, rollback or unknown "
         "on /v1/transactions/{transaction_id}. An empty long-poll answers 200 with no checks. "
-        "With tokens, a poll gets only the checks of topics its token may produce to."
+        "With tokens, the token needs the producer group, and a poll gets only the checks "
+        "of topics it may produce to."
     ),
     response_model=CheckPollOut,
     responses=problems(400, 413, 422, 429, 503),

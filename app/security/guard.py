@@ -135,6 +135,8 @@ class Security:
             raise forbidden(principal, f"produce to topic {topic!r}")
         if access is Access.SEE_TOPIC and not principal.may_see_topic(topic or ""):
             raise forbidden(principal, f"produce to or consume topic {topic!r}")
+        if access is Access.PRODUCER_GROUP and not principal.may_produce_as(group or ""):
+            raise forbidden(principal, f"send transactions as producer group {group!r}")
         if access is Access.CONSUME and not principal.may_consume(group, topic):
             raise forbidden(principal, _consume_text(group, topic))
 
@@ -158,6 +160,12 @@ class Security:
             _check_sent_back(principal, group, body, broker)
         elif rule.body is BodyCheck.MESSAGE_BY_ID:
             _check_message_by_id(principal, str(path_params.get("msg_id", "")), broker)
+        elif rule.body is BodyCheck.HALF_MESSAGE:
+            producer_group = _body_field(body, "producer_group")
+            if producer_group is not None and not principal.may_produce_as(producer_group):
+                raise forbidden(
+                    principal, f"send transactions as producer group {producer_group!r}"
+                )
         elif rule.body is BodyCheck.TRANSACTION:
             _check_transaction(principal, str(path_params.get("transaction_id", "")), broker)
 
@@ -222,6 +230,13 @@ def _offset_topics(body: bytes) -> list[str]:
     return [o["topic"] for o in offsets if isinstance(o, dict) and isinstance(o.get("topic"), str)]
 
 
+def _body_field(body: bytes, name: str) -> str | None:
+    """A JSON body's string field ``name``; None when absent (the route refuses the body)."""
+    data = _json(body)
+    value = data.get(name) if isinstance(data, dict) else None
+    return value if isinstance(value, str) else None
+
+
 def dry_run(body: bytes) -> bool:
     data = _json(body)
     return isinstance(data, dict) and data.get("dry_run") is True
@@ -266,10 +281,15 @@ def _check_message_by_id(principal: Principal, msg_id: str, broker: Broker) -> N
 
 
 def _check_transaction(principal: Principal, transaction_id: str, broker: Broker) -> None:
-    """Only a producer of its topic reads or ends a transaction (403 whether it exists)."""
+    """Only a producer of its topic, with its producer group, reads or ends a transaction
+    (403 whether it exists)."""
     try:
-        topic = broker.transactions.transaction(transaction_id).topic
+        transaction = broker.transactions.transaction(transaction_id)
     except Exception:
-        topic = None
-    if topic is None or not principal.may_produce(topic):
+        transaction = None
+    if (
+        transaction is None
+        or not principal.may_produce(transaction.topic)
+        or not principal.may_produce_as(transaction.producer_group)
+    ):
         raise forbidden(principal, f"read or end transaction {transaction_id[:80]}")

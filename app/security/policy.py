@@ -24,6 +24,7 @@ class Access(Enum):
     PRODUCE = "produce"  # produce on the topic
     CONSUME = "consume"  # consume the topic with the group (an absent one: any)
     SEE_TOPIC = "see_topic"  # produce on the topic, or consume it with some group
+    PRODUCER_GROUP = "producer_group"  # send transactions as the group
     ADMIN = "admin"
 
 
@@ -33,7 +34,8 @@ class BodyCheck(Enum):
     OFFSET_TOPICS = "offset_topics"  # each offsets[].topic: consume with the path's group
     SENT_BACK_MESSAGE = "sent_back_message"  # the message's original topic, with the group
     MESSAGE_BY_ID = "message_by_id"  # the message's topic, with any group
-    TRANSACTION = "transaction"  # produce on the transaction's topic (looked up)
+    TRANSACTION = "transaction"  # the transaction's topic and producer group (looked up)
+    HALF_MESSAGE = "half_message"  # the body's producer_group (the topic is the path's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,14 +119,15 @@ RULES: Final[dict[str, Rule]] = {
     "changeInvisibility": Rule(Access.CONSUME, group=GROUP),
     "listInFlight": ADMIN_RULE,  # names the receivers' tokens, of every topic of the group
     # ---------------------------------------------------------------- transactions
-    "sendHalfMessage": Rule(Access.PRODUCE, topic=TOPIC),
+    # produce on the topic, and the producer group of the body
+    "sendHalfMessage": Rule(Access.PRODUCE, topic=TOPIC, body=BodyCheck.HALF_MESSAGE),
     "getTransaction": Rule(Access.AUTHENTICATED, body=BodyCheck.TRANSACTION),
     "commitTransaction": Rule(Access.AUTHENTICATED, body=BodyCheck.TRANSACTION),
     "rollbackTransaction": Rule(Access.AUTHENTICATED, body=BodyCheck.TRANSACTION),
     "answerTransactionUnknown": Rule(Access.AUTHENTICATED, body=BodyCheck.TRANSACTION),
     "listTransactions": ADMIN_RULE,  # names every open transaction
-    # any token: a poll gets only checks of topics it may produce to
-    "pollTransactionChecks": Rule(Access.AUTHENTICATED, long_poll_in_body=True),
+    # the producer group; a poll gets only checks of topics it may produce to
+    "pollTransactionChecks": Rule(Access.PRODUCER_GROUP, group=GROUP, long_poll_in_body=True),
     # ---------------------------------------------------------------- health and docs
     "healthz": Rule(Access.PUBLIC),
     "readyz": Rule(Access.PUBLIC),

@@ -74,6 +74,7 @@ class Principal:
     admin: bool = False
     produce: tuple[Pattern, ...] = ()
     consume: tuple[ConsumeGrant, ...] = ()
+    producer_groups: tuple[Pattern, ...] = ()  # groups it may send transactions as
     rate_per_s: float | None = None  # None: the server's default
     burst: int | None = None
     max_parked_pulls: int | None = None
@@ -83,6 +84,10 @@ class Principal:
         if self.admin:
             return True
         return topic not in SYSTEM_TOPICS and any(p.matches(topic) for p in self.produce)
+
+    def may_produce_as(self, producer_group: str) -> bool:
+        """May send, end and be asked about transactions as ``producer_group``."""
+        return self.admin or any(p.matches(producer_group) for p in self.producer_groups)
 
     def may_consume(self, group: str | None, topic: str | None) -> bool:
         """Whether some grant covers ``group`` and ``topic``; None stands for "any"."""

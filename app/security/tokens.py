@@ -8,6 +8,7 @@ only SHA-256 digests of the tokens, never the tokens themselves::
     sha256 = "9f86d081884c7d65..."   # hex digest of the token (spoolmq token create)
     produce = ["Orders", "Orders-*"] # topic patterns it may send to
     consume = ["billing:Orders*"]    # GROUP:TOPIC patterns it may consume with
+    producer_groups = ["orders-tx"]  # producer group patterns of its transactions
     rate_per_s = 200                 # optional: its own rate limit (0: none) ...
     burst = 400                      # ... and burst
     max_parked_pulls = 20            # optional: its own cap on parked long-polls
@@ -68,6 +69,7 @@ class _TokenEntry(BaseModel):
     consume: list[Annotated[str, StringConstraints(pattern=_CONSUME)] | _ConsumeEntry] = Field(
         default_factory=list
     )
+    producer_groups: list[TopicPattern] = Field(default_factory=list)
     rate_per_s: float | None = Field(default=None, ge=0)
     burst: int | None = Field(default=None, ge=1)
     max_parked_pulls: int | None = Field(default=None, ge=0)
@@ -82,6 +84,7 @@ class _TokenEntry(BaseModel):
             admin=self.admin,
             produce=tuple(Pattern.of(p) for p in self.produce),
             consume=tuple(grants),
+            producer_groups=tuple(Pattern.of(p) for p in self.producer_groups),
             rate_per_s=self.rate_per_s,
             burst=self.burst,
             max_parked_pulls=self.max_parked_pulls,
@@ -185,6 +188,7 @@ def entry_toml(
     admin: bool = False,
     produce: Sequence[str] = (),
     consume: Sequence[str] = (),
+    producer_groups: Sequence[str] = (),
     rate_per_s: float | None = None,
     burst: int | None = None,
     max_parked_pulls: int | None = None,
@@ -197,6 +201,8 @@ def entry_toml(
         lines.append(f"produce = {json.dumps(list(produce))}")
     if consume:
         lines.append(f"consume = {json.dumps(list(consume))}")
+    if producer_groups:
+        lines.append(f"producer_groups = {json.dumps(list(producer_groups))}")
     for key, value in (
         ("rate_per_s", rate_per_s),
         ("burst", burst),

@@ -28,7 +28,9 @@ PutOne = Callable[[list[Message]], Awaitable[list[PutResult]]]
 class _Batch:
     offsets: list[int] = field(default_factory=list)
     size: int = 0
-    done: asyncio.Future[None] | None = None
+    waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    """One future per end: a cancelled end cancels its own only, and the write wakes every
+    end directly (no shield, one turn of the loop fewer)."""
 
 
 class OpWriter:
@@ -45,15 +47,15 @@ class OpWriter:
         batches = self._pending.setdefault(outcome, [])
         entry = len(f"{half_offset}{OFFSET_SEPARATOR}")
         if not batches or batches[-1].size + entry > self._max_size:
-            batches.append(_Batch(done=asyncio.get_running_loop().create_future()))
+            batches.append(_Batch())
         batch = batches[-1]
         batch.offsets.append(half_offset)
         batch.size += entry
-        done = batch.done
-        assert done is not None
+        done = asyncio.get_running_loop().create_future()
+        batch.waiters.append(done)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._drain(), name="transaction-op-writer")
-        await asyncio.shield(done)
+        await done
 
     async def _drain(self) -> None:
         while self._pending:
@@ -62,13 +64,13 @@ class OpWriter:
             batch = batches.pop(0)
             if not batches:
                 del self._pending[outcome]
-            done = batch.done
-            assert done is not None
             try:
                 await self._put([op_message(batch.offsets, outcome)])
             except Exception as exc:  # every waiter hears of it
-                if not done.done():
-                    done.set_exception(exc)
+                for done in batch.waiters:
+                    if not done.done():
+                        done.set_exception(exc)
                 continue
-            if not done.done():
-                done.set_result(None)
+            for done in batch.waiters:
+                if not done.done():
+                    done.set_result(None)

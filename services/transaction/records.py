@@ -103,7 +103,7 @@ def check_copy(half: StoredMessage, original_offset: int, origin: int, checks: i
     )
 
 
-def real_message(half: StoredMessage, origin: int, store_timestamp: int) -> Message:
+def real_message(half: Message | StoredMessage, origin: int, store_timestamp: int) -> Message:
     """The committed message: real topic and queue, sysflag COMMIT, the original half's
     CommitLog offset ``origin`` and its ``store_timestamp`` (a delayed one is stored now:
     its delay starts at the commit)."""

@@ -46,7 +46,7 @@ from services.transaction.records import (
     real_message,
 )
 from services.transaction.table import Transaction, TransactionState, TransactionTable, rebuild
-from storage import MessageStore, PutResult, StoredMessage
+from storage import Message, MessageStore, PutResult, StoredMessage
 from storage.config_managers import TopicConfig
 from storage.record.properties import (
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
@@ -132,6 +132,10 @@ class TransactionService:
         self.ops = OpWriter(put, config.op_max_size)
         self._offers: dict[str, dict[int, _Offer]] = {}
         self._locks: dict[int, asyncio.Lock] = {}
+        self._sent: dict[int, Message] = {}
+        """Halves this process stored and has not begun to end, by half offset, as sent:
+        nothing was put for them yet, so their end neither reads the half back nor looks
+        for an earlier commit."""
         self.loaded = False
         self.changed: Callable[[int], None] = _nothing  # tells the check service a due time
 
@@ -144,6 +148,7 @@ class TransactionService:
         read = rebuild(self._store, table)
         self.table = table
         self._offers.clear()
+        self._sent.clear()
         self.loaded = True
         return read
 
@@ -199,6 +204,7 @@ class TransactionService:
             )
         result = (await self._put([half]))[0]
         transaction = self.table.add_prepared(half, result)
+        self._sent[transaction.half_offset] = half
         self._metrics.transactions["prepared"] += 1
         self.changed(transaction.next_check_ms(self.config.check_interval_ms))
         return Prepared(transaction, result)
@@ -229,6 +235,9 @@ class TransactionService:
             if committed != commit:
                 raise _ended_otherwise(transaction)
             return Ended(transaction, await self._committed_copy(transaction), repeated=True)
+        sent = self._sent.pop(transaction.half_offset, None)
+        if sent is not None:  # the first end of a half sent here: nothing to look for
+            return await self._end_first(transaction, sent, commit)
         half = self._half(transaction)
         if not commit:
             earlier = await self._committed_copy(transaction, half)
@@ -248,6 +257,15 @@ class TransactionService:
         if written.earlier is not None:
             return Ended(transaction, written.earlier[0], repeated=True)
         return Ended(transaction, written.results[0], repeated=False)
+
+    async def _end_first(self, transaction: Transaction, half: Message, commit: bool) -> Ended:
+        if not commit:
+            await self._finish(transaction, committed=False)
+            return Ended(transaction, None, repeated=False)
+        real = real_message(half, transaction.commit_log_offset, transaction.store_timestamp)
+        results = await self._idempotency.reput_first(real, transaction.commit_log_offset)
+        await self._finish(transaction, committed=True)
+        return Ended(transaction, results[0], repeated=False)
 
     async def _finish(self, transaction: Transaction, *, committed: bool) -> None:
         """Write the op record, then take the transaction out of the open ones."""
@@ -311,6 +329,7 @@ class TransactionService:
             await self._topics.ensure(TopicConfig(TRANS_CHECK_MAX_TIME_TOPIC, 1, 1))
             copy = check_max_copy(half, transaction.half_offset, transaction.commit_log_offset)
             await self._idempotency.reput(copy, half, since_ms=transaction.store_timestamp)
+        self._sent.pop(transaction.half_offset, None)
         if transaction.open:
             self.table.give_up(transaction.half_offset)
             self._metrics.transactions["gave_up"] += 1

@@ -14,10 +14,15 @@ from tests.conftest import LiveServer, start_server
 
 TOKENS: dict[str, dict[str, Any]] = {
     "admin": {"admin": True},
-    "producer": {"produce": ["Sec*"]},
+    "producer": {"produce": ["Sec*"], "producer_groups": ["pg", "shared", "SecG*"]},
+    "topic-only": {"produce": ["Sec*"]},  # no producer group: no transactions
     "consumer": {"consume": ["SecG*:Sec*"]},
-    "everything-but-admin": {"produce": ["*"], "consume": ["*:*"]},
-    "stranger": {"produce": ["Other*"], "consume": ["OtherG:Other*"]},
+    "everything-but-admin": {"produce": ["*"], "consume": ["*:*"], "producer_groups": ["*"]},
+    "stranger": {
+        "produce": ["Other*"],
+        "consume": ["OtherG:Other*"],
+        "producer_groups": ["shared", "OtherG*"],
+    },
     "nobody": {},  # a valid token without any grant: metrics, docs
     "slow": {"produce": ["*"], "consume": ["*:*"], "rate_per_s": 0.001, "burst": 2},
     "parker": {"consume": ["*:*"], "max_parked_pulls": 1},

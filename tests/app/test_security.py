@@ -66,7 +66,7 @@ EXPECTED: dict[str, tuple[str, str | None]] = {
     "commitTransaction": ("producer", "stranger"),
     "rollbackTransaction": ("producer", "stranger"),
     "answerTransactionUnknown": ("producer", "stranger"),
-    "pollTransactionChecks": ("nobody", None),  # filtered: only its topics' checks
+    "pollTransactionChecks": ("producer", "stranger"),  # and only its topics' checks
     "metrics": ("nobody", None),
     "openapi": ("nobody", None),
     "swagger_ui": ("nobody", None),
@@ -236,6 +236,34 @@ def test_the_table_test_sees_every_operation_and_names_only_real_routes() -> Non
     for key, rule in RULES.items():
         if rule.access not in (Access.ADMIN, Access.PUBLIC) and key in keys:
             assert key in EXPECTED, key
+
+
+def test_a_transaction_needs_its_producer_group_as_well_as_its_topic(
+    secured: AuthServer,
+) -> None:
+    topic = "SecTxGroups"
+    admin, producer = secured.client("admin"), secured.client("producer")
+    topic_only = secured.client("topic-only")
+    assert admin.put(f"/v1/topics/{topic}", json={}).status_code in (200, 201)
+    half = {"producer_group": "pg", "message": {"body": "x"}}
+    refused = topic_only.post(f"/v1/topics/{topic}/transactions", json=half)
+    assert refused.status_code == 403 and refused.json()["code"] == "FORBIDDEN"
+    other_group = {"producer_group": "other", "message": {"body": "x"}}
+    assert producer.post(f"/v1/topics/{topic}/transactions", json=other_group).status_code == 403
+    sent = producer.post(f"/v1/topics/{topic}/transactions", json=half)
+    assert sent.status_code == 201, sent.text
+    transaction = f"/v1/transactions/{sent.json()['transaction_id']}"
+    assert topic_only.get(transaction).status_code == 403
+    for how in ("commit", "rollback", "unknown"):
+        ended = topic_only.post(f"{transaction}/{how}", json={"producer_group": "pg"})
+        assert ended.status_code == 403, how
+    poll = topic_only.post("/v1/producer-groups/pg/transaction-checks", json={"wait_ms": 0})
+    assert poll.status_code == 403
+    assert producer.post(f"{transaction}/commit", json={"producer_group": "pg"}).status_code == 200
+    pulled = admin.get(
+        f"/v1/topics/{topic}/queues/{sent.json()['queue_id']}/messages", params={"offset": 0}
+    )
+    assert [m["body"] for m in pulled.json()["messages"]] == ["x"]
 
 
 def test_forbidden_never_says_whether_a_topic_exists(secured: AuthServer) -> None:

@@ -13,7 +13,7 @@ from services import Broker, BrokerConfig, OutgoingMessage, TransactionConfig
 from services.errors import TransactionEndedError
 from services.transaction import TransactionState
 from services.transaction.records import op_offsets, real_message
-from storage import MessageStore, StoredMessage
+from storage import Message, MessageStore, PutResult, StoredMessage
 from storage.record.layout import TRANSACTION_COMMIT_TYPE, TRANSACTION_TYPE_MASK
 from storage.topic_names import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from tests.services.conftest import SMALL, wait_for
@@ -168,3 +168,41 @@ async def test_the_check_count_and_schedule_survive_a_restart(tmp_path: Path) ->
         assert copies[1].properties["TRAN_PREPARED_QUEUE_OFFSET"] == str(found.half_offset)
     finally:
         await broker.stop()
+
+
+async def test_a_commit_retried_after_its_op_record_failed_stores_one_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker = await started(tmp_path)
+    try:
+        service = broker.transactions
+        prepared = await service.prepare("Orders", OutgoingMessage(b"x"), "pg")
+        transaction_id = prepared.transaction.transaction_id
+        writes = service.ops._put  # the op record's put fails once, after the commit's put
+
+        async def refused(messages: list[Message]) -> list[PutResult]:
+            raise OSError("no space left for the op record")
+
+        monkeypatch.setattr(service.ops, "_put", refused)
+        with pytest.raises(OSError):
+            await service.end(transaction_id, "pg", commit=True)
+        monkeypatch.setattr(service.ops, "_put", writes)
+        assert service.transaction(transaction_id).state is TransactionState.OPEN
+
+        again = await service.end(transaction_id, "pg", commit=True)
+        assert again.repeated and again.message is not None
+        assert service.transaction(transaction_id).state is TransactionState.COMMITTED
+        store = store_of(broker)
+        queue_id = prepared.transaction.queue_id
+        assert store.max_offset_in_queue("Orders", queue_id) == 1  # the first put's copy only
+        (real,) = records_of(store, "Orders", queue_id)
+        assert real.physical_offset == again.message.physical_offset
+        assert (
+            real.body == b"x" and real.prepared_transaction_offset == prepared.half.physical_offset
+        )
+    finally:
+        await broker.stop()
+
+
+def records_of(store: MessageStore, topic: str, queue_id: int) -> list[StoredMessage]:
+    return store.get_message("test", topic, queue_id, 0, 10_000).messages
