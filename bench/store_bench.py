@@ -7,8 +7,8 @@
 2. Pull: ``get_message`` in 32-message batches over every queue until all messages are read
    — against a loop that walks the store's own CommitLog mmap, unpacking each record header
    and checking its body CRC. Three ways, each against the same raw loop: decoded
-   (``StoredMessage``), raw (``raw=True``: each record's bytes, undecoded) and raw + fields
-   (each raw record's fields located by ``RawRecord.fields``, what a renderer starts from).
+   (``StoredMessage``), raw (``raw=True``: each record copied, its fields located) and raw + decoded
+   (each raw record's body and properties decoded, what a renderer decodes).
 
 Run by hand (not part of the test suite)::
 
@@ -164,7 +164,8 @@ def bench_store_pull(root: Path, config: StoreConfig, count: int, mode: str = "p
                     records = result.records
                     if fields:
                         for record in records:
-                            record.fields()
+                            record.body()
+                            record.properties()
                     read += len(records)
                 else:
                     read += len(result.messages)

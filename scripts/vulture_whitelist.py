@@ -79,3 +79,6 @@ _.fallocate
 _.fsyncdir
 fi  # the operations' signatures, as mfusepy passes them
 datasync
+
+# ---- pydantic reads it
+_.__pydantic_config__  # app/schemas/common.py: the config of a TypedDict made from a model

@@ -26,7 +26,7 @@ from services.offsets import OffsetCommit, OffsetService
 from services.topics import TopicService
 from storage import GetMessageResult, GetMessageStatus, MessageStore, StoredMessage, TagFilter
 from storage.record.decode import decode_record
-from storage.record.fields import RecordFields, record_fields
+from storage.record.fields import RecordFields
 from storage.record.properties import PROPERTY_RETRY_TOPIC, PROPERTY_TAGS
 from storage.topic_names import is_retry_topic, retry_topic
 
@@ -427,7 +427,7 @@ class PullService:
                 min_offset=0,
                 max_offset=0,
             )
-        records = [record_fields(r.data) for r in result.records]
+        records = result.records
         if records and tag_filter.tags is not None:
             # The store filtered by hash code; drop hash collisions by the exact tag.
             records = [r for r in records if tag_filter.matches_tags(_tags(r))]

@@ -12,7 +12,7 @@ Response models list every field the server always sends as required, defaults i
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, NotRequired
 
 from pydantic import (
     AfterValidator,
@@ -24,6 +24,7 @@ from pydantic import (
     WithJsonSchema,
 )
 from pydantic_core import PydanticCustomError
+from typing_extensions import TypedDict
 
 from services import (
     MAX_GROUP_LENGTH,
@@ -173,6 +174,26 @@ class RequestBody(BaseModel):
     """Base of request bodies: strict types, unknown fields rejected."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
+
+
+def validated_dicts(model: type[RequestBody], fields: dict[str, Any] | None = None) -> Any:
+    """A TypedDict of ``model``'s fields (each field's type and constraints as the model
+    declares them, the model's config, no defaults filled in): validating with it accepts
+    exactly what the model accepts and gives dicts instead of instances, a fraction of the
+    cost per item. ``fields``: types to use instead of some fields' own (a nested model's
+    TypedDict). Validator methods are not carried over: a model with any is refused."""
+    decorators = model.__pydantic_decorators__
+    if decorators.model_validators or decorators.field_validators or decorators.validators:
+        raise TypeError(f"{model.__name__} has validator methods a TypedDict would not run")
+    items: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        kind = (fields or {}).get(name, field.annotation)
+        if field.metadata:
+            kind = Annotated[(kind, *field.metadata)]
+        items[name] = kind if field.is_required() else NotRequired[kind]
+    typed = TypedDict(f"{model.__name__}Dict", items)  # type: ignore[misc]
+    typed.__pydantic_config__ = model.model_config  # type: ignore[attr-defined]
+    return typed
 
 
 class ResponseBody(BaseModel):

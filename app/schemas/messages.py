@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 from typing import Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from app.schemas.common import (
     INT64_MAX,
@@ -29,6 +29,7 @@ from app.schemas.common import (
     ResponseBody,
     ShortText,
     TimestampMs,
+    validated_dicts,
 )
 from app.settings import MAX_PULL_MESSAGES, MAX_REQUEST_BYTES, MAX_WAIT_MS
 from services import GroupPull, QueuePull, SendReceipt
@@ -117,6 +118,18 @@ class SendBatch(RequestBody):
     deliver_at: TimestampMs | None = Field(
         default=None, description="Every message of the batch: deliver_at (a message's own wins)."
     )
+
+
+SEND_BATCH_DICTS: Final = TypeAdapter(
+    validated_dicts(SendBatch, {"messages": list[validated_dicts(SendMessage)]})  # type: ignore[misc]
+)
+"""Validates a batch as :class:`SendBatch` does, to plain dicts (no model per message);
+the fields a message leaves out are :data:`SEND_MESSAGE_DEFAULTS`."""
+SEND_MESSAGE_DEFAULTS: Final = {
+    name: field.get_default(call_default_factory=True)
+    for name, field in SendMessage.model_fields.items()
+}
+"""Each :class:`SendMessage` field's default (one shared ``[]`` and ``{}``: read only)."""
 
 
 class SendReceiptOut(ResponseBody):

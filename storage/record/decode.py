@@ -17,6 +17,7 @@ from array import array
 from dataclasses import dataclass
 from enum import Enum
 
+from storage.record.fields import RecordFields, record_fields
 from storage.record.layout import (
     BLANK_MAGIC_CODE,
     BODY_CRC_POSITION,
@@ -32,18 +33,16 @@ from storage.record.layout import (
     RECORD_HEADER_V4,
     SHORT_STRUCT,
     SIZE_AND_MAGIC,
-    SIZE_AND_QUEUE_OFFSET,
     SYSFLAG_POSITION,
     Buffer,
     record_header_struct,
     store_timestamp_position,
 )
-from storage.record.message import RawRecord, StoredMessage
+from storage.record.message import StoredMessage
 from storage.record.msg_id import HOST_NAMES, decode_host
 from storage.record.properties import decode_properties
 
 _HEAD_TO_SYSFLAG = HEAD_TO_SYSFLAG.unpack_from
-_SIZE_AND_QUEUE_OFFSET = SIZE_AND_QUEUE_OFFSET.unpack_from
 _unpack_int = INT_STRUCT.unpack_from
 _unpack_short = SHORT_STRUCT.unpack_from
 
@@ -312,11 +311,11 @@ def _decode_other_layout(buffer: Buffer, position: int) -> StoredMessage:
     )
 
 
-def raw_record(buffer: Buffer, position: int = 0) -> RawRecord:
-    """The complete record at ``position``, undecoded: a copy of its bytes (so that nothing
-    holds on to a mapping that retention may close) and its QUEUEOFFSET."""
-    size, queue_offset = _SIZE_AND_QUEUE_OFFSET(buffer, position)
-    return RawRecord(queue_offset, bytes(buffer[position : position + size]))
+def raw_record(buffer: Buffer, position: int = 0) -> RecordFields:
+    """The complete record at ``position``, undecoded: the fields of a copy of its bytes (so
+    that nothing holds on to a mapping that retention may close), found in the same pass."""
+    size = _unpack_int(buffer, position)[0]
+    return record_fields(bytes(buffer[position : position + size]))
 
 
 def read_store_timestamp(buffer: Buffer, position: int = 0) -> int:

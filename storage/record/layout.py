@@ -131,12 +131,6 @@ PHYSICAL_OFFSET_POSITION: Final = struct.calcsize(_HEAD[:7])  # 28
 SYSFLAG_POSITION: Final = struct.calcsize(_HEAD[:8])  # 36
 BORN_TIMESTAMP_POSITION: Final = struct.calcsize(_HEAD[:9])  # 40
 BORN_HOST_POSITION: Final = HEAD_STRUCT.size  # 48
-SIZE_AND_QUEUE_OFFSET: Final = struct.Struct(
-    ">"
-    "i"  # TOTALSIZE
-    f"{QUEUE_OFFSET_POSITION - 4}x"  # MAGICCODE .. FLAG, skipped
-    "q"  # QUEUEOFFSET
-)
 
 
 def _host_format(v6: bool) -> str:

@@ -1,6 +1,6 @@
 """The message values every layer passes around: what a producer gives the store
 (:class:`Message`), what the CommitLog hands back decoded (:class:`StoredMessage`) or as it
-lies (:class:`RawRecord`), and what a put and a get answer (:class:`PutResult`,
+lies (:class:`RecordFields`), and what a put and a get answer (:class:`PutResult`,
 :class:`PutStatus`, :class:`GetMessageStatus`).
 
 This is the one module of :mod:`storage` the HTTP layer may import directly (an
@@ -11,10 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import NamedTuple
 
 from storage.record.fields import RecordFields as RecordFields  # what app renders from
-from storage.record.fields import record_fields
 from storage.record.msg_id import msg_id_prefix
 from storage.record.properties import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, split_keys
 
@@ -81,22 +79,6 @@ class StoredMessage:
     @property
     def uniq_key(self) -> str | None:
         return self.properties.get(PROPERTY_UNIQ_KEY)
-
-
-class RawRecord(NamedTuple):
-    """One message record as the CommitLog holds it, undecoded.
-
-    ``data`` is exactly the record's bytes (a copy: nothing holds on to the store's
-    mapping). :meth:`fields` finds every field in one pass; decode only what you need.
-    """
-
-    queue_offset: int
-    """Where its ConsumeQueue unit is in the queue that was read."""
-    data: bytes
-
-    def fields(self) -> RecordFields:
-        """The record's fixed fields and where its body, topic and properties are."""
-        return record_fields(self.data)
 
 
 class PutStatus(Enum):

@@ -83,4 +83,4 @@ def test_raw_records_do_not_hold_the_store_files(open_store: object, store_dir: 
     records = store.get_message("g", "TopicA", 0, 0, 32, raw=True).records
     store.close()  # unmaps every file: would fail if a record still pointed into one
     assert [decode_record(r.data).body for r in records] == [b"body-0", b"body-1", b"body-2"]
-    assert records[2].fields().properties() == {"TAGS": "even", "KEYS": "k2"}
+    assert records[2].properties() == {"TAGS": "even", "KEYS": "k2"}

@@ -19,6 +19,7 @@ from storage.record.decode import (
     read_store_timestamp,
 )
 from storage.record.encode import blank_record
+from storage.record.fields import record_fields
 from storage.record.layout import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
 from tests.storage.record.golden import (
     BODY,
@@ -284,8 +285,9 @@ def test_the_first_eight_bytes_classify_a_position(
     assert (verdict.kind if verdict else None) is expected
 
 
-def test_a_raw_record_is_a_copy_of_the_record_and_its_queue_offset() -> None:
+def test_a_raw_record_is_the_fields_of_a_copy_of_the_record() -> None:
     mapped = in_mmap(bytes(9) + golden_record() + bytes(4))
     raw = raw_record(mapped, 9)
     mapped.close()  # the copy does not hold on to the mapping
     assert (raw.queue_offset, raw.data) == (42, golden_record())
+    assert raw == record_fields(golden_record())

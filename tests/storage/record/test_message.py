@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from storage.record.decode import decode_record
-from storage.record.message import PutResult, RawRecord
+from storage.record.message import PutResult
 from storage.record.msg_id import encode_msg_id
-from tests.storage.record.golden import BODY, KEYS, golden_record
+from tests.storage.record.golden import KEYS, golden_record
 
 
 def test_stored_message_msg_id_uses_store_host_and_physical_offset() -> None:
@@ -18,14 +18,6 @@ def test_stored_message_reads_tags_keys_and_uniq_key_from_its_properties() -> No
     assert (stored.tags, stored.keys, stored.uniq_key) == ("TAG1", [KEYS], None)
     stored.properties = {"KEYS": " a  b ", "UNIQ_KEY": "U"}
     assert (stored.tags, stored.keys, stored.uniq_key) == (None, ["a", "b"], "U")
-
-
-def test_a_raw_record_is_its_bytes_and_its_queue_offset_and_finds_its_fields() -> None:
-    raw = RawRecord(42, golden_record())
-    fields = raw.fields()
-    assert fields.data is raw.data
-    assert (fields.queue_offset, fields.body(), fields.topic()) == (42, BODY, "FooBar")
-    assert fields.msg_id() == decode_record(raw.data).msg_id
 
 
 def test_a_put_result_ends_where_its_record_ends() -> None:

@@ -1,0 +1,74 @@
+"""A batch validated to dicts (``SEND_BATCH_DICTS``) accepts exactly what ``SendBatch`` accepts,
+with the same values once the defaults are filled in."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel, ValidationError, model_validator
+
+from app.schemas.common import RequestBody, validated_dicts
+from app.schemas.messages import SEND_BATCH_DICTS, SEND_MESSAGE_DEFAULTS, SendBatch
+
+_NUMBERS = st.sampled_from([None, 0, 1, 4.0, 4.5, -1, 18, 19, 1023, 1024, 2**63, True, "1"])
+_NAMES = st.sampled_from([None, "A", "", "a" * 255, "a" * 256, "a b", 1])
+_MESSAGE_FIELDS = {
+    "body": st.sampled_from(["", "hi", "aGk=", "a b", None, 1]) | st.text(max_size=3),
+    "body_encoding": st.sampled_from(["utf-8", "base64", "latin-1", None]),
+    "tags": _NAMES,
+    "keys": st.lists(_NAMES, max_size=3) | _NAMES,
+    "properties": st.dictionaries(st.sampled_from(["p", "", "a" * 256]), _NAMES, max_size=2)
+    | _NAMES,
+    "queue_id": _NUMBERS,
+    "sharding_key": _NAMES,
+    "delay_level": _NUMBERS,
+    "deliver_after_ms": _NUMBERS,
+    "other": _NAMES,
+}
+assert _MESSAGE_FIELDS.keys() >= SEND_MESSAGE_DEFAULTS.keys()
+_MESSAGES = st.fixed_dictionaries({}, optional=_MESSAGE_FIELDS)
+_BATCHES = st.fixed_dictionaries(
+    {"messages": st.lists(_MESSAGES, max_size=3) | _NAMES},
+    optional={"queue_id": _NUMBERS, "sharding_key": _NAMES, "other": _NAMES},
+)
+
+
+def _accepted(validate: Any, body: bytes) -> Any:
+    try:
+        return validate(body)
+    except ValidationError:
+        return None
+
+
+@settings(max_examples=500, deadline=None)
+@given(_BATCHES)
+def test_the_dicts_accept_what_the_model_accepts_with_the_same_values(data: Any) -> None:
+    body = orjson.dumps(data)
+    model = _accepted(SendBatch.model_validate_json, body)
+    dicts = _accepted(SEND_BATCH_DICTS.validate_json, body)
+    assert (model is None) == (dicts is None)
+    if model is not None:
+        assert [{**SEND_MESSAGE_DEFAULTS, **m} for m in dicts["messages"]] == [
+            m.model_dump() for m in model.messages
+        ]
+        assert (dicts.get("queue_id"), dicts.get("sharding_key")) == (
+            model.queue_id,
+            model.sharding_key,
+        )
+
+
+def test_a_model_with_validator_methods_has_no_dicts() -> None:
+    class Checked(RequestBody):
+        n: int = 0
+
+        @model_validator(mode="after")
+        def _positive(self) -> Checked:
+            return self
+
+    assert isinstance(Checked(), BaseModel)
+    with pytest.raises(TypeError, match="validator methods"):
+        validated_dicts(Checked)
