@@ -16,6 +16,9 @@ from app.schemas.messages import SEND_BATCH_DICTS, SEND_MESSAGE_DEFAULTS, SendBa
 
 _NUMBERS = st.sampled_from([None, 0, 1, 4.0, 4.5, -1, 18, 19, 1023, 1024, 2**63, True, "1"])
 _NAMES = st.sampled_from([None, "A", "", "a" * 255, "a" * 256, "a b", 1])
+_TIMES = st.sampled_from(
+    [None, 0, -1, 1_700_000_000_000, 2**63, True, 4.5, "2026-01-01T00:00:00Z", "tomorrow", "1"]
+)
 _MESSAGE_FIELDS = {
     "body": st.sampled_from(["", "hi", "aGk=", "a b", None, 1]) | st.text(max_size=3),
     "body_encoding": st.sampled_from(["utf-8", "base64", "latin-1", None]),
@@ -27,13 +30,20 @@ _MESSAGE_FIELDS = {
     "sharding_key": _NAMES,
     "delay_level": _NUMBERS,
     "deliver_after_ms": _NUMBERS,
+    "deliver_at": _TIMES,
     "other": _NAMES,
 }
 assert _MESSAGE_FIELDS.keys() >= SEND_MESSAGE_DEFAULTS.keys()
 _MESSAGES = st.fixed_dictionaries({}, optional=_MESSAGE_FIELDS)
 _BATCHES = st.fixed_dictionaries(
     {"messages": st.lists(_MESSAGES, max_size=3) | _NAMES},
-    optional={"queue_id": _NUMBERS, "sharding_key": _NAMES, "other": _NAMES},
+    optional={
+        "queue_id": _NUMBERS,
+        "sharding_key": _NAMES,
+        "deliver_after_ms": _NUMBERS,
+        "deliver_at": _TIMES,
+        "other": _NAMES,
+    },
 )
 
 
