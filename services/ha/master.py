@@ -150,6 +150,9 @@ class HAService:
     # ------------------------------------------------------------------ one slave
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._server is None:  # accepted just before stop(), which could not cancel it
+            writer.close()
+            return
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
