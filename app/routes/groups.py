@@ -7,9 +7,10 @@ from typing import Annotated
 from fastapi import Query, Request
 from starlette.responses import Response
 
-from app.deps import BrokerDep, disconnect_watch
+from app.deps import BrokerDep
 from app.responses import OrjsonResponse, problems
 from app.routes.api_route import api_router
+from app.routes.messages import long_poll
 from app.routes.params import (
     AfterNameQuery,
     GroupPath,
@@ -37,7 +38,6 @@ from services import (
     CONSUME_FROM_EARLIEST,
     CONSUME_FROM_LATEST,
     OffsetCommit,
-    PullOptions,
     SubscriptionGroupConfig,
     in_flight_by_queue,
 )
@@ -143,13 +143,9 @@ async def pull_group_messages(
     broker: BrokerDep,
     request: Request,
 ) -> Response:
-    wait_ms = query.wait_ms
+    options, abandon = long_poll(query, request)
     pulled = await broker.pull.pull_group(
-        group,
-        topic,
-        PullOptions(query.max_messages, query.max_bytes, query.tags, wait_ms),
-        auto_commit=query.auto_commit,
-        abandon=disconnect_watch(request) if wait_ms else None,
+        group, topic, options, auto_commit=query.auto_commit, abandon=abandon
     )
     return OrjsonResponse(group_pull_out(pulled, query.body_encoding))
 
