@@ -17,6 +17,8 @@ from app.routes.params import (
     PageLimitQuery,
     QueueIdPath,
     TopicPath,
+    name_page_description,
+    next_after,
 )
 from app.schemas import (
     TOPIC_MAX_LENGTH,
@@ -49,10 +51,7 @@ router = api_router(tags=["groups"])
     "/v1/groups",
     operation_id="listGroups",
     summary="A page of consumer group configs, by name",
-    description=(
-        "At most `limit` groups named after `after`; `next_after` continues, `total` counts "
-        "every group."
-    ),
+    description=name_page_description("group"),
     response_model=GroupListResponse,
     responses=problems(422, 503),
 )
@@ -63,7 +62,7 @@ async def list_groups(
     return GroupListResponse(
         groups=[group_out(g) for g in configs],
         total=total,
-        next_after=configs[-1].group_name if len(configs) == limit else None,
+        next_after=next_after([g.group_name for g in configs], limit),
     )
 
 
