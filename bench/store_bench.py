@@ -6,9 +6,9 @@
    copies, ``zlib.crc32`` of the body) into an mmap'd file of the same size.
 2. Pull: ``get_message`` in 32-message batches over every queue until all messages are read
    — against a loop that walks the store's own CommitLog mmap, unpacking each record header
-   and checking its body CRC. Three ways, each against the same raw loop: decoded
-   (``StoredMessage``), raw (``raw=True``: each record copied, its fields located) and raw + decoded
-   (each raw record's body and properties decoded, what a renderer decodes).
+   and checking its body CRC. Two ways, each against the same raw loop: decoded
+   (``StoredMessage``) and views (``views=True``: what a consumer is shown of each record, its
+   body and properties decoded, what the HTTP pull renders from).
 
 Run by hand (not part of the test suite)::
 
@@ -141,32 +141,26 @@ def bench_raw_append(directory: Path, file_size: int, messages: list[Message]) -
 # ---------------------------------------------------------------- pull
 
 
-PULL_MODES = ("pull", "pull_raw", "pull_fields")
+PULL_MODES = ("pull", "pull_views")
 
 
 def bench_store_pull(root: Path, config: StoreConfig, count: int, mode: str = "pull") -> float:
     """Seconds to read every message back through ``get_message``, 32 per call: decoded
-    (``pull``), raw (``pull_raw``), or raw with every record's fields found (``pull_fields``)."""
+    (``pull``) or as views (``pull_views``)."""
     store = MessageStore.open(root, config)
     get = store.get_message
-    raw = mode != "pull"
-    fields = mode == "pull_fields"
+    views = mode == "pull_views"
     try:
         read = 0
         start = time.perf_counter()
         for queue_id in range(QUEUES):
             offset = 0
             while True:
-                result = get("bench", TOPIC, queue_id, offset, BATCH, raw=raw)
+                result = get("bench", TOPIC, queue_id, offset, BATCH, views=views)
                 if result.status is not GetMessageStatus.FOUND:
                     break
-                if raw:
-                    records = result.records
-                    if fields:
-                        for record in records:
-                            record.body()
-                            record.properties()
-                    read += len(records)
+                if views:
+                    read += len(result.views)
                 else:
                     read += len(result.messages)
                 offset = result.next_begin_offset
@@ -267,8 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [
         ("append", n / best["append"], n / best["raw_append"]),
         (f"pull ({BATCH}/batch)", n / best["pull"], n / best["raw_pull"]),
-        ("pull raw", n / best["pull_raw"], n / best["raw_pull"]),
-        ("pull raw + fields", n / best["pull_fields"], n / best["raw_pull"]),
+        ("pull views", n / best["pull_views"], n / best["raw_pull"]),
     ]
     print(f"{'':20} {'store msgs/s':>14} {'raw msgs/s':>14} {'ratio':>7}  target")
     for name, store_rate, raw_rate in rows:

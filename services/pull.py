@@ -24,10 +24,17 @@ from services.long_poll import WaiterRegistry, WakeReason
 from services.metrics import Metrics
 from services.offsets import OffsetCommit, OffsetService
 from services.topics import TopicService
-from storage import GetMessageResult, GetMessageStatus, MessageStore, StoredMessage, TagFilter
-from storage.record.decode import decode_record
-from storage.record.fields import RecordFields
-from storage.record.properties import PROPERTY_RETRY_TOPIC, PROPERTY_TAGS
+from storage import GetMessageResult, GetMessageStatus, MessageStore, TagFilter
+from storage.record.fields import (
+    VIEW_BODY,
+    VIEW_PROPERTIES,
+    VIEW_SIZE,
+    VIEW_TAGS,
+    VIEW_TOPIC,
+    MessageView,
+    NamedView,
+)
+from storage.record.properties import PROPERTY_RETRY_TOPIC
 from storage.topic_names import is_retry_topic, retry_topic
 
 AbandonFactory = Callable[[], Awaitable[Any]]
@@ -59,10 +66,9 @@ class PullOptions:
 
 @dataclass(frozen=True, slots=True)
 class QueuePull:
-    """The answer to a pull from one queue.
-
-    The records come as the CommitLog holds them (their fields located, nothing decoded),
-    for a caller that renders them; :attr:`messages` decodes them.
+    """The answer to a pull from one queue: its messages as a consumer is shown them
+    (:data:`~storage.record.fields.MessageView`), read straight from the CommitLog's mapped
+    files; :attr:`messages` names their fields.
     """
 
     topic: str
@@ -72,11 +78,11 @@ class QueuePull:
     next_offset: int  # where the next pull should start
     min_offset: int
     max_offset: int
-    records: list[RecordFields]
+    views: list[MessageView]
 
     @property
-    def messages(self) -> list[StoredMessage]:
-        return [decode_record(r.data) for r in self.records]
+    def messages(self) -> list[NamedView]:
+        return [NamedView._make(v) for v in self.views]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,28 +100,20 @@ class QueueProgress:
 class GroupPull:
     """The answer to a group pull across every readable queue of a topic.
 
-    As for :class:`QueuePull`, the records come undecoded; :attr:`messages` decodes them.
+    As for :class:`QueuePull`, the messages are views; each is under the topic it was first
+    sent to (a retried one names it in RETRY_TOPIC), which its consumer sees.
     """
 
     group: str
     topic: str
-    records: list[RecordFields]
+    views: list[MessageView]
     queues: list[QueueProgress]
-    # For each record, the topic whose queue it was read from (differs for retries)...
+    # For each message, the topic whose queue it was read from (differs for retries).
     queue_topics: list[str] = dataclasses.field(default_factory=list)
-    # ... and the topic it was first sent to, which its consumer sees (RETRY_TOPIC).
-    topics: list[str] = dataclasses.field(default_factory=list)
 
     @property
-    def messages(self) -> list[StoredMessage]:
-        """The records decoded, each under the topic it was first sent to."""
-        messages = []
-        for record, topic in zip(self.records, self.topics, strict=True):
-            message = decode_record(record.data)
-            if message.topic != topic:
-                message = dataclasses.replace(message, topic=topic)
-            messages.append(message)
-        return messages
+    def messages(self) -> list[NamedView]:
+        return [NamedView._make(v) for v in self.views]
 
 
 class _Abandon:
@@ -196,7 +194,7 @@ class PullService:
         finally:
             watch.close()
             self._metrics.pull_duration.observe(loop.time() - started)
-        self._count_out(topic, pulled.records)
+        self._count_out(topic, pulled.views)
         return pulled
 
     async def _pull_queue(
@@ -292,10 +290,8 @@ class PullService:
             QueueProgress(q, start[(t, q)], position[(t, q)], store.max_offset_in_queue(t, q), t)
             for t, q in keys
         ]
-        queue_topics = [r.topic() for r in found]
-        return GroupPull(
-            group, topic, found, progress, queue_topics, [_original_topic(r) for r in found]
-        )
+        queue_topics = [m[VIEW_TOPIC] for m in found]
+        return GroupPull(group, topic, [_as_original(m) for m in found], progress, queue_topics)
 
     def _retry_keys(self, group: str, topic: str) -> list[tuple[str, int]]:
         retry = retry_topic(group)
@@ -316,12 +312,12 @@ class PullService:
         options: PullOptions,
         started: float,
         watch: _Abandon,
-    ) -> tuple[list[RecordFields], dict[tuple[str, int], int]]:
+    ) -> tuple[list[MessageView], dict[tuple[str, int], int]]:
         loop = asyncio.get_running_loop()
         deadline = started + options.wait_ms / 1000
         tag_filter = TagFilter(options.tags)
         position = dict(start)
-        messages: list[RecordFields] = []
+        messages: list[MessageView] = []
         order = self._rotate(group, keys[0][0] if keys else "", keys)
         while True:
             advanced = self._read_round(
@@ -349,11 +345,11 @@ class PullService:
         position: dict[tuple[str, int], int],
         options: PullOptions,
         tag_filter: TagFilter,
-        messages: list[RecordFields],
+        messages: list[MessageView],
     ) -> bool:
         """Read each queue once from its position; True when a position moved without data."""
         advanced = False
-        size = sum(m.size for m in messages)
+        size = sum([m[VIEW_SIZE] for m in messages])
         everything = TagFilter(None)
         for key in order:
             topic, queue_id = key
@@ -379,7 +375,7 @@ class PullService:
                 position[key] = result.next_begin_offset
                 advanced = advanced or not found
             messages.extend(found)
-            size += sum(m.size for m in found)
+            size += sum([m[VIEW_SIZE] for m in found])
         return advanced
 
     def _rotate(self, group: str, topic: str, queue_ids: list[_T]) -> list[_T]:
@@ -407,7 +403,7 @@ class PullService:
         options: PullOptions,
         tag_filter: TagFilter,
         group: str | None,
-    ) -> tuple[GetMessageResult, list[RecordFields]]:
+    ) -> tuple[GetMessageResult, list[MessageView]]:
         result = self._store.get_message(
             group or "",
             topic,
@@ -416,7 +412,7 @@ class PullService:
             options.max_messages,
             options.max_bytes,
             None if tag_filter.matches_all else tag_filter,
-            raw=True,
+            views=True,
         )
         if result.status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE:
             # Callers read only queues the topic declares; RocketMQ's findConsumeQueue creates
@@ -427,16 +423,16 @@ class PullService:
                 min_offset=0,
                 max_offset=0,
             )
-        records = result.records
-        if records and tag_filter.tags is not None:
+        messages = result.views
+        if messages and tag_filter.tags is not None:
             # The store filtered by hash code; drop hash collisions by the exact tag.
-            records = [r for r in records if tag_filter.matches_tags(_tags(r))]
-        return result, records
+            messages = [m for m in messages if tag_filter.matches_tags(m[VIEW_TAGS])]
+        return result, messages
 
-    def _count_out(self, topic: str, records: list[RecordFields]) -> None:
-        if records:
-            body_bytes = sum(r.body_end - r.body_at for r in records)
-            self._metrics.delivered(topic, len(records), body_bytes)
+    def _count_out(self, topic: str, messages: list[MessageView]) -> None:
+        if messages:
+            body_bytes = sum([len(m[VIEW_BODY]) for m in messages])
+            self._metrics.delivered(topic, len(messages), body_bytes)
 
 
 def _waitable(status: GetMessageStatus, offset: int, woken: bool) -> bool:
@@ -457,7 +453,7 @@ def _queue_pull(
     queue_id: int,
     offset: int,
     result: GetMessageResult,
-    messages: list[RecordFields],
+    messages: list[MessageView],
 ) -> QueuePull:
     status = result.status
     if status is GetMessageStatus.FOUND and not messages:
@@ -474,13 +470,13 @@ def _queue_pull(
     )
 
 
-def _tags(record: RecordFields) -> str | None:
-    return record.properties().get(PROPERTY_TAGS)
-
-
-def _original_topic(record: RecordFields) -> str:
-    """The topic a record was first sent to: a retried one names it in RETRY_TOPIC."""
-    topic = record.topic()
+def _as_original(message: MessageView) -> MessageView:
+    """``message`` under the topic it was first sent to: a retried one names it in
+    RETRY_TOPIC."""
+    topic = message[VIEW_TOPIC]
     if not is_retry_topic(topic):
-        return topic
-    return record.properties().get(PROPERTY_RETRY_TOPIC) or topic
+        return message
+    original = message[VIEW_PROPERTIES].get(PROPERTY_RETRY_TOPIC) or topic
+    if original == topic:
+        return message
+    return NamedView._make(message)._replace(topic=original)

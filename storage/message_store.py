@@ -452,11 +452,12 @@ class MessageStore:
         max_messages: int = 32,
         max_bytes: int | None = None,
         tag_filter: TagFilter | None = None,
-        raw: bool = False,
+        views: bool = False,
     ) -> GetMessageResult:
         """Read up to ``max_messages`` from ``offset`` of one queue (reference §10.3); the
-        first message always, even over the byte cap. ``raw``: records come undecoded, in
-        ``records``. ``group`` is there for parity with RocketMQ; reads do not depend on it.
+        first message always, even over the byte cap. ``views``: records come as views (what
+        a consumer is shown of each), in ``views``. ``group`` is there for parity with
+        RocketMQ; reads do not depend on it.
         """
         del group
         if self._closed:
@@ -465,7 +466,7 @@ class MessageStore:
         if queue is None:
             return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
         codes = None if tag_filter is None else tag_filter.codes
-        return self._reader.read(queue, offset, max_messages, max_bytes, codes, raw)
+        return self._reader.read(queue, offset, max_messages, max_bytes, codes, views)
 
     # ================================================================== lookups
 

@@ -5,7 +5,8 @@ The offset alone decides most statuses (empty queue, too small, overflow); other
 units from the offset to the end of their ConsumeQueue file are read from the CommitLog's
 files (:meth:`QueueReader.read_units`), capped like RocketMQ's ``isTheBatchFull``.
 ``next_begin_offset`` counts every unit examined, filtered-out ones included. Records come
-decoded, or raw (undecoded, for a reader that decodes only what it needs).
+decoded, or as views (what a consumer is shown of each, read straight from the mapped file
+in the same pass: :func:`~storage.record.fields.message_view`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import Generic, TypeVar
 
 from storage.commit_log import CommitLog
 from storage.consume_queue import ConsumeQueue
-from storage.record.decode import decode_record, raw_record
+from storage.record.decode import decode_record
+from storage.record.fields import message_view
 from storage.record.java_hash import to_int32
 from storage.record.layout import CQ_UNIT_STRUCT, PRE_BLANK_SIZE, Buffer
 from storage.record.message import GetMessageStatus
@@ -42,7 +44,7 @@ class TransferLimits:
 
 @dataclass(slots=True)  # not frozen: one per pull, cheaper to build (see StoredMessage)
 class UnitsRead(Generic[T]):
-    """What ``read_units`` found: the records (decoded or raw), how many units it examined
+    """What ``read_units`` found: the records (decoded or views), how many units it examined
     (filtered-out ones count), and whether a unit pointed at a record that is gone."""
 
     found: list[T]
@@ -67,10 +69,10 @@ class QueueReader:
         max_messages: int,
         max_bytes: int | None,
         codes: frozenset[int] | None,
-        raw: bool = False,
+        views: bool = False,
     ) -> GetMessageResult:
         """Up to ``max_messages`` of ``queue`` from ``offset`` whose tags code is in
-        ``codes`` (None: every message); ``raw``: undecoded, in the result's ``records``."""
+        ``codes`` (None: every message); ``views``: as views, in the result's ``views``."""
         min_offset, max_offset = queue.min_offset, queue.max_offset
         status, next_offset = position_status(offset, min_offset, max_offset)
         if status is not None:
@@ -83,10 +85,10 @@ class QueueReader:
                 GetMessageStatus.OFFSET_FOUND_NULL, next_file, min_offset, max_offset
             )
         limits = self.transfer_limits(max_messages, max_bytes)
-        if raw:
-            raw_read = self.read_units(found[0], limits, codes, raw_record)
-            status, next_offset = _read_status(raw_read), offset + raw_read.scanned
-            return GetMessageResult(status, next_offset, min_offset, max_offset, [], raw_read.found)
+        if views:
+            seen = self.read_units(found[0], limits, codes, message_view)
+            status, next_offset = _read_status(seen), offset + seen.scanned
+            return GetMessageResult(status, next_offset, min_offset, max_offset, [], seen.found)
         read = self.read_units(found[0], limits, codes, decode_record)
         status, next_offset = _read_status(read), offset + read.scanned
         return GetMessageResult(status, next_offset, min_offset, max_offset, read.found)
@@ -116,7 +118,7 @@ class QueueReader:
     ) -> UnitsRead[T]:
         """The records of a run of ConsumeQueue units, up to the batch caps (reference §10.3),
         each as ``take`` makes it of the buffer and position of a record: decoded
-        (:func:`decode_record`) or undecoded (:func:`raw_record`).
+        (:func:`decode_record`) or a view (:func:`message_view`).
 
         Units whose tags code is not in ``codes`` (None: all match) and pre-blank units are
         skipped but count as scanned. A unit is "in disk" below ``limits.disk_threshold``:
@@ -130,7 +132,7 @@ class QueueReader:
         append = found.append
         count = total = scanned = 0
         removed = False
-        # Records are decoded straight from the mapping of the CommitLog file of the
+        # Records are read straight from the mapping of the CommitLog file of the
         # previous unit (a batch nearly always stays in one file): no lookup and no copy
         # of the record per message. ``readable_end`` 0 forces a lookup.
         buffer: mmap.mmap | bytes = b""

@@ -14,7 +14,7 @@ from enum import Enum
 
 from storage.delay_levels import DEFAULT_DELAY_LEVELS
 from storage.record.layout import is_dispatchable
-from storage.record.message import GetMessageStatus, RecordFields, StoredMessage
+from storage.record.message import GetMessageStatus, MessageView, StoredMessage
 from storage.retention import RetentionConfig
 from storage.timer.config import TimerConfig
 
@@ -73,7 +73,7 @@ class GetMessageResult:
     min_offset: int
     max_offset: int
     messages: list[StoredMessage] = field(default_factory=list)
-    records: list[RecordFields] = field(default_factory=list)  # a raw read's, undecoded
+    views: list[MessageView] = field(default_factory=list)  # a read for views
 
 
 @dataclass(slots=True)  # not frozen: ~1 µs less per put (see StoredMessage)

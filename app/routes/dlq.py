@@ -56,6 +56,8 @@ _JOB_NOT_FOUND: dict[int | str, dict[str, Any]] = {
         "content": {PROBLEM_MEDIA_TYPE: {"schema": PROBLEM_SCHEMA_REF}},
     }
 }
+_ONE_JOB_ANSWERS: dict[int | str, dict[str, Any]] = {**problems(400, 422, 503), **_JOB_NOT_FOUND}
+"""The problems of a route on one redrive job (get, cancel, delete), which answers the job."""
 _TOO_MANY_JOBS: dict[int | str, dict[str, Any]] = {
     409: {
         "description": f"{MAX_ACTIVE_REDRIVE_JOBS} redrive jobs are already queued or running "
@@ -221,7 +223,7 @@ async def list_redrive_jobs(
     operation_id="getRedriveJob",
     summary="A redrive job: its state, progress and the outcomes so far",
     response_model=RedriveJobOut,
-    responses={**problems(400, 422, 503), **_JOB_NOT_FOUND},
+    responses=_ONE_JOB_ANSWERS,
 )
 async def get_redrive_job(
     group: GroupPath, job_id: RedriveJobIdPath, broker: BrokerDep
@@ -235,7 +237,7 @@ async def get_redrive_job(
     summary="Cancel a redrive job and keep it (sends already made stay); a finished job is "
     "unchanged",
     response_model=RedriveJobOut,
-    responses={**problems(400, 422, 503), **_JOB_NOT_FOUND},
+    responses=_ONE_JOB_ANSWERS,
 )
 async def cancel_redrive_job(
     group: GroupPath, job_id: RedriveJobIdPath, broker: BrokerDep
@@ -250,7 +252,7 @@ async def cancel_redrive_job(
     description="Sends already made stay. Afterwards the job is gone: `GET` answers 404 "
     "REDRIVE_JOB_NOT_FOUND (to stop a job and keep reading it, `POST .../cancel`).",
     response_model=RedriveJobOut,
-    responses={**problems(400, 422, 503), **_JOB_NOT_FOUND},
+    responses=_ONE_JOB_ANSWERS,
 )
 async def delete_redrive_job(
     group: GroupPath, job_id: RedriveJobIdPath, broker: BrokerDep

@@ -7,15 +7,18 @@ from typing import Annotated
 from fastapi import Query, Request
 from starlette.responses import Response
 
-from app.deps import BrokerDep, disconnect_watch
+from app.deps import BrokerDep
 from app.responses import OrjsonResponse, problems
 from app.routes.api_route import api_router
+from app.routes.messages import long_poll
 from app.routes.params import (
     AfterNameQuery,
     GroupPath,
     PageLimitQuery,
     QueueIdPath,
     TopicPath,
+    name_page_description,
+    next_after,
 )
 from app.schemas import (
     TOPIC_MAX_LENGTH,
@@ -37,7 +40,6 @@ from services import (
     CONSUME_FROM_EARLIEST,
     CONSUME_FROM_LATEST,
     OffsetCommit,
-    PullOptions,
     SubscriptionGroupConfig,
     in_flight_by_queue,
 )
@@ -49,10 +51,7 @@ router = api_router(tags=["groups"])
     "/v1/groups",
     operation_id="listGroups",
     summary="A page of consumer group configs, by name",
-    description=(
-        "At most `limit` groups named after `after`; `next_after` continues, `total` counts "
-        "every group."
-    ),
+    description=name_page_description("group"),
     response_model=GroupListResponse,
     responses=problems(422, 503),
 )
@@ -63,7 +62,7 @@ async def list_groups(
     return GroupListResponse(
         groups=[group_out(g) for g in configs],
         total=total,
-        next_after=configs[-1].group_name if len(configs) == limit else None,
+        next_after=next_after([g.group_name for g in configs], limit),
     )
 
 
@@ -143,13 +142,9 @@ async def pull_group_messages(
     broker: BrokerDep,
     request: Request,
 ) -> Response:
-    wait_ms = query.wait_ms
+    options, abandon = long_poll(query, request)
     pulled = await broker.pull.pull_group(
-        group,
-        topic,
-        PullOptions(query.max_messages, query.max_bytes, query.tags, wait_ms),
-        auto_commit=query.auto_commit,
-        abandon=disconnect_watch(request) if wait_ms else None,
+        group, topic, options, auto_commit=query.auto_commit, abandon=abandon
     )
     return OrjsonResponse(group_pull_out(pulled, query.body_encoding))
 

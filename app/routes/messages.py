@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 import orjson
@@ -27,6 +28,7 @@ from app.schemas import (
     KeyQuery,
     MessageListResponse,
     MessageOut,
+    PullLimits,
     PullQuery,
     PullResponse,
     RawSendQuery,
@@ -302,17 +304,27 @@ async def pull_messages(
     broker: BrokerDep,
     request: Request,
 ) -> Response:
-    wait_ms = query.wait_ms
+    options, abandon = long_poll(query, request)
     pulled = await broker.pull.pull_queue(
         topic,
         queue_id,
         query.offset,
-        PullOptions(query.max_messages, query.max_bytes, query.tags, wait_ms),
+        options,
         group=query.group,
         commit_offset=query.commit_offset,
-        abandon=disconnect_watch(request) if wait_ms else None,
+        abandon=abandon,
     )
     return OrjsonResponse(pull_out(pulled, query.body_encoding))
+
+
+def long_poll(
+    query: PullLimits, request: Request
+) -> tuple[PullOptions, Callable[[], Awaitable[None]] | None]:
+    """What a pull's query asks for (the limits every pull shares), and what ends its long
+    poll early when the client goes away (nothing to watch without a wait)."""
+    wait_ms = query.wait_ms
+    options = PullOptions(query.max_messages, query.max_bytes, query.tags, wait_ms)
+    return options, disconnect_watch(request) if wait_ms else None
 
 
 @router.get(

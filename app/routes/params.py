@@ -7,6 +7,7 @@ group name INVALID_GROUP_NAME (400) in the path or the query.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Literal
 
 from fastapi import Path, Query
@@ -70,6 +71,23 @@ AfterNameQuery = Annotated[
         "default: from the first.",
     ),
 ]
+
+
+def name_page_description(item: str) -> str:
+    """The description of a list paged by name (:data:`PageLimitQuery`,
+    :data:`AfterNameQuery`) of ``item``s."""
+    return (
+        f"At most `limit` {item}s named after `after`; `next_after` continues, `total` counts "
+        f"every {item}."
+    )
+
+
+def next_after(page: Sequence[str], limit: int) -> str | None:
+    """A page's ``next_after``: the name (or id) of its last item when the page is full --
+    more may follow -- else None."""
+    return page[-1] if len(page) == limit else None
+
+
 AfterInFlightQuery = Annotated[
     str | None,
     Query(

@@ -7,7 +7,13 @@ from starlette.responses import Response
 from app.deps import BrokerDep, ClusterDep
 from app.responses import problems
 from app.routes.api_route import api_router
-from app.routes.params import AfterNameQuery, PageLimitQuery, TopicPath
+from app.routes.params import (
+    AfterNameQuery,
+    PageLimitQuery,
+    TopicPath,
+    name_page_description,
+    next_after,
+)
 from app.schemas import (
     TopicDetailOut,
     TopicIn,
@@ -23,10 +29,7 @@ router = api_router(tags=["topics"])
     "/v1/topics",
     operation_id="listTopics",
     summary="A page of topic configs, by name",
-    description=(
-        "At most `limit` topics named after `after`; `next_after` continues, `total` counts "
-        "every topic."
-    ),
+    description=name_page_description("topic"),
     response_model=TopicListResponse,
     responses=problems(422, 503),
 )
@@ -37,7 +40,7 @@ async def list_topics(
     return TopicListResponse(
         topics=[topic_out(t) for t in configs],
         total=total,
-        next_after=configs[-1].topic_name if len(configs) == limit else None,
+        next_after=next_after([t.topic_name for t in configs], limit),
     )
 
 

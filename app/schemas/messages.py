@@ -33,7 +33,7 @@ from app.schemas.common import (
 )
 from app.settings import MAX_PULL_MESSAGES, MAX_REQUEST_BYTES, MAX_WAIT_MS
 from services import GroupPull, QueuePull, SendReceipt
-from storage.record.message import RecordFields, StoredMessage
+from storage.record.message import MessageView, StoredMessage
 
 # ==================================================================== send
 
@@ -438,33 +438,24 @@ def message_out(message: StoredMessage, encoding: str = "auto") -> dict[str, obj
     }
 
 
-def record_out(
-    record: RecordFields, encoding: str = "auto", topic: str | None = None
-) -> dict[str, object]:
-    """:func:`message_out` of a record as the CommitLog holds it: the same JSON, rendered
-    from the record's bytes, decoding only the body (as text when ``auto`` finds it valid
-    UTF-8, else base64), the topic and the properties. ``topic``: show it instead of the
-    record's own (a retried message under the topic it was first sent to)."""
+def view_out(message: MessageView, encoding: str = "auto") -> dict[str, object]:
+    """:func:`message_out` of a message as a pull reads it: the same JSON, the body as text
+    when ``auto`` finds it valid UTF-8, else base64."""
     (
-        data,
-        _size,
+        msg_id,
+        topic,
         queue_id,
         queue_offset,
         physical_offset,
-        _sys_flag,
+        _size,
+        body,
+        tags,
+        keys,
+        properties,
         born_timestamp,
         store_timestamp,
         reconsume_times,
-        host_at,
-        host_end,
-        body_at,
-        body_end,
-        topic_at,
-        topic_end,
-        _properties_at,
-        _properties_end,
-    ) = record
-    body = data[body_at:body_end]
+    ) = message
     text: str | None = None
     if encoding == "auto":
         try:
@@ -474,33 +465,21 @@ def record_out(
     body_encoding = "utf-8" if text is not None else "base64"
     if text is None:
         text = base64.b64encode(body).decode("ascii")
-    host = bytes(data[host_at:host_end])
-    msg_id_prefix = _MSG_ID_PREFIXES.get(host)
-    if msg_id_prefix is None:
-        msg_id_prefix = _MSG_ID_PREFIXES[host] = host.hex().upper()
-    properties = record.properties()
-    tags = properties.pop("TAGS", None)
-    keys = properties.pop("KEYS", None)
     return {
-        "msg_id": f"{msg_id_prefix}{physical_offset:016X}",  # as RecordFields.msg_id()
-        "topic": str(data[topic_at:topic_end], "utf-8") if topic is None else topic,
+        "msg_id": msg_id,
+        "topic": topic,
         "queue_id": queue_id,
         "queue_offset": queue_offset,
         "commit_log_offset": physical_offset,
         "body": text,
         "body_encoding": body_encoding,
         "tags": tags,
-        "keys": [k for k in keys.split(" ") if k] if keys else [],
+        "keys": keys,
         "properties": properties,
         "born_timestamp": born_timestamp,
         "store_timestamp": store_timestamp,
         "reconsume_times": reconsume_times,
     }
-
-
-_MSG_ID_PREFIXES: dict[bytes, str] = {}
-"""STOREHOSTADDRESS bytes (address + port) -> their hex, the head of every msg id: a broker
-has one or two."""
 
 
 def pull_out(pulled: QueuePull, encoding: str) -> dict[str, object]:
@@ -512,7 +491,7 @@ def pull_out(pulled: QueuePull, encoding: str) -> dict[str, object]:
         "next_offset": pulled.next_offset,
         "min_offset": pulled.min_offset,
         "max_offset": pulled.max_offset,
-        "messages": [record_out(r, encoding) for r in pulled.records],
+        "messages": [view_out(m, encoding) for m in pulled.views],
     }
 
 
@@ -521,10 +500,8 @@ def group_pull_out(pulled: GroupPull, encoding: str) -> dict[str, object]:
         "group": pulled.group,
         "topic": pulled.topic,
         "messages": [
-            _with_queue_topic(record_out(r, encoding, topic), queue_topic, topic)
-            for r, queue_topic, topic in zip(
-                pulled.records, pulled.queue_topics, pulled.topics, strict=True
-            )
+            _with_queue_topic(view_out(m, encoding), queue_topic)
+            for m, queue_topic in zip(pulled.views, pulled.queue_topics, strict=True)
         ],
         "queues": [
             {
@@ -539,7 +516,7 @@ def group_pull_out(pulled: GroupPull, encoding: str) -> dict[str, object]:
     }
 
 
-def _with_queue_topic(out: dict[str, object], queue_topic: str, topic: str) -> dict[str, object]:
-    if queue_topic != topic:
+def _with_queue_topic(out: dict[str, object], queue_topic: str) -> dict[str, object]:
+    if queue_topic != out["topic"]:
         out["queue_topic"] = queue_topic
     return out

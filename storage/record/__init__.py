@@ -10,7 +10,7 @@ The bottom of :mod:`storage`: it imports only the standard library and the two l
 * :mod:`~storage.record.msg_id` -- the offsetMsgId and host addresses.
 * :mod:`~storage.record.message` -- the message values every layer shares (the one module
   of storage the HTTP layer may import).
-* :mod:`~storage.record.fields` -- where a record's fields are, in one pass, undecoded.
+* :mod:`~storage.record.fields` -- what a consumer is shown of a record, read in one pass.
 * :mod:`~storage.record.encode` / :mod:`~storage.record.decode` -- writing a record;
   framing (``check_record``) and decoding one.
 """

@@ -17,7 +17,6 @@ from array import array
 from dataclasses import dataclass
 from enum import Enum
 
-from storage.record.fields import RecordFields, record_fields
 from storage.record.layout import (
     BLANK_MAGIC_CODE,
     BODY_CRC_POSITION,
@@ -309,13 +308,6 @@ def _decode_other_layout(buffer: Buffer, position: int) -> StoredMessage:
         fields[14],  # RECONSUMETIMES
         fields[15],  # PREPARED TRANSACTION OFFSET
     )
-
-
-def raw_record(buffer: Buffer, position: int = 0) -> RecordFields:
-    """The complete record at ``position``, undecoded: the fields of a copy of its bytes (so
-    that nothing holds on to a mapping that retention may close), found in the same pass."""
-    size = _unpack_int(buffer, position)[0]
-    return record_fields(bytes(buffer[position : position + size]))
 
 
 def read_store_timestamp(buffer: Buffer, position: int = 0) -> int:

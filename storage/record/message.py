@@ -1,6 +1,6 @@
 """The message values every layer passes around: what a producer gives the store
-(:class:`Message`), what the CommitLog hands back decoded (:class:`StoredMessage`) or as it
-lies (:class:`RecordFields`), and what a put and a get answer (:class:`PutResult`,
+(:class:`Message`), what the CommitLog hands back decoded (:class:`StoredMessage`) or as a
+consumer is shown it (:class:`MessageView`), and what a put and a get answer (:class:`PutResult`,
 :class:`PutStatus`, :class:`GetMessageStatus`).
 
 This is the one module of :mod:`storage` the HTTP layer may import directly (an
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from storage.record.fields import RecordFields as RecordFields  # what app renders from
+from storage.record.fields import MessageView as MessageView  # what app renders a pull from
 from storage.record.msg_id import msg_id_prefix
 from storage.record.properties import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, split_keys
 

@@ -52,6 +52,26 @@ def msg_id_prefix(store_host: str, store_port: int) -> str:
     return (encode_host(store_host) + INT_STRUCT.pack(store_port)).hex().upper()
 
 
+STORE_HOST_PREFIXES: Final[dict[bytes, str]] = {}
+"""STOREHOSTADDRESS bytes (address + port) → :func:`store_host_prefix` of them, for the hosts
+already seen (read-only outside this module): a store has one or two."""
+
+
+def store_host_prefix(address_and_port: bytes) -> str:
+    """:func:`msg_id_prefix` of the STOREHOSTADDRESS field's bytes as a record holds them
+    (memoised: a reader looks it up for every record).
+
+    >>> store_host_prefix(bytes([127, 0, 0, 1, 0, 0, 0x2A, 0x9F]))
+    '7F00000100002A9F'
+    """
+    prefix = STORE_HOST_PREFIXES.get(address_and_port)
+    if prefix is None:
+        prefix = address_and_port.hex().upper()
+        if len(STORE_HOST_PREFIXES) < _MAX_REMEMBERED_HOSTS:
+            STORE_HOST_PREFIXES[address_and_port] = prefix
+    return prefix
+
+
 def encode_msg_id(store_host: str, store_port: int, physical_offset: int) -> str:
     """RocketMQ's offsetMsgId: hex of store address + port + physical offset, uppercase.
 

@@ -1,4 +1,4 @@
-"""queue_reader: GetMessageStatus by offset, the batch caps, and reads decoded or raw."""
+"""queue_reader: GetMessageStatus by offset, the batch caps, and reads decoded or as views."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import pytest
 
 from storage import GetMessageStatus, MessageStore, StoreConfig, TagFilter
 from storage.queue_reader import position_status
-from storage.record.decode import decode_record
+from storage.record.fields import NamedView
 from tests.storage.conftest import TINY_CONFIG, message
+from tests.storage.record.golden import expected_view
 
 
 @pytest.mark.parametrize(
@@ -35,26 +36,24 @@ def fill(store: MessageStore, count: int) -> None:
 
 @pytest.mark.parametrize("tags", [None, "odd"])
 @pytest.mark.parametrize("offset", [0, 7])
-def test_a_raw_read_finds_what_a_decoded_read_finds(
+def test_a_read_for_views_finds_what_a_decoded_read_finds(
     store: MessageStore, tags: str | None, offset: int
 ) -> None:
     fill(store, 30)  # several 4 KiB CommitLog files and 10-unit ConsumeQueue files
     tag_filter = None if tags is None else TagFilter(tags)
     decoded = store.get_message("g", "TopicA", 0, offset, 32, tag_filter=tag_filter)
-    raw = store.get_message("g", "TopicA", 0, offset, 32, tag_filter=tag_filter, raw=True)
-    assert raw.status is decoded.status is GetMessageStatus.FOUND
-    assert (raw.next_begin_offset, raw.min_offset, raw.max_offset) == (
+    seen = store.get_message("g", "TopicA", 0, offset, 32, tag_filter=tag_filter, views=True)
+    assert seen.status is decoded.status is GetMessageStatus.FOUND
+    assert (seen.next_begin_offset, seen.min_offset, seen.max_offset) == (
         decoded.next_begin_offset,
         decoded.min_offset,
         decoded.max_offset,
     )
-    assert raw.messages == [] and decoded.records == []
-    assert [decode_record(r.data) for r in raw.records] == decoded.messages
-    assert [r.queue_offset for r in raw.records] == [m.queue_offset for m in decoded.messages]
-    assert all(len(r.data) == m.size for r, m in zip(raw.records, decoded.messages, strict=True))
+    assert seen.messages == [] and decoded.views == []
+    assert [NamedView._make(v) for v in seen.views] == [expected_view(m) for m in decoded.messages]
 
 
-def test_raw_reads_keep_the_batch_caps(open_store: object) -> None:
+def test_reads_for_views_keep_the_batch_caps(open_store: object) -> None:
     config = StoreConfig(
         commit_log_file_size=64 * 1024,
         consume_queue_units_per_file=100,
@@ -63,24 +62,25 @@ def test_raw_reads_keep_the_batch_caps(open_store: object) -> None:
     )
     store = open_store(config)  # type: ignore[operator]
     fill(store, 20)
-    assert len(store.get_message("g", "TopicA", 0, 0, 32, raw=True).records) == 5
-    assert len(store.get_message("g", "TopicA", 0, 0, 3, raw=True).records) == 3
-    one = store.get_message("g", "TopicA", 0, 0, 32, max_bytes=10, raw=True)
-    assert len(one.records) == 1  # the first message always goes out
+    assert len(store.get_message("g", "TopicA", 0, 0, 32, views=True).views) == 5
+    assert len(store.get_message("g", "TopicA", 0, 0, 3, views=True).views) == 3
+    one = store.get_message("g", "TopicA", 0, 0, 32, max_bytes=10, views=True)
+    assert len(one.views) == 1  # the first message always goes out
     assert one.next_begin_offset == 1
 
 
-def test_a_raw_read_with_nothing_matching_counts_what_it_skipped(store: MessageStore) -> None:
+def test_a_read_for_views_with_nothing_matching_counts_what_it_skipped(store: MessageStore) -> None:
     fill(store, 6)
-    result = store.get_message("g", "TopicA", 0, 0, 32, tag_filter=TagFilter("none"), raw=True)
+    result = store.get_message("g", "TopicA", 0, 0, 32, tag_filter=TagFilter("none"), views=True)
     assert result.status is GetMessageStatus.NO_MATCHED_MESSAGE
-    assert (result.records, result.next_begin_offset) == ([], 6)
+    assert (result.views, result.next_begin_offset) == ([], 6)
 
 
-def test_raw_records_do_not_hold_the_store_files(open_store: object, store_dir: object) -> None:
+def test_views_do_not_hold_the_store_files(open_store: object, store_dir: object) -> None:
     store = open_store(TINY_CONFIG)  # type: ignore[operator]
     fill(store, 3)
-    records = store.get_message("g", "TopicA", 0, 0, 32, raw=True).records
-    store.close()  # unmaps every file: would fail if a record still pointed into one
-    assert [decode_record(r.data).body for r in records] == [b"body-0", b"body-1", b"body-2"]
-    assert records[2].properties() == {"TAGS": "even", "KEYS": "k2"}
+    views = store.get_message("g", "TopicA", 0, 0, 32, views=True).views
+    store.close()  # unmaps every file: would fail if a view still pointed into one
+    named = [NamedView._make(v) for v in views]
+    assert [v.body for v in named] == [b"body-0", b"body-1", b"body-2"]
+    assert (named[2].tags, named[2].keys, named[2].properties) == ("even", ["k2"], {})

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from storage.record.encode import EncodedBatch, encode_message
+from storage.record.fields import NamedView
 from storage.record.layout import MESSAGE_MAGIC_CODE_V2
-from storage.record.message import Message
+from storage.record.message import Message, StoredMessage
 
 BODY = bytes(range(32))
 
@@ -180,3 +181,24 @@ def every_kind_of_message_record() -> list[Any]:
 
 def _record(message: Message) -> bytes:
     return encode_message(message, 42, 4096, 2222, ("192.168.1.2", 10911))
+
+
+def expected_view(message: StoredMessage) -> NamedView:
+    """What :func:`~storage.record.fields.message_view` shows of a record, from the record
+    decoded."""
+    properties = {k: v for k, v in message.properties.items() if k not in ("TAGS", "KEYS")}
+    return NamedView(
+        message.msg_id,
+        message.topic,
+        message.queue_id,
+        message.queue_offset,
+        message.physical_offset,
+        message.size,
+        message.body,
+        message.tags,
+        message.keys,
+        properties,
+        message.born_timestamp,
+        message.store_timestamp,
+        message.reconsume_times,
+    )

@@ -15,11 +15,9 @@ from storage.record.decode import (
     check_v4_record,
     classify_start,
     decode_record,
-    raw_record,
     read_store_timestamp,
 )
 from storage.record.encode import blank_record
-from storage.record.fields import record_fields
 from storage.record.layout import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
 from tests.storage.record.golden import (
     BODY,
@@ -283,11 +281,3 @@ def test_the_first_eight_bytes_classify_a_position(
 ) -> None:
     verdict = classify_start(0, limit, total, magic)
     assert (verdict.kind if verdict else None) is expected
-
-
-def test_a_raw_record_is_the_fields_of_a_copy_of_the_record() -> None:
-    mapped = in_mmap(bytes(9) + golden_record() + bytes(4))
-    raw = raw_record(mapped, 9)
-    mapped.close()  # the copy does not hold on to the mapping
-    assert (raw.queue_offset, raw.data) == (42, golden_record())
-    assert raw == record_fields(golden_record())

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from storage.record.msg_id import MessageId, decode_msg_id, encode_msg_id, msg_id_prefix
+from storage.record.msg_id import (
+    MessageId,
+    decode_msg_id,
+    encode_host,
+    encode_msg_id,
+    msg_id_prefix,
+    store_host_prefix,
+)
 
 
 def test_msg_id_ipv4_is_32_uppercase_hex_chars() -> None:
@@ -70,3 +77,10 @@ def test_a_negative_offset_is_written_as_its_twos_complement() -> None:
 def test_encode_msg_id_refuses_an_offset_that_is_not_a_long(offset: int) -> None:
     with pytest.raises(ValueError, match="physical offset"):
         encode_msg_id("127.0.0.1", 1, offset)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "10.1.2.3", "::1", "fe80::1"])
+def test_the_prefix_of_a_store_host_field_is_the_prefix_of_its_host(host: str) -> None:
+    field = encode_host(host) + (10911).to_bytes(4, "big")  # STOREHOSTADDRESS: address + port
+    assert store_host_prefix(field) == msg_id_prefix(host, 10911)
+    assert store_host_prefix(field) == msg_id_prefix(host, 10911)  # memoised, the same
