@@ -22,11 +22,14 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from app.proxy.forward import BrokerAnswer, ProxyError
+from app.proxy.relabel import Relabelled
 from services.cluster import NoMasterError
 
 ROTATION = itertools.count()
 
 Unreachable = ProxyError | NoMasterError
+Read = Callable[[str, BrokerAnswer], Relabelled]
+"""A broker group's answer relabelled for the client (:mod:`app.proxy.relabel`)."""
 _Answer = TypeVar("_Answer")
 
 
@@ -62,19 +65,19 @@ def all_unreachable(answers: Sequence[tuple[str, Any]]) -> Unreachable | None:
 
 
 async def first_non_empty(
-    groups: Sequence[str], ask: Callable[[str], Awaitable[BrokerAnswer]]
-) -> tuple[str, dict[str, Any]] | None:
+    groups: Sequence[str], ask: Callable[[str], Awaitable[BrokerAnswer]], read: Read
+) -> Relabelled | None:
     """Long-poll every group at once; the first answer with messages wins, the rest go."""
 
-    async def one(name: str) -> tuple[str, dict[str, Any]] | None:
+    async def one(name: str) -> Relabelled | None:
         try:
             answer = await ask(name)
         except (ProxyError, NoMasterError):
             return None
         if not answer.ok:
             return None
-        out = answer.json()
-        return (name, out) if out.get("messages") else None
+        found = read(name, answer)
+        return found if found.count else None
 
     tasks = [asyncio.create_task(one(name)) for name in groups]
     try:
@@ -160,15 +163,15 @@ class BudgetShares:
 
 @dataclass
 class Shared:
-    """What a shared-out request found: decoded answers with messages or without, in the
-    order asked, and the first refusal or error met."""
+    """What a shared-out request found: each answering group's answer, relabelled
+    (:mod:`app.proxy.relabel`), in the order asked, and the first refusal or error met."""
 
-    answers: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    answers: list[Relabelled] = field(default_factory=list)
     refused: BrokerAnswer | None = None
     error: Unreachable | None = None
 
     def found(self) -> int:
-        return sum(len(out.get("messages") or ()) for _, out in self.answers)
+        return sum(answer.count for answer in self.answers)
 
 
 async def share_out(
@@ -177,15 +180,19 @@ async def share_out(
     groups: Sequence[str],
     budget: int,
     ask: Callable[[str, int], Awaitable[BrokerAnswer]],
+    read: Read,
 ) -> Shared:
     """Ask ``groups`` at once, each for its share of ``budget``; when that finds nothing and
-    some groups got no share (a budget smaller than the groups), ask those too."""
+    some groups got no share (a budget smaller than the groups), ask those too. Raises the
+    error met when no group answered at all; a refusal is the caller's to pass on."""
     order = rotated(groups)
     given = shares.shares(key, order, budget)
-    result = await _ask_shares(shares, key, given, ask)
+    result = await _ask_shares(shares, key, given, ask, read)
     left = [name for name in order if given[name] == 0]
     if left and result.refused is None and not result.found():
-        result = await _ask_shares(shares, key, shares.shares(key, left, budget), ask)
+        result = await _ask_shares(shares, key, shares.shares(key, left, budget), ask, read)
+    if result.refused is None and not result.answers and result.error is not None:
+        raise result.error
     return result
 
 
@@ -194,6 +201,7 @@ async def _ask_shares(
     key: tuple[str, ...],
     given: Mapping[str, int],
     ask: Callable[[str, int], Awaitable[BrokerAnswer]],
+    read: Read,
 ) -> Shared:
     asked = {name: share for name, share in given.items() if share > 0}
     result = Shared()
@@ -204,8 +212,8 @@ async def _ask_shares(
         elif not answer.ok:
             result.refused = result.refused or answer
         else:
-            out = answer.json()
-            got[name] = len(out.get("messages") or ())
-            result.answers.append((name, out))
+            found = read(name, answer)
+            got[name] = found.count
+            result.answers.append(found)
     shares.record(key, asked, got)
     return result
