@@ -203,7 +203,7 @@ def test_an_empty_group_pull_keeps_its_queues(http: httpx.Client) -> None:
 @pytest.mark.parametrize(
     ("name", "g2_bytes"),
     [
-        pytest.param("queue_id", False, id="queue_id"),  # "topic":..,"queue_id": with a string
+        pytest.param("queue_id", True, id="queue_id"),  # after the message's own
         pytest.param("topic", True, id="topic"),
         pytest.param("msg_id", True, id="msg_id"),
         pytest.param("broker_group", True, id="broker_group"),
@@ -271,13 +271,20 @@ def test_pop_receives_relabelled_as_bytes_are_the_decoded_ones(http: httpx.Clien
     assert_receive_same(route, "Popper", empty, bytes_level={"g1": True, "g2": True})
 
 
-def test_a_pop_property_named_receipt_handle_is_decoded(http: httpx.Client) -> None:
+def test_a_pop_property_named_receipt_handle_keeps_its_value(http: httpx.Client) -> None:
     topic = f"{TOPIC}PopHandle"
     make_topic(http, topic)
-    fill(http, topic, {"receipt_handle": "mine"})
+    sent = fill(http, topic, {"receipt_handle": "mine"})
     route = route_for(topic)
     answer = receive(http, "Popper", topic, 32, invisible_ms=600_000)
-    assert_receive_same(route, "Popper", answer, bytes_level={"g1": False, "g2": False})
+    assert_receive_same(route, "Popper", answer, bytes_level={"g1": True, "g2": True})
+    relabelled = relabel_receive(answer, route, "g2", "Popper")
+    messages = orjson.loads(merged_receive("Popper", topic, [relabelled]))["messages"]
+    assert len(messages) == sent
+    for message in messages:
+        assert message["receipt_handle"].startswith("g2~")
+        if "plain" in message["properties"]:
+            assert message["properties"]["receipt_handle"] == "mine"
 
 
 def test_pop_retries_keep_their_own_queue_ids(http: httpx.Client) -> None:
