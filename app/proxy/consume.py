@@ -22,7 +22,7 @@ from app.proxy.context import (
 )
 from app.proxy.fanout import first_non_empty, share_out
 from app.proxy.forward import BrokerAnswer, broker_path, long_poll_timeout
-from app.proxy.relabel import Relabelled, merged_pull, relabel_pull
+from app.proxy.relabel import merged_pull, relabel_pull
 from app.responses import OrjsonResponse
 from services.cluster import (
     BrokerMember,
@@ -96,17 +96,8 @@ async def pull_group(group: str, topic: str, request: Request) -> Response:
     if budget < 1:  # the broker says what is wrong with it
         return (await ask(route.groups()[0], budget, wait_ms)).response()
 
-    def read(name: str, answer: BrokerAnswer) -> Relabelled:
-        return relabel_pull(answer, route, name, group)
-
-    found = await share_out(
-        budget_shares(request),
-        ("pull", group, topic),
-        route.groups(),
-        budget,
-        lambda name, share: ask(name, share, 0),
-        read,
-    )
+    shares = budget_shares(request)
+    found = await share_out(shares, "pull", group, route, budget, ask, relabel_pull)
     if found.refused is not None:
         return found.refused.response()
     answers = found.answers
@@ -116,7 +107,7 @@ async def pull_group(group: str, topic: str, request: Request) -> Response:
         polled = await first_non_empty(
             [a.broker_group for a in answers],
             lambda name: ask(name, budget, wait_ms, commit=False),
-            read,
+            found.read,
         )
         if polled is not None:
             if auto_commit:

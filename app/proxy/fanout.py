@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from app.proxy.forward import BrokerAnswer, ProxyError
 from app.proxy.relabel import Relabelled
-from services.cluster import NoMasterError
+from services.cluster import NoMasterError, TopicRoute
 
 ROTATION = itertools.count()
 
@@ -166,6 +166,8 @@ class Shared:
     """What a shared-out request found: each answering group's answer, relabelled
     (:mod:`app.proxy.relabel`), in the order asked, and the first refusal or error met."""
 
+    read: Read
+    """How an answer was relabelled: for a long-poll that follows."""
     answers: list[Relabelled] = field(default_factory=list)
     refused: BrokerAnswer | None = None
     error: Unreachable | None = None
@@ -176,21 +178,31 @@ class Shared:
 
 async def share_out(
     shares: BudgetShares,
-    key: tuple[str, ...],
-    groups: Sequence[str],
+    kind: str,
+    group: str,
+    route: TopicRoute,
     budget: int,
-    ask: Callable[[str, int], Awaitable[BrokerAnswer]],
-    read: Read,
+    ask: Callable[[str, int, int], Awaitable[BrokerAnswer]],
+    relabel: Callable[[BrokerAnswer, TopicRoute, str, str], Relabelled],
 ) -> Shared:
-    """Ask ``groups`` at once, each for its share of ``budget``; when that finds nothing and
-    some groups got no share (a budget smaller than the groups), ask those too. Raises the
-    error met when no group answered at all; a refusal is the caller's to pass on."""
-    order = rotated(groups)
+    """Ask the groups hosting ``route`` at once, each for its share of consumer group
+    ``group``'s ``budget`` (``ask(name, share, wait_ms=0)``); when that finds nothing and some
+    groups got no share (a budget smaller than the groups), ask those too. Raises the error
+    met when no group answered at all; a refusal is the caller's to pass on."""
+    key = (kind, group, route.topic)
+    order = rotated(route.groups())
+
+    def read(name: str, answer: BrokerAnswer) -> Relabelled:
+        return relabel(answer, route, name, group)
+
+    def ask_now(name: str, share: int) -> Awaitable[BrokerAnswer]:
+        return ask(name, share, 0)
+
     given = shares.shares(key, order, budget)
-    result = await _ask_shares(shares, key, given, ask, read)
+    result = await _ask_shares(shares, key, given, ask_now, read)
     left = [name for name in order if given[name] == 0]
     if left and result.refused is None and not result.found():
-        result = await _ask_shares(shares, key, shares.shares(key, left, budget), ask, read)
+        result = await _ask_shares(shares, key, shares.shares(key, left, budget), ask_now, read)
     if result.refused is None and not result.answers and result.error is not None:
         raise result.error
     return result
@@ -204,7 +216,7 @@ async def _ask_shares(
     read: Read,
 ) -> Shared:
     asked = {name: share for name, share in given.items() if share > 0}
-    result = Shared()
+    result = Shared(read)
     got: dict[str, int] = {}
     for name, answer in await each_group(list(asked), lambda name: ask(name, asked[name])):
         if isinstance(answer, ProxyError | NoMasterError):

@@ -13,7 +13,7 @@ from app.proxy.bodies import json_body
 from app.proxy.context import budget_shares, cluster_view, forwarder
 from app.proxy.fanout import first_non_empty, share_out
 from app.proxy.forward import BrokerAnswer, ProxyError, broker_path, long_poll_timeout
-from app.proxy.relabel import Relabelled, merged_receive, relabel_receive
+from app.proxy.relabel import merged_receive, relabel_receive
 from app.responses import OrjsonResponse
 from app.schemas.pop import ReceiveIn
 from services.cluster import master_of, prefix_handle, split_handle, topic_route
@@ -50,23 +50,14 @@ async def receive(group: str, topic: str, request: Request) -> Response:
     if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
         return (await ask(route.groups()[0], budget, wait_ms)).response()  # the broker says why
 
-    def read(name: str, answer: BrokerAnswer) -> Relabelled:
-        return relabel_receive(answer, route, name, group)
-
-    found = await share_out(
-        budget_shares(request),
-        ("pop", group, topic),
-        route.groups(),
-        budget,
-        lambda name, share: ask(name, share, 0),
-        read,
-    )
+    shares = budget_shares(request)
+    found = await share_out(shares, "pop", group, route, budget, ask, relabel_receive)
     if found.refused is not None:
         return found.refused.response()
     chosen = [answer for answer in found.answers if answer.count]
     if not chosen and isinstance(wait_ms, int) and wait_ms > 0:
         polled = await first_non_empty(
-            route.groups(), lambda name: ask(name, budget, wait_ms), read
+            route.groups(), lambda name: ask(name, budget, wait_ms), found.read
         )
         chosen = [polled] if polled is not None else []
     return Response(merged_receive(group, topic, chosen), media_type="application/json")
