@@ -11,8 +11,9 @@ string, where a quote is always escaped. So a pattern holding an unescaped quote
 answer's own structure:
 
 * ``},{"msg_id":"`` is found only between two messages (searched backwards: CPython's reverse
-  search skips ahead on a mismatch, its forward one over 30 KB does not), which cuts the text
-  into its messages; each gets ``,"broker_group":"g1"`` before its closing brace;
+  search measured faster here than its forward one, which takes the two-way algorithm past
+  30 KB), which cuts the text into its messages; each gets ``,"broker_group":"g1"`` before its
+  closing brace;
 * in a group whose local queue ids are not the cluster-wide ones, the first
   ``"topic":<topic>,"queue_id":`` of a message is its own (its properties come later, and their
   values are strings): the number after it is mapped;
