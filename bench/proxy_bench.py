@@ -19,6 +19,10 @@ scheduler puts them).
    g1's broker directly: a Python client on keep-alive connections, a bounded number of rounds,
    p50/p99 and the added p50 (target <= 0.2 ms at one connection).
 
+Every run also gives the CPU time per request of the process that answered (the broker
+directly, else the proxy; ``/proc/<pid>/stat`` before and after): on a shared machine the
+rates and latencies move with everyone else's work, the CPU a request costs much less.
+
 Run by hand (``apt-get install -y wrk``, or ``make bench-tools``)::
 
     uv run python bench/proxy_bench.py                       # 5 s per wrk run, 2 rounds
@@ -34,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import platform
 import re
@@ -127,6 +132,11 @@ class Proxy:
             self.process.wait(timeout=30)
 
 
+def pid_of(started: Server | Proxy) -> int:
+    assert started.process is not None
+    return started.process.pid
+
+
 @dataclass
 class Deployment:
     etcd: subprocess.Popen[bytes]
@@ -173,12 +183,21 @@ def deployment(root: Path, groups: int, args: argparse.Namespace) -> Iterator[De
 
 @dataclass
 class Figure:
-    """One load run: answers per second, units (messages) per second, latency p50/p99."""
+    """One load run: answers per second, units (messages) per second, latency p50/p99, and
+    the CPU time per request of the process that answered (the broker directly, else the
+    proxy): what a busy machine bends least."""
 
     rps: float
     units_per_s: float
     p50_ms: float
     p99_ms: float
+    cpu_us: float = math.nan
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` (all its threads) so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 _UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
@@ -186,8 +205,8 @@ _UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
 
 def wrk(
     url: str, script: str, seconds: int, connections: int, workdir: Path, cpu: int | None
-) -> tuple[float, dict[str, float]]:
-    """Requests/s and latency percentiles (ms, keys "50" and "99") of one wrk run."""
+) -> tuple[float, dict[str, float], int]:
+    """Requests/s, latency percentiles (ms, keys "50" and "99") and requests of one wrk run."""
     path = workdir / "script.lua"
     path.write_text(script)
     taskset = ["taskset", "-c", str(cpu)] if cpu is not None and shutil.which("taskset") else []
@@ -200,10 +219,11 @@ def wrk(
     if "Non-2xx" in out or "Socket errors" in out:
         raise RuntimeError(f"wrk saw errors:\n{out}")
     rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    done = re.search(r"(\d+) requests in", out)
     latency = dict(re.findall(r"^\s+(50|99)%\s+([\d.]+\w+)", out, re.MULTILINE))
-    if rps is None or len(latency) != 2:
+    if rps is None or done is None or len(latency) != 2:
         raise RuntimeError(out + result.stderr)
-    return float(rps.group(1)), {p: _ms(v) for p, v in latency.items()}
+    return float(rps.group(1)), {p: _ms(v) for p, v in latency.items()}, int(done.group(1))
 
 
 def _ms(text: str) -> float:
@@ -274,6 +294,8 @@ def one_group(args: argparse.Namespace, root: Path) -> dict[tuple[str, str, int]
         proxied: dict[str, tuple[str, str | None]] = {
             k: (p.url, None) for k, p in running.proxies.items()
         }
+        pids = {side: pid_of(p) for side, p in running.proxies.items()}
+        pids["direct"] = pids["keyed"] = pid_of(running.brokers[0])
         cpu = 1 if args.pin and (os.cpu_count() or 1) > 1 else None
         for name, script, units, keyed in WORKLOADS:
             targets: dict[str, tuple[str, str | None]] = {"direct": (direct, None)}
@@ -285,8 +307,10 @@ def one_group(args: argparse.Namespace, root: Path) -> dict[tuple[str, str, int]
                     for side, (url, other) in targets.items():
                         used = other or script
                         wrk(url, used, 1, connections, root, cpu)  # warm up
-                        rps, latency = wrk(url, used, args.duration, connections, root, cpu)
-                        figure = Figure(rps, rps * units, latency["50"], latency["99"])
+                        before = cpu_seconds(pids[side])
+                        rps, latency, done = wrk(url, used, args.duration, connections, root, cpu)
+                        used_us = (cpu_seconds(pids[side]) - before) * 1e6 / done
+                        figure = Figure(rps, rps * units, latency["50"], latency["99"], used_us)
                         figures.setdefault((name, side, connections), []).append(figure)
                         print(f"  {name:<24} c{connections:<3} {side:<7} {show(figure)}")
     return figures
@@ -302,7 +326,7 @@ def fill(url: str, topic: str, count: int, where: dict[str, object]) -> None:
 def show(figure: Figure) -> str:
     return (
         f"{figure.rps:>9,.0f} req/s {figure.units_per_s:>10,.0f} units/s  "
-        f"p50 {figure.p50_ms:.3f} ms  p99 {figure.p99_ms:.3f} ms"
+        f"p50 {figure.p50_ms:.3f} ms  p99 {figure.p99_ms:.3f} ms  cpu {figure.cpu_us:.0f} us/req"
     )
 
 
@@ -310,9 +334,10 @@ def show(figure: Figure) -> str:
 
 
 async def rounds(
-    port: int, method: str, path: str, body: bytes, count: int, connections: int
+    port: int, pid: int, method: str, path: str, body: bytes, count: int, connections: int
 ) -> Figure:
-    """``count`` requests over ``connections`` keep-alive connections; latency of each."""
+    """``count`` requests over ``connections`` keep-alive connections; latency of each, and
+    the CPU time per request of process ``pid`` (the one answering)."""
     samples: list[float] = []
     left = [count]
 
@@ -331,10 +356,12 @@ async def rounds(
         finally:
             connection.close()
 
-    start = time.perf_counter()
+    start, used = time.perf_counter(), cpu_seconds(pid)
     await asyncio.gather(*(worker() for _ in range(connections)))
     rps = len(samples) / (time.perf_counter() - start)
-    return Figure(rps, rps * 32, statistics.median(samples) * 1000, percentile(samples, 99) * 1000)
+    used_us = (cpu_seconds(pid) - used) * 1e6 / (len(samples) + 20 * connections)
+    p50, p99 = statistics.median(samples) * 1000, percentile(samples, 99) * 1000
+    return Figure(rps, rps * 32, p50, p99, used_us)
 
 
 def two_groups(args: argparse.Namespace, root: Path) -> dict[tuple[str, str, int], list[Figure]]:
@@ -354,7 +381,9 @@ def two_groups(args: argparse.Namespace, root: Path) -> dict[tuple[str, str, int
             for url in (g1.url, via):
                 client.put(f"{url}/v1/groups/Fan", json={}).raise_for_status()
                 client.put(f"{url}/v1/groups/Popper", json={}).raise_for_status()
-        targets = {"direct": g1.port} | {k: p.port for k, p in running.proxies.items()}
+        targets = {"direct": (g1.port, pid_of(g1))} | {
+            k: (p.port, pid_of(p)) for k, p in running.proxies.items()
+        }
         pull = ("GET", f"/v1/groups/Fan/topics/{FANNED}/messages?max_messages=32", b"")
         # Hidden for 10 minutes: no receipt expires and comes back (revived) during the run.
         hidden = {"max_messages": 32, "wait_ms": 0, "invisible_ms": 600_000}
@@ -365,9 +394,11 @@ def two_groups(args: argparse.Namespace, root: Path) -> dict[tuple[str, str, int
             for name, (method, path, body) in (("group pull 32", pull), ("POP receive 32", pop)):
                 for connections in args.connections:
                     for _ in range(args.repeat):
-                        for side, port in targets.items():
+                        for side, (port, pid) in targets.items():
                             figure = asyncio.run(
-                                rounds(port, method, path, body, args.fanout_rounds, connections)
+                                rounds(
+                                    port, pid, method, path, body, args.fanout_rounds, connections
+                                )
                             )
                             figures.setdefault((name, side, connections), []).append(figure)
                             print(f"  {name:<24} c{connections:<3} {side:<7} {show(figure)}")
@@ -406,7 +437,8 @@ def report(figures: dict[tuple[str, str, int], list[Figure]], args: argparse.Nam
             direct = median_figure(direct_runs)
             print(
                 f"{name} c{connections}: direct {direct.units_per_s:,.0f}/s "
-                f"p50 {direct.p50_ms:.3f} p99 {direct.p99_ms:.3f} ms"
+                f"p50 {direct.p50_ms:.3f} p99 {direct.p99_ms:.3f} ms, "
+                f"broker cpu {direct.cpu_us:.0f} us/req"
             )
             for side in sides:
                 runs = figures.get((name, side, connections))
@@ -420,7 +452,7 @@ def report(figures: dict[tuple[str, str, int], list[Figure]], args: argparse.Nam
                 line = (
                     f"  {side:<7} {mid.units_per_s:>9,.0f}/s p50 {mid.p50_ms:.3f} "
                     f"p99 {mid.p99_ms:.3f} ms; ratio {ratio:.2f}x [{min(ratios):.2f}-"
-                    f"{max(ratios):.2f}], added p50 {added:.3f} ms"
+                    f"{max(ratios):.2f}], added p50 {added:.3f} ms, cpu {mid.cpu_us:.0f} us/req"
                 )
                 verdicts = []
                 if side == "after" and name in TARGETS:
@@ -451,6 +483,7 @@ def median_figure(runs: list[Figure]) -> Figure:
         mid(lambda f: f.units_per_s),
         mid(lambda f: f.p50_ms),
         mid(lambda f: f.p99_ms),
+        mid(lambda f: f.cpu_us),
     )
 
 

@@ -22,6 +22,7 @@ from app.proxy.context import (
 )
 from app.proxy.fanout import first_non_empty, share_out
 from app.proxy.forward import BrokerAnswer, broker_path, long_poll_timeout
+from app.proxy.relabel import merged_pull, relabel_pull
 from app.responses import OrjsonResponse
 from services.cluster import (
     BrokerMember,
@@ -29,7 +30,6 @@ from services.cluster import (
     globalize,
     groups_with_master,
     master_of,
-    merge_group_pulls,
     queue_route,
     readers,
     split_commits,
@@ -95,29 +95,26 @@ async def pull_group(group: str, topic: str, request: Request) -> Response:
 
     if budget < 1:  # the broker says what is wrong with it
         return (await ask(route.groups()[0], budget, wait_ms)).response()
-    found = await share_out(
-        budget_shares(request),
-        ("pull", group, topic),
-        route.groups(),
-        budget,
-        lambda name, share: ask(name, share, 0),
-    )
+
+    shares = budget_shares(request)
+    found = await share_out(shares, "pull", group, route, budget, ask, relabel_pull)
     if found.refused is not None:
         return found.refused.response()
-    if not found.answers and found.error is not None:
-        raise found.error
     answers = found.answers
     if not found.found() and wait_ms > 0:
         # The race's losers must not commit what they found: every group long-polls without
         # auto-commit, and only the winner's delivered messages are committed afterwards.
         polled = await first_non_empty(
-            [name for name, _ in answers], lambda name: ask(name, budget, wait_ms, commit=False)
+            [a.broker_group for a in answers],
+            lambda name: ask(name, budget, wait_ms, commit=False),
+            found.read,
         )
         if polled is not None:
             if auto_commit:
-                await _commit_delivered(request, group, master_of(view, polled[0]), polled[1])
+                master = master_of(view, polled.broker_group)
+                await _commit_delivered(request, group, master, polled.json())
             answers = [polled]
-    return OrjsonResponse(merge_group_pulls(route, answers, group))
+    return Response(merged_pull(group, route, answers), media_type="application/json")
 
 
 async def _commit_delivered(

@@ -22,11 +22,14 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from app.proxy.forward import BrokerAnswer, ProxyError
-from services.cluster import NoMasterError
+from app.proxy.relabel import Relabelled
+from services.cluster import NoMasterError, TopicRoute
 
 ROTATION = itertools.count()
 
 Unreachable = ProxyError | NoMasterError
+Read = Callable[[str, BrokerAnswer], Relabelled]
+"""A broker group's answer relabelled for the client (:mod:`app.proxy.relabel`)."""
 _Answer = TypeVar("_Answer")
 
 
@@ -62,19 +65,19 @@ def all_unreachable(answers: Sequence[tuple[str, Any]]) -> Unreachable | None:
 
 
 async def first_non_empty(
-    groups: Sequence[str], ask: Callable[[str], Awaitable[BrokerAnswer]]
-) -> tuple[str, dict[str, Any]] | None:
+    groups: Sequence[str], ask: Callable[[str], Awaitable[BrokerAnswer]], read: Read
+) -> Relabelled | None:
     """Long-poll every group at once; the first answer with messages wins, the rest go."""
 
-    async def one(name: str) -> tuple[str, dict[str, Any]] | None:
+    async def one(name: str) -> Relabelled | None:
         try:
             answer = await ask(name)
         except (ProxyError, NoMasterError):
             return None
         if not answer.ok:
             return None
-        out = answer.json()
-        return (name, out) if out.get("messages") else None
+        found = read(name, answer)
+        return found if found.count else None
 
     tasks = [asyncio.create_task(one(name)) for name in groups]
     try:
@@ -160,32 +163,48 @@ class BudgetShares:
 
 @dataclass
 class Shared:
-    """What a shared-out request found: decoded answers with messages or without, in the
-    order asked, and the first refusal or error met."""
+    """What a shared-out request found: each answering group's answer, relabelled
+    (:mod:`app.proxy.relabel`), in the order asked, and the first refusal or error met."""
 
-    answers: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    read: Read
+    """How an answer was relabelled: for a long-poll that follows."""
+    answers: list[Relabelled] = field(default_factory=list)
     refused: BrokerAnswer | None = None
     error: Unreachable | None = None
 
     def found(self) -> int:
-        return sum(len(out.get("messages") or ()) for _, out in self.answers)
+        return sum(answer.count for answer in self.answers)
 
 
 async def share_out(
     shares: BudgetShares,
-    key: tuple[str, ...],
-    groups: Sequence[str],
+    kind: str,
+    group: str,
+    route: TopicRoute,
     budget: int,
-    ask: Callable[[str, int], Awaitable[BrokerAnswer]],
+    ask: Callable[[str, int, int], Awaitable[BrokerAnswer]],
+    relabel: Callable[[BrokerAnswer, TopicRoute, str, str], Relabelled],
 ) -> Shared:
-    """Ask ``groups`` at once, each for its share of ``budget``; when that finds nothing and
-    some groups got no share (a budget smaller than the groups), ask those too."""
-    order = rotated(groups)
+    """Ask the groups hosting ``route`` at once, each for its share of consumer group
+    ``group``'s ``budget`` (``ask(name, share, wait_ms=0)``); when that finds nothing and some
+    groups got no share (a budget smaller than the groups), ask those too. Raises the error
+    met when no group answered at all; a refusal is the caller's to pass on."""
+    key = (kind, group, route.topic)
+    order = rotated(route.groups())
+
+    def read(name: str, answer: BrokerAnswer) -> Relabelled:
+        return relabel(answer, route, name, group)
+
+    def ask_now(name: str, share: int) -> Awaitable[BrokerAnswer]:
+        return ask(name, share, 0)
+
     given = shares.shares(key, order, budget)
-    result = await _ask_shares(shares, key, given, ask)
+    result = await _ask_shares(shares, key, given, ask_now, read)
     left = [name for name in order if given[name] == 0]
     if left and result.refused is None and not result.found():
-        result = await _ask_shares(shares, key, shares.shares(key, left, budget), ask)
+        result = await _ask_shares(shares, key, shares.shares(key, left, budget), ask_now, read)
+    if result.refused is None and not result.answers and result.error is not None:
+        raise result.error
     return result
 
 
@@ -194,9 +213,10 @@ async def _ask_shares(
     key: tuple[str, ...],
     given: Mapping[str, int],
     ask: Callable[[str, int], Awaitable[BrokerAnswer]],
+    read: Read,
 ) -> Shared:
     asked = {name: share for name, share in given.items() if share > 0}
-    result = Shared()
+    result = Shared(read)
     got: dict[str, int] = {}
     for name, answer in await each_group(list(asked), lambda name: ask(name, asked[name])):
         if isinstance(answer, ProxyError | NoMasterError):
@@ -204,8 +224,8 @@ async def _ask_shares(
         elif not answer.ok:
             result.refused = result.refused or answer
         else:
-            out = answer.json()
-            got[name] = len(out.get("messages") or ())
-            result.answers.append((name, out))
+            found = read(name, answer)
+            got[name] = found.count
+            result.answers.append(found)
     shares.record(key, asked, got)
     return result

@@ -37,8 +37,9 @@ async def send(topic: str, request: Request) -> Response:
     """Pick the cluster-wide queue, send to its group's master with the local id, at most
     once (:mod:`app.proxy.sending`)."""
     raw = await request.body()
-    client_key = idempotency_key(request)
-    if request.headers.get("content-type", "").split(";")[0].strip().endswith("json"):
+    content_type, keyed = _send_headers(request.scope["headers"])
+    client_key = idempotency_key(request) if keyed else None
+    if content_type.split(";")[0].strip().endswith("json"):
         plan = JsonSend(raw)
         target = SendTarget(
             topic, plan.queue_id, plan.sharding_key, client_key, plan.for_queue, _no_query
@@ -62,6 +63,20 @@ async def send(topic: str, request: Request) -> Response:
 
 def _no_query(local_queue_id: int) -> bytes:
     return b""
+
+
+def _send_headers(headers: list[tuple[bytes, bytes]]) -> tuple[str, bool]:
+    """The send's Content-Type (the first, as ``request.headers`` gives it) and whether it
+    carries an Idempotency-Key: one pass over the raw headers, no header object made."""
+    content_type: bytes | None = None
+    keyed = False
+    for name, value in headers:
+        if name == b"content-type":
+            if content_type is None:
+                content_type = value
+        elif name == b"idempotency-key":
+            keyed = True
+    return ("" if content_type is None else content_type.decode("latin-1")), keyed
 
 
 # ================================================================ reads of one queue, lookups

@@ -13,9 +13,10 @@ from app.proxy.bodies import json_body
 from app.proxy.context import budget_shares, cluster_view, forwarder
 from app.proxy.fanout import first_non_empty, share_out
 from app.proxy.forward import BrokerAnswer, ProxyError, broker_path, long_poll_timeout
+from app.proxy.relabel import merged_receive, relabel_receive
 from app.responses import OrjsonResponse
 from app.schemas.pop import ReceiveIn
-from services.cluster import globalize, master_of, prefix_handle, split_handle, topic_route
+from services.cluster import master_of, prefix_handle, split_handle, topic_route
 
 router = APIRouter()
 
@@ -48,29 +49,18 @@ async def receive(group: str, topic: str, request: Request) -> Response:
 
     if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
         return (await ask(route.groups()[0], budget, wait_ms)).response()  # the broker says why
-    found = await share_out(
-        budget_shares(request),
-        ("pop", group, topic),
-        route.groups(),
-        budget,
-        lambda name, share: ask(name, share, 0),
-    )
+
+    shares = budget_shares(request)
+    found = await share_out(shares, "pop", group, route, budget, ask, relabel_receive)
     if found.refused is not None:
         return found.refused.response()
-    if not found.answers and found.error is not None:
-        raise found.error
-    chosen = [(name, out) for name, out in found.answers if out.get("messages")]
+    chosen = [answer for answer in found.answers if answer.count]
     if not chosen and isinstance(wait_ms, int) and wait_ms > 0:
-        polled = await first_non_empty(route.groups(), lambda name: ask(name, budget, wait_ms))
+        polled = await first_non_empty(
+            route.groups(), lambda name: ask(name, budget, wait_ms), found.read
+        )
         chosen = [polled] if polled is not None else []
-    messages: list[dict[str, Any]] = []
-    for name, out in chosen:
-        for message in out["messages"]:
-            message["receipt_handle"] = prefix_handle(name, message["receipt_handle"])
-            message["broker_group"] = name
-        globalize(route, name, out["messages"])
-        messages.extend(out["messages"])
-    return OrjsonResponse({"group": group, "topic": topic, "messages": messages})
+    return Response(merged_receive(group, topic, chosen), media_type="application/json")
 
 
 @router.post("/v1/groups/{group}/acks")

@@ -25,6 +25,7 @@ A send is answered within ``send_timeout_s``; one attempt waits at most
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import secrets
@@ -279,5 +280,6 @@ def _outcome_unknown(attempts: _Attempts) -> Response:
     return Response(body, STATUS_BY_CODE["OUTCOME_UNKNOWN"], media_type=PROBLEM_MEDIA_TYPE)
 
 
+@functools.lru_cache(maxsize=4096)
 def _send_path(topic: str) -> str:
     return broker_path("v1", "topics", topic, "messages")

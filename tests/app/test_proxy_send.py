@@ -234,3 +234,38 @@ def test_a_broker_dying_as_it_is_reached_is_a_problem_never_a_500(cluster: Clust
     # Reads go on to another replica of g2 (broker b is still registered) or to g1.
     for answer in (pull, group_pull, receive):
         assert answer.status_code == 200, answer.text
+
+
+def test_the_send_headers_the_proxy_reads_without_a_header_object(cluster: Cluster) -> None:
+    """Content-Type (the first one, parameters aside) and Idempotency-Key, read from the raw
+    headers: a key is checked as the broker checks it, and only when there is one."""
+    http = cluster.http
+    create_topic(http, "Heads", 4)
+    url = "/v1/topics/Heads/messages"
+    twice = http.post(
+        url, json={"body": "x"}, headers=[("Idempotency-Key", "a"), ("Idempotency-Key", "b")]
+    )
+    is_problem(twice, 400, "INVALID_IDEMPOTENCY_KEY")
+    is_problem(
+        http.post(url, json={"body": "x"}, headers={"Idempotency-Key": ""}),
+        400,
+        "INVALID_IDEMPOTENCY_KEY",
+    )
+    charset = http.post(
+        url,
+        content=b'{"body": "json with a charset"}',
+        headers={"Content-Type": "application/json ; charset=utf-8", "Idempotency-Key": "k-1"},
+    )
+    assert charset.status_code == 201, charset.text
+    assert charset.json()["messages"][0]["queue_id"] == shard_queue("k-1", 4)
+    raw = http.post(
+        url, content=b'{"body": "stored as it is"}', headers={"Content-Type": "text/plain"}
+    )
+    assert raw.status_code == 201, raw.text
+    stored = sum(local_queue_counts(cluster.a, "Heads").values())
+    assert stored + sum(local_queue_counts(cluster.b, "Heads").values()) == 2
+    bodies = set()
+    for queue in range(4):
+        pulled = http.get(f"/v1/topics/Heads/queues/{queue}/messages").json()["messages"]
+        bodies |= {m["body"] for m in pulled}
+    assert bodies == {"json with a charset", '{"body": "stored as it is"}'}
