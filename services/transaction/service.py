@@ -36,6 +36,7 @@ from services.metrics import Metrics
 from services.pull import AbandonFactory
 from services.send import OutgoingMessage, SendService
 from services.topics import TopicService
+from services.transaction.halves import HalfAppender
 from services.transaction.ops import DEFAULT_OP_MAX_SIZE, OpWriter, PutOne
 from services.transaction.records import (
     END_COMMIT,
@@ -130,6 +131,7 @@ class TransactionService:
         self.config = config
         self.table = TransactionTable(config.timeout_ms)
         self.ops = OpWriter(put, config.op_max_size)
+        self._halves = HalfAppender(put)
         self._offers: dict[str, dict[int, _Offer]] = {}
         self._locks: dict[int, asyncio.Lock] = {}
         self._sent: dict[int, Message] = {}
@@ -202,7 +204,7 @@ class TransactionService:
                 f"UNIQ_KEY {transaction_id!r} is already the id of a transaction: leave "
                 "UNIQ_KEY out of a transactional send, or give a new one"
             )
-        result = (await self._put([half]))[0]
+        result = await self._halves.put(half)
         transaction = self.table.add_prepared(half, result)
         self._sent[transaction.half_offset] = half
         self._metrics.transactions["prepared"] += 1
