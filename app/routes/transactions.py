@@ -49,11 +49,13 @@ TransactionIdPath = Annotated[
         "transaction left open is offered to its producer group's check polls after "
         "`transaction_timeout`, then every `transaction_check_interval`, at most "
         "`transaction_check_max` times; then it goes to TRANS_CHECK_MAX_TIME_TOPIC. A delay "
-        "counts from the commit."
+        "level or `deliver_after_ms` counts from the commit; `deliver_at` is a time (one "
+        "passed by the commit delivers at once). A delivery time the timer cannot take is "
+        "refused here, never at the commit."
     ),
     status_code=201,
     response_model=TransactionOut,
-    responses=problems(400, 403, 404, 409, 413, 422, 503),
+    responses=problems(400, 403, 404, 409, 413, 422, 501, 503),
 )
 async def send_half_message(
     topic: TopicPath, body: TransactionSendIn, request: Request, broker: BrokerDep
