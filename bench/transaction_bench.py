@@ -9,7 +9,9 @@
    ``POST /v1/topics/{t}/transactions`` then ``POST /v1/transactions/{id}/commit``.
 
 Each part alternates plain and transactional runs ``--repeat`` times and reports the median
-messages/s of each and their ratio. Target (the issue): transactional >= 0.4x plain.
+messages/s of each, their ratio, and the median of the ratios of each transactional run to the
+plain run just before it (steadier on a shared machine, where the load changes between runs).
+Target (the issue): transactional >= 0.4x plain.
 
 Run by hand::
 
@@ -51,7 +53,7 @@ async def timed(count: int, concurrency: int, one: Callable[[int], Awaitable[Non
     return count / (time.perf_counter() - start)
 
 
-async def in_process(messages: int, concurrency: int, repeat: int) -> tuple[float, float]:
+async def in_process(messages: int, concurrency: int, repeat: int) -> tuple[float, float, float]:
     with tempfile.TemporaryDirectory() as tmp:
         config = BrokerConfig(
             Path(tmp) / "store", StoreConfig(commit_log_file_size=256 << 20), transactions=NEVER
@@ -73,7 +75,7 @@ async def in_process(messages: int, concurrency: int, repeat: int) -> tuple[floa
             await broker.stop()
 
 
-async def over_http(messages: int, concurrency: int, repeat: int) -> tuple[float, float]:
+async def over_http(messages: int, concurrency: int, repeat: int) -> tuple[float, float, float]:
     port = 18000 + int(time.time()) % 1000
     with tempfile.TemporaryDirectory() as tmp:
         process = serve(Path(tmp) / "store", port)
@@ -133,22 +135,24 @@ async def alternate(
     repeat: int,
     plain: Callable[[int], Awaitable[None]],
     transactional: Callable[[int], Awaitable[None]],
-) -> tuple[float, float]:
-    """Median messages/s of plain and transactional runs, alternated ``repeat`` times."""
+) -> tuple[float, float, float]:
+    """Median messages/s of plain and transactional runs, alternated ``repeat`` times, and
+    the median ratio of each transactional run to the plain run before it."""
     await timed(min(messages, 500), concurrency, plain)  # warm up
     await timed(min(messages, 500), concurrency, transactional)
     plains, transactionals = [], []
     for _ in range(repeat):
         plains.append(await timed(messages, concurrency, plain))
         transactionals.append(await timed(messages, concurrency, transactional))
-    return statistics.median(plains), statistics.median(transactionals)
+    pairs = statistics.median(t / p for p, t in zip(plains, transactionals, strict=True))
+    return statistics.median(plains), statistics.median(transactionals), pairs
 
 
-def report(name: str, figures: tuple[float, float]) -> None:
-    plain, transactional = figures
+def report(name: str, figures: tuple[float, float, float]) -> None:
+    plain, transactional, pairs = figures
     print(
         f"{name}: plain {plain:,.0f} msg/s, half + commit {transactional:,.0f} msg/s, "
-        f"ratio {transactional / plain:.2f}x (target >= 0.4x)"
+        f"ratio {transactional / plain:.2f}x, run by run {pairs:.2f}x (target >= 0.4x)"
     )
 
 

@@ -12,6 +12,10 @@ notice (RocketMQ's ``doDispatch`` and ``ReputMessageService``).
   from where it stopped; the refusal ends once dispatch has caught up.
 - After an unclean exit the index is rebuilt by ``catch_up_index``; while it lags, dispatch
   leaves indexing to it.
+- Half messages (and their check copies) are not indexed, unlike RocketMQ: nothing looks
+  one up by key (a transaction is found by its id in the broker's table, a half by its
+  CommitLog offset), and a lookup by key must not find a message its producer has not
+  committed.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from storage.record.properties import (
 from storage.running_flags import Refusal, RunningFlags
 from storage.store_types import ArrivalListener, DispatchRequest
 from storage.timer.transform import TIMER_TOPIC, timer_tags_code
+from storage.topic_names import TRANS_HALF_TOPIC
 
 
 class Dispatcher:
@@ -172,14 +177,15 @@ class Dispatcher:
         index = self.index_service
         if index is not None and self.index_caught_up:
             try:
-                index.build_index_batch(
-                    topic,
-                    batch.offsets,
-                    store_timestamp,
-                    batch.keys,
-                    batch.uniq_keys,
-                    batch.idempotency_keys,
-                )
+                if topic != TRANS_HALF_TOPIC:
+                    index.build_index_batch(
+                        topic,
+                        batch.offsets,
+                        store_timestamp,
+                        batch.keys,
+                        batch.uniq_keys,
+                        batch.idempotency_keys,
+                    )
             except OSError as exc:
                 self._dispatch_failed(exc, "an index file", batch.offsets[0])
                 return False
@@ -306,7 +312,10 @@ class Dispatcher:
         index = self.index_service
         if index is None:
             return
-        if request.sys_flag & TRANSACTION_TYPE_MASK != TRANSACTION_ROLLBACK_TYPE:
+        if (
+            request.sys_flag & TRANSACTION_TYPE_MASK != TRANSACTION_ROLLBACK_TYPE
+            and request.topic != TRANS_HALF_TOPIC
+        ):
             index.build_index(
                 request.topic,
                 request.physical_offset,

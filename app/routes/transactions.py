@@ -49,11 +49,13 @@ TransactionIdPath = Annotated[
         "transaction left open is offered to its producer group's check polls after "
         "`transaction_timeout`, then every `transaction_check_interval`, at most "
         "`transaction_check_max` times; then it goes to TRANS_CHECK_MAX_TIME_TOPIC. A delay "
-        "counts from the commit."
+        "level or `deliver_after_ms` counts from the commit; `deliver_at` is a time (one "
+        "passed by the commit delivers at once). A delivery time the timer cannot take is "
+        "refused here, never at the commit."
     ),
     status_code=201,
     response_model=TransactionOut,
-    responses=problems(400, 403, 404, 409, 413, 422, 503),
+    responses=problems(400, 403, 404, 409, 413, 422, 501, 503),
 )
 async def send_half_message(
     topic: TopicPath, body: TransactionSendIn, request: Request, broker: BrokerDep
@@ -107,35 +109,43 @@ _END_DESCRIPTION = (
 )
 
 
-@router.post(
-    "/v1/transactions/{transaction_id}/commit",
+def _end_route(
+    how: str, *, commit: bool, operation_id: str, summary: str, description: str
+) -> None:
+    """``POST /v1/transactions/{transaction_id}/{how}``: commit or roll back."""
+
+    async def end_transaction(
+        transaction_id: TransactionIdPath, body: EndIn, broker: BrokerDep
+    ) -> EndOut:
+        ended = await broker.transactions.end(transaction_id, body.producer_group, commit=commit)
+        return end_out(ended)
+
+    end_transaction.__name__ = f"{how}_transaction"
+    router.post(
+        f"/v1/transactions/{{transaction_id}}/{how}",
+        operation_id=operation_id,
+        summary=summary,
+        description=description,
+        response_model=EndOut,
+        responses=problems(400, 403, 404, 409, 422, 503),
+    )(end_transaction)
+
+
+_end_route(
+    "commit",
+    commit=True,
     operation_id="commitTransaction",
     summary="Commit: the message becomes visible in its topic, exactly once",
     description="The message is stored in its topic with the half's store time. "
     + _END_DESCRIPTION.format(verb="commit", other="a rollback", noun="a commit"),
-    response_model=EndOut,
-    responses=problems(400, 403, 404, 409, 422, 503),
 )
-async def commit_transaction(
-    transaction_id: TransactionIdPath, body: EndIn, broker: BrokerDep
-) -> EndOut:
-    ended = await broker.transactions.end(transaction_id, body.producer_group, commit=True)
-    return end_out(ended)
-
-
-@router.post(
-    "/v1/transactions/{transaction_id}/rollback",
+_end_route(
+    "rollback",
+    commit=False,
     operation_id="rollbackTransaction",
     summary="Roll back: the message is never delivered",
     description=_END_DESCRIPTION.format(verb="rollback", other="a commit", noun="a rollback"),
-    response_model=EndOut,
-    responses=problems(400, 403, 404, 409, 422, 503),
 )
-async def rollback_transaction(
-    transaction_id: TransactionIdPath, body: EndIn, broker: BrokerDep
-) -> EndOut:
-    ended = await broker.transactions.end(transaction_id, body.producer_group, commit=False)
-    return end_out(ended)
 
 
 @router.post(

@@ -139,7 +139,7 @@ def end_out(ended: Ended) -> EndOut:
     stored = ended.message
     committed = None
     if stored is not None:
-        delayed = stored.topic != ended.transaction.topic  # waiting in the schedule topic
+        delayed = stored.topic != ended.transaction.topic  # in the schedule or timer topic
         committed = CommittedOut(
             msg_id=stored.msg_id,
             topic=ended.transaction.topic,

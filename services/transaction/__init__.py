@@ -4,6 +4,7 @@
   message, the op and check-max records;
 - :mod:`~services.transaction.table`: every transaction's state, rebuilt from those records;
 - :mod:`~services.transaction.ops`: op records, batched;
+- :mod:`~services.transaction.halves`: half messages sent together, appended as one batch;
 - :mod:`~services.transaction.service`: half send, idempotent commit and rollback, check
   offers that producers long-poll;
 - :mod:`~services.transaction.check`: the task that checks back due halves.

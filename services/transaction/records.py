@@ -9,6 +9,13 @@
   half's CommitLog offset. The counter survives a restart this way.
 - **Real message:** on commit, the half rebuilt in its real topic and queue with sysflag
   COMMIT, the half's store time and its CommitLog offset as prepared-transaction offset.
+- **A delay or a delivery time** waits for the commit. The half keeps it under names the
+  store does not act on (``TRAN_DELAY``, ``TRAN_TIMER_DELAY_MS``, ``TRAN_TIMER_DELIVER_MS``);
+  the committed message gets it back (``DELAY``, ``TIMER_DELAY_MS``, ``TIMER_DELIVER_MS``)
+  and its put takes the schedule or timer path then, as RocketMQ 5 routes a committed
+  message that carries ``TIMER_*`` properties to ``rmq_sys_wheel_timer``. So a delay level
+  and ``deliver_after_ms`` count from the commit; ``deliver_at`` is a time (one passed by the
+  commit delivers at once).
 - **Op record:** ``RMQ_SYS_TRANS_OP_HALF_TOPIC`` queue 0, tag ``d``, the ended halves' queue
   offsets in the body (``17,18,21,``). Beyond RocketMQ, ``TRAN_END`` says how they ended.
 - **Check-max copy:** a half checked ``check_max`` times, copied to
@@ -28,6 +35,8 @@ from storage.record.properties import (
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_TAGS,
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TRANSACTION_CHECK_TIMES,
     PROPERTY_TRANSACTION_DELAY,
     PROPERTY_TRANSACTION_END,
@@ -52,6 +61,13 @@ REMOVE_TAG: Final = "d"
 OFFSET_SEPARATOR: Final = ","
 END_COMMIT: Final = "COMMIT"
 END_ROLLBACK: Final = "ROLLBACK"
+PROPERTY_TRANSACTION_TIMER_DELAY_MS: Final = "TRAN_TIMER_DELAY_MS"
+PROPERTY_TRANSACTION_TIMER_DELIVER_MS: Final = "TRAN_TIMER_DELIVER_MS"
+TIMER_KEPT: Final = {
+    PROPERTY_TRANSACTION_TIMER_DELAY_MS: PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TRANSACTION_TIMER_DELIVER_MS: PROPERTY_TIMER_DELIVER_MS,
+}
+"""A half's kept delivery time: its name on the half, its name on the committed message."""
 
 _HALF_ONLY: Final = (
     PROPERTY_TRANSACTION_PREPARED,
@@ -60,20 +76,32 @@ _HALF_ONLY: Final = (
     PROPERTY_TRANSACTION_CHECK_TIMES,
     PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
     PROPERTY_TRANSACTION_DELAY,
+    *TIMER_KEPT,
 )
 """What the half carries that the committed message does not."""
 
 
-def half_message(message: Message, producer_group: str) -> Message:
+def half_message(
+    message: Message,
+    producer_group: str,
+    *,
+    deliver_at: int | None = None,
+    deliver_after_ms: int | None = None,
+) -> Message:
     """``message`` (built for its real topic and queue) turned into its half message.
 
-    A delay waits for the commit: it is kept as ``TRAN_DELAY`` so the store does not start
-    the delay at the half send.
+    A delay level, ``deliver_at`` or ``deliver_after_ms`` waits for the commit: kept as
+    ``TRAN_DELAY``, ``TRAN_TIMER_DELIVER_MS`` or ``TRAN_TIMER_DELAY_MS``, so the store does
+    not start it at the half send (see the module docstring).
     """
     properties = message.properties
     delay = properties.pop(PROPERTY_DELAY, None)
     if delay is not None:
         properties[PROPERTY_TRANSACTION_DELAY] = delay
+    if deliver_at is not None:
+        properties[PROPERTY_TRANSACTION_TIMER_DELIVER_MS] = str(deliver_at)
+    elif deliver_after_ms:
+        properties[PROPERTY_TRANSACTION_TIMER_DELAY_MS] = str(deliver_after_ms)
     properties[PROPERTY_TRANSACTION_PREPARED] = "true"
     properties[PROPERTY_PRODUCER_GROUP] = producer_group
     properties[PROPERTY_REAL_TOPIC] = message.topic
@@ -105,16 +133,18 @@ def check_copy(half: StoredMessage, original_offset: int, origin: int, checks: i
 
 def real_message(half: Message | StoredMessage, origin: int, store_timestamp: int) -> Message:
     """The committed message: real topic and queue, sysflag COMMIT, the original half's
-    CommitLog offset ``origin`` and its ``store_timestamp`` (a delayed one is stored now:
-    its delay starts at the commit)."""
+    CommitLog offset ``origin`` and its ``store_timestamp`` (a delayed or timed one is
+    stored now: its delay starts at the commit)."""
     properties = dict(half.properties)
     topic = properties[PROPERTY_REAL_TOPIC]
     queue_id = int(properties[PROPERTY_REAL_QID])
     delay = properties.get(PROPERTY_TRANSACTION_DELAY)
+    timer = [(name, properties[kept]) for kept, name in TIMER_KEPT.items() if kept in properties]
     for name in _HALF_ONLY:
         properties.pop(name, None)
     if delay is not None:
         properties[PROPERTY_DELAY] = delay
+    properties.update(timer)
     return Message(
         topic,
         half.body,
@@ -126,7 +156,7 @@ def real_message(half: Message | StoredMessage, origin: int, store_timestamp: in
         born_host=half.born_host,
         reconsume_times=half.reconsume_times,
         prepared_transaction_offset=origin,
-        store_timestamp=0 if delay is not None else store_timestamp,
+        store_timestamp=0 if delay is not None or timer else store_timestamp,
     )
 
 

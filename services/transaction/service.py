@@ -17,6 +17,7 @@ while, and answers with a commit or a rollback (or nothing: it is asked again la
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from typing import Any, Final
 
 from services.errors import (
     BrokerUnavailableError,
+    InvalidPropertyError,
     ProducerGroupMismatchError,
     TransactionEndedError,
     TransactionIdInUseError,
@@ -34,12 +36,14 @@ from services.idempotency import IdempotencyService
 from services.long_poll import WaiterRegistry, WakeReason
 from services.metrics import Metrics
 from services.pull import AbandonFactory
-from services.send import OutgoingMessage, SendService
+from services.send import OutgoingMessage, SendService, deliver_time_of
 from services.topics import TopicService
+from services.transaction.halves import HalfAppender
 from services.transaction.ops import DEFAULT_OP_MAX_SIZE, OpWriter, PutOne
 from services.transaction.records import (
     END_COMMIT,
     END_ROLLBACK,
+    TIMER_KEPT,
     check_copy,
     check_max_copy,
     half_message,
@@ -50,8 +54,10 @@ from storage import Message, MessageStore, PutResult, StoredMessage
 from storage.config_managers import TopicConfig
 from storage.record.properties import (
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
+    PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TRANSACTION_ID,
 )
+from storage.timer.transform import redirect_timer
 from storage.topic_names import TRANS_CHECK_MAX_TIME_TOPIC
 
 CHECK_QUEUE: Final = -1
@@ -130,6 +136,7 @@ class TransactionService:
         self.config = config
         self.table = TransactionTable(config.timeout_ms)
         self.ops = OpWriter(put, config.op_max_size)
+        self._halves = HalfAppender(put)
         self._offers: dict[str, dict[int, _Offer]] = {}
         self._locks: dict[int, asyncio.Lock] = {}
         self._sent: dict[int, Message] = {}
@@ -192,7 +199,13 @@ class TransactionService:
         self._require_loaded()
         check_group_name(producer_group)
         built = await self._send.build(topic, message, born_host)
-        half = half_message(built, producer_group)
+        self._check_timer(message, built)
+        half = half_message(
+            built,
+            producer_group,
+            deliver_at=message.deliver_at,
+            deliver_after_ms=message.deliver_after_ms,
+        )
         if check_immunity_s is not None:
             seconds = min(max(check_immunity_s, 0), MAX_CHECK_IMMUNITY_S)
             half.properties[PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS] = str(seconds)
@@ -202,12 +215,24 @@ class TransactionService:
                 f"UNIQ_KEY {transaction_id!r} is already the id of a transaction: leave "
                 "UNIQ_KEY out of a transactional send, or give a new one"
             )
-        result = (await self._put([half]))[0]
+        result = await self._halves.put(half)
         transaction = self.table.add_prepared(half, result)
         self._sent[transaction.half_offset] = half
         self._metrics.transactions["prepared"] += 1
         self.changed(transaction.next_check_ms(self.config.check_interval_ms))
         return Prepared(transaction, result)
+
+    def _check_timer(self, message: OutgoingMessage, built: Message) -> None:
+        """Refuse at the half send a delivery time that the commit's put would refuse
+        (timers off, too far ahead), so that a commit never fails for it."""
+        for name in TIMER_KEPT:
+            if name in built.properties:
+                raise InvalidPropertyError(f"property {name!r} is set by the broker")
+        now = now_ms()
+        deliver = deliver_time_of(message, now)
+        if deliver is not None:
+            probe = dataclasses.replace(built, properties={PROPERTY_TIMER_DELIVER_MS: str(deliver)})
+            redirect_timer(probe, now, self._store.config.timer)
 
     # ------------------------------------------------------------------ end
 

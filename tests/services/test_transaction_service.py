@@ -12,7 +12,7 @@ import pytest
 from services import Broker, BrokerConfig, OutgoingMessage, TransactionConfig
 from services.errors import TransactionEndedError
 from services.transaction import TransactionState
-from services.transaction.records import op_offsets, real_message
+from services.transaction.records import half_message, op_offsets, real_message
 from storage import Message, MessageStore, PutResult, StoredMessage
 from storage.record.layout import TRANSACTION_COMMIT_TYPE, TRANSACTION_TYPE_MASK
 from storage.topic_names import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
@@ -206,3 +206,25 @@ async def test_a_commit_retried_after_its_op_record_failed_stores_one_message(
 
 def records_of(store: MessageStore, topic: str, queue_id: int) -> list[StoredMessage]:
     return store.get_message("test", topic, queue_id, 0, 10_000).messages
+
+
+@pytest.mark.parametrize(
+    ("asked", "kept", "restored"),
+    [
+        ({"deliver_after_ms": 1500}, "TRAN_TIMER_DELAY_MS", "TIMER_DELAY_MS"),
+        ({"deliver_at": 1_900_000_000_000}, "TRAN_TIMER_DELIVER_MS", "TIMER_DELIVER_MS"),
+    ],
+)
+def test_a_delivery_time_rides_the_half_untimed_and_times_the_commit(
+    asked: dict[str, int], kept: str, restored: str
+) -> None:
+    built = Message("Orders", b"x", queue_id=3, properties={"UNIQ_KEY": "U1"})
+    half = half_message(built, "pg", **asked)
+    value = str(next(iter(asked.values())))
+    assert half.properties[kept] == value
+    assert not any(name.startswith("TIMER_") for name in half.properties)
+    real = real_message(half, 4096, 1234)
+    assert real.properties[restored] == value
+    assert not any(name.startswith("TRAN_") for name in real.properties)
+    assert (real.topic, real.queue_id) == ("Orders", 3)
+    assert real.store_timestamp == 0  # stored at the commit: the time counts from there

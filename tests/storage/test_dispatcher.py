@@ -7,6 +7,7 @@ from storage.delay_levels import SCHEDULE_TOPIC
 from storage.record.java_hash import tags_code
 from storage.record.layout import TRANSACTION_PREPARED_TYPE
 from storage.record.message import Message
+from storage.topic_names import TRANS_HALF_TOPIC
 from tests.storage.conftest import message
 
 
@@ -46,3 +47,16 @@ def test_a_batch_is_announced_once_per_tags_code(store: MessageStore) -> None:
     store.put_messages([message(tags=tag) for tag in ("a", "b", "a", "a")])
     assert notices == [("TopicA", 0, 4, tags_code("a")), ("TopicA", 0, 4, tags_code("b"))]
     assert store.dispatched_offset == store.max_physical_offset
+
+
+def test_half_messages_are_not_indexed_alone_or_in_a_batch(store: MessageStore) -> None:
+    store.put_message(message(TRANS_HALF_TOPIC, keys="order-1", UNIQ_KEY="H1"))
+    store.put_messages(
+        [message(TRANS_HALF_TOPIC, keys="order-2", UNIQ_KEY=f"H2{n}") for n in range(2)]
+    )
+    store.put_message(message(keys="order-1", UNIQ_KEY="U1"))
+    assert store.query_message(TRANS_HALF_TOPIC, "order-1", 8) == []
+    assert store.query_message(TRANS_HALF_TOPIC, "H1", 8) == []
+    assert store.query_message(TRANS_HALF_TOPIC, "order-2", 8) == []
+    assert [m.uniq_key for m in store.query_message("TopicA", "order-1", 8)] == ["U1"]
+    assert store.max_offset_in_queue(TRANS_HALF_TOPIC, 0) == 3  # units still written
