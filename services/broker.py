@@ -160,8 +160,9 @@ class Broker:
         self._timers = TimerService(
             store,
             appender.put,
-            services.idempotency.reput_all,
-            self.config.broker_name,
+            services.idempotency,
+            self.config.group,
+            broker_name=self.config.broker_name,
             fired_horizon_ms=int(self.config.dedup_window_s * 1000),
         )
         host = RoleHost(
