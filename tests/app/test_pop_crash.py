@@ -4,11 +4,7 @@ comes back after its invisibility."""
 
 from __future__ import annotations
 
-import os
 import random
-import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -19,57 +15,27 @@ import pytest
 
 from services.pop.checkpoint import REVIVE_TOPIC, AckRecord, decode_record
 from storage.store_reader import iter_store_records
-from tests.net import free_port
+from tests.serve_process import ServeProcess
 
-BIN = Path(sys.executable).parent
 ROUNDS = 20
 MESSAGES = 1200
 TOPIC, GROUP = "Crash", "crash-workers"
 
 
-class Server:
+class Server(ServeProcess):
     """A ``spoolmq serve`` process with SYNC flush on a fixed store."""
 
     def __init__(self, store: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.process = subprocess.Popen(
-            [
-                str(BIN / "spoolmq"),
-                "serve",
-                "--store-dir",
-                str(store),
-                "--port",
-                str(self.port),
-                "--flush",
-                "sync",
-                "--message-delay-levels",
-                " ".join(["1s"] * 18),
-                "--offset-persist-interval-s",
-                "0.2",
-                "--log-level",
-                "warning",
-            ],
-            env={**os.environ, "SPOOLMQ_COMMIT_LOG_FILE_SIZE": str(4 * 1024 * 1024)},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+        super().__init__(
+            store,
+            "--flush",
+            "sync",
+            "--message-delay-levels",
+            " ".join(["1s"] * 18),
+            "--offset-persist-interval-s",
+            "0.2",
+            env={"SPOOLMQ_COMMIT_LOG_FILE_SIZE": str(4 * 1024 * 1024)},
         )
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            assert self.process.poll() is None, "the server exited"
-            assert time.monotonic() < deadline, "the server did not become ready"
-            time.sleep(0.05)
-
-    def kill(self) -> None:
-        """kill -9, by the PID this test started."""
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=30)
 
 
 class Ledger:

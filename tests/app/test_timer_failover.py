@@ -16,9 +16,9 @@ import httpx
 from tests.app.cluster_support import ClusterBroker
 from tests.app.test_cluster_failover import is_master
 from tests.app.test_proxy import create_topic, start_proxy
-from tests.app.test_timer_crash import delivered
 from tests.conftest import wait_until
 from tests.etcd_support import start_etcd
+from tests.timer_rounds import delivered
 
 TOPIC = "TimedFail"
 EARLY = 40  # due before the kill: the old master delivers them
