@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import httpx
@@ -54,17 +54,10 @@ class ServeProcess:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + self.ready_timeout_s
-        while True:
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=5).status_code == 200:
-                    return process
-            except httpx.TransportError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                kill_9(process)
-                raise RuntimeError("the server did not become ready")
-            time.sleep(0.05)
+        if not wait_ready(self.url, lambda: process.poll() is None, self.ready_timeout_s):
+            kill_9(process)
+            raise RuntimeError("the server did not become ready")
+        return process
 
     def restart(self) -> None:
         """Start again on the same store and port (after :meth:`kill`)."""
@@ -76,6 +69,19 @@ class ServeProcess:
 
     def client(self, timeout: float = 30) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=timeout)
+
+
+def wait_ready(url: str, alive: Callable[[], bool], timeout_s: float) -> bool:
+    """Whether the server at ``url`` answers ``/readyz`` before it dies or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while alive() and time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
+                return True
+        except httpx.TransportError:
+            pass
+        time.sleep(0.02)
+    return False
 
 
 def kill_9(process: subprocess.Popen[bytes]) -> None:
@@ -106,6 +112,12 @@ class Zygote:
         if not line.strip():
             raise RuntimeError("the zygote ended")
         return int(line)
+
+    def __enter__(self) -> Zygote:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def close(self) -> None:
         if self.process.stdin is not None:
@@ -140,17 +152,10 @@ class ForkedServe:
 
     def _start(self) -> int:
         pid = self.zygote.fork([*self.argv, "--port", str(self.port)], self.env)
-        deadline = time.monotonic() + self.ready_timeout_s
-        while True:
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=5).status_code == 200:
-                    return pid
-            except httpx.TransportError:
-                pass
-            if not _alive(pid) or time.monotonic() > deadline:
-                _kill_pid(pid)
-                raise RuntimeError("the server did not become ready")
-            time.sleep(0.02)
+        if not wait_ready(self.url, lambda: _alive(pid), self.ready_timeout_s):
+            _kill_pid(pid)
+            raise RuntimeError("the server did not become ready")
+        return pid
 
     def restart(self) -> None:
         self.pid = self._start()

@@ -34,6 +34,7 @@ import dataclasses
 import logging
 import struct
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from enum import Enum
 from typing import Final, Protocol
@@ -48,6 +49,7 @@ from services.errors import (
 from services.metrics import Histogram
 from services.timer.delivery import due_message, marker_key, rolled_message, target_key
 from services.timer.handles import TimerHandle, decode_handle
+from services.timer.progress_file import MasterTimerProgress, load_progress
 from services.timer.upcoming import UpcomingTimers, upcoming_of
 from storage import Message, MessageStore, PutResult, StorageError, StoredMessage
 from storage.errors import MessageRejectedError
@@ -131,6 +133,8 @@ class TimerStats:
     rolled: int = 0
     rolled_elsewhere: int = 0  # rebuilt records whose roll the old master had put already
     lost: int = 0  # records gone from the CommitLog before their slot fired
+    delivered_by_topic: Counter[str] = dataclasses.field(default_factory=Counter)
+    cancelled_by_topic: Counter[str] = dataclasses.field(default_factory=Counter)
     lateness: Histogram = dataclasses.field(default_factory=lambda: Histogram(LATENESS_BUCKETS_S))
 
 
@@ -222,6 +226,17 @@ class TimerService:
         self._rebuild_until = self._store.max_offset_in_queue(TIMER_TOPIC, 0)
         if not self._rebuild_until:
             return
+        progress = load_progress(self._store.root / "config")
+        if progress is not None and self._store.max_physical_offset >= progress.commit_offset:
+            self._skip_before = progress.read_time_ms
+            log.warning(
+                "timer wheel rebuilt from %d timer records: those due before %d were fired by "
+                "the previous master (its last copied progress); each later due one is "
+                "delivered unless its copy is found",
+                self._rebuild_until,
+                progress.read_time_ms,
+            )
+            return
         if self._store.keyed.enabled:
             log.warning(
                 "timer wheel rebuilt from %d timer records: each due one is delivered unless "
@@ -257,6 +272,14 @@ class TimerService:
             await asyncio.to_thread(self._write, ticket)
             timer.close()
             self._timer = None
+
+    def master_progress(self) -> MasterTimerProgress | None:
+        """What a slave copies: the read time, and the CommitLog's end, below which every
+        copy of a record due before it lies (None when the wheel is not running)."""
+        timer = self._timer
+        if timer is None:
+            return None
+        return MasterTimerProgress(timer.read_time_ms, self._store.max_physical_offset)
 
     def _require_timer(self) -> TimerStore:
         if self._timer is None:
@@ -466,6 +489,7 @@ class TimerService:
             key = target_key(record)
             if key in cancelled:
                 self.stats.cancelled += 1
+                self.stats.cancelled_by_topic[record.properties.get(PROPERTY_REAL_TOPIC, "")] += 1
             elif key is None or key not in seen:
                 message = due_message(record, now)
                 if message is not None:
@@ -501,6 +525,7 @@ class TimerService:
                         failed.append(item)
                     elif item[0].topic != TIMER_TOPIC:
                         self.stats.delivered += 1
+                        self.stats.delivered_by_topic[item[0].topic] += 1
                 await asyncio.sleep(0)  # let sends and pulls in between chunks
             if failed:
                 log.warning("%d timer messages not put yet; retrying", len(failed))

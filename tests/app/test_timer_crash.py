@@ -11,10 +11,7 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from tests.serve_process import ForkedServe, Zygote
 from tests.timer_rounds import Schedule, crash_rounds, settle
@@ -24,33 +21,29 @@ AHEAD = 1000  # scheduled before the first round, due over its first 9 s
 PER_ROUND = 150  # scheduled in each round, due in the next 3 s (some while it is down)
 
 
-@pytest.fixture
-def zygote() -> Iterator[Zygote]:
-    forker = Zygote()
-    yield forker
-    forker.close()
+def test_kill_9_rounds_lose_no_timer_message_and_deliver_none_twice(tmp_path: Path) -> None:
+    with Zygote() as zygote:
+        server = ForkedServe(zygote, tmp_path / "store", "--timer-precision-ms", "100")
+        try:
+            crash_and_check(server)
+        finally:
+            server.kill()
 
 
-def test_kill_9_rounds_lose_no_timer_message_and_deliver_none_twice(
-    tmp_path: Path, zygote: Zygote
-) -> None:
-    server = ForkedServe(zygote, tmp_path / "store", "--timer-precision-ms", "100")
+def crash_and_check(server: ForkedServe) -> None:
     rng = random.Random(25)
     schedule = Schedule()
-    try:
-        start = int(time.time() * 1000) + 1000
-        with server.client() as client:
-            schedule.send(client, {f"a{n:04d}": start + n * 9 for n in range(AHEAD)})
-        crash_rounds(server, schedule, rng, rounds=ROUNDS, per_round=PER_ROUND, cancels=8)
-        with server.client() as client:
-            messages = settle(client, schedule)
-        counts = Counter(m["body"] for m in messages)
-        assert set(counts) == schedule.expected, "none lost, no cancelled one delivered"
-        assert max(counts.values()) == 1, [n for n, c in counts.items() if c > 1][:5]
-        assert schedule.too_late <= set(counts)
-        for message in messages:
-            assert message["store_timestamp"] >= schedule.due[message["body"]], "never early"
-        assert len(schedule.due) == AHEAD + ROUNDS * PER_ROUND
-        assert len(schedule.outages) == ROUNDS
-    finally:
-        server.kill()
+    start = int(time.time() * 1000) + 1000
+    with server.client() as client:
+        schedule.send(client, {f"a{n:04d}": start + n * 9 for n in range(AHEAD)})
+    crash_rounds(server, schedule, rng, rounds=ROUNDS, per_round=PER_ROUND, cancels=8)
+    with server.client() as client:
+        messages = settle(client, schedule)
+    counts = Counter(m["body"] for m in messages)
+    assert set(counts) == schedule.expected, "none lost, no cancelled one delivered"
+    assert max(counts.values()) == 1, [n for n, c in counts.items() if c > 1][:5]
+    assert schedule.too_late <= set(counts)
+    for message in messages:
+        assert message["store_timestamp"] >= schedule.due[message["body"]], "never early"
+    assert len(schedule.due) == AHEAD + ROUNDS * PER_ROUND
+    assert len(schedule.outages) == ROUNDS

@@ -20,6 +20,7 @@ from services.errors import (
 )
 from services.idempotency import IdempotencyService, repost_key_at
 from services.timer.handles import TimerHandle, decode_handle
+from services.timer.progress_file import MasterTimerProgress, save_progress
 from services.timer.service import CancelOutcome, TimerService
 from storage import Message, MessageStore, StoreConfig, StoredMessage
 from storage.record.properties import PROPERTY_IDEMPOTENCY_KEY
@@ -113,6 +114,8 @@ async def test_cancel_before_due_wins_and_after_delivery_says_so(wheel: Wheel) -
     await asyncio.sleep(0.3)  # a slot or three later: still only the one
     assert [m.body for m in wheel.delivered("Orders")] == [b"kept"]
     assert service.stats.cancelled == 1
+    assert service.stats.cancelled_by_topic == {"Orders": 1}
+    assert service.stats.delivered_by_topic == {"Orders": 1}
     with pytest.raises(TimerAlreadyDeliveredError):
         await service.cancel("Orders", service.handle_for("Orders", _fire(at), kept))
 
@@ -263,3 +266,32 @@ async def test_a_cancel_as_its_slot_comes_due_survives_a_crash(tmp_path: Path) -
         assert second.service.stats.cancelled == 1
     finally:
         await second.close()
+
+
+@pytest.mark.parametrize("reached", [True, False], ids=["log-reaches-it", "log-behind"])
+async def test_a_promoted_slave_trusts_the_copied_progress_only_when_its_log_reaches_it(
+    tmp_path: Path, reached: bool
+) -> None:
+    """Records due before the master's copied read time count as fired without a look-up —
+    when this log holds everything the master had put by then; else each is looked up."""
+    wheel = Wheel(tmp_path)
+    now = now_ms() // 100 * 100
+    for body, out in (("before", now - 60_000), ("after", now - 20_000)):
+        properties = {
+            "TIMER_OUT_MS": str(out),
+            "REAL_TOPIC": "Orders",
+            "REAL_QID": "1",
+            "UNIQ_KEY": f"U{body}",
+        }
+        wheel.store.put_message(Message(TIMER_TOPIC, body.encode(), properties=properties))
+    end = wheel.store.max_physical_offset
+    progress = MasterTimerProgress(now - 30_000, end if reached else end + 1)
+    save_progress(tmp_path / "config", progress.to_json())
+    await wheel.service.start()
+    try:
+        expected = [b"after"] if reached else [b"after", b"before"]
+        await wait_for(lambda: len(wheel.delivered("Orders")) >= len(expected))
+        await asyncio.sleep(0.3)
+        assert sorted(m.body for m in wheel.delivered("Orders")) == expected
+    finally:
+        await wheel.close()
