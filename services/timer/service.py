@@ -36,7 +36,6 @@ import struct
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
-from enum import Enum
 from typing import Final, Protocol
 
 from services.appender import PutMessages
@@ -50,18 +49,18 @@ from services.metrics import Histogram
 from services.timer.delivery import due_message, marker_key, rolled_message, target_key
 from services.timer.handles import TimerHandle, decode_handle
 from services.timer.progress_file import MasterTimerProgress, load_progress
+from services.timer.recall import (
+    CancelOutcome,
+    CancelResult,
+    cancel_marker,
+    find_timer_record,
+)
 from services.timer.upcoming import UpcomingTimers, upcoming_of
 from storage import Message, MessageStore, PutResult, StorageError, StoredMessage
 from storage.errors import MessageRejectedError
 from storage.record.layout import CQ_UNIT_SIZE, PRE_BLANK_SIZE
 from storage.record.properties import (
-    PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
-    PROPERTY_TAGS,
-    PROPERTY_TIMER_DEL_UNIQKEY,
-    PROPERTY_TIMER_DELIVER_MS,
-    PROPERTY_TIMER_OUT_MS,
-    PROPERTY_UNIQ_KEY,
 )
 from storage.timer import (
     MAGIC_DEFAULT,
@@ -73,7 +72,6 @@ from storage.timer import (
     cancel_key,
 )
 from storage.timer.timer_store import FlushTicket
-from storage.timer.transform import TIMER_QUEUE_ID
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +80,6 @@ Clock = Callable[[], float]
 ENQUEUE_BUDGET: Final = 20_000  # units per turn of the loop
 PUT_CHUNK: Final = 500  # puts appended between two yields, with one wait for durability
 RETRY_AFTER_FAILED_PUT_S: Final = 0.1
-RECALL_TAG: Final = "_RECALL_TAG_"
 FIRED_ELSEWHERE_MARGIN_MS: Final = 10_000
 """Slots due up to this long after the service started may have fired in an earlier process
 (or on the old master, whose clock may differ a little): their puts look for an earlier
@@ -108,19 +105,6 @@ class TimerCopies(Protocol):
     ) -> StoredMessage | None: ...
 
     async def ready(self, timeout_s: float | None = ...) -> None: ...
-
-
-class CancelOutcome(Enum):
-    CANCELLED = "cancelled"  # it will never be delivered
-    ALREADY_CANCELLED = "already_cancelled"  # an earlier cancel did it
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class CancelResult:
-    outcome: CancelOutcome
-    topic: str
-    uniq_key: str
-    fire_ms: int
 
 
 @dataclasses.dataclass(slots=True)
@@ -581,7 +565,7 @@ class TimerService:
             raise BrokerUnavailableError("the timer wheel is not running on this broker")
         slot = timer.slot_time(parsed.fire_ms)
         key = cancel_key(topic, parsed.uniq_key)
-        target, marked = self._find(topic, parsed.uniq_key)
+        target, marked = find_timer_record(self._store, topic, parsed.uniq_key)
         result = CancelResult(CancelOutcome.CANCELLED, topic, parsed.uniq_key, parsed.fire_ms)
         if target is None and not marked and self._store.keyed.enabled:
             raise TimerNotFoundError(f"no timer message of {topic} has this handle")
@@ -598,44 +582,11 @@ class TimerService:
         # is being fired: a restart fires it again).
         self._cancels.setdefault(slot, set()).add(key)
         try:
-            await self._put([self._marker(topic, parsed, key, slot)])
+            await self._put([cancel_marker(topic, parsed, key, slot)])
         except BaseException:
             self._cancels.get(slot, set()).discard(key)
             raise
         return result
-
-    def _find(self, topic: str, uniq_key: str) -> tuple[StoredMessage | None, bool]:
-        """The timer record with ``uniq_key`` sent to ``topic``, and whether a cancel marker
-        for it was stored."""
-        target = None
-        marked = False
-        for record in self._store.query_message(TIMER_TOPIC, uniq_key, max_num=64):
-            properties = record.properties
-            if properties.get(PROPERTY_TIMER_DEL_UNIQKEY):
-                marked = marked or properties.get(PROPERTY_REAL_TOPIC) == topic
-            elif properties.get(PROPERTY_REAL_TOPIC) == topic:
-                target = record
-        return target, marked
-
-    @staticmethod
-    def _marker(topic: str, handle: TimerHandle, key: str, slot: int) -> Message:
-        """A cancel marker (``TIMER_DEL_UNIQKEY``), timed already for ``slot``: it is stored
-        even when that slot is about to fire (a producer's marker would be refused as due)."""
-        return Message(
-            TIMER_TOPIC,
-            b"0",
-            queue_id=TIMER_QUEUE_ID,
-            properties={
-                PROPERTY_TIMER_DELIVER_MS: str(handle.deliver_ms),
-                PROPERTY_TIMER_OUT_MS: str(slot),
-                PROPERTY_REAL_TOPIC: topic,
-                PROPERTY_REAL_QID: "0",
-                PROPERTY_TIMER_DEL_UNIQKEY: key,
-                PROPERTY_UNIQ_KEY: handle.uniq_key,
-                PROPERTY_TAGS: RECALL_TAG,
-            },
-            born_timestamp=int(time.time() * 1000),
-        )
 
 
 def _is_marker(unit: TimerUnit) -> bool:

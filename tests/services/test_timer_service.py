@@ -21,7 +21,8 @@ from services.errors import (
 from services.idempotency import IdempotencyService, repost_key_at
 from services.timer.handles import TimerHandle, decode_handle
 from services.timer.progress_file import MasterTimerProgress, save_progress
-from services.timer.service import CancelOutcome, TimerService
+from services.timer.recall import CancelOutcome
+from services.timer.service import TimerService
 from storage import Message, MessageStore, StoreConfig, StoredMessage
 from storage.record.properties import PROPERTY_IDEMPOTENCY_KEY
 from storage.timer import TIMER_TOPIC, TimerConfig
