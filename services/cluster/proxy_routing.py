@@ -259,7 +259,7 @@ def split_handle(handle: str) -> tuple[str, str] | None:
 
 def timer_group(view: ClusterView, topic: str, handle: str) -> str:
     """The group holding the timer message a cancel handle names: the group it names (or,
-    for a handle naming a broker, that broker's group), else the topic's only group;
+    when it names a broker, that broker's group), else the topic's only group;
     InvalidTimerHandleError when neither says (the handle is not one, or names another topic
     or a group or broker the cluster does not have)."""
     parsed = decode_handle(handle)
@@ -267,8 +267,10 @@ def timer_group(view: ClusterView, topic: str, handle: str) -> str:
         raise InvalidTimerHandleError(f"the handle is for topic {parsed.topic!r}, not {topic!r}")
     if parsed.names_group and parsed.issuer in view.groups:
         return parsed.issuer
+    # A handle naming a broker: issued before handles named groups, or by a broker that was
+    # not told its group (it names itself then).
     for name, group in sorted(view.groups.items()):
-        if not parsed.names_group and any(m.name == parsed.issuer for m in group.replicas()):
+        if any(member.name == parsed.issuer for member in group.replicas()):
             return name
     groups = topic_route(view, topic).groups()
     if len(groups) == 1:

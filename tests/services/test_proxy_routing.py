@@ -166,6 +166,7 @@ def test_a_timer_handle_goes_to_the_group_it_names() -> None:
 
     assert timer_group(view(), "T", handle("T", "g1")) == "g1"
     assert timer_group(view(g2_master=False), "T", handle("T", "g2")) == "g2", "masterless now"
+    assert timer_group(view(), "T", handle("T", "b")) == "g2", "a broker not told its group"
     with pytest.raises(InvalidTimerHandleError, match="group 'g3'"):
         timer_group(view(), "T", handle("T", "g3"))
 
