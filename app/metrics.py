@@ -54,6 +54,18 @@ def _timer_metrics(page: _Page, broker: Broker) -> None:
         ("rolled", "Timer messages put back for a later turn of the wheel.", stats.rolled),
     ):
         page.one(f"spoolmq_timer_{name}_total", "counter", help_text, value)
+    page.family(
+        "spoolmq_timer_topic_delivered_total",
+        "counter",
+        "Timer messages put into their topic at their time, by topic.",
+        _per_topic(stats.delivered_by_topic),
+    )
+    page.family(
+        "spoolmq_timer_topic_cancelled_total",
+        "counter",
+        "Timer messages dropped at their time because of a cancel, by topic.",
+        _per_topic(stats.cancelled_by_topic),
+    )
     page.one(
         "spoolmq_timer_enqueue_behind",
         "gauge",

@@ -504,6 +504,7 @@ class Settings(BaseSettings):
             role=self.role,
             replication=self.replication,
             broker_name=self.broker_name,
+            broker_group=self.broker_group,
             ha_listen=self.ha_listen,
             master=self.master_address(),
             ha_max_gap_bytes=self.ha_max_gap_bytes,

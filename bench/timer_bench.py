@@ -69,7 +69,7 @@ class Bench:
         self.store = MessageStore.open(root, StoreConfig(timer=timer))
         self.appender = Appender(self.store, DurabilityTracker(self.store))
         idempotency = IdempotencyService(self.store, self.appender)
-        self.timers = TimerService(self.store, self.appender.put, idempotency.reput_all, "bench")
+        self.timers = TimerService(self.store, self.appender.put, idempotency, "bench")
 
     async def start(self) -> None:
         await self.timers.start()

@@ -71,7 +71,8 @@ from services.schedule import LevelProgress
 from services.send import OutgoingMessage, SendLimits, SendReceipt
 from services.send_back import SendBackRequest, SendBackResult, original_topic
 from services.store_status import StoreGauges
-from services.timer.service import CancelOutcome, CancelResult, TimerProgress
+from services.timer.recall import CancelOutcome, CancelResult
+from services.timer.service import TimerProgress
 from services.timer.upcoming import TIMER_BUCKETS, UpcomingTimer, UpcomingTimers
 from services.topics import SYSTEM_TOPICS, QueueSeek, QueueStats, TopicPolicy
 from services.transaction import (

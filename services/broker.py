@@ -160,12 +160,17 @@ class Broker:
         self._timers = TimerService(
             store,
             appender.put,
-            services.idempotency.reput_all,
-            self.config.broker_name,
+            services.idempotency,
+            self.config.group,
+            broker_name=self.config.broker_name,
             fired_horizon_ms=int(self.config.dedup_window_s * 1000),
         )
         host = RoleHost(
-            store, appender, self._start_write_tasks, services.idempotency.begin_writing
+            store,
+            appender,
+            self._start_write_tasks,
+            services.idempotency.begin_writing,
+            self._timer_progress,
         )
         try:
             await self.replica.start(host)
@@ -205,6 +210,10 @@ class Broker:
         if self.config.store.timer.enabled:
             await self.timers.start()
         self._write_tasks_started = True
+
+    def _timer_progress(self) -> dict[str, int] | None:
+        progress = self._timers.master_progress() if self._timers is not None else None
+        return None if progress is None else progress.to_json()
 
     def _open_store(self) -> MessageStore:
         # The key index is rebuilt after an unclean exit while the broker already serves.

@@ -34,3 +34,9 @@ class BrokerConfig(ReplicaConfig):
     offset_persist_interval_s: float = 5.0
     dedup_window_s: float = DEFAULT_WINDOW_S  # how long an idempotency key is remembered
     transactions: TransactionConfig = field(default_factory=TransactionConfig)
+    broker_group: str | None = None  # its group in a cluster (default: the broker name)
+
+    @property
+    def group(self) -> str:
+        """The broker group this broker serves: what timer cancel handles name."""
+        return self.broker_group or self.broker_name

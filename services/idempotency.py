@@ -49,6 +49,7 @@ from services.errors import (
     KeyIndexCatchingUpError,
 )
 from storage import Message, MessageStore, PutResult, PutStatus, StorageError, StoredMessage
+from storage.index_service import idempotency_scope
 from storage.record.properties import (
     PROPERTY_IDEMPOTENCY_BATCH,
     PROPERTY_IDEMPOTENCY_FINGERPRINT,
@@ -120,14 +121,6 @@ class Written:
 
 RePut = Callable[[Message, StoredMessage], Awaitable[Written]]
 """Puts a copy of a stored record once (:meth:`IdempotencyService.reput`)."""
-
-
-class RePutAll(Protocol):
-    """Puts copies of stored records once each (:meth:`IdempotencyService.reput_all`)."""
-
-    def __call__(
-        self, items: Sequence[tuple[Message, StoredMessage]], *, fresh: bool = False
-    ) -> Awaitable[list[PutResult | StorageError]]: ...
 
 
 class _Unindexed(NamedTuple):
@@ -253,28 +246,35 @@ class IdempotencyService:
         )
 
     async def reput_all(
-        self, items: Sequence[tuple[Message, StoredMessage]], *, fresh: bool = False
+        self,
+        items: Sequence[tuple[Message, StoredMessage]],
+        *,
+        fresh: bool = False,
+        since_ms: int | None = None,
     ) -> list[PutResult | StorageError]:
         """:meth:`reput` for many copies (the timer wheel's due messages): every one is
         appended (or found put already) with nothing in between, then one wait until the
         last is durable. Each answer is its result, or the StorageError that refused it.
 
         ``fresh``: the caller knows no copy can have been put before (nothing is looked up);
-        each copy still carries its key, so a repeat after a crash finds it."""
+        each copy still carries its key, so a repeat after a crash finds it. ``since_ms``:
+        how far back an earlier copy is looked for (default: the dedup window)."""
         keyed = self._store.keyed.enabled
         if keyed and not fresh and not self._store.keyed.covers(self._ready_at):
             await self.ready(None)
-        since = self.since_ms()
+        since = self.since_ms() if since_ms is None else since_ms
         answers: list[PutResult | StorageError] = []
         end = -1
         for message, source in items:
             properties = message.properties
             for name in IDEMPOTENCY_PROPERTIES:
                 properties.pop(name, None)
+            # A timer topic's copy (a roll) is keyed in its real topic, as a send is.
+            scope = idempotency_scope(message.topic, properties)
             try:
                 if keyed:
                     key = repost_key(source)
-                    earlier = None if fresh else self.find(message.topic, key, None, since)
+                    earlier = None if fresh else self.find(scope, key, None, since)
                     if earlier is not None:
                         answers.append(_put_result(earlier[0], PutStatus.PUT_OK))
                         end = max(end, _end_offset(earlier[-1]))
@@ -282,7 +282,7 @@ class IdempotencyService:
                     _stamp([message], key, None)
                 [result] = self._appends.append([message])
                 if keyed and not fresh:
-                    self._remember(message.topic, key, None, [result])
+                    self._remember(scope, key, None, [result])
             except StorageError as exc:
                 answers.append(exc)
                 continue

@@ -225,11 +225,11 @@ class SendService:
         uniq_keys: UniqKeyGenerator | None = None,
         delay_levels: tuple[int, ...] = (),
         idempotency: IdempotencyService | None = None,
-        broker_name: str = "broker-a",
+        timer_group: str = "broker-a",
         timer_precision_ms: int = 1000,
     ) -> None:
         self._delay_levels = delay_levels
-        self._broker_name = broker_name
+        self._timer_group = timer_group
         self._timer_precision_ms = timer_precision_ms
         self._idempotency = idempotency
         self._topics = topics
@@ -422,7 +422,7 @@ class SendService:
             status,
             deliver_at=deliver_at,
             replayed=replayed,
-            timer_handle=TimerHandle(real_topic, self._broker_name, out + 1, uniq_key).encode(),
+            timer_handle=TimerHandle(real_topic, self._timer_group, out + 1, uniq_key).encode(),
         )
 
     def delay_level_of(self, message: OutgoingMessage) -> int:

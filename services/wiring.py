@@ -79,7 +79,7 @@ class BrokerServices:
             config.send,
             delay_levels=store.delay_levels,
             idempotency=idempotency,
-            broker_name=config.broker_name,
+            timer_group=config.group,
             timer_precision_ms=store.config.timer.precision_ms,
         )
         return cls(

@@ -6,10 +6,6 @@ What was acknowledged is compared with what the store holds at the end."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -17,20 +13,17 @@ from pathlib import Path
 
 import httpx
 
-from tests.net import free_port
 from tests.powercut_support import powercut_fs
+from tests.serve_process import ServeProcess
 
-BIN = Path(sys.executable).parent
 TOPIC = "PowerCut"
 QUEUES = 4
 
 
-class BrokerProcess:
+class BrokerProcess(ServeProcess):
     """``spoolmq serve`` on a store, small files, as the test asks; killed by its PID."""
 
     def __init__(self, store: Path, flush: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         small = {
             "SPOOLMQ_COMMIT_LOG_FILE_SIZE": str(1024 * 1024),
             "SPOOLMQ_CONSUME_QUEUE_UNITS_PER_FILE": "2000",
@@ -38,39 +31,7 @@ class BrokerProcess:
             "SPOOLMQ_MAX_INDEX_NUM": "8000",
             "SPOOLMQ_DEFAULT_TOPIC_QUEUE_NUMS": str(QUEUES),
         }
-        self.process = subprocess.Popen(
-            [
-                str(BIN / "spoolmq"),
-                "serve",
-                "--store-dir",
-                str(store),
-                "--port",
-                str(self.port),
-                "--flush",
-                flush,
-                "--log-level",
-                "warning",
-            ],
-            env={**os.environ, **small},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=5).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.kill()
-                raise RuntimeError("the server did not become ready")
-            time.sleep(0.05)
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=30)
+        super().__init__(store, "--flush", flush, env=small, ready_timeout_s=120)
 
 
 @dataclass

@@ -63,6 +63,13 @@ class ReplicationConfigsOut(ResponseBody):
         description="The hex secret that signs POP receipt handles (null until the first "
         "receive), copied so that handles stay valid when a slave takes over."
     )
+    timer_progress: dict[str, int] | None = Field(
+        default=None,
+        description="How far the timer wheel has fired: read_time_ms (every timer message "
+        "due before it was delivered) and commit_offset (the CommitLog offset below which "
+        "those deliveries lie); null when the wheel is not running. A promoted slave whose "
+        "log reaches commit_offset rebuilds its wheel from there.",
+    )
 
 
 def replica_status_out(status: ReplicaStatus) -> ReplicaStatusOut:

@@ -258,18 +258,24 @@ def split_handle(handle: str) -> tuple[str, str] | None:
 
 
 def timer_group(view: ClusterView, topic: str, handle: str) -> str:
-    """The group holding the timer message a cancel handle names: the group of the broker
-    the handle names, else the topic's only group; InvalidTimerHandleError when neither says
-    (the handle is not one, or names another topic or a broker no group knows)."""
+    """The group holding the timer message a cancel handle names: the group it names (or,
+    when it names a broker, that broker's group), else the topic's only group;
+    InvalidTimerHandleError when neither says (the handle is not one, or names another topic
+    or a group or broker the cluster does not have)."""
     parsed = decode_handle(handle)
     if parsed.topic != topic:
         raise InvalidTimerHandleError(f"the handle is for topic {parsed.topic!r}, not {topic!r}")
+    if parsed.names_group and parsed.issuer in view.groups:
+        return parsed.issuer
+    # A handle naming a broker: issued before handles named groups, or by a broker that was
+    # not told its group (it names itself then).
     for name, group in sorted(view.groups.items()):
-        if any(member.name == parsed.broker_name for member in group.replicas()):
+        if any(member.name == parsed.issuer for member in group.replicas()):
             return name
     groups = topic_route(view, topic).groups()
     if len(groups) == 1:
         return groups[0]
+    kind = "group" if parsed.names_group else "broker"
     raise InvalidTimerHandleError(
-        f"the handle names broker {parsed.broker_name!r}, which no group of the cluster has"
+        f"the handle names {kind} {parsed.issuer!r}, which the cluster does not have"
     )

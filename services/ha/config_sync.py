@@ -2,8 +2,9 @@
 
 Every ``interval_s`` it fetches ``GET {master}/v1/replication/configs`` and writes each
 file through its config manager (the crash-safe writer), only when it changed. The POP
-state file and the secret that signs receipt handles go to disk as they are: the slave reads
-them only when promoted.
+state file, the secret that signs receipt handles and the timer wheel's progress
+(:mod:`services.timer.progress_file`) go to disk as they are: the slave reads them only when
+promoted.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import httpx
 
 from services.pop.handles import adopt_secret
 from services.pop.state_file import POP_STATE_FILE
+from services.timer.progress_file import save_progress
 from storage.config_managers import (
     ConsumerOffsetManager,
     DelayOffsetManager,
@@ -89,6 +91,10 @@ class SlaveConfigSync:
         if isinstance(pop_state, dict) and pop_state != self._last.get("pop_state"):
             save_json(self.config_dir / POP_STATE_FILE, pop_state)
             self._last["pop_state"] = pop_state
+        timer_progress = root.get("timer_progress")
+        changed = timer_progress != self._last.get("timer_progress")
+        if changed and save_progress(self.config_dir, timer_progress):
+            self._last["timer_progress"] = timer_progress
         pop_secret = root.get("pop_secret")
         if isinstance(pop_secret, str) and pop_secret != self._last.get("pop_secret"):
             adopt_secret(self.config_dir, pop_secret)

@@ -86,6 +86,7 @@ class RoleHost:
     appender: Appender
     start_write_tasks: Callable[[], Awaitable[None]]  # POP, revive, persisters, delays
     begin_writing: Callable[[], None]  # keyed sends wait for the key index from here on
+    timer_progress: Callable[[], dict[str, int] | None] = lambda: None  # what slaves copy
 
 
 class ReplicaRole:
@@ -178,6 +179,7 @@ class ReplicaRole:
         }
         snapshot["pop_state"] = load_json(config_dir / POP_STATE_FILE) or {}
         snapshot["pop_secret"] = secret_text(config_dir)
+        snapshot["timer_progress"] = self._require_host().timer_progress()
         return snapshot
 
     # ================================================================== write fencing

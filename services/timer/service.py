@@ -34,9 +34,9 @@ import dataclasses
 import logging
 import struct
 import time
-from collections.abc import Callable
-from enum import Enum
-from typing import Final
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Final, Protocol
 
 from services.appender import PutMessages
 from services.errors import (
@@ -45,20 +45,22 @@ from services.errors import (
     TimerAlreadyDeliveredError,
     TimerNotFoundError,
 )
-from services.idempotency import RePutAll
 from services.metrics import Histogram
 from services.timer.delivery import due_message, marker_key, rolled_message, target_key
 from services.timer.handles import TimerHandle, decode_handle
+from services.timer.progress_file import MasterTimerProgress, load_progress
+from services.timer.recall import (
+    CancelOutcome,
+    CancelResult,
+    cancel_marker,
+    find_timer_record,
+)
 from services.timer.upcoming import UpcomingTimers, upcoming_of
-from storage import Message, MessageStore, StorageError, StoredMessage
+from storage import Message, MessageStore, PutResult, StorageError, StoredMessage
 from storage.errors import MessageRejectedError
 from storage.record.layout import CQ_UNIT_SIZE, PRE_BLANK_SIZE
 from storage.record.properties import (
     PROPERTY_REAL_TOPIC,
-    PROPERTY_TAGS,
-    PROPERTY_TIMER_DEL_UNIQKEY,
-    PROPERTY_TIMER_DELIVER_MS,
-    PROPERTY_UNIQ_KEY,
 )
 from storage.timer import (
     MAGIC_DEFAULT,
@@ -78,7 +80,6 @@ Clock = Callable[[], float]
 ENQUEUE_BUDGET: Final = 20_000  # units per turn of the loop
 PUT_CHUNK: Final = 500  # puts appended between two yields, with one wait for durability
 RETRY_AFTER_FAILED_PUT_S: Final = 0.1
-RECALL_TAG: Final = "_RECALL_TAG_"
 FIRED_ELSEWHERE_MARGIN_MS: Final = 10_000
 """Slots due up to this long after the service started may have fired in an earlier process
 (or on the old master, whose clock may differ a little): their puts look for an earlier
@@ -87,17 +88,23 @@ LATENESS_BUCKETS_S: Final = (0.01, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.
 _UNIT: Final = struct.Struct(">qiq")
 
 
-class CancelOutcome(Enum):
-    CANCELLED = "cancelled"  # it will never be delivered
-    ALREADY_CANCELLED = "already_cancelled"  # an earlier cancel did it
+class TimerCopies(Protocol):
+    """How the wheel puts each copy once and finds an earlier one
+    (:class:`services.idempotency.IdempotencyService`)."""
 
+    def reput_all(
+        self,
+        items: Sequence[tuple[Message, StoredMessage]],
+        *,
+        fresh: bool = False,
+        since_ms: int | None = None,
+    ) -> Awaitable[list[PutResult | StorageError]]: ...
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class CancelResult:
-    outcome: CancelOutcome
-    topic: str
-    uniq_key: str
-    fire_ms: int
+    def find_reput(
+        self, topic: str, source: StoredMessage, since_ms: int
+    ) -> StoredMessage | None: ...
+
+    async def ready(self, timeout_s: float | None = ...) -> None: ...
 
 
 @dataclasses.dataclass(slots=True)
@@ -108,7 +115,10 @@ class TimerStats:
     delivered: int = 0
     cancelled: int = 0  # dropped at their slot because of a cancel
     rolled: int = 0
+    rolled_elsewhere: int = 0  # rebuilt records whose roll the old master had put already
     lost: int = 0  # records gone from the CommitLog before their slot fired
+    delivered_by_topic: Counter[str] = dataclasses.field(default_factory=Counter)
+    cancelled_by_topic: Counter[str] = dataclasses.field(default_factory=Counter)
     lateness: Histogram = dataclasses.field(default_factory=lambda: Histogram(LATENESS_BUCKETS_S))
 
 
@@ -132,16 +142,18 @@ class TimerService:
         self,
         store: MessageStore,
         put: PutMessages,
-        reput_all: RePutAll,
-        broker_name: str,
+        copies: TimerCopies,
+        group: str,
         clock: Clock = time.time,
         *,
+        broker_name: str | None = None,
         fired_horizon_ms: int = 300_000,
     ) -> None:
         self._store = store
         self._put = put
-        self._reput_all = reput_all
-        self.broker_name = broker_name
+        self._copies = copies
+        self.group = group
+        self.broker_name = broker_name or group  # what handles issued before named
         self._clock = clock
         self.config = store.config.timer
         self.precision_ms = self.config.precision_ms
@@ -157,9 +169,10 @@ class TimerService:
         self._cancels: dict[int, set[str]] = {}
         self._started_ms = 0
         # A wheel rebuilt from the timer topic alone (a promoted slave): timer records below
-        # this ConsumeQueue offset that were due before ``_skip_before`` are taken as fired
-        # by the old master (the last ``fired_horizon_ms`` are fired again, and their earlier
-        # copies found by key).
+        # this ConsumeQueue offset are placed again, and when their slot comes each looks for
+        # the copy the old master may have put (its delivery, or its roll). Without a key
+        # index nothing can be looked up: those due before ``_skip_before`` are taken as fired
+        # by the old master, the last ``fired_horizon_ms`` are fired again.
         self._fired_horizon_ms = fired_horizon_ms
         self._rebuild_until = 0
         self._skip_before = 0
@@ -195,14 +208,33 @@ class TimerService:
         if timer.checkpoint.written or timer.log.max_offset > 0:
             return
         self._rebuild_until = self._store.max_offset_in_queue(TIMER_TOPIC, 0)
-        self._skip_before = self._started_ms - self._fired_horizon_ms
-        if self._rebuild_until:
+        if not self._rebuild_until:
+            return
+        progress = load_progress(self._store.root / "config")
+        if progress is not None and self._store.max_physical_offset >= progress.commit_offset:
+            self._skip_before = progress.read_time_ms
             log.warning(
-                "timer wheel rebuilt from %d timer records: those due more than %d s ago are "
-                "taken as delivered by the previous master",
+                "timer wheel rebuilt from %d timer records: those due before %d were fired by "
+                "the previous master (its last copied progress); each later due one is "
+                "delivered unless its copy is found",
                 self._rebuild_until,
-                self._fired_horizon_ms // 1000,
+                progress.read_time_ms,
             )
+            return
+        if self._store.keyed.enabled:
+            log.warning(
+                "timer wheel rebuilt from %d timer records: each due one is delivered unless "
+                "the previous master's copy of it is found",
+                self._rebuild_until,
+            )
+            return
+        self._skip_before = self._started_ms - self._fired_horizon_ms
+        log.warning(
+            "timer wheel rebuilt from %d timer records without a key index: those due more "
+            "than %d s ago are taken as delivered by the previous master",
+            self._rebuild_until,
+            self._fired_horizon_ms // 1000,
+        )
 
     def _unit_is_valid(self, unit: TimerUnit) -> bool:
         """A unit found after the checkpoint names the ConsumeQueue unit it came from."""
@@ -224,6 +256,14 @@ class TimerService:
             await asyncio.to_thread(self._write, ticket)
             timer.close()
             self._timer = None
+
+    def master_progress(self) -> MasterTimerProgress | None:
+        """What a slave copies: the read time, and the CommitLog's end, below which every
+        copy of a record due before it lies (None when the wheel is not running)."""
+        timer = self._timer
+        if timer is None:
+            return None
+        return MasterTimerProgress(timer.read_time_ms, self._store.max_physical_offset)
 
     def _require_timer(self) -> TimerStore:
         if self._timer is None:
@@ -313,11 +353,18 @@ class TimerService:
             for physical, size, code in _UNIT.iter_unpack(
                 data[: len(data) // CQ_UNIT_SIZE * CQ_UNIT_SIZE]
             ):
-                fired = offset < rebuild_until and abs(code) < skip_before
-                if size != PRE_BLANK_SIZE and code != 0 and not fired:
-                    magic = MAGIC_DELETE if code < 0 else MAGIC_DEFAULT
-                    place(max(abs(code), open_from), physical, size, offset, magic, now)
-                    self.stats.scheduled += code > 0
+                rebuilt = offset < rebuild_until
+                if (
+                    size != PRE_BLANK_SIZE
+                    and code != 0
+                    and not (rebuilt and abs(code) < skip_before)
+                ):
+                    if code > 0:
+                        place(max(code, open_from), physical, size, offset, MAGIC_DEFAULT, now)
+                        self.stats.scheduled += 1
+                    else:  # a cancel marker goes to its target's slot, even one being fired
+                        slot = max(-code, open_from) if rebuilt else -code
+                        place(slot, physical, size, offset, MAGIC_DELETE, now)
                 offset += 1
         timer.queue_offset = offset
         return offset >= queue.max_offset
@@ -367,12 +414,36 @@ class TimerService:
         others = [u for u in units if not _is_marker(u)]
         seen: set[str] = set()
         for start in range(0, len(others), PUT_CHUNK):
-            outgoing = self._outgoing(others[start : start + PUT_CHUNK], cancelled, seen)
+            chunk = others[start : start + PUT_CHUNK]
+            if not fresh and any(u.queue_offset < self._rebuild_until for u in chunk):
+                chunk = await self._without_rolled_elsewhere(chunk)
+            outgoing = self._outgoing(chunk, cancelled, seen)
             await self._put_all(outgoing, fresh=fresh)
             lateness = max(0, self._now_ms() - slot - self.precision_ms) / 1000
             for message, _ in outgoing:
                 if message.topic != TIMER_TOPIC:
                     self.stats.lateness.observe(lateness)
+
+    async def _without_rolled_elsewhere(self, units: list[TimerUnit]) -> list[TimerUnit]:
+        """Rebuilt records the old master rolled are left out: their re-put, in the timer
+        topic and placed itself, decides (a copy's key belongs to its real topic, so the
+        lookup finds a roll or a delivery). Waits for the key index to cover what was
+        replicated."""
+        await self._copies.ready(None)
+        kept: list[TimerUnit] = []
+        for unit in units:
+            record = None
+            if unit.queue_offset < self._rebuild_until and not unit.magic & MAGIC_ROLL:
+                record = self._store.look_message_by_offset(unit.offset_py)
+            real_topic = None if record is None else record.properties.get(PROPERTY_REAL_TOPIC)
+            if record is not None and real_topic:
+                since = record.store_timestamp - FIRED_ELSEWHERE_MARGIN_MS
+                copy = self._copies.find_reput(real_topic, record, since)
+                if copy is not None and copy.topic == TIMER_TOPIC:
+                    self.stats.rolled_elsewhere += 1
+                    continue
+            kept.append(unit)
+        return kept
 
     def _cancelled_in(self, slot: int, markers: list[TimerUnit]) -> set[str]:
         """The keys cancelled in ``slot``: by its markers, and by cancels not stored yet."""
@@ -402,6 +473,7 @@ class TimerService:
             key = target_key(record)
             if key in cancelled:
                 self.stats.cancelled += 1
+                self.stats.cancelled_by_topic[record.properties.get(PROPERTY_REAL_TOPIC, "")] += 1
             elif key is None or key not in seen:
                 message = due_message(record, now)
                 if message is not None:
@@ -424,7 +496,12 @@ class TimerService:
             failed: list[tuple[Message, StoredMessage]] = []
             for start in range(0, len(pending), PUT_CHUNK):
                 chunk = pending[start : start + PUT_CHUNK]
-                answers = await self._reput_all(chunk, fresh=fresh)
+                # A copy is never older than its record (give or take the clocks of two
+                # masters): look back that far, not just over the dedup window.
+                since = min(source.store_timestamp for _, source in chunk)
+                answers = await self._copies.reput_all(
+                    chunk, fresh=fresh, since_ms=since - FIRED_ELSEWHERE_MARGIN_MS
+                )
                 for item, answer in zip(chunk, answers, strict=True):
                     if isinstance(answer, MessageRejectedError):
                         log.error("timer message for %s refused: %s", item[0].topic, answer)
@@ -432,6 +509,7 @@ class TimerService:
                         failed.append(item)
                     elif item[0].topic != TIMER_TOPIC:
                         self.stats.delivered += 1
+                        self.stats.delivered_by_topic[item[0].topic] += 1
                 await asyncio.sleep(0)  # let sends and pulls in between chunks
             if failed:
                 log.warning("%d timer messages not put yet; retrying", len(failed))
@@ -460,7 +538,18 @@ class TimerService:
 
     def handle_for(self, topic: str, fire_ms: int, uniq_key: str) -> str:
         """The cancel handle of a timer message sent to ``topic``."""
-        return TimerHandle(topic, self.broker_name, fire_ms + 1, uniq_key).encode()
+        return TimerHandle(topic, self.group, fire_ms + 1, uniq_key).encode()
+
+    def _check_issuer(self, parsed: TimerHandle) -> None:
+        """A handle naming another group (or, issued before, another broker) is honoured
+        when the message it names is found here — a handle of the old master after a
+        failover; without a key index nothing can be found, and it is refused."""
+        own = self.group if parsed.names_group else self.broker_name
+        if parsed.issuer != own and not self._store.keyed.enabled:
+            kind = "group" if parsed.names_group else "broker"
+            raise InvalidTimerHandleError(
+                f"the handle is for {kind} {parsed.issuer!r}; this is {own!r}"
+            )
 
     async def cancel(self, topic: str, handle: str) -> CancelResult:
         """Cancel the timer message ``handle`` names; TimerAlreadyDeliveredError once its slot
@@ -470,16 +559,13 @@ class TimerService:
             raise InvalidTimerHandleError(
                 f"the handle is for topic {parsed.topic!r}, not {topic!r}"
             )
-        if parsed.broker_name != self.broker_name:
-            raise InvalidTimerHandleError(
-                f"the handle is for broker {parsed.broker_name!r}; this is {self.broker_name!r}"
-            )
+        self._check_issuer(parsed)
         timer = self._timer
         if timer is None:
             raise BrokerUnavailableError("the timer wheel is not running on this broker")
         slot = timer.slot_time(parsed.fire_ms)
         key = cancel_key(topic, parsed.uniq_key)
-        target, marked = self._find(topic, parsed.uniq_key)
+        target, marked = find_timer_record(self._store, topic, parsed.uniq_key)
         result = CancelResult(CancelOutcome.CANCELLED, topic, parsed.uniq_key, parsed.fire_ms)
         if target is None and not marked and self._store.keyed.enabled:
             raise TimerNotFoundError(f"no timer message of {topic} has this handle")
@@ -491,43 +577,16 @@ class TimerService:
                 f"({parsed.fire_ms + self.precision_ms} ms since the epoch, or just after); "
                 "it can no longer be cancelled"
             )
+        # Memory holds the cancel for the slot about to fire; the marker, stored before the
+        # answer, holds it across a crash (it goes to the target's slot even when that slot
+        # is being fired: a restart fires it again).
         self._cancels.setdefault(slot, set()).add(key)
-        if (
-            parsed.deliver_ms > self._now_ms()
-        ):  # else it fires within one precision: memory holds it
-            try:
-                await self._put([self._marker(topic, parsed, key)])
-            except BaseException:
-                self._cancels.get(slot, set()).discard(key)
-                raise
+        try:
+            await self._put([cancel_marker(topic, parsed, key, slot)])
+        except BaseException:
+            self._cancels.get(slot, set()).discard(key)
+            raise
         return result
-
-    def _find(self, topic: str, uniq_key: str) -> tuple[StoredMessage | None, bool]:
-        """The timer record with ``uniq_key`` sent to ``topic``, and whether a cancel marker
-        for it was stored."""
-        target = None
-        marked = False
-        for record in self._store.query_message(TIMER_TOPIC, uniq_key, max_num=64):
-            properties = record.properties
-            if properties.get(PROPERTY_TIMER_DEL_UNIQKEY):
-                marked = marked or properties.get(PROPERTY_REAL_TOPIC) == topic
-            elif properties.get(PROPERTY_REAL_TOPIC) == topic:
-                target = record
-        return target, marked
-
-    @staticmethod
-    def _marker(topic: str, handle: TimerHandle, key: str) -> Message:
-        return Message(
-            topic,
-            b"0",
-            properties={
-                PROPERTY_TIMER_DELIVER_MS: str(handle.deliver_ms),
-                PROPERTY_TIMER_DEL_UNIQKEY: key,
-                PROPERTY_UNIQ_KEY: handle.uniq_key,
-                PROPERTY_TAGS: RECALL_TAG,
-            },
-            born_timestamp=int(time.time() * 1000),
-        )
 
 
 def _is_marker(unit: TimerUnit) -> bool:

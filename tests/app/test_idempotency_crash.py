@@ -13,9 +13,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,66 +23,19 @@ from services import Broker, BrokerConfig, OutgoingMessage, StoreConfig
 from services.ha import MasterAddress
 from tests.conftest import start_server, wait_until
 from tests.net import free_port
+from tests.serve_process import ServeProcess
 
-BIN = Path(sys.executable).parent
 FILE_SIZE = str(4 * 1024 * 1024)
 
 
-class Spool:
+class Spool(ServeProcess):
     """A ``spoolmq serve`` process this test starts, stalls and kills by its PID."""
 
     def __init__(self, store: Path, *args: str) -> None:
-        self.store = store
-        self.args = args
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.process = self._start()
-
-    def _start(self) -> subprocess.Popen[bytes]:
-        process = subprocess.Popen(
-            [
-                str(BIN / "spoolmq"),
-                "serve",
-                "--store-dir",
-                str(self.store),
-                "--port",
-                str(self.port),
-                "--commit-log-file-size",
-                FILE_SIZE,
-                "--log-level",
-                "warning",
-                *self.args,
-            ],
-            env=dict(os.environ),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
-                    return process
-            except httpx.TransportError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                raise RuntimeError("the server did not become ready")
-            time.sleep(0.05)
-
-    def restart(self) -> None:
-        self.process = self._start()
-
-    def kill(self) -> None:
-        """kill -9 (a stalled process too)."""
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=30)
+        super().__init__(store, "--commit-log-file-size", FILE_SIZE, *args)
 
     def stall(self) -> None:
         os.kill(self.process.pid, signal.SIGSTOP)
-
-    def client(self, timeout: float = 30) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=timeout)
 
 
 def replica(url: str) -> dict[str, Any]:

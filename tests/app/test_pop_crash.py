@@ -4,13 +4,11 @@ comes back after its invisibility."""
 
 from __future__ import annotations
 
-import os
 import random
-import signal
-import subprocess
-import sys
 import threading
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,57 +17,36 @@ import pytest
 
 from services.pop.checkpoint import REVIVE_TOPIC, AckRecord, decode_record
 from storage.store_reader import iter_store_records
-from tests.net import free_port
+from tests.serve_process import ForkedServe, ServeProcess, Zygote
 
-BIN = Path(sys.executable).parent
 ROUNDS = 20
 MESSAGES = 1200
 TOPIC, GROUP = "Crash", "crash-workers"
 
 
-class Server:
+SERVER_ARGS = (
+    "--flush",
+    "sync",
+    "--message-delay-levels",
+    " ".join(["1s"] * 18),
+    "--offset-persist-interval-s",
+    "0.2",
+)
+SERVER_ENV = {"SPOOLMQ_COMMIT_LOG_FILE_SIZE": str(4 * 1024 * 1024)}
+
+
+class Server(ServeProcess):
     """A ``spoolmq serve`` process with SYNC flush on a fixed store."""
 
     def __init__(self, store: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.process = subprocess.Popen(
-            [
-                str(BIN / "spoolmq"),
-                "serve",
-                "--store-dir",
-                str(store),
-                "--port",
-                str(self.port),
-                "--flush",
-                "sync",
-                "--message-delay-levels",
-                " ".join(["1s"] * 18),
-                "--offset-persist-interval-s",
-                "0.2",
-                "--log-level",
-                "warning",
-            ],
-            env={**os.environ, "SPOOLMQ_COMMIT_LOG_FILE_SIZE": str(4 * 1024 * 1024)},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            assert self.process.poll() is None, "the server exited"
-            assert time.monotonic() < deadline, "the server did not become ready"
-            time.sleep(0.05)
+        super().__init__(store, *SERVER_ARGS, env=SERVER_ENV)
 
-    def kill(self) -> None:
-        """kill -9, by the PID this test started."""
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=30)
+
+class ForkedServer(ForkedServe):
+    """The same server forked by a zygote: twenty restarts cost twenty store recoveries."""
+
+    def __init__(self, zygote: Zygote, store: Path) -> None:
+        super().__init__(zygote, store, *SERVER_ARGS, env=SERVER_ENV)
 
 
 class Ledger:
@@ -161,9 +138,13 @@ def run_workers(url: str, ledger: Ledger, seconds: float, ack_share: float, seed
 
 @pytest.mark.slow
 def test_kill_9_mid_run_undoes_no_answered_ack_and_loses_nothing(tmp_path: Path) -> None:
-    store = tmp_path / "data"
+    with Zygote() as zygote:
+        crash_rounds(tmp_path / "data", partial(ForkedServer, zygote))
+
+
+def crash_rounds(store: Path, serve: Callable[[Path], ForkedServer]) -> None:
     bodies = {f"m{i}" for i in range(MESSAGES)}
-    server = Server(store)
+    server = serve(store)
     try:
         with httpx.Client(base_url=server.url, timeout=30) as client:
             assert client.put(f"/v1/topics/{TOPIC}", json={}).status_code in (200, 201)
@@ -177,7 +158,7 @@ def test_kill_9_mid_run_undoes_no_answered_ack_and_loses_nothing(tmp_path: Path)
     ledger = Ledger()
     rng = random.Random(12)
     for round_no in range(ROUNDS):
-        server = Server(store)
+        server = serve(store)
         stop = threading.Event()
         threads = [
             threading.Thread(target=work, args=(server.url, ledger, stop, round_no * 10 + n, 0.8))
@@ -192,7 +173,7 @@ def test_kill_9_mid_run_undoes_no_answered_ack_and_loses_nothing(tmp_path: Path)
             thread.join(timeout=60)
         assert not ledger.redelivered_after_ack, ledger.redelivered_after_ack[:5]
     assert ledger.acked, "the workers acked something between the crashes"
-    server = Server(store)
+    server = serve(store)
     try:
         deadline = time.monotonic() + 120
         while bodies - ledger.acked - set(ledger.in_doubt) and time.monotonic() < deadline:

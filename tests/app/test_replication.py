@@ -215,7 +215,11 @@ def test_configs_follow_the_master(pair: tuple[LiveServer, LiveServer]) -> None:
         "delay_offsets",
         "pop_state",
         "pop_secret",
+        "timer_progress",
     }
+    progress = configs["timer_progress"]  # the master's wheel runs: the slave copies it
+    assert set(progress) == {"read_time_ms", "commit_offset"}
+    wait_until(lambda: (slave.store_dir / "config" / "timerProgress.json").exists())
 
 
 def test_epochs_route(pair: tuple[LiveServer, LiveServer]) -> None:

@@ -1,5 +1,10 @@
-"""kill -9 while timer messages wait and fire: after each restart every one is delivered
-exactly once, never before its time (at once if it fell due while the broker was down)."""
+"""kill -9 while timer messages wait, fire and are cancelled, ten rounds over: after the last
+restart every one is delivered exactly once, never before its time (at once if it fell due
+while the broker was down), and none whose cancel was answered is ever delivered.
+
+The server is forked by a zygote that imported it once (tests/serve_zygote.py): a round costs
+the store's recovery, not the imports. The rounds are tests/timer_rounds.py's, which the soak
+bench (bench/timer_crash_bench.py) runs many more of."""
 
 from __future__ import annotations
 
@@ -7,59 +12,38 @@ import random
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
-import httpx
+from tests.serve_process import ForkedServe, Zygote
+from tests.timer_rounds import Schedule, crash_rounds, settle
 
-from tests.app.test_idempotency_crash import Spool
-from tests.conftest import wait_until
-
-COUNT = 600
-ROUNDS = 3
-
-
-def delivered(client: httpx.Client, topic: str) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = []
-    for queue_id in range(8):
-        offset = 0
-        while True:
-            answer = client.get(
-                f"/v1/topics/{topic}/queues/{queue_id}/messages",
-                params={"offset": offset, "max_messages": 1000},
-            )
-            messages = answer.json().get("messages", []) if answer.status_code == 200 else []
-            if not messages:
-                break
-            found.extend(messages)
-            offset = messages[-1]["queue_offset"] + 1
-    return found
+ROUNDS = 10
+AHEAD = 1000  # scheduled before the first round, due over its first 9 s
+PER_ROUND = 150  # scheduled in each round, due in the next 3 s (some while it is down)
 
 
 def test_kill_9_rounds_lose_no_timer_message_and_deliver_none_twice(tmp_path: Path) -> None:
-    spool = Spool(tmp_path / "store", "--timer-precision-ms", "100")
+    with Zygote() as zygote:
+        server = ForkedServe(zygote, tmp_path / "store", "--timer-precision-ms", "100")
+        try:
+            crash_and_check(server)
+        finally:
+            server.kill()
+
+
+def crash_and_check(server: ForkedServe) -> None:
     rng = random.Random(25)
-    try:
-        start = int(time.time() * 1000) + 1500
-        due = {f"m{n:04d}": start + n * 8 for n in range(COUNT)}  # over about 5 s
-        with spool.client() as client:
-            names = list(due)
-            for first in range(0, COUNT, 100):
-                batch = [{"body": n, "deliver_at": due[n]} for n in names[first : first + 100]]
-                answer = client.post("/v1/topics/Crash/messages", json={"messages": batch})
-                assert answer.status_code == 201, answer.text
-        for _ in range(ROUNDS):
-            time.sleep(rng.uniform(0.3, 1.2))
-            spool.kill()
-            spool.restart()
-        with spool.client() as client:
-            wait_until(lambda: len(delivered(client, "Crash")) >= COUNT, timeout=60)
-            last_due = max(due.values())
-            wait_until(lambda: client.get("/v1/timers").json()["read_time_ms"] > last_due + 200)
-            messages = delivered(client, "Crash")
-        counts = Counter(m["body"] for m in messages)
-        assert set(counts) == set(due), "none lost"
-        assert max(counts.values()) == 1, [n for n, c in counts.items() if c > 1][:5]
-        for message in messages:
-            assert message["store_timestamp"] >= due[message["body"]], "never early"
-    finally:
-        spool.kill()
+    schedule = Schedule()
+    start = int(time.time() * 1000) + 1000
+    with server.client() as client:
+        schedule.send(client, {f"a{n:04d}": start + n * 9 for n in range(AHEAD)})
+    crash_rounds(server, schedule, rng, rounds=ROUNDS, per_round=PER_ROUND, cancels=8)
+    with server.client() as client:
+        messages = settle(client, schedule)
+    counts = Counter(m["body"] for m in messages)
+    assert set(counts) == schedule.expected, "none lost, no cancelled one delivered"
+    assert max(counts.values()) == 1, [n for n, c in counts.items() if c > 1][:5]
+    assert schedule.too_late <= set(counts)
+    for message in messages:
+        assert message["store_timestamp"] >= schedule.due[message["body"]], "never early"
+    assert len(schedule.due) == AHEAD + ROUNDS * PER_ROUND
+    assert len(schedule.outages) == ROUNDS

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.conftest import LiveServer, start_server, wait_until
+from tests.timer_rounds import delivered
 
 
 @pytest.fixture(scope="module", params=["async", "sync"])
@@ -45,20 +46,7 @@ def send(http: httpx.Client, topic: str, **body: Any) -> list[dict[str, Any]]:
 
 
 def pull_all(http: httpx.Client, topic: str) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = []
-    for queue_id in range(8):
-        offset = 0
-        while True:
-            response = http.get(
-                f"/v1/topics/{topic}/queues/{queue_id}/messages",
-                params={"offset": offset, "max_messages": 1000},
-            )
-            messages = response.json().get("messages", []) if response.status_code == 200 else []
-            if not messages:
-                break
-            found.extend(messages)
-            offset = messages[-1]["queue_offset"] + 1
-    return sorted(found, key=lambda m: m["store_timestamp"])
+    return sorted(delivered(http, topic), key=lambda m: m["store_timestamp"])
 
 
 def test_single_batch_and_raw_sends_are_delivered_in_time_order_never_early(
@@ -176,5 +164,6 @@ def test_the_timer_status_and_metrics_say_where_the_wheel_stands(
         if line.startswith("spoolmq_timer_")
     )
     assert int(metrics["spoolmq_timer_delivered_total"]) >= 1
+    assert int(metrics[f'spoolmq_timer_topic_delivered_total{{topic="{topic}"}}']) == 1
     assert int(metrics["spoolmq_timer_lateness_seconds_count"]) >= 1
     assert metrics["spoolmq_timer_enqueue_behind"] == "0"

@@ -144,6 +144,9 @@ async def test_the_config_snapshot_holds_what_a_slave_copies(master: Broker) -> 
         "delay_offsets",
         "pop_state",
         "pop_secret",
+        "timer_progress",
     ]
     assert "RoleT" in str(snapshot["topics"])
     assert isinstance(snapshot["pop_secret"], str) and snapshot["pop_secret"]
+    progress = snapshot["timer_progress"]
+    assert isinstance(progress, dict) and set(progress) == {"read_time_ms", "commit_offset"}

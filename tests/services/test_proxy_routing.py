@@ -160,9 +160,20 @@ def test_receipt_handles_carry_their_group() -> None:
     assert split_handle("~x") is None
 
 
-def test_a_timer_handle_goes_to_its_brokers_group_or_the_topics_only_group() -> None:
+def test_a_timer_handle_goes_to_the_group_it_names() -> None:
+    def handle(topic: str, group: str) -> str:
+        return TimerHandle(topic, group, 1001, "K").encode()
+
+    assert timer_group(view(), "T", handle("T", "g1")) == "g1"
+    assert timer_group(view(g2_master=False), "T", handle("T", "g2")) == "g2", "masterless now"
+    assert timer_group(view(), "T", handle("T", "b")) == "g2", "a broker not told its group"
+    with pytest.raises(InvalidTimerHandleError, match="group 'g3'"):
+        timer_group(view(), "T", handle("T", "g3"))
+
+
+def test_a_timer_handle_naming_a_broker_goes_to_its_group_or_the_topics_only_group() -> None:
     def handle(topic: str, broker: str) -> str:
-        return TimerHandle(topic, broker, 1001, "K").encode()
+        return TimerHandle(topic, broker, 1001, "K", "v1").encode()
 
     assert timer_group(view(), "T", handle("T", "a2")) == "g1", "a slave that issued it"
     assert timer_group(view(), "T", handle("T", "b")) == "g2"

@@ -18,10 +18,13 @@ from services.errors import (
     TimerAlreadyDeliveredError,
     TimerNotFoundError,
 )
-from services.idempotency import IdempotencyService
+from services.idempotency import IdempotencyService, repost_key_at
 from services.timer.handles import TimerHandle, decode_handle
-from services.timer.service import CancelOutcome, TimerService
+from services.timer.progress_file import MasterTimerProgress, save_progress
+from services.timer.recall import CancelOutcome
+from services.timer.service import TimerService
 from storage import Message, MessageStore, StoreConfig, StoredMessage
+from storage.record.properties import PROPERTY_IDEMPOTENCY_KEY
 from storage.timer import TIMER_TOPIC, TimerConfig
 from tests.services.conftest import wait_for
 
@@ -36,9 +39,7 @@ class Wheel:
         self.store = MessageStore.open(root, CONFIG)
         self.appender = Appender(self.store, DurabilityTracker(self.store))
         idempotency = IdempotencyService(self.store, self.appender)
-        self.service = TimerService(
-            self.store, self.appender.put, idempotency.reput_all, "broker-a"
-        )
+        self.service = TimerService(self.store, self.appender.put, idempotency, "broker-a")
 
     def schedule(self, topic: str, body: bytes, deliver_ms: int, **properties: str) -> str:
         """Put a timer message; its uniq key."""
@@ -114,6 +115,8 @@ async def test_cancel_before_due_wins_and_after_delivery_says_so(wheel: Wheel) -
     await asyncio.sleep(0.3)  # a slot or three later: still only the one
     assert [m.body for m in wheel.delivered("Orders")] == [b"kept"]
     assert service.stats.cancelled == 1
+    assert service.stats.cancelled_by_topic == {"Orders": 1}
+    assert service.stats.delivered_by_topic == {"Orders": 1}
     with pytest.raises(TimerAlreadyDeliveredError):
         await service.cancel("Orders", service.handle_for("Orders", _fire(at), kept))
 
@@ -126,10 +129,10 @@ async def test_cancel_refuses_handles_it_cannot_honour(wheel: Wheel) -> None:
         await service.cancel("Orders", "not a handle!")
     with pytest.raises(InvalidTimerHandleError, match="topic"):
         await service.cancel("Other", service.handle_for("Orders", _fire(at), uniq))
-    with pytest.raises(InvalidTimerHandleError, match="broker"):
-        await service.cancel("Orders", TimerHandle("Orders", "broker-b", at, uniq).encode())
     with pytest.raises(TimerNotFoundError):
         await service.cancel("Orders", service.handle_for("Orders", _fire(at), "NOPE"))
+    with pytest.raises(TimerNotFoundError):  # another group's handle, no such message here
+        await service.cancel("Orders", TimerHandle("Orders", "g2", at, "NOPE").encode())
     assert decode_handle(service.handle_for("Orders", 1000, uniq)).deliver_ms == 1001
 
 
@@ -181,13 +184,13 @@ def _fire(deliver_ms: int) -> int:
 
 
 async def test_a_promoted_slave_rebuilds_the_wheel_from_the_timer_topic(tmp_path: Path) -> None:
-    """Timer records replicated but never placed (a slave's store): the long-past ones count
-    as delivered by the old master, the recent ones fire at once, the rest at their time; a
-    rolled record and its re-put deliver their message once."""
+    """Timer records replicated but never placed (a slave's store): each is delivered once —
+    unless the old master's copy of it is in the log, however long ago it fell due; a record
+    the old master rolled is decided by its re-put."""
     wheel = Wheel(tmp_path)
     now = now_ms() // 100 * 100
 
-    def replicated(body: str, out: int, **extra: str) -> None:
+    def replicated(body: str, out: int, **extra: str) -> int:
         properties = {
             "TIMER_OUT_MS": str(out),
             "REAL_TOPIC": "Orders",
@@ -195,16 +198,101 @@ async def test_a_promoted_slave_rebuilds_the_wheel_from_the_timer_topic(tmp_path
             "UNIQ_KEY": f"U{body}",
             **extra,
         }
-        wheel.store.put_message(Message(TIMER_TOPIC, body.encode(), properties=properties))
+        message = Message(TIMER_TOPIC, body.encode(), properties=properties)
+        return wheel.store.put_message(message).physical_offset
 
-    replicated("old", now - 600_000)
+    def copied(source: int, topic: str, body: str, **extra: str) -> int:
+        """The old master's copy of the timer record at ``source`` (keyed by it)."""
+        properties = {PROPERTY_IDEMPOTENCY_KEY: repost_key_at(source), "UNIQ_KEY": f"U{body}"}
+        queue_id = 0 if topic == TIMER_TOPIC else 1
+        message = Message(topic, body.encode(), queue_id=queue_id, properties=properties | extra)
+        return wheel.store.put_message(message).physical_offset
+
+    copied(replicated("old-done", now - 600_000), "Orders", "old-done")
+    replicated("old-missed", now - 600_000)  # the old master never got to it
     replicated("recent", now - 60_000)
+
+    def rolled(body: str, out: int) -> int:
+        """A record the old master rolled: its re-put to the timer topic, one roll more."""
+        timed = {"TIMER_OUT_MS": str(out), "REAL_TOPIC": "Orders", "REAL_QID": "1"}
+        return copied(replicated(body, out), TIMER_TOPIC, body, TIMER_ROLL_TIMES="1", **timed)
+
+    copied(rolled("rolled-done", now - 600_000), "Orders", "rolled-done")
+    rolled("rolled-waiting", now + 500)
     replicated("soon", now + 500)
-    replicated("soon", now + 500, TIMER_ROLL_TIMES="1")  # the re-put of a rolled record
+    before = {m.body for m in wheel.delivered("Orders")}
     await wheel.service.start()
     try:
-        await wait_for(lambda: len(wheel.delivered("Orders")) >= 2)
+        expected = [b"old-missed", b"recent", b"rolled-waiting", b"soon"]
+        await wait_for(lambda: len(wheel.delivered("Orders")) >= len(before) + len(expected))
         await asyncio.sleep(0.5)
-        assert sorted(m.body for m in wheel.delivered("Orders")) == [b"recent", b"soon"]
+        fired = [m for m in wheel.delivered("Orders") if "TIMER_DEQUEUE_MS" in m.properties]
+        assert sorted(m.body for m in fired) == expected
+        assert wheel.service.stats.rolled_elsewhere == 2  # both originals of the rolled ones
+    finally:
+        await wheel.close()
+
+
+async def crash(wheel: Wheel) -> None:
+    """Stop the wheel's tasks and close the store with no final flush of the timer files."""
+    for task in wheel.service._tasks:
+        task.cancel()
+    await asyncio.gather(*wheel.service._tasks, return_exceptions=True)
+    wheel.store.close()
+
+
+async def test_a_cancel_as_its_slot_comes_due_survives_a_crash(tmp_path: Path) -> None:
+    """The cancel comes after the delivery time, before the slot fires (it was held in
+    memory only): its marker is stored all the same, and the restarted wheel drops the
+    message."""
+    first = Wheel(tmp_path)
+    await first.service.start()
+    at = now_ms() + 300
+    doomed, _ = first.schedule("Orders", b"doomed", at), first.schedule("Orders", b"kept", at)
+    progress = first.service.progress
+    await wait_for(lambda: (p := progress()) is not None and p.enqueue_behind == 0)
+    for task in first.service._tasks:  # the wheel stalls: the slot does not fire
+        task.cancel()
+    await asyncio.sleep(max(0, at - now_ms()) / 1000 + 0.05)
+    handle = first.service.handle_for("Orders", _fire(at), doomed)
+    assert (await first.service.cancel("Orders", handle)).outcome is CancelOutcome.CANCELLED
+    await crash(first)
+
+    second = Wheel(tmp_path)
+    await second.service.start()
+    try:
+        await wait_for(lambda: len(second.delivered("Orders")) >= 1)
+        await asyncio.sleep(0.3)
+        assert [m.body for m in second.delivered("Orders")] == [b"kept"]
+        assert second.service.stats.cancelled == 1
+    finally:
+        await second.close()
+
+
+@pytest.mark.parametrize("reached", [True, False], ids=["log-reaches-it", "log-behind"])
+async def test_a_promoted_slave_trusts_the_copied_progress_only_when_its_log_reaches_it(
+    tmp_path: Path, reached: bool
+) -> None:
+    """Records due before the master's copied read time count as fired without a look-up —
+    when this log holds everything the master had put by then; else each is looked up."""
+    wheel = Wheel(tmp_path)
+    now = now_ms() // 100 * 100
+    for body, out in (("before", now - 60_000), ("after", now - 20_000)):
+        properties = {
+            "TIMER_OUT_MS": str(out),
+            "REAL_TOPIC": "Orders",
+            "REAL_QID": "1",
+            "UNIQ_KEY": f"U{body}",
+        }
+        wheel.store.put_message(Message(TIMER_TOPIC, body.encode(), properties=properties))
+    end = wheel.store.max_physical_offset
+    progress = MasterTimerProgress(now - 30_000, end if reached else end + 1)
+    save_progress(tmp_path / "config", progress.to_json())
+    await wheel.service.start()
+    try:
+        expected = [b"after"] if reached else [b"after", b"before"]
+        await wait_for(lambda: len(wheel.delivered("Orders")) >= len(expected))
+        await asyncio.sleep(0.3)
+        assert sorted(m.body for m in wheel.delivered("Orders")) == expected
     finally:
         await wheel.close()
