@@ -103,10 +103,12 @@ class HAClient:
             self.error = None
             await self._receive(reader, writer)
         finally:
+            # Closed before anything is awaited: a stop that cancels this task while it waits
+            # for the reporter must not leave the socket to the garbage collector.
+            writer.close()
             if reporter is not None:
                 reporter.cancel()
                 await asyncio.gather(reporter, return_exceptions=True)
-            writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
