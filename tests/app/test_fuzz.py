@@ -111,8 +111,9 @@ def test_schemathesis_with_auth_finds_no_server_errors(fuzzed: AuthServer, tmp_p
             "1",
             "--generation-database",
             "none",
+            # Above the longest long poll a request may ask for (30 s), with room to spare.
             "--request-timeout",
-            "30",
+            "90",
             "--exclude-checks",
             "positive_data_acceptance,use_after_free",
             "--no-shrink",
