@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 import httpx
 
 from tests.net import free_port
+from tests.serve_process import wait_ready
 
 BIN = Path(sys.executable).parent
 FILE_SIZE = 256 * 1024
@@ -80,17 +80,11 @@ class ClusterBroker:
             stderr=subprocess.STDOUT,
         )
         log.close()
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.kill()
-                raise RuntimeError(f"broker {self.name} did not become ready")
-            time.sleep(0.05)
+        process = self.process
+        if not wait_ready(self.url, lambda: process.poll() is None, 60):
+            self.kill()
+            raise RuntimeError(f"broker {self.name} did not become ready")
+        return self
 
     def kill(self) -> None:
         """kill -9: no lease revoked, no flush — the lease has to lapse."""
