@@ -9,12 +9,12 @@ import threading
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import httpx
 
 from tests.app.test_pop_crash import Server
 from tests.conftest import wait_until
+from tests.timer_rounds import delivered
 
 ROUNDS = 10
 WORKERS = 3
@@ -64,22 +64,7 @@ def end(client: httpx.Client, transaction_id: str, how: str) -> httpx.Response:
 
 def committed_ids(client: httpx.Client) -> list[str]:
     """The transaction id of every message visible in the topic (duplicates kept)."""
-    ids: list[str] = []
-    for queue_id in range(8):
-        offset = 0
-        while True:
-            answer = client.get(
-                f"/v1/topics/{TOPIC}/queues/{queue_id}/messages",
-                params={"offset": offset, "max_messages": 256},
-            )
-            if answer.status_code != 200:
-                break
-            page: dict[str, Any] = answer.json()
-            ids += [m["properties"]["__transactionId__"] for m in page["messages"]]
-            if not page["messages"]:
-                break
-            offset = page["next_offset"]
-    return ids
+    return [m["properties"]["__transactionId__"] for m in delivered(client, TOPIC)]
 
 
 def test_kill_9_in_every_phase_loses_nothing_committed_and_shows_nothing_rolled_back(
