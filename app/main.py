@@ -36,7 +36,7 @@ from app.routes import (
     topics,
     transactions,
 )
-from app.routes.api_route import add_routes
+from app.routes.api_route import DirectRoutes, add_routes
 from app.security import install_security
 from app.settings import Settings, get_settings
 from services import Broker
@@ -132,7 +132,8 @@ def create_app(
     ):
         add_routes(app, module.router)
     add_routes(app, docs.router)
-    app.add_middleware(ReplicaGuardMiddleware, replica=broker.replica)  # innermost: after security
+    app.add_middleware(DirectRoutes, router=app.router)  # innermost: a direct route at once
+    app.add_middleware(ReplicaGuardMiddleware, replica=broker.replica)  # after security
     install_security(app, settings)  # before the admin pages and inside HttpShellMiddleware
     app.add_middleware(HttpShellMiddleware, max_request_bytes=settings.max_request_bytes)
     app.mount("/static", docs.static_files(), name="static")

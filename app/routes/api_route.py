@@ -15,13 +15,19 @@ send or pull they cost about a quarter of the request). Same signature, same val
 same answers -- tests/app/test_api_route.py sends the same requests both ways; the choice is
 made once, when the route is built, by what the signature declares. While a test overrides a
 dependency (``app.dependency_overrides``), FastAPI serves every route.
+
+:class:`DirectRoutes`, the innermost layer of the app's middleware, hands a request for such a
+route to it at once: the route found once per method and path (as the router finds it: the
+first full match) and kept, the exception handlers the app's ``ExceptionMiddleware`` holds put
+in the scope as that layer does, without the layers a direct route has no use for (that
+middleware's own wrapper, FastAPI's exit stack, the router's walk over its routes).
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import Any, Final
 
 from fastapi import APIRouter, FastAPI
 from fastapi._compat import ModelField, field_annotation_is_sequence, get_cached_model_fields
@@ -32,26 +38,38 @@ from fastapi.dependencies.utils import _is_json_field, get_typed_return_annotati
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
+from starlette._utils import is_async_callable
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import QueryParams
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import request_response
-from starlette.types import Receive, Scope, Send
+from starlette.routing import BaseRoute, Match, Router
+from starlette.types import ASGIApp, ExceptionHandler, Receive, Scope, Send
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 RequestDependency = tuple[str, Callable[[Request], Awaitable[Any]]]
+ExceptionHandlers = tuple[dict[Any, ExceptionHandler], dict[int, ExceptionHandler]]
+
+_HANDLERS_KEY: Final = "starlette.exception_handlers"  # where ExceptionMiddleware puts them
+_CACHE_SIZE: Final = 4096
+_CACHEABLE_PATH: Final = 512  # longer paths are matched every time, never kept
 
 
 class ApiRoute(APIRoute):
     """FastAPI's route, served directly when its signature allows (see the module)."""
 
+    direct_app: ASGIApp | None
+    """The route served directly (no dependency overrides), or None when FastAPI serves it."""
+
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
         super().__init__(path, endpoint, **kwargs)
+        self.direct_app = None
         direct = direct_handler(self.dependant)
         if direct is None or self.max_body_size is not None:
             return
         general = self.app
-        served = request_response(direct)  # Starlette's: no exit stacks to set up
+        served = self.direct_app = serve_directly(direct)
 
         async def app(scope: Scope, receive: Receive, send: Send) -> None:
             # A test may override a dependency: FastAPI's own handling honours that.
@@ -61,6 +79,118 @@ class ApiRoute(APIRoute):
                 await served(scope, receive, send)
 
         self.app = app
+
+
+def serve_directly(handler: Handler) -> ASGIApp:
+    """Starlette's ``request_response(handler)``: an exception the handler raises is answered
+    by the app's handler for it (found by the exception's class, an ``HTTPException`` first by
+    its status), one without a handler propagates. The handler returns its response before
+    sending anything, so no wrapper has to watch the sends for the start of one."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive, send)
+        try:
+            response = await handler(request)
+        except Exception as exc:
+            answer = _exception_handler(scope, exc)
+            if answer is None:
+                raise
+            if is_async_callable(answer):
+                handled = await answer(request, exc)  # type: ignore[arg-type]
+            else:
+                handled = await run_in_threadpool(answer, request, exc)
+            exc.__traceback__ = None  # as Starlette does: a reused instance keeps no trace
+            if handled is None:
+                return
+            response = handled
+        await response(scope, receive, send)
+
+    return app
+
+
+def _exception_handler(scope: Scope, exc: Exception) -> ExceptionHandler | None:
+    handlers: ExceptionHandlers = scope.get(_HANDLERS_KEY) or ({}, {})
+    by_class, by_status = handlers
+    if isinstance(exc, HTTPException):
+        found = by_status.get(exc.status_code)
+        if found is not None:
+            return found
+    for cls in type(exc).__mro__:
+        if cls in by_class:
+            return by_class[cls]
+    return None
+
+
+class DirectRoutes:
+    """The innermost middleware: serves a request for a route served directly (see the
+    module) itself; every other request goes on to ``app`` (the app's ExceptionMiddleware).
+
+    The route is the one the router would pick -- the first of its routes that matches fully
+    -- found once for a method and path. The scope gets what that middleware, the router and
+    the route's match put in it (exception handlers, router, endpoint, route, path
+    parameters). Off when ``app`` is not an ExceptionMiddleware (whose handlers it needs),
+    when the router applies form limits, while a test overrides a dependency, and for a
+    request FastAPI's telemetry follows.
+    """
+
+    def __init__(self, app: ASGIApp, router: Router) -> None:
+        self.app = app
+        self.router = router
+        by_class = getattr(app, "_exception_handlers", None)
+        by_status = getattr(app, "_status_handlers", None)
+        self.handlers: ExceptionHandlers | None = None
+        if by_class is not None and by_status is not None:
+            self.handlers = (by_class, by_status)
+        if getattr(router, "form_limits", None):
+            self.handlers = None
+        self._cache: dict[tuple[str, str, str], tuple[ApiRoute, Scope] | None] = {}
+        self._routes = 0  # how many routes the router had when the cache was filled
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        handlers = self.handlers
+        if handlers is None or scope["type"] != "http" or "fastapi.telemetry" in scope:
+            await self.app(scope, receive, send)
+            return
+        found = self._find(scope)
+        if found is None or scope["app"].dependency_overrides:
+            await self.app(scope, receive, send)
+            return
+        route, child = found
+        scope[_HANDLERS_KEY] = handlers
+        scope.setdefault("router", self.router)
+        scope.update(child)
+        scope["path_params"] = dict(child["path_params"])  # the request's own
+        await route.direct_app(scope, receive, send)  # type: ignore[misc]  # found: not None
+
+    def _find(self, scope: Scope) -> tuple[ApiRoute, Scope] | None:
+        key = (scope["method"], scope["path"], scope.get("root_path", ""))
+        cache = self._cache
+        routes = self.router.routes
+        if len(routes) != self._routes:  # a route was added: match afresh
+            cache.clear()
+            self._routes = len(routes)
+        try:
+            return cache[key]
+        except KeyError:
+            pass
+        found = _first_full_match(routes, scope)
+        if len(key[1]) <= _CACHEABLE_PATH:
+            if len(cache) >= _CACHE_SIZE:
+                cache.clear()
+            cache[key] = found
+        return found
+
+
+def _first_full_match(routes: list[BaseRoute], scope: Scope) -> tuple[ApiRoute, Scope] | None:
+    """The route the router picks for ``scope`` and what its match adds to the scope, when
+    that route is served directly; else None."""
+    for route in routes:
+        match, child = route.matches(scope)
+        if match is Match.FULL:
+            if isinstance(route, ApiRoute) and route.direct_app is not None:
+                return route, child
+            return None
+    return None
 
 
 def api_router(**kwargs: Any) -> APIRouter:

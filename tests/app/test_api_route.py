@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, cast
 from urllib.parse import quote
 
@@ -12,7 +13,10 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
 
+from app.main import create_app
 from app.routes import (
     cluster,
     dlq,
@@ -26,6 +30,7 @@ from app.routes import (
     topics,
 )
 from app.routes.api_route import ApiRoute, direct_handler
+from app.settings import Settings
 from tests.conftest import LiveServer
 
 HOT_OPERATIONS = {"sendMessages", "pullMessages", "pullGroupMessages", "queryMessagesByKey"}
@@ -160,3 +165,53 @@ def test_a_send_answers_alike_both_ways(
     else:
         body = {"content": b"raw", "headers": {"content-type": "text/plain"}}
     both_ways(live, client, "POST", url, params=query, **body)
+
+
+@pytest.mark.parametrize(
+    ("method", "url"),
+    [
+        ("PUT", "/v1/topics/Routed/messages"),  # the send route's path, another method: 405
+        ("DELETE", "/v1/topics/Routed/queues/0/messages"),
+        ("GET", "/v1/topics/Routed/queues/0/messages/"),  # a trailing slash
+        ("GET", "/v1/topics/Routed/queues/0/message"),  # no such route
+        ("GET", "/v1/topics/Routed/queues/1/messages?offset=0&max_messages=2"),
+        ("GET", "/v1/topics/Routed/queues/x/messages"),  # 422 from the path's validation
+        ("GET", "/v1/topics/Missing/queues/0/messages"),  # 404 from the domain error's handler
+        ("GET", "/v1/topics/Routed/messages?key=k"),
+    ],
+)
+def test_the_direct_routes_layer_answers_as_the_router_does(
+    routed: tuple[LiveServer, httpx.Client], method: str, url: str
+) -> None:
+    # A dependency override turns the layer off as well: the router finds every route.
+    live, client = routed
+    app = app_of(live)
+    direct = client.request(method, url)
+    app.dependency_overrides[_unused] = _unused
+    try:
+        general = client.request(method, url)
+    finally:
+        app.dependency_overrides.clear()
+    assert direct.status_code == general.status_code, (url, direct.text, general.text)
+    assert direct.headers.get("content-type") == general.headers.get("content-type")
+    assert direct.headers.get("allow") == general.headers.get("allow")
+    if direct.headers.get("content-type", "").endswith("json"):
+        assert comparable(direct) == comparable(general)
+    assert direct.headers["x-request-id"]
+
+
+async def _late(name: str, request: Request) -> Response:
+    return PlainTextResponse(f"{name} {request.path_params['name']}")
+
+
+async def test_a_route_added_after_the_first_request_is_found(tmp_path: Path) -> None:
+    app = create_app(Settings(store_dir=tmp_path / "store"))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+        assert (await client.get("/v1/late/a")).status_code == 404
+        route = ApiRoute("/v1/late/{name}", _late, methods=["GET"])
+        assert route.direct_app is not None
+        app.router.routes.append(route)
+        answer = await client.get("/v1/late/a")
+        assert (answer.status_code, answer.text) == (200, "a a")
+        assert answer.headers["x-request-id"]
