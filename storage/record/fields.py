@@ -1,13 +1,14 @@
 """What a reader shows of one record, read in a single pass over its bytes.
 
 :func:`message_view` reads the fixed-width numbers with one ``struct`` call, follows the
-three length fields (BODY, TOPIC, PROPERTIES) and takes what a consumer is shown of the
-message -- its msg id, topic, queue position, body, TAGS, KEYS, the other properties and
-three numbers -- as a :data:`MessageView`. Nothing else is decoded (no hosts, no
-:class:`~storage.record.message.StoredMessage`), and the view holds copies, never the
-buffer: a mapped file that retention unmaps afterwards is not referred to. The pull path
-reads records this way, straight from the mapped CommitLog file, and renders its answer from
-the views.
+BODY and TOPIC length fields (PROPERTIES end the record) and takes what a consumer is shown of
+the message -- its msg id, topic, queue position, body, TAGS, KEYS, the other properties and
+three numbers -- as a :data:`MessageView`. The properties of most records are the UNIQ_KEY a
+send sets, alone: one regular-expression match finds that key without decoding them. Nothing
+else is decoded (no hosts, no :class:`~storage.record.message.StoredMessage`), and the view
+holds copies, never the buffer: a mapped file that retention unmaps afterwards is not
+referred to. The pull path reads records this way, straight from the mapped CommitLog file,
+and renders its answer from the views.
 
 A view is a plain tuple: a named one (:class:`NamedView`) costs about 2 µs more per message
 to make and to free, a tenth of what a pull spends on one. Readers pick single fields out by
@@ -16,6 +17,7 @@ the ``VIEW_*`` positions; :class:`NamedView` names them all, for callers off the
 
 from __future__ import annotations
 
+import re
 from typing import Final, NamedTuple
 
 from storage.record.layout import (
@@ -34,8 +36,11 @@ from storage.record.layout import (
 )
 from storage.record.msg_id import STORE_HOST_PREFIXES, store_host_prefix
 from storage.record.properties import (
+    NAME_VALUE_SEPARATOR,
     PROPERTY_KEYS,
+    PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
     decode_properties,
     split_keys,
 )
@@ -44,6 +49,15 @@ _unpack_fixed_v4 = FIXED_FIELDS_V4.unpack_from
 _unpack_short = SHORT_STRUCT.unpack_from
 _HEADER_V4_SIZE = RECORD_HEADER_V4.size
 _STORE_HOST_END_V4 = STORE_HOST_POSITION_V4 + 8  # address (4 bytes) + port
+_UNIQ_KEY_NAME: Final = f"{PROPERTY_UNIQ_KEY}{NAME_VALUE_SEPARATOR}".encode()
+_UNIQ_KEY_DIGITS: Final = 32  # the UNIQ_KEY a send sets: 32 hex digits
+_UNIQ_KEY_ONLY: Final = re.compile(
+    re.escape(SHORT_STRUCT.pack(len(_UNIQ_KEY_NAME) + _UNIQ_KEY_DIGITS + 1) + _UNIQ_KEY_NAME)
+    + b"([0-9A-Za-z]{%d})" % _UNIQ_KEY_DIGITS
+    + re.escape(PROPERTY_SEPARATOR.encode())
+).fullmatch
+"""Matches a PROPERTIES field (length, then ``UNIQ_KEY\x01<key>\x02``) holding nothing but
+the UNIQ_KEY a send sets; group 1 is the key. Decoding such a field gives that key alone."""
 
 
 class NamedView(NamedTuple):
@@ -100,7 +114,6 @@ def message_view(data: Buffer, position: int = 0) -> MessageView:
     body_at = position + _HEADER_V4_SIZE
     body_end = body_at + body_length
     topic_end = body_end + 1 + data[body_end]
-    properties_end = topic_end + 2 + _unpack_short(data, topic_end)[0]
     # Slices of bytes and of a mapping are bytes already; of a memoryview, views to copy.
     body = data[body_at:body_end]
     if type(body) is not bytes:
@@ -109,8 +122,16 @@ def message_view(data: Buffer, position: int = 0) -> MessageView:
     if type(host) is not bytes:
         host = bytes(host)
     prefix = STORE_HOST_PREFIXES.get(host) or store_host_prefix(host)
-    properties = decode_properties(data[topic_end + 2 : properties_end])
-    keys = properties.pop(PROPERTY_KEYS, None)
+    # PROPERTIES end the record (TOTALSIZE counts every field up to them)
+    only_key = _UNIQ_KEY_ONLY(data, topic_end, position + size)
+    if only_key is not None:  # what decoding finds there: no TAGS, no KEYS
+        tags = None
+        keys: list[str] = []
+        properties = {PROPERTY_UNIQ_KEY: str(only_key[1], "ascii")}
+    else:
+        properties = decode_properties(data[topic_end + 2 : position + size])
+        tags = properties.pop(PROPERTY_TAGS, None)
+        keys = split_keys(properties.pop(PROPERTY_KEYS, None))
     return (  # the field order of NamedView
         f"{prefix}{physical_offset:016X}",
         str(data[body_end + 1 : topic_end], "utf-8"),
@@ -119,8 +140,8 @@ def message_view(data: Buffer, position: int = 0) -> MessageView:
         physical_offset,
         size,
         body,
-        properties.pop(PROPERTY_TAGS, None),
-        split_keys(keys) if keys else [],
+        tags,
+        keys,
         properties,
         born_timestamp,
         store_timestamp,

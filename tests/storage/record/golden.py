@@ -202,3 +202,34 @@ def expected_view(message: StoredMessage) -> NamedView:
         message.store_timestamp,
         message.reconsume_times,
     )
+
+
+UNIQ_KEY = "7F00000177E79C05D4128A6C4062529A"  # what a send sets: 32 hex digits
+
+
+def with_properties(properties: dict[str, str], **overrides: Any) -> bytes:
+    message = golden_message(properties=properties, **overrides)
+    return encode_message(message, 42, 4096, 2222, ("192.168.1.2", 10911))
+
+
+def uniq_key_records() -> list[Any]:
+    """Records whose PROPERTIES hold a UNIQ_KEY alone (the common case, read without decoding
+    them) and records that only look like one (read by decoding)."""
+    cases = {
+        "uniq-key-only": with_properties({"UNIQ_KEY": UNIQ_KEY}),
+        "uniq-key-only-binary-body": with_properties(
+            {"UNIQ_KEY": UNIQ_KEY}, body=bytes(range(200, 256))
+        ),
+        "uniq-key-lowercase": with_properties({"UNIQ_KEY": UNIQ_KEY.lower()}),
+        "uniq-key-v2": to_v2(with_properties({"UNIQ_KEY": UNIQ_KEY})),
+        "uniq-key-not-hex": with_properties({"UNIQ_KEY": UNIQ_KEY[:-1] + "-"}),
+        "uniq-key-separator-inside": with_properties({"UNIQ_KEY": UNIQ_KEY[:-1] + "\x01"}),
+        "uniq-key-not-ascii": with_properties({"UNIQ_KEY": "\u00e9" * 16}),
+        "uniq-key-short": with_properties({"UNIQ_KEY": UNIQ_KEY[:31]}),
+        "uniq-key-long": with_properties({"UNIQ_KEY": UNIQ_KEY + "0"}),
+        "uniq-key-and-tags": with_properties({"UNIQ_KEY": UNIQ_KEY, "TAGS": "A"}),
+        "tags-then-uniq-key": with_properties({"TAGS": "A", "UNIQ_KEY": UNIQ_KEY}),
+        "other-32-char-property": with_properties({"UNIQ_KEX": UNIQ_KEY}),
+        "uniq-key-empty-body": with_properties({"UNIQ_KEY": UNIQ_KEY}, body=b""),
+    }
+    return [pytest.param(record, id=name) for name, record in cases.items()]

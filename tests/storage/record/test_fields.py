@@ -20,10 +20,13 @@ from storage.record.fields import (
 from tests.storage.record.golden import (
     BODY,
     KEYS,
+    UNIQ_KEY,
     every_kind_of_message_record,
     expected_view,
     golden_record,
     in_mmap,
+    uniq_key_records,
+    with_properties,
 )
 
 
@@ -46,7 +49,7 @@ def test_the_golden_record_reads_as_its_reference_fields() -> None:
     )
 
 
-@pytest.mark.parametrize("record", every_kind_of_message_record())
+@pytest.mark.parametrize("record", every_kind_of_message_record() + uniq_key_records())
 @pytest.mark.parametrize(
     "wrap",
     [
@@ -74,3 +77,8 @@ def test_the_positions_name_the_fields() -> None:
     fields = NamedView._fields
     positions = (VIEW_TOPIC, VIEW_SIZE, VIEW_BODY, VIEW_TAGS, VIEW_PROPERTIES)
     assert [fields[p] for p in positions] == ["topic", "size", "body", "tags", "properties"]
+
+
+def test_a_uniq_key_alone_is_the_only_property_shown() -> None:
+    view = NamedView._make(message_view(with_properties({"UNIQ_KEY": UNIQ_KEY})))
+    assert (view.tags, view.keys, view.properties) == (None, [], {"UNIQ_KEY": UNIQ_KEY})
