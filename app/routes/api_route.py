@@ -52,6 +52,10 @@ RequestDependency = tuple[str, Callable[[Request], Awaitable[Any]]]
 ExceptionHandlers = tuple[dict[Any, ExceptionHandler], dict[int, ExceptionHandler]]
 
 _HANDLERS_KEY: Final = "starlette.exception_handlers"  # where ExceptionMiddleware puts them
+PARSED_QUERY: Final = "spoolmq.parsed_query"
+"""Scope key where a layer in front of the routes leaves the query it parsed: (the query
+string, its ``QueryParams``). A direct route reads that instead of parsing the query again,
+as long as the scope's query string is still the one parsed."""
 _CACHE_SIZE: Final = 4096
 _CACHEABLE_PATH: Final = 512  # longer paths are matched every time, never kept
 
@@ -244,7 +248,7 @@ def direct_handler(dependant: Dependant) -> Handler | None:
                     continue
             # else: a path segment is a str, and a str without constraints validates as itself
             values[field.name] = value
-        query(request.query_params, values, errors)
+        query(query_params(request), values, errors)
         if errors:
             raise RequestValidationError(errors)
         if request_name is not None:
@@ -255,6 +259,15 @@ def direct_handler(dependant: Dependant) -> Handler | None:
         return response
 
     return handler
+
+
+def query_params(request: Request) -> QueryParams:
+    """The request's query, parsed by a layer in front (:data:`PARSED_QUERY`) or now."""
+    parsed = request.scope.get(PARSED_QUERY)
+    if parsed is not None and parsed[0] == request.scope["query_string"]:
+        params: QueryParams = parsed[1]
+        return params
+    return request.query_params
 
 
 QueryReader = Callable[[QueryParams, dict[str, Any], list[Any]], None]

@@ -28,10 +28,12 @@ from urllib.parse import parse_qsl, quote, urlencode
 
 from annotated_types import Le
 from pydantic import TypeAdapter, ValidationError
+from starlette.datastructures import QueryParams
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.errors import PROBLEM_MEDIA_TYPE, problem_body
+from app.routes.api_route import PARSED_QUERY
 from app.schemas import PullLimits
 from app.security.audit import AuditRecord, target_of, utc_now
 from app.security.guard import Refusal, Security, dry_run, forbidden, unauthorized
@@ -287,10 +289,13 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
     return None
 
 
-def _query(scope: Scope) -> dict[str, str]:
-    """The query string as the routes read it (the last value of a repeated name wins)."""
+def _query(scope: Scope) -> QueryParams:
+    """The query string as the routes read it (the last value of a repeated name wins), left
+    in the scope for the route (:data:`~app.routes.api_route.PARSED_QUERY`)."""
     raw: bytes = scope.get("query_string", b"")
-    return dict(parse_qsl(raw.decode("latin-1"), keep_blank_values=True)) if raw else {}
+    query = QueryParams(raw)
+    scope[PARSED_QUERY] = (raw, query)
+    return query
 
 
 def _int(value: str | None) -> int:
@@ -312,7 +317,11 @@ def _cap_max_bytes(scope: Scope, query: Mapping[str, str], cap: int) -> None:
     raw: bytes = scope.get("query_string", b"")
     asked = query.get("max_bytes")
     if asked is None:
-        scope["query_string"] = raw + (b"&" if raw else b"") + f"max_bytes={cap}".encode()
+        with_cap = scope["query_string"] = raw + (b"&" if raw else b"") + b"max_bytes=%d" % cap
+        parsed = scope.get(PARSED_QUERY)
+        if parsed is not None and parsed[0] == raw:  # what parsing the capped query gives
+            pairs = [*parsed[1].multi_items(), ("max_bytes", str(cap))]
+            scope[PARSED_QUERY] = (with_cap, QueryParams(pairs))
         return
     value = _int(asked)
     if cap < value <= _SCHEMA_MAX_BYTES:

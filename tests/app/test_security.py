@@ -14,9 +14,13 @@ from urllib.parse import quote
 
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from starlette.datastructures import QueryParams
 
 from app.cli import main as cli_main
 from app.main import create_app
+from app.routes.api_route import PARSED_QUERY
 from app.security import (
     AuthFileError,
     UnsafeBindError,
@@ -25,6 +29,7 @@ from app.security import (
     is_loopback,
     load_auth_file,
 )
+from app.security.middleware import _cap_max_bytes, _query
 from app.security.policy import RULES, Access
 from app.security.principals import ConsumeGrant, Pattern, Principal
 from app.security.quotas import TokenBucket
@@ -698,3 +703,20 @@ def test_admin_actions_are_audited(secured: AuthServer) -> None:
         assert line["request_id"] == response.headers["x-request-id"]
         assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$", line["when"])
     assert lines[3]["result"] == lines[6]["result"] == 403
+
+
+@given(
+    raw=st.text(alphabet="ab=&%2F+;\u00e9 0", max_size=24).map(lambda t: t.encode("latin-1")),
+    cap=st.integers(min_value=1, max_value=1 << 22),
+)
+def test_the_query_left_for_the_route_is_the_parsed_capped_query(raw: bytes, cap: int) -> None:
+    # A pull's route reads the query security parsed: it must be what parsing the query
+    # string the route gets (a byte budget added or cut) would give.
+    scope: dict[str, Any] = {"query_string": raw}
+    _cap_max_bytes(scope, _query(scope), cap)
+    parsed = scope.get(PARSED_QUERY)
+    if parsed is not None and parsed[0] == scope["query_string"]:
+        reparsed = QueryParams(scope["query_string"])
+        assert parsed[1].multi_items() == reparsed.multi_items()
+        assert dict(parsed[1]) == dict(reparsed)
+    assert QueryParams(scope["query_string"]).get("max_bytes") is not None
