@@ -103,7 +103,7 @@ def serve_directly(handler: Handler) -> ASGIApp:
                 handled = await answer(request, exc)  # type: ignore[arg-type]
             else:
                 handled = await run_in_threadpool(answer, request, exc)
-            exc.__traceback__ = None  # as Starlette does: a reused instance keeps no trace
+            exc.with_traceback(None)  # as Starlette does: a reused instance keeps no trace
             if handled is None:
                 return
             response = handled
