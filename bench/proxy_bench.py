@@ -334,10 +334,19 @@ def show(figure: Figure) -> str:
 
 
 async def rounds(
-    port: int, pid: int, method: str, path: str, body: bytes, count: int, connections: int
+    port: int,
+    pid: int,
+    method: str,
+    path: str,
+    body: bytes,
+    count: int,
+    connections: int,
+    diagnose: Callable[[], str] = str,
 ) -> Figure:
     """``count`` requests over ``connections`` keep-alive connections; latency of each, and
-    the CPU time per request of process ``pid`` (the one answering)."""
+    the CPU time per request of process ``pid`` (the one answering). An answer without
+    messages stops the run (the stock is sized for every run), saying what ``diagnose``
+    finds."""
     samples: list[float] = []
     left = [count]
 
@@ -352,7 +361,7 @@ async def rounds(
                 status, answer = await connection.request(method, path, body)
                 samples.append(time.perf_counter() - start)
                 if status != 200 or b'"messages":[]' in answer:
-                    raise RuntimeError(f"{path}: {status} {answer[:200]!r}")
+                    raise RuntimeError(f"{path}: {status} {answer[:200]!r}; {diagnose()}")
         finally:
             connection.close()
 
@@ -395,14 +404,37 @@ def two_groups(args: argparse.Namespace, root: Path) -> dict[tuple[str, str, int
                 for connections in args.connections:
                     for _ in range(args.repeat):
                         for side, (port, pid) in targets.items():
+                            diagnose = route_changes(via, side)
                             figure = asyncio.run(
                                 rounds(
-                                    port, pid, method, path, body, args.fanout_rounds, connections
+                                    port,
+                                    pid,
+                                    method,
+                                    path,
+                                    body,
+                                    args.fanout_rounds,
+                                    connections,
+                                    diagnose,
                                 )
                             )
                             figures.setdefault((name, side, connections), []).append(figure)
                             print(f"  {name:<24} c{connections:<3} {side:<7} {show(figure)}")
     return figures
+
+
+def route_changes(proxy_url: str, side: str) -> Callable[[], str]:
+    """What changed in the proxy's route table since now: an empty fan-out answer while the
+    stock lasts means a group was not heard (a lapsed master lease shows as a new revision)."""
+    start = httpx.get(f"{proxy_url}/healthz", timeout=10).json()
+
+    def diagnose() -> str:
+        now = httpx.get(f"{proxy_url}/healthz", timeout=10).json()
+        return (
+            f"{side}: the proxy's route table at revision {start['revision']} when the run "
+            f"began, {now['revision']} now; masters then {start['masters']}, now {now['masters']}"
+        )
+
+    return diagnose
 
 
 @contextmanager
