@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -49,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -404,37 +406,50 @@ def two_groups(args: argparse.Namespace, root: Path) -> dict[tuple[str, str, int
                 for connections in args.connections:
                     for _ in range(args.repeat):
                         for side, (port, pid) in targets.items():
-                            diagnose = route_changes(via, side)
-                            figure = asyncio.run(
-                                rounds(
-                                    port,
-                                    pid,
-                                    method,
-                                    path,
-                                    body,
-                                    args.fanout_rounds,
-                                    connections,
-                                    diagnose,
+                            with masters_seen(via, side) as diagnose:
+                                figure = asyncio.run(
+                                    rounds(
+                                        port,
+                                        pid,
+                                        method,
+                                        path,
+                                        body,
+                                        args.fanout_rounds,
+                                        connections,
+                                        diagnose,
+                                    )
                                 )
-                            )
                             figures.setdefault((name, side, connections), []).append(figure)
                             print(f"  {name:<24} c{connections:<3} {side:<7} {show(figure)}")
     return figures
 
 
-def route_changes(proxy_url: str, side: str) -> Callable[[], str]:
-    """What changed in the proxy's route table since now: an empty fan-out answer while the
-    stock lasts means a group was not heard (a lapsed master lease shows as a new revision)."""
-    start = httpx.get(f"{proxy_url}/healthz", timeout=10).json()
+@contextmanager
+def masters_seen(proxy_url: str, side: str) -> Iterator[Callable[[], str]]:
+    """Polls the proxy's view of the masters (every 250 ms) while a run lasts: an empty
+    fan-out answer while the stock lasts means a group was not heard, and a master missing
+    from the view (a lapsed lease) is one way that happens."""
+    seen: list[dict[str, str | None]] = []
+    done = threading.Event()
+
+    def poll() -> None:
+        with httpx.Client(timeout=10) as client:
+            while not done.wait(0.25):
+                with contextlib.suppress(httpx.HTTPError):
+                    masters = client.get(f"{proxy_url}/healthz").json()["masters"]
+                    if not seen or seen[-1] != masters:
+                        seen.append(masters)
 
     def diagnose() -> str:
-        now = httpx.get(f"{proxy_url}/healthz", timeout=10).json()
-        return (
-            f"{side}: the proxy's route table at revision {start['revision']} when the run "
-            f"began, {now['revision']} now; masters then {start['masters']}, now {now['masters']}"
-        )
+        return f"{side}: the proxy's masters during the run, in turn: {seen}"
 
-    return diagnose
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    try:
+        yield diagnose
+    finally:
+        done.set()
+        poller.join(timeout=15)
 
 
 @contextmanager
