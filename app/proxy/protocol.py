@@ -67,7 +67,8 @@ class ProxyHttpProtocol(HttpToolsProtocol):
         self.lane = find_lane(config.loaded_app)
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
-        found = self._hot(cycle.scope)
+        # Another app than the server's is uvicorn's own answer (over limit_concurrency).
+        found = self._hot(cycle.scope) if app is self.app else None
         if found is None:
             super()._start_asgi_task(cycle, app)
             return
