@@ -228,6 +228,8 @@ def _add_token_commands(commands: Any) -> None:
 def _proxy(args: argparse.Namespace) -> int:
     import uvicorn  # only the proxy runs a plain uvicorn server
 
+    from app.proxy.protocol import ProxyHttpProtocol
+
     configure_logging(args.log_level)
     try:
         check_bind(args.host, auth_enabled=False, allow_anonymous=args.allow_anonymous)
@@ -250,7 +252,7 @@ def _proxy(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         loop="uvloop",
-        http="httptools",
+        http=ProxyHttpProtocol,
         log_level=args.log_level,
         access_log=False,
         proxy_headers=False,

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -49,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -334,10 +336,19 @@ def show(figure: Figure) -> str:
 
 
 async def rounds(
-    port: int, pid: int, method: str, path: str, body: bytes, count: int, connections: int
+    port: int,
+    pid: int,
+    method: str,
+    path: str,
+    body: bytes,
+    count: int,
+    connections: int,
+    diagnose: Callable[[], str] = str,
 ) -> Figure:
     """``count`` requests over ``connections`` keep-alive connections; latency of each, and
-    the CPU time per request of process ``pid`` (the one answering)."""
+    the CPU time per request of process ``pid`` (the one answering). An answer without
+    messages stops the run (the stock is sized for every run), saying what ``diagnose``
+    finds."""
     samples: list[float] = []
     left = [count]
 
@@ -352,7 +363,7 @@ async def rounds(
                 status, answer = await connection.request(method, path, body)
                 samples.append(time.perf_counter() - start)
                 if status != 200 or b'"messages":[]' in answer:
-                    raise RuntimeError(f"{path}: {status} {answer[:200]!r}")
+                    raise RuntimeError(f"{path}: {status} {answer[:200]!r}; {diagnose()}")
         finally:
             connection.close()
 
@@ -395,14 +406,50 @@ def two_groups(args: argparse.Namespace, root: Path) -> dict[tuple[str, str, int
                 for connections in args.connections:
                     for _ in range(args.repeat):
                         for side, (port, pid) in targets.items():
-                            figure = asyncio.run(
-                                rounds(
-                                    port, pid, method, path, body, args.fanout_rounds, connections
+                            with masters_seen(via, side) as diagnose:
+                                figure = asyncio.run(
+                                    rounds(
+                                        port,
+                                        pid,
+                                        method,
+                                        path,
+                                        body,
+                                        args.fanout_rounds,
+                                        connections,
+                                        diagnose,
+                                    )
                                 )
-                            )
                             figures.setdefault((name, side, connections), []).append(figure)
                             print(f"  {name:<24} c{connections:<3} {side:<7} {show(figure)}")
     return figures
+
+
+@contextmanager
+def masters_seen(proxy_url: str, side: str) -> Iterator[Callable[[], str]]:
+    """Polls the proxy's view of the masters (every 250 ms) while a run lasts: an empty
+    fan-out answer while the stock lasts means a group was not heard, and a master missing
+    from the view (a lapsed lease) is one way that happens."""
+    seen: list[dict[str, str | None]] = []
+    done = threading.Event()
+
+    def poll() -> None:
+        with httpx.Client(timeout=10) as client:
+            while not done.wait(0.25):
+                with contextlib.suppress(httpx.HTTPError):
+                    masters = client.get(f"{proxy_url}/healthz").json()["masters"]
+                    if not seen or seen[-1] != masters:
+                        seen.append(masters)
+
+    def diagnose() -> str:
+        return f"{side}: the proxy's masters during the run, in turn: {seen}"
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    try:
+        yield diagnose
+    finally:
+        done.set()
+        poller.join(timeout=15)
 
 
 @contextmanager

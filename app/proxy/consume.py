@@ -3,6 +3,7 @@ groups, and offset commits split per group."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -86,7 +87,7 @@ async def pull_group(group: str, topic: str, request: Request) -> Response:
         _, answer = await forwarder(request).call_any(
             members,
             "GET",
-            broker_path("v1", "groups", group, "topics", topic, "messages"),
+            _group_pull_path(group, topic),
             params=query,
             request=request,
             timeout_s=long_poll_timeout(wait),
@@ -115,6 +116,11 @@ async def pull_group(group: str, topic: str, request: Request) -> Response:
                 await _commit_delivered(request, group, master, polled.json())
             answers = [polled]
     return Response(merged_pull(group, route, answers), media_type="application/json")
+
+
+@functools.lru_cache(maxsize=4096)
+def _group_pull_path(group: str, topic: str) -> str:
+    return broker_path("v1", "groups", group, "topics", topic, "messages")
 
 
 async def _commit_delivered(

@@ -58,29 +58,33 @@ class FastLane:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            method, path = scope["method"], scope["path"]
-            for route in self.routes:
-                if route.method != method:
-                    continue
-                match = route.pattern.match(path)
-                if match is not None:
-                    await self._serve(route, match, scope, receive, send)
-                    return
+            found = self.find(scope["method"], scope["path"])
+            if found is not None:
+                scope["app"] = self.app  # what request.app means in the endpoints
+                response = await self.answer(*found, Request(scope, receive))
+                await response(scope, receive, send)
+                return
         await self.app(scope, receive, send)
 
-    async def _serve(
-        self, route: FastRoute, match: re.Match[str], scope: Scope, receive: Receive, send: Send
-    ) -> None:
-        scope["app"] = self.app  # what request.app means in the endpoints
-        request = Request(scope, receive)
+    def find(self, method: str, path: str) -> tuple[FastRoute, re.Match[str]] | None:
+        """The hot route ``method`` and ``path`` ask for, with the path's match."""
+        for route in self.routes:
+            if route.method != method:
+                continue
+            match = route.pattern.match(path)
+            if match is not None:
+                return route, match
+        return None
+
+    async def answer(self, route: FastRoute, match: re.Match[str], request: Request) -> Response:
+        """The endpoint's answer, or the FastAPI app's answer to what it raised."""
         params: dict[str, Any] = match.groupdict()
         try:
             for name, convert in route.converters:
                 params[name] = convert(params[name])
-            response = await route.endpoint(request=request, **params)
+            return await route.endpoint(request=request, **params)
         except Exception as exc:
-            response = await self._handled(request, exc)
-        await response(scope, receive, send)
+            return await self._handled(request, exc)
 
     async def _handled(self, request: Request, exc: Exception) -> Response:
         """The FastAPI app's handler for ``exc`` (Starlette's MRO lookup); none: re-raised."""

@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.errors import ApiError
+from app.errors import ApiError, is_json_media_type
 from app.proxy.bodies import JsonSend, relabel_queue_id
 from app.proxy.context import (
     DEFAULT_MAX_MESSAGES,
@@ -39,7 +39,7 @@ async def send(topic: str, request: Request) -> Response:
     raw = await request.body()
     content_type, keyed = _send_headers(request.scope["headers"])
     client_key = idempotency_key(request) if keyed else None
-    if content_type.split(";")[0].strip().endswith("json"):
+    if is_json_media_type(content_type):  # the broker's own rule
         plan = JsonSend(raw)
         target = SendTarget(
             topic, plan.queue_id, plan.sharding_key, client_key, plan.for_queue, _no_query

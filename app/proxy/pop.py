@@ -3,6 +3,7 @@ changes of invisibility back to the group that issued each receipt handle."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -40,7 +41,7 @@ async def receive(group: str, topic: str, request: Request) -> Response:
         answer = await forwarder(request).call(
             master_of(view, name),
             "POST",
-            broker_path("v1", "groups", group, "topics", topic, "receive"),
+            _receive_path(group, topic),
             json={**body, "max_messages": max_messages, "wait_ms": wait},
             request=request,
             timeout_s=long_poll_timeout(wait),
@@ -61,6 +62,11 @@ async def receive(group: str, topic: str, request: Request) -> Response:
         )
         chosen = [polled] if polled is not None else []
     return Response(merged_receive(group, topic, chosen), media_type="application/json")
+
+
+@functools.lru_cache(maxsize=4096)
+def _receive_path(group: str, topic: str) -> str:
+    return broker_path("v1", "groups", group, "topics", topic, "receive")
 
 
 @router.post("/v1/groups/{group}/acks")

@@ -18,6 +18,7 @@ import uvicorn
 
 from app.proxy.context import ProxyLimits
 from app.proxy.main import create_proxy_app
+from app.proxy.protocol import ProxyHttpProtocol
 from services.cluster import BrokerMember, ClusterKeys, EtcdClient
 from tests.conftest import LiveServer, start_server, wait_until
 from tests.etcd_support import EtcdServer, start_etcd
@@ -39,10 +40,16 @@ class ProxyServer:
 
 
 def start_proxy(
-    etcd_url: str, cluster: str = CLUSTER, limits: ProxyLimits | None = None
+    etcd_url: str,
+    cluster: str = CLUSTER,
+    limits: ProxyLimits | None = None,
+    http: type[asyncio.Protocol] | str = ProxyHttpProtocol,
 ) -> ProxyServer:
+    """A proxy served as ``spoolmq proxy`` serves it (its hot routes below ASGI), or with
+    ``http="httptools"`` the plain ASGI way."""
     app = create_proxy_app(cluster, [etcd_url], limits)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    config = uvicorn.Config(app, http=http, log_level="warning", lifespan="on", proxy_headers=False)
+    server = uvicorn.Server(config)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"

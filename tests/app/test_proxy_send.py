@@ -269,3 +269,37 @@ def test_the_send_headers_the_proxy_reads_without_a_header_object(cluster: Clust
         pulled = http.get(f"/v1/topics/Heads/queues/{queue}/messages").json()["messages"]
         bodies |= {m["body"] for m in pulled}
     assert bodies == {"json with a charset", '{"body": "stored as it is"}'}
+
+
+def test_a_json_send_is_recognised_as_the_broker_recognises_it(cluster: Cluster) -> None:
+    """Media types are case-insensitive, and ``application/*+json`` is JSON too; anything
+    else (``text/json`` as well) is a raw body, as the broker decides."""
+    http = cluster.http
+    create_topic(http, "Media", 4)
+    url = "/v1/topics/Media/messages"
+    for queue, content_type in enumerate(
+        ("Application/JSON", "APPLICATION/JSON; Charset=UTF-8", "application/vnd.x+JSON")
+    ):
+        body = b'{"body": "%s", "queue_id": %d}' % (content_type.encode(), queue)
+        sent = http.post(url, content=body, headers={"Content-Type": content_type})
+        assert sent.status_code == 201, sent.text
+        assert sent.json()["messages"][0]["queue_id"] == queue
+    raw = http.post(
+        url,
+        params={"queue_id": 3},
+        content=b'{"body": "raw"}',
+        headers={"Content-Type": "text/json"},
+    )
+    assert raw.status_code == 201, raw.text
+    bodies = {
+        queue: [
+            m["body"] for m in http.get(f"{url[:-9]}/queues/{queue}/messages").json()["messages"]
+        ]
+        for queue in range(4)
+    }
+    assert bodies == {
+        0: ["Application/JSON"],
+        1: ["APPLICATION/JSON; Charset=UTF-8"],
+        2: ["application/vnd.x+JSON"],
+        3: ['{"body": "raw"}'],
+    }

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from typing import Any
 
 import pytest
 
@@ -129,6 +131,62 @@ def test_etcd_down_is_a_clear_error_and_the_last_view_is_kept(etcd: EtcdServer) 
                 await dead.get("/x")
             await dead.aclose()
         finally:
+            await client.aclose()
+
+    asyncio.run(run())
+
+
+class CountingClient(EtcdClient):
+    """A real etcd client that counts its reads of whole prefixes."""
+
+    reads = 0
+
+    async def get_prefix(self, prefix: str) -> Any:
+        self.reads += 1
+        return await super().get_prefix(prefix)
+
+
+def test_the_watch_applies_each_change_without_reading_the_whole_table(etcd: EtcdServer) -> None:
+    keys = ClusterKeys("c1")
+    master = BrokerMember("g1-a", "g1", "http://127.0.0.1:1", "127.0.0.1:2", "master", 1, 0)
+
+    async def run() -> None:
+        client = CountingClient([etcd.url])
+        registry = RouteRegistry(client, "c1")
+        try:
+            await registry.put_topic_route(spread_queues("Kept", 4, ["g1"]))
+            await registry.put_topic_route(spread_queues("Gone", 2, ["g1"]))
+            await client.put(keys.master("g1"), master.to_json())
+            registry.start()
+            for _ in range(100):
+                if registry.view.master_of("g1") is not None:
+                    break
+                await asyncio.sleep(0.05)
+            kept = registry.view.topics["Kept"]
+            for offset in range(1, 21):  # a broker publishing its confirmed offset
+                moved = dataclasses.replace(master, confirmed_offset=offset)
+                await client.put(keys.broker("g1", "g1-a"), moved.to_json())
+            await registry.put_topic_route(spread_queues("New", 2, ["g1"]))
+            await client.delete(keys.topic("Gone"))
+            await client.put(keys.master("g2"), dataclasses.replace(master, group="g2").to_json())
+            await client.delete(keys.master("g1"))
+            for _ in range(100):
+                if registry.view.master_of("g1") is None:
+                    break
+                await asyncio.sleep(0.05)
+            seen = registry.view
+            assert client.reads == 1  # the first read only: every change came by the watch
+            truth = await registry.refresh()
+            assert (seen.revision, seen.groups, seen.topics) == (
+                truth.revision,
+                truth.groups,
+                truth.topics,
+            )
+            assert sorted(seen.topics) == ["Kept", "New"] and seen.topics["Kept"] is kept
+            assert seen.groups["g1"].slaves[0].confirmed_offset == 20
+            assert seen.master_of("g2") is not None
+        finally:
+            await registry.stop()
             await client.aclose()
 
     asyncio.run(run())

@@ -1,0 +1,153 @@
+"""The proxy's HTTP server protocol: uvicorn's httptools protocol, with the hot routes answered
+below ASGI.
+
+Through ASGI, a proxied send's answer crossed the HTTP shell's wrappers, two ASGI messages and
+two writes to the client (head, then body): every write is a system call that, on loopback,
+also runs the client's receive path and wakes it, and the head alone woke it for nothing. For a
+request :class:`~app.proxy.fast.FastLane` serves (send, pull of one queue, group pull, POP
+receive), :class:`ProxyHttpProtocol` calls the same endpoint with the same request scope and
+writes the answer — status line, headers, the request's ``X-Request-Id`` and body — in one
+write. What the HTTP shell (:class:`~app.middleware.HttpShellMiddleware`) does is done here the
+same way: the client's request id or a new one, the FastAPI app's handlers for errors, a 500
+problem with the request id for anything unexpected.
+
+Everything else takes the ASGI way unchanged, and so does a hot request that the shell would
+treat specially: a body without a Content-Length, or one over the cap (413), a path with a
+percent escape (encoded slashes), HTTP/1.0. Connections, keep-alive, pipelining, flow control
+and shutdown stay uvicorn's: only the exchange of one request is replaced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, cast
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive
+from uvicorn.config import Config
+from uvicorn.protocols.http.httptools_impl import (
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
+from uvicorn.server import ServerState
+
+from app.errors import PROBLEM_MEDIA_TYPE, problem_body
+from app.middleware import _request_id
+from app.proxy.fast import FastLane, FastRoute
+
+log = logging.getLogger(__name__)
+
+
+def find_lane(app: Any) -> FastLane | None:
+    """The :class:`FastLane` inside ``app``'s chain of wrappers (each keeps the next as
+    ``.app``), or None."""
+    for _ in range(16):
+        if isinstance(app, FastLane):
+            return app
+        app = getattr(app, "app", None)
+        if app is None:
+            return None
+    return None
+
+
+class ProxyHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol; the proxy's hot routes are answered in one write."""
+
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self.lane = find_lane(config.loaded_app)
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        # Another app than the server's is uvicorn's own answer (over limit_concurrency).
+        found = self._hot(cycle.scope) if app is self.app else None
+        if found is None:
+            super()._start_asgi_task(cycle, app)
+            return
+        task = self.loop.create_task(_serve(self.lane, cycle, *found))  # type: ignore[arg-type]
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
+
+    def _hot(self, scope: Any) -> tuple[Any, ...] | None:
+        """The hot route of a request the shell would pass on as it is, else None."""
+        lane = self.lane
+        if lane is None or scope["type"] != "http" or scope["http_version"] != "1.1":
+            return None
+        if b"%" in scope["raw_path"]:
+            return None
+        limit: int = lane.app.state.limits.max_request_bytes
+        length = 0
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                try:
+                    length = int(value)
+                except ValueError:
+                    return None
+            elif name == b"transfer-encoding":
+                return None
+        if length > limit:
+            return None
+        return lane.find(scope["method"], scope["path"])
+
+
+async def _serve(lane: FastLane, cycle: RequestResponseCycle, route: FastRoute, match: Any) -> None:
+    """One hot request, from its scope to its answer on the wire."""
+    scope: Any = cycle.scope
+    request_id = _request_id(scope)
+    scope["state"]["request_id"] = request_id
+    scope["app"] = lane.app  # what request.app means in the endpoints
+    id_header = (b"x-request-id", request_id.encode())
+    try:
+        request = Request(scope, cast(Receive, cycle.receive))
+        try:
+            response = await lane.answer(route, match, request)
+        except Exception:
+            log.exception(
+                "unhandled error in %s %s (request %s)", scope["method"], scope["path"], request_id
+            )
+            response = _internal_error(scope["path"], request_id)
+        await _write(cycle, response, id_header)
+        if response.background is not None:
+            await response.background()
+    except BaseException:
+        if not cycle.response_complete:
+            cycle.transport.close()  # nothing (whole) was written: the client sees the close
+        raise
+    finally:
+        cycle.on_response = lambda: None
+
+
+def _internal_error(path: str, request_id: str) -> Response:
+    body = problem_body(500, "INTERNAL_ERROR", "the server failed; see its log", path, request_id)
+    return Response(body, 500, media_type=PROBLEM_MEDIA_TYPE)
+
+
+async def _write(
+    cycle: RequestResponseCycle, response: Response, id_header: tuple[bytes, bytes]
+) -> None:
+    """Status line, headers and body in one write, as uvicorn would have written them."""
+    if cycle.flow.write_paused and not cycle.disconnected:
+        await cycle.flow.drain()
+    if cycle.disconnected:
+        return
+    head = [STATUS_LINE[response.status_code]]
+    for name, value in (*cycle.default_headers, *response.raw_headers, id_header):
+        head.extend((name, b": ", value, b"\r\n"))
+    if not cycle.keep_alive:
+        head.append(b"connection: close\r\n")
+    head.append(b"\r\n")
+    cycle.response_started = cycle.response_complete = True
+    # One write of both (uvloop sends its buffers with one writev): no copy of a large body.
+    cycle.transport.writelines((b"".join(head), bytes(response.body)))
+    cycle.message_event.set()
+    if not cycle.keep_alive:
+        cycle.transport.close()
+    cycle.on_response()

@@ -1,0 +1,207 @@
+"""The proxy's hot routes answered below ASGI (:mod:`app.proxy.protocol`) against the plain
+ASGI way: a real etcd, two real brokers and two real proxies on 127.0.0.1, one served as
+``spoolmq proxy`` serves it, one with uvicorn's own httptools protocol. Same requests, same
+answers: status, headers, bodies, error answers."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import httpx
+import pytest
+
+from app.proxy.context import ProxyLimits
+from app.proxy.protocol import ProxyHttpProtocol
+from tests.app.test_proxy import Cluster, create_topic, start_proxy, two_groups
+
+
+class CountingProtocol(ProxyHttpProtocol):
+    """The proxy's protocol, noting which requests took the fast way."""
+
+    hot: ClassVar[list[str]] = []
+
+    def _hot(self, scope: Any) -> tuple[Any, ...] | None:
+        found = super()._hot(scope)
+        if found is not None:
+            self.hot.append(f"{scope['method']} {scope['path']}")
+        return found
+
+
+@dataclass
+class Both:
+    cluster: Cluster
+    fast: httpx.Client  # the proxy as spoolmq proxy serves it (counting its fast answers)
+    asgi: httpx.Client  # the same app, served the plain ASGI way
+
+
+@pytest.fixture
+def both(tmp_path: Path) -> Iterator[Both]:
+    deployment = two_groups(tmp_path)
+    cluster = next(deployment)
+    cluster.proxy.stop()  # (stopped again by two_groups: a no-op)
+    fast = start_proxy(cluster.etcd.url, http=CountingProtocol)
+    try:
+        asgi = start_proxy(cluster.etcd.url, http="httptools")
+        try:
+            with (
+                httpx.Client(base_url=fast.url, timeout=40) as fast_http,
+                httpx.Client(base_url=asgi.url, timeout=40) as asgi_http,
+            ):
+                CountingProtocol.hot.clear()
+                yield Both(cluster, fast_http, asgi_http)
+        finally:
+            asgi.stop()
+    finally:
+        fast.stop()
+        next(deployment, None)  # the brokers and etcd stopped
+
+
+def headers(answer: httpx.Response) -> list[tuple[str, str]]:
+    return [(k, v) for k, v in answer.headers.multi_items() if k != "date"]
+
+
+def same(fast: httpx.Response, asgi: httpx.Response) -> None:
+    assert fast.status_code == asgi.status_code, (fast.text, asgi.text)
+    assert headers(fast) == headers(asgi)
+    assert fast.content == asgi.content
+
+
+def test_pulls_and_errors_answer_byte_for_byte_as_the_asgi_way(both: Both) -> None:
+    create_topic(both.fast, "Same", 4)  # g1 hosts 0, 1; g2 hosts 2, 3
+    for i in range(8):
+        sent = both.fast.post("/v1/topics/Same/messages", json={"body": f"m{i}", "queue_id": i % 4})
+        assert sent.status_code == 201
+    rid = {"X-Request-Id": "same-request-1"}
+    requests: list[tuple[str, str, dict[str, Any]]] = [
+        ("GET", "/v1/topics/Same/queues/2/messages", {"params": {"max_messages": 5}}),
+        ("GET", "/v1/topics/Same/queues/0/messages", {"params": {"offset": 1}}),
+        ("GET", "/v1/topics/Same/queues/9/messages", {}),  # no such queue
+        ("GET", "/v1/topics/Same/queues/1/messages", {"params": {"max_messages": "x"}}),
+        ("GET", "/v1/topics/Same/queues/x/messages", {}),  # not a number: FastAPI's 422
+        ("GET", "/v1/topics/Nope/queues/0/messages", {}),
+        ("GET", "/v1/groups/G/topics/Nope/messages", {}),
+        ("GET", "/v1/groups/G/topics/Same/messages", {"params": {"max_messages": 0}}),
+        ("POST", "/v1/topics/Nope/messages", {"json": {"body": "x"}}),
+        ("POST", "/v1/topics/Same/messages", {"content": b"{not json"}),
+        ("POST", "/v1/topics/Same/messages", {"json": {"body": "x", "queue_id": 99}}),
+        ("POST", "/v1/topics/Same/messages", {"json": {"body": "x", "queue_id": -1}}),
+        ("POST", "/v1/groups/G/topics/Same/receive", {"content": b"[1]"}),
+        ("POST", "/v1/groups/G/topics/Nope/receive", {"json": {}}),
+        ("POST", "/v1/groups/G/topics/Same/receive", {"json": {"max_messages": 0}}),
+    ]
+    for method, path, kwargs in requests:
+        extra = kwargs.pop("headers", {"Content-Type": "application/json"})
+        options = {**kwargs, "headers": {**rid, **extra}}
+        same(both.fast.request(method, path, **options), both.asgi.request(method, path, **options))
+
+    hot = CountingProtocol.hot
+    assert "GET /v1/topics/Same/queues/2/messages" in hot
+    assert "GET /v1/groups/G/topics/Nope/messages" in hot
+    assert "POST /v1/topics/Nope/messages" in hot
+    assert "POST /v1/groups/G/topics/Same/receive" in hot
+    assert not any("/queues/x/" in request for request in hot)  # FastAPI's way, as before
+
+
+def test_sends_group_pulls_and_receives_answer_as_the_asgi_way(both: Both) -> None:
+    create_topic(both.fast, "Flow", 4)
+    fast = both.fast.post("/v1/topics/Flow/messages", json={"body": "a", "queue_id": 2})
+    asgi = both.asgi.post("/v1/topics/Flow/messages", json={"body": "b", "queue_id": 2})
+    assert fast.status_code == asgi.status_code == 201
+    assert [k for k, _ in headers(fast)] == [k for k, _ in headers(asgi)]
+    mine, theirs = fast.json()["messages"][0], asgi.json()["messages"][0]
+    assert mine.keys() == theirs.keys()
+    assert mine["queue_id"] == theirs["queue_id"] == 2
+    assert fast.json()["broker_group"] == asgi.json()["broker_group"] == "g2"
+    assert theirs["queue_offset"] == mine["queue_offset"] + 1
+    raw = both.fast.post(
+        "/v1/topics/Flow/messages",
+        params={"queue_id": 1, "tag": "t"},
+        content=b"raw bytes",
+        headers={"Content-Type": "application/octet-stream", "Idempotency-Key": "k-1"},
+    )
+    again = both.asgi.post(
+        "/v1/topics/Flow/messages",
+        params={"queue_id": 1, "tag": "t"},
+        content=b"raw bytes",
+        headers={"Content-Type": "application/octet-stream", "Idempotency-Key": "k-1"},
+    )
+    assert raw.status_code == again.status_code == 201
+    assert again.headers["idempotent-replayed"] == "true"
+    assert raw.json()["messages"] == again.json()["messages"]
+    for i in range(6):
+        both.fast.post("/v1/topics/Flow/messages", json={"body": f"f{i}", "queue_id": i % 4})
+
+    def bodies(answer: httpx.Response) -> list[str]:
+        assert answer.status_code == 200, answer.text
+        return sorted(m["body"] for m in answer.json()["messages"])
+
+    pull: dict[str, Any] = {"params": {"max_messages": 32}, "headers": {"X-Request-Id": "gp"}}
+    fast_pull = both.fast.get("/v1/groups/G/topics/Flow/messages", **pull)
+    asgi_pull = both.asgi.get("/v1/groups/G/topics/Flow/messages", **pull)
+    assert bodies(fast_pull) == bodies(asgi_pull) and len(bodies(fast_pull)) == 9
+    assert headers(fast_pull) == headers(asgi_pull)
+    receive: dict[str, Any] = {"json": {"max_messages": 32}, "headers": {"X-Request-Id": "rc"}}
+    fast_pop = both.fast.post("/v1/groups/P1/topics/Flow/receive", **receive)
+    asgi_pop = both.asgi.post("/v1/groups/P2/topics/Flow/receive", **receive)
+    assert bodies(fast_pop) == bodies(asgi_pop) and len(bodies(fast_pop)) == 9
+    assert [k for k, _ in headers(fast_pop)] == [k for k, _ in headers(asgi_pop)]
+    assert {"POST /v1/topics/Flow/messages", "GET /v1/groups/G/topics/Flow/messages"} <= set(
+        CountingProtocol.hot
+    )
+
+
+def test_what_the_shell_treats_specially_takes_the_asgi_way(both: Both) -> None:
+    create_topic(both.fast, "Odd", 4)
+    host, port = both.fast.base_url.host, both.fast.base_url.port
+    assert port is not None
+    over = ProxyLimits().max_request_bytes + 1
+    with socket.create_connection((host, port), timeout=20) as sock:
+        sock.sendall(
+            b"POST /v1/topics/Odd/messages HTTP/1.1\r\nHost: p\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n{" % over
+        )
+        received = b""
+        while chunk := sock.recv(65536):  # 413 closes the connection
+            received += chunk
+    assert received.startswith(b"HTTP/1.1 413 ") and b"REQUEST_TOO_LARGE" in received
+
+    def chunks() -> Iterator[bytes]:
+        yield b'{"body": '
+        yield b'"chunked"}'
+
+    chunked = both.fast.post(
+        "/v1/topics/Odd/messages", content=chunks(), headers={"Content-Type": "application/json"}
+    )
+    assert chunked.status_code == 201
+    encoded = both.fast.get("/v1/topics/O%64d/queues/0/messages")  # a percent escape
+    assert encoded.status_code == 200
+    anonymous = both.fast.get("/v1/topics/Odd/queues/0/messages")
+    problem = both.fast.get("/v1/topics/Odd/queues/7/messages")
+    assert anonymous.headers["x-request-id"] != problem.headers["x-request-id"]
+    assert problem.json()["request_id"] == problem.headers["x-request-id"]
+    assert CountingProtocol.hot == [
+        "GET /v1/topics/Odd/queues/0/messages",
+        "GET /v1/topics/Odd/queues/7/messages",
+    ]
+
+
+def test_pipelined_requests_are_answered_in_order_and_close_is_honoured(both: Both) -> None:
+    create_topic(both.fast, "Pipe", 4)
+    for i in range(3):
+        both.fast.post("/v1/topics/Pipe/messages", json={"body": f"p{i}", "queue_id": 0})
+    host, port = both.fast.base_url.host, both.fast.base_url.port
+    assert port is not None
+    ask = "GET /v1/topics/Pipe/queues/0/messages?offset=%d HTTP/1.1\r\nHost: p\r\n%s\r\n"
+    with socket.create_connection((host, port), timeout=20) as sock:
+        sock.sendall((ask % (0, "") + ask % (2, "") + ask % (1, "Connection: close\r\n")).encode())
+        received = b""
+        while chunk := sock.recv(65536):  # the proxy closes after the third answer
+            received += chunk
+    answers = received.split(b"HTTP/1.1 ")[1:]
+    assert [a[:3] for a in answers] == [b"200"] * 3
+    assert [a.count(b'"body":"p') for a in answers] == [3, 1, 2]
+    assert b"connection: close" in answers[2].lower() and b"connection: close" not in answers[0]
