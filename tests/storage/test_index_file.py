@@ -27,6 +27,19 @@ def test_generated_keys_hash_as_the_whole_string() -> None:
             assert hasher(topic, key) == index_key_hash(f"{topic}#{key}")
 
 
+@given(
+    topic=st.text(min_size=1, max_size=20),
+    keys=st.lists(
+        st.one_of(st.text(max_size=8), st.sampled_from(["AB0001", "AB0002", "ABé003", "CD0001"])),
+        max_size=12,
+    ),
+)
+def test_a_batch_of_keys_hashes_as_each_whole_string(topic: str, keys: list[str]) -> None:
+    generated = UniqKeyGenerator("10.0.0.7").next_many(3)
+    keys = [*keys, *generated, *keys]
+    assert UniqKeyHasher().many(topic, keys) == [index_key_hash(f"{topic}#{k}") for k in keys]
+
+
 @given(topic=st.text(min_size=1, max_size=20), key=st.text(max_size=60))
 def test_a_business_key_hashes_as_the_whole_string(topic: str, key: str) -> None:
     hasher = KeyHasher()
