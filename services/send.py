@@ -26,6 +26,7 @@ import socket
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from types import MappingProxyType
 from typing import Final, NamedTuple
 
@@ -35,7 +36,7 @@ from services.idempotency import IDEMPOTENCY_PROPERTIES, IdempotencyService, Wri
 from services.metrics import Metrics
 from services.timer.handles import TimerHandle
 from services.topics import TopicService
-from storage import Message, PutResult, StoredMessage
+from storage import Message, PutResult, PutStatus, StoredMessage
 from storage.config_managers import TopicConfig
 from storage.delay_levels import SCHEDULE_TOPIC
 from storage.record.java_hash import java_string_hash
@@ -99,6 +100,8 @@ _FORBIDDEN_CHARS: Final = (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)
 
 _NO_PROPERTIES: Final[Mapping[str, str]] = MappingProxyType({})
 
+_STATUS_TEXT: Final = {status: status.value for status in PutStatus}
+
 
 class OutgoingMessage(NamedTuple):
     """A message as a producer gives it (a NamedTuple: cheap to build per message)."""
@@ -112,6 +115,22 @@ class OutgoingMessage(NamedTuple):
     delay_level: int = 0  # > 0: delivered after that level's delay (1s 5s 10s 30s 1m ...)
     deliver_after_ms: int | None = None  # a timer message: delivered this long after the send
     deliver_at: int | None = None  # a timer message: delivered at this time (ms since the epoch)
+
+
+_EXTRAS: Final = attrgetter(
+    "tags", "keys", "properties", "delay_level", "deliver_after_ms", "deliver_at"
+)
+_NO_EXTRAS: Final = (None, (), _NO_PROPERTIES, 0, None, None)
+"""What a message sends besides its body and where it goes, and that of a body alone."""
+_BODY: Final = attrgetter("body")
+_QUEUE_ID: Final = attrgetter("queue_id")
+_SHARDING_KEY: Final = attrgetter("sharding_key")
+
+
+def bodies_alone(messages: Sequence[OutgoingMessage]) -> bool:
+    """Whether no message has tags, keys, properties, a delay or a delivery time: such a
+    send takes the lean path (one C call per message to tell)."""
+    return list(map(_EXTRAS, messages)).count(_NO_EXTRAS) == len(messages)
 
 
 class SendReceipt(NamedTuple):
@@ -193,23 +212,25 @@ def fingerprint(messages: Sequence[OutgoingMessage], delay_levels: Sequence[int]
     their lengths and delay levels and the tags, keys and properties of each message that has
     any, in order. Where it goes (queue_id, sharding_key) is not part of it: a repeat is
     answered with where the first went."""
-    digest = hashlib.sha256()
-    update = digest.update
-    for message in messages:
-        update(message.body)
-    described: tuple[object, ...] = (
-        [len(m.body) for m in messages],
-        list(delay_levels),
-        [
-            (number, m.tags, tuple(m.keys), sorted(m.properties.items()))
-            for number, m in enumerate(messages)
-            if m.tags is not None or m.keys or m.properties
-        ],
-    )
-    timers = [(m.deliver_at, m.deliver_after_ms) for m in messages]
-    if any(at is not None or after is not None for at, after in timers):
-        described = (*described, timers)  # untimed sends keep the fingerprint they had
-    update(repr(described).encode())
+    bodies = list(map(_BODY, messages))
+    digest = hashlib.sha256(b"".join(bodies))  # = one update per body
+    lengths = list(map(len, bodies))
+    if bodies_alone(messages):  # the same value as below, without the walk over messages
+        described: tuple[object, ...] = (lengths, list(delay_levels), [])
+    else:
+        described = (
+            lengths,
+            list(delay_levels),
+            [
+                (number, m.tags, tuple(m.keys), sorted(m.properties.items()))
+                for number, m in enumerate(messages)
+                if m.tags is not None or m.keys or m.properties
+            ],
+        )
+        timers = [(m.deliver_at, m.deliver_after_ms) for m in messages]
+        if any(at is not None or after is not None for at, after in timers):
+            described = (*described, timers)  # untimed sends keep the fingerprint they had
+    digest.update(repr(described).encode())
     return digest.hexdigest()[:32]
 
 
@@ -256,30 +277,32 @@ class SendService:
         first send's receipts, ``replayed``, and stores nothing.
         """
         self._check_batch(messages)
-        for message in messages:
-            _check_message(message)
-        levels = [self.delay_level_of(m) for m in messages]
-        if len(messages) > 1 and any(levels):
-            raise BatchRejectedError("a batch cannot be delayed: send delayed messages one by one")
+        lean = bodies_alone(messages)  # nothing to check, delay or time per message
         born_timestamp = time.time_ns() // 1_000_000
-        timers = [deliver_time_of(m, born_timestamp) for m in messages]
-        if len(messages) > 1 and any(t is not None for t in timers) and None in timers:
-            raise BatchRejectedError(
-                "a batch is timed as a whole: give deliver_at or deliver_after_ms to every "
-                "message of it, or to none"
-            )
+        if lean:
+            levels: list[int] = [0] * len(messages)
+        else:
+            levels, timers = self._checked_extras(messages, born_timestamp)
         config = await self._topics.for_produce(topic)
         queue_id = self._choose_queue(
             config, messages, batch_queue_id, batch_sharding_key, idempotency_key
         )
         host = born_host if _is_ip(born_host[0]) else ("127.0.0.1", born_host[1])
         uniq_keys = self._uniq_keys.next_many(len(messages))
-        stored = [
-            self._to_store(topic, queue_id, message, born_timestamp, host, level, uniq_key, at)
-            for message, level, uniq_key, at in zip(
-                messages, levels, uniq_keys, timers, strict=True
-            )
-        ]
+        if lean:  # = _to_store of a body alone
+            stored = [
+                Message(
+                    topic, body, queue_id, {PROPERTY_UNIQ_KEY: uniq_key}, 0, 0, born_timestamp, host
+                )
+                for body, uniq_key in zip(map(_BODY, messages), uniq_keys, strict=True)
+            ]
+        else:
+            stored = [
+                self._to_store(topic, queue_id, message, born_timestamp, host, level, uniq_key, at)
+                for message, level, uniq_key, at in zip(
+                    messages, levels, uniq_keys, timers, strict=True
+                )
+            ]
         if idempotency_key is None:
             results = await self._put(stored)
         else:
@@ -289,11 +312,44 @@ class SendService:
                 status = written.results[0].status.value
                 return [self._replayed_receipt(topic, r, status) for r in written.earlier]
             results = written.results
-        self._metrics.sent(topic, len(stored), sum(len(m.body) for m in stored))
+        self._metrics.sent(topic, len(stored), sum(map(len, map(_BODY, stored))))
+        if lean and topic != TIMER_TOPIC:  # = _receipt of a message neither delayed nor timed
+            text = _STATUS_TEXT
+            return [
+                SendReceipt(
+                    result.msg_id,
+                    uniq_key,
+                    topic,
+                    result.queue_id,
+                    result.queue_offset,
+                    result.physical_offset,
+                    result.store_timestamp,
+                    text[result.status],
+                )
+                for result, uniq_key in zip(results, uniq_keys, strict=True)
+            ]
         return [
             self._receipt(topic, queue_id, message, result, level)
             for message, result, level in zip(stored, results, levels, strict=True)
         ]
+
+    def _checked_extras(
+        self, messages: Sequence[OutgoingMessage], born_timestamp: int
+    ) -> tuple[list[int], list[int | None]]:
+        """The delay level and delivery time of each message, its tags, keys and properties
+        checked; a batch is delayed by none and timed as a whole."""
+        for message in messages:
+            _check_message(message)
+        levels = [self.delay_level_of(m) for m in messages]
+        if len(messages) > 1 and any(levels):
+            raise BatchRejectedError("a batch cannot be delayed: send delayed messages one by one")
+        timers = [deliver_time_of(m, born_timestamp) for m in messages]
+        if len(messages) > 1 and any(t is not None for t in timers) and None in timers:
+            raise BatchRejectedError(
+                "a batch is timed as a whole: give deliver_at or deliver_after_ms to every "
+                "message of it, or to none"
+            )
+        return levels, timers
 
     async def build(
         self, topic: str, message: OutgoingMessage, born_host: tuple[str, int]
@@ -448,7 +504,7 @@ class SendService:
             raise BatchRejectedError(
                 f"a batch holds at most {limits.max_batch_messages} messages, not {len(messages)}"
             )
-        total = sum(len(m.body) for m in messages)
+        total = sum(map(len, map(_BODY, messages)))
         if len(messages) > 1 and total > limits.max_batch_bytes:
             raise BatchRejectedError(
                 f"the bodies of a batch add up to at most {limits.max_batch_bytes} bytes, "
@@ -463,8 +519,8 @@ class SendService:
         batch_sharding_key: str | None,
         idempotency_key: str | None,
     ) -> int:
-        queue_ids = {m.queue_id for m in messages if m.queue_id is not None}
-        keys = {m.sharding_key for m in messages if m.sharding_key is not None}
+        queue_ids: set[int] = set(map(_QUEUE_ID, messages)) - {None}
+        keys: set[str] = set(map(_SHARDING_KEY, messages)) - {None}
         if batch_queue_id is not None:
             queue_ids.add(batch_queue_id)
         if batch_sharding_key is not None:
