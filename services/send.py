@@ -36,7 +36,7 @@ from services.idempotency import IDEMPOTENCY_PROPERTIES, IdempotencyService, Wri
 from services.metrics import Metrics
 from services.timer.handles import TimerHandle
 from services.topics import TopicService
-from storage import Message, PutResult, PutStatus, StoredMessage
+from storage import Message, PutResult, StoredMessage
 from storage.config_managers import TopicConfig
 from storage.delay_levels import SCHEDULE_TOPIC
 from storage.record.java_hash import java_string_hash
@@ -100,8 +100,6 @@ _FORBIDDEN_CHARS: Final = (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)
 
 _NO_PROPERTIES: Final[Mapping[str, str]] = MappingProxyType({})
 
-_STATUS_TEXT: Final = {status: status.value for status in PutStatus}
-
 
 class OutgoingMessage(NamedTuple):
     """A message as a producer gives it (a NamedTuple: cheap to build per message)."""
@@ -123,6 +121,7 @@ _EXTRAS: Final = attrgetter(
 _NO_EXTRAS: Final = (None, (), _NO_PROPERTIES, 0, None, None)
 """What a message sends besides its body and where it goes, and that of a body alone."""
 _BODY: Final = attrgetter("body")
+_STATUS: Final = attrgetter("status")
 _QUEUE_ID: Final = attrgetter("queue_id")
 _SHARDING_KEY: Final = attrgetter("sharding_key")
 
@@ -207,15 +206,17 @@ def shard_queue(sharding_key: str, queue_count: int) -> int:
     return abs(java_string_hash(sharding_key)) % queue_count
 
 
-def fingerprint(messages: Sequence[OutgoingMessage], delay_levels: Sequence[int]) -> str:
+def fingerprint(
+    messages: Sequence[OutgoingMessage], delay_levels: Sequence[int], alone: bool | None = None
+) -> str:
     """What a repeat of a keyed send must match: SHA-256 (128 bits, hex) over the bodies, then
     their lengths and delay levels and the tags, keys and properties of each message that has
     any, in order. Where it goes (queue_id, sharding_key) is not part of it: a repeat is
-    answered with where the first went."""
+    answered with where the first went. ``alone``: :func:`bodies_alone`, if known."""
     bodies = list(map(_BODY, messages))
     digest = hashlib.sha256(b"".join(bodies))  # = one update per body
     lengths = list(map(len, bodies))
-    if bodies_alone(messages):  # the same value as below, without the walk over messages
+    if bodies_alone(messages) if alone is None else alone:  # the value below, without the walk
         described: tuple[object, ...] = (lengths, list(delay_levels), [])
     else:
         described = (
@@ -306,15 +307,19 @@ class SendService:
         if idempotency_key is None:
             results = await self._put(stored)
         else:
-            written = await self._put_once(topic, idempotency_key, messages, levels, stored)
+            written = await self._put_once(
+                topic, idempotency_key, messages, levels, stored, alone=lean
+            )
             if written.earlier is not None:
                 self._metrics.sends_replayed[topic] += 1
                 status = written.results[0].status.value
                 return [self._replayed_receipt(topic, r, status) for r in written.earlier]
             results = written.results
         self._metrics.sent(topic, len(stored), sum(map(len, map(_BODY, stored))))
-        if lean and topic != TIMER_TOPIC:  # = _receipt of a message neither delayed nor timed
-            text = _STATUS_TEXT
+        statuses = list(map(_STATUS, results))
+        if lean and topic != TIMER_TOPIC and statuses.count(statuses[0]) == len(statuses):
+            # = _receipt of a message neither delayed nor timed; one status for the batch
+            status = statuses[0].value
             return [
                 SendReceipt(
                     result.msg_id,
@@ -324,7 +329,7 @@ class SendService:
                     result.queue_offset,
                     result.physical_offset,
                     result.store_timestamp,
-                    text[result.status],
+                    status,
                 )
                 for result, uniq_key in zip(results, uniq_keys, strict=True)
             ]
@@ -372,11 +377,14 @@ class SendService:
         messages: Sequence[OutgoingMessage],
         levels: list[int],
         stored: list[Message],
+        *,
+        alone: bool,
     ) -> Written:
         idempotency = self._idempotency
         if idempotency is None:
             raise IdempotencyUnavailableError("this broker takes no idempotency keys")
-        return await idempotency.put_once(topic, key, fingerprint(messages, levels), stored)
+        payload = fingerprint(messages, levels, alone)
+        return await idempotency.put_once(topic, key, payload, stored)
 
     def _replayed_receipt(self, topic: str, record: StoredMessage, status: str) -> SendReceipt:
         """The receipt the first send with the key answered, rebuilt from its record."""

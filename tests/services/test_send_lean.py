@@ -162,7 +162,9 @@ def test_a_fingerprint_keeps_the_value_stored_before(
     messages: list[OutgoingMessage], level: int
 ) -> None:
     levels = [level] * len(messages)
-    assert fingerprint(messages, levels) == _fingerprint_before(messages, levels)
+    before = _fingerprint_before(messages, levels)
+    assert fingerprint(messages, levels) == before
+    assert fingerprint(messages, levels, bodies_alone(messages)) == before
 
 
 def test_fingerprints_are_the_values_stored_before() -> None:
