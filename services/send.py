@@ -20,9 +20,6 @@ import functools
 import hashlib
 import ipaddress
 import itertools
-import os
-import secrets
-import socket
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -36,6 +33,7 @@ from services.idempotency import IDEMPOTENCY_PROPERTIES, IdempotencyService, Wri
 from services.metrics import Metrics
 from services.timer.handles import TimerHandle
 from services.topics import TopicService
+from services.uniq_keys import UniqKeyGenerator
 from storage import Message, PutResult, StoredMessage
 from storage.config_managers import TopicConfig
 from storage.delay_levels import SCHEDULE_TOPIC
@@ -155,49 +153,6 @@ class SendLimits:
 
     max_batch_messages: int = 1000
     max_batch_bytes: int = 4 * 1024 * 1024  # sum of the bodies
-
-
-class UniqKeyGenerator:
-    """RocketMQ client-style message ids (``MessageClientIDSetter``): 32 uppercase hex chars.
-
-    Layout: IPv4 address (4 bytes) + pid (2) + a per-process random number (4) + ms since the
-    start of the month (4) + a counter (2).
-    """
-
-    def __init__(self, host: str | None = None) -> None:
-        address = _ipv4_bytes(host)
-        prefix = address + (os.getpid() & 0xFFFF).to_bytes(2, "big") + secrets.token_bytes(4)
-        self._prefix = prefix.hex().upper()
-        self._counter = itertools.count(secrets.randbelow(0x10000))
-        self._month_start_ms = 0
-        self._month_end_ms = 0
-
-    def next(self) -> str:
-        return self.next_many(1)[0]
-
-    def next_many(self, count: int) -> list[str]:
-        """``count`` ids of one millisecond: the head is formatted once, then the counters."""
-        now = time.time_ns() // 1_000_000
-        if not self._month_start_ms <= now < self._month_end_ms:
-            self._set_month(now)
-        head = f"{self._prefix}{(now - self._month_start_ms) & 0xFFFFFFFF:08X}"
-        counter = self._counter
-        return [f"{head}{next(counter) & 0xFFFF:04X}" for _ in range(count)]
-
-    def _set_month(self, now_ms: int) -> None:
-        year, month = time.localtime(now_ms / 1000)[:2]
-        start = time.mktime((year, month, 1, 0, 0, 0, 0, 0, -1))
-        next_year, next_month = (year + 1, 1) if month == 12 else (year, month + 1)
-        end = time.mktime((next_year, next_month, 1, 0, 0, 0, 0, 0, -1))
-        self._month_start_ms, self._month_end_ms = int(start * 1000), int(end * 1000)
-
-
-def _ipv4_bytes(host: str | None) -> bytes:
-    try:
-        address = ipaddress.ip_address(host or socket.gethostbyname(socket.gethostname()))
-    except (OSError, ValueError):
-        address = ipaddress.IPv4Address("127.0.0.1")
-    return address.packed[-4:]
 
 
 def shard_queue(sharding_key: str, queue_count: int) -> int:

@@ -103,7 +103,7 @@ class UniqKeyHasher:
         hashes: list[int] = []
         add = hashes.append
         head = ""
-        head_size = -1  # no head yet
+        head_size = -5  # no head yet: no key is head_size + 4 long
         shifted = 0
         for uniq_key in uniq_keys:
             tail = uniq_key[-4:].encode()

@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 import services.send
 import storage.message_store
 from services import Broker, BrokerConfig, OutgoingMessage, StoreConfig
-from services.send import UniqKeyGenerator, bodies_alone, fingerprint
+from services.send import bodies_alone, fingerprint
+from services.uniq_keys import UniqKeyGenerator
 
 NOW_NS = time.time_ns()
 

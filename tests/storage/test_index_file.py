@@ -9,7 +9,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.send import UniqKeyGenerator
+from services.uniq_keys import UniqKeyGenerator
 from storage.index_file import IndexFile, KeyHasher, UniqKeyHasher, index_key_hash
 from storage.record.java_hash import java_string_hash
 
