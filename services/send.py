@@ -20,12 +20,10 @@ import functools
 import hashlib
 import ipaddress
 import itertools
-import os
-import secrets
-import socket
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from types import MappingProxyType
 from typing import Final, NamedTuple
 
@@ -35,6 +33,7 @@ from services.idempotency import IDEMPOTENCY_PROPERTIES, IdempotencyService, Wri
 from services.metrics import Metrics
 from services.timer.handles import TimerHandle
 from services.topics import TopicService
+from services.uniq_keys import UniqKeyGenerator
 from storage import Message, PutResult, StoredMessage
 from storage.config_managers import TopicConfig
 from storage.delay_levels import SCHEDULE_TOPIC
@@ -114,6 +113,23 @@ class OutgoingMessage(NamedTuple):
     deliver_at: int | None = None  # a timer message: delivered at this time (ms since the epoch)
 
 
+_EXTRAS: Final = attrgetter(
+    "tags", "keys", "properties", "delay_level", "deliver_after_ms", "deliver_at"
+)
+_NO_EXTRAS: Final = (None, (), _NO_PROPERTIES, 0, None, None)
+"""What a message sends besides its body and where it goes, and that of a body alone."""
+_BODY: Final = attrgetter("body")
+_STATUS: Final = attrgetter("status")
+_QUEUE_ID: Final = attrgetter("queue_id")
+_SHARDING_KEY: Final = attrgetter("sharding_key")
+
+
+def bodies_alone(messages: Sequence[OutgoingMessage]) -> bool:
+    """Whether no message has tags, keys, properties, a delay or a delivery time: such a
+    send takes the lean path (one C call per message to tell)."""
+    return list(map(_EXTRAS, messages)).count(_NO_EXTRAS) == len(messages)
+
+
 class SendReceipt(NamedTuple):
     """Where one sent message went."""
 
@@ -139,77 +155,38 @@ class SendLimits:
     max_batch_bytes: int = 4 * 1024 * 1024  # sum of the bodies
 
 
-class UniqKeyGenerator:
-    """RocketMQ client-style message ids (``MessageClientIDSetter``): 32 uppercase hex chars.
-
-    Layout: IPv4 address (4 bytes) + pid (2) + a per-process random number (4) + ms since the
-    start of the month (4) + a counter (2).
-    """
-
-    def __init__(self, host: str | None = None) -> None:
-        address = _ipv4_bytes(host)
-        prefix = address + (os.getpid() & 0xFFFF).to_bytes(2, "big") + secrets.token_bytes(4)
-        self._prefix = prefix.hex().upper()
-        self._counter = itertools.count(secrets.randbelow(0x10000))
-        self._month_start_ms = 0
-        self._month_end_ms = 0
-
-    def next(self) -> str:
-        return self.next_many(1)[0]
-
-    def next_many(self, count: int) -> list[str]:
-        """``count`` ids of one millisecond: the head is formatted once, then the counters."""
-        now = time.time_ns() // 1_000_000
-        if not self._month_start_ms <= now < self._month_end_ms:
-            self._set_month(now)
-        head = f"{self._prefix}{(now - self._month_start_ms) & 0xFFFFFFFF:08X}"
-        counter = self._counter
-        return [f"{head}{next(counter) & 0xFFFF:04X}" for _ in range(count)]
-
-    def _set_month(self, now_ms: int) -> None:
-        year, month = time.localtime(now_ms / 1000)[:2]
-        start = time.mktime((year, month, 1, 0, 0, 0, 0, 0, -1))
-        next_year, next_month = (year + 1, 1) if month == 12 else (year, month + 1)
-        end = time.mktime((next_year, next_month, 1, 0, 0, 0, 0, 0, -1))
-        self._month_start_ms, self._month_end_ms = int(start * 1000), int(end * 1000)
-
-
-def _ipv4_bytes(host: str | None) -> bytes:
-    try:
-        address = ipaddress.ip_address(host or socket.gethostbyname(socket.gethostname()))
-    except (OSError, ValueError):
-        address = ipaddress.IPv4Address("127.0.0.1")
-    return address.packed[-4:]
-
-
 def shard_queue(sharding_key: str, queue_count: int) -> int:
     """``SelectMessageQueueByHash``: ``abs(hashCode % n)`` in Java, the same queue for a key
     (a sharding key, or the idempotency key of a send that names neither queue nor key)."""
     return abs(java_string_hash(sharding_key)) % queue_count
 
 
-def fingerprint(messages: Sequence[OutgoingMessage], delay_levels: Sequence[int]) -> str:
+def fingerprint(
+    messages: Sequence[OutgoingMessage], delay_levels: Sequence[int], alone: bool | None = None
+) -> str:
     """What a repeat of a keyed send must match: SHA-256 (128 bits, hex) over the bodies, then
     their lengths and delay levels and the tags, keys and properties of each message that has
     any, in order. Where it goes (queue_id, sharding_key) is not part of it: a repeat is
-    answered with where the first went."""
-    digest = hashlib.sha256()
-    update = digest.update
-    for message in messages:
-        update(message.body)
-    described: tuple[object, ...] = (
-        [len(m.body) for m in messages],
-        list(delay_levels),
-        [
-            (number, m.tags, tuple(m.keys), sorted(m.properties.items()))
-            for number, m in enumerate(messages)
-            if m.tags is not None or m.keys or m.properties
-        ],
-    )
-    timers = [(m.deliver_at, m.deliver_after_ms) for m in messages]
-    if any(at is not None or after is not None for at, after in timers):
-        described = (*described, timers)  # untimed sends keep the fingerprint they had
-    update(repr(described).encode())
+    answered with where the first went. ``alone``: :func:`bodies_alone`, if known."""
+    bodies = list(map(_BODY, messages))
+    digest = hashlib.sha256(b"".join(bodies))  # = one update per body
+    lengths = list(map(len, bodies))
+    if bodies_alone(messages) if alone is None else alone:  # the value below, without the walk
+        described: tuple[object, ...] = (lengths, list(delay_levels), [])
+    else:
+        described = (
+            lengths,
+            list(delay_levels),
+            [
+                (number, m.tags, tuple(m.keys), sorted(m.properties.items()))
+                for number, m in enumerate(messages)
+                if m.tags is not None or m.keys or m.properties
+            ],
+        )
+        timers = [(m.deliver_at, m.deliver_after_ms) for m in messages]
+        if any(at is not None or after is not None for at, after in timers):
+            described = (*described, timers)  # untimed sends keep the fingerprint they had
+    digest.update(repr(described).encode())
     return digest.hexdigest()[:32]
 
 
@@ -256,44 +233,83 @@ class SendService:
         first send's receipts, ``replayed``, and stores nothing.
         """
         self._check_batch(messages)
-        for message in messages:
-            _check_message(message)
-        levels = [self.delay_level_of(m) for m in messages]
-        if len(messages) > 1 and any(levels):
-            raise BatchRejectedError("a batch cannot be delayed: send delayed messages one by one")
+        lean = bodies_alone(messages)  # nothing to check, delay or time per message
         born_timestamp = time.time_ns() // 1_000_000
-        timers = [deliver_time_of(m, born_timestamp) for m in messages]
-        if len(messages) > 1 and any(t is not None for t in timers) and None in timers:
-            raise BatchRejectedError(
-                "a batch is timed as a whole: give deliver_at or deliver_after_ms to every "
-                "message of it, or to none"
-            )
+        if lean:
+            levels: list[int] = [0] * len(messages)
+        else:
+            levels, timers = self._checked_extras(messages, born_timestamp)
         config = await self._topics.for_produce(topic)
         queue_id = self._choose_queue(
             config, messages, batch_queue_id, batch_sharding_key, idempotency_key
         )
         host = born_host if _is_ip(born_host[0]) else ("127.0.0.1", born_host[1])
         uniq_keys = self._uniq_keys.next_many(len(messages))
-        stored = [
-            self._to_store(topic, queue_id, message, born_timestamp, host, level, uniq_key, at)
-            for message, level, uniq_key, at in zip(
-                messages, levels, uniq_keys, timers, strict=True
-            )
-        ]
+        if lean:  # = _to_store of a body alone
+            stored = [
+                Message(
+                    topic, body, queue_id, {PROPERTY_UNIQ_KEY: uniq_key}, 0, 0, born_timestamp, host
+                )
+                for body, uniq_key in zip(map(_BODY, messages), uniq_keys, strict=True)
+            ]
+        else:
+            stored = [
+                self._to_store(topic, queue_id, message, born_timestamp, host, level, uniq_key, at)
+                for message, level, uniq_key, at in zip(
+                    messages, levels, uniq_keys, timers, strict=True
+                )
+            ]
         if idempotency_key is None:
             results = await self._put(stored)
         else:
-            written = await self._put_once(topic, idempotency_key, messages, levels, stored)
+            written = await self._put_once(
+                topic, idempotency_key, messages, levels, stored, alone=lean
+            )
             if written.earlier is not None:
                 self._metrics.sends_replayed[topic] += 1
                 status = written.results[0].status.value
                 return [self._replayed_receipt(topic, r, status) for r in written.earlier]
             results = written.results
-        self._metrics.sent(topic, len(stored), sum(len(m.body) for m in stored))
+        self._metrics.sent(topic, len(stored), sum(map(len, map(_BODY, stored))))
+        statuses = list(map(_STATUS, results))
+        if lean and topic != TIMER_TOPIC and statuses.count(statuses[0]) == len(statuses):
+            # = _receipt of a message neither delayed nor timed; one status for the batch
+            status = statuses[0].value
+            return [
+                SendReceipt(
+                    result.msg_id,
+                    uniq_key,
+                    topic,
+                    result.queue_id,
+                    result.queue_offset,
+                    result.physical_offset,
+                    result.store_timestamp,
+                    status,
+                )
+                for result, uniq_key in zip(results, uniq_keys, strict=True)
+            ]
         return [
             self._receipt(topic, queue_id, message, result, level)
             for message, result, level in zip(stored, results, levels, strict=True)
         ]
+
+    def _checked_extras(
+        self, messages: Sequence[OutgoingMessage], born_timestamp: int
+    ) -> tuple[list[int], list[int | None]]:
+        """The delay level and delivery time of each message, its tags, keys and properties
+        checked; a batch is delayed by none and timed as a whole."""
+        for message in messages:
+            _check_message(message)
+        levels = [self.delay_level_of(m) for m in messages]
+        if len(messages) > 1 and any(levels):
+            raise BatchRejectedError("a batch cannot be delayed: send delayed messages one by one")
+        timers = [deliver_time_of(m, born_timestamp) for m in messages]
+        if len(messages) > 1 and any(t is not None for t in timers) and None in timers:
+            raise BatchRejectedError(
+                "a batch is timed as a whole: give deliver_at or deliver_after_ms to every "
+                "message of it, or to none"
+            )
+        return levels, timers
 
     async def build(
         self, topic: str, message: OutgoingMessage, born_host: tuple[str, int]
@@ -316,11 +332,14 @@ class SendService:
         messages: Sequence[OutgoingMessage],
         levels: list[int],
         stored: list[Message],
+        *,
+        alone: bool,
     ) -> Written:
         idempotency = self._idempotency
         if idempotency is None:
             raise IdempotencyUnavailableError("this broker takes no idempotency keys")
-        return await idempotency.put_once(topic, key, fingerprint(messages, levels), stored)
+        payload = fingerprint(messages, levels, alone)
+        return await idempotency.put_once(topic, key, payload, stored)
 
     def _replayed_receipt(self, topic: str, record: StoredMessage, status: str) -> SendReceipt:
         """The receipt the first send with the key answered, rebuilt from its record."""
@@ -448,7 +467,7 @@ class SendService:
             raise BatchRejectedError(
                 f"a batch holds at most {limits.max_batch_messages} messages, not {len(messages)}"
             )
-        total = sum(len(m.body) for m in messages)
+        total = sum(map(len, map(_BODY, messages)))
         if len(messages) > 1 and total > limits.max_batch_bytes:
             raise BatchRejectedError(
                 f"the bodies of a batch add up to at most {limits.max_batch_bytes} bytes, "
@@ -463,8 +482,8 @@ class SendService:
         batch_sharding_key: str | None,
         idempotency_key: str | None,
     ) -> int:
-        queue_ids = {m.queue_id for m in messages if m.queue_id is not None}
-        keys = {m.sharding_key for m in messages if m.sharding_key is not None}
+        queue_ids: set[int] = set(map(_QUEUE_ID, messages)) - {None}
+        keys: set[str] = set(map(_SHARDING_KEY, messages)) - {None}
         if batch_queue_id is not None:
             queue_ids.add(batch_queue_id)
         if batch_sharding_key is not None:

@@ -48,6 +48,7 @@ from storage.record.layout import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_TYPE_MASK,
 )
+from storage.record.lean_batch import LeanBatch
 from storage.record.message import PutResult, StoredMessage
 from storage.record.msg_id import decode_msg_id, encode_host
 
@@ -106,15 +107,20 @@ class AppendedBatch:
 
     def put_results(self, msg_id_prefix: str) -> list[PutResult]:
         """One put result per record; ``msg_id_prefix``: the store's (see ``msg_id``)."""
-        topic, queue_id, stamp = self.topic, self.queue_id, self.store_timestamp
-        return [
-            PutResult(
-                msg_id_prefix + f"{offset:016X}", topic, queue_id, queue_offset, offset, size, stamp
+        offsets = self.offsets
+        msg_ids = map((msg_id_prefix + "{:016X}").format, offsets)  # = encode_msg_id
+        return list(
+            map(
+                PutResult,
+                msg_ids,
+                itertools.repeat(self.topic),
+                itertools.repeat(self.queue_id),
+                itertools.count(self.first_queue_offset),
+                offsets,
+                self.sizes,
+                itertools.repeat(self.store_timestamp),
             )
-            for queue_offset, offset, size in zip(
-                itertools.count(self.first_queue_offset), self.offsets, self.sizes
-            )
-        ]
+        )
 
 
 class CommitLog:
@@ -146,7 +152,9 @@ class CommitLog:
             mapped = self._file_with_room(size)
         return self._append_in(mapped, message, store_timestamp)
 
-    def append_encoded_batch(self, batch: EncodedBatch, store_timestamp: int) -> AppendedBatch:
+    def append_encoded_batch(
+        self, batch: EncodedBatch | LeanBatch, store_timestamp: int
+    ) -> AppendedBatch:
         """Append a batch of one (topic, queue) with consecutive queue offsets, in one file,
         with one ``pwrite``. Nothing reaches the file, and no queue offset moves, unless
         every record packs."""

@@ -97,6 +97,27 @@ class UniqKeyHasher:
             return 0
         return 0x100000000 - h if h & 0x80000000 else h
 
+    def many(self, topic: str, uniq_keys: list[str]) -> list[int]:
+        """The hash of each key of a batch: keys of one millisecond share their head, so the
+        head is looked up once per run of keys, not once per key."""
+        hashes: list[int] = []
+        add = hashes.append
+        head = ""
+        head_size = -5  # no head yet: no key is head_size + 4 long
+        shifted = 0
+        for uniq_key in uniq_keys:
+            tail = uniq_key[-4:].encode()
+            if len(uniq_key) != head_size + 4 or len(tail) != 4 or not uniq_key.startswith(head):
+                add(self(topic, uniq_key))  # a new head (or a key with none: short, not ASCII)
+                if len(tail) == 4 and len(uniq_key) > 4:
+                    head, head_size = uniq_key[:-4], len(uniq_key) - 4
+                    shifted = self._heads[(topic, head)] * _TAIL_SHIFT
+                continue
+            c0, c1, c2, c3 = tail
+            h = (shifted + c0 * 29791 + c1 * 961 + c2 * 31 + c3) & 0xFFFFFFFF
+            add(0 if h == 0x80000000 else 0x100000000 - h if h & 0x80000000 else h)
+        return hashes
+
 
 class KeyHasher:
     """``index_key_hash(f"{topic}#{key}")`` with the hash of ``topic#`` remembered, so only

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, cast
 
 from storage.checkpoint import StoreCheckpoint
 from storage.delay_levels import SCHEDULE_TOPIC
@@ -184,15 +184,20 @@ class IndexService:
                     )
                 )
             idempotency_keys = idempotency_keys[1:]
-        for physical_offset, key_text, uniq_key in zip(offsets, keys, uniq_keys, strict=True):
-            if physical_offset <= done_to:
-                continue
-            if uniq_key:
-                add((uniq_key_hash(topic, uniq_key), physical_offset))
-            if key_text:
-                for key in key_text.split(KEY_SEPARATOR):
-                    if key:
-                        add((key_hash(topic, key), physical_offset))
+        if offsets[0] > done_to and not any(keys) and all(uniq_keys):
+            # Bodies alone (the common batch): a UNIQ_KEY each, hashed in one go.
+            hashes = uniq_key_hash.many(topic, cast("list[str]", uniq_keys))
+            entries += zip(hashes, offsets, strict=True)
+        else:
+            for physical_offset, key_text, uniq_key in zip(offsets, keys, uniq_keys, strict=True):
+                if physical_offset <= done_to:
+                    continue
+                if uniq_key:
+                    add((uniq_key_hash(topic, uniq_key), physical_offset))
+                if key_text:
+                    for key in key_text.split(KEY_SEPARATOR):
+                        if key:
+                            add((key_hash(topic, key), physical_offset))
         if idempotency_keys:  # keys on later records (not made by sends): rare
             for number, idempotency_key in idempotency_keys:
                 if offsets[number] > done_to:

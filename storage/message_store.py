@@ -42,6 +42,7 @@ from storage.index_service import IndexService, load_index
 from storage.keyed_records import KeyedRecords
 from storage.queue_reader import QueueReader
 from storage.record.encode import EncodedBatch, EncodedMessage, check_batch
+from storage.record.lean_batch import LeanBatch, lean_batch
 from storage.record.message import GetMessageStatus, Message, PutResult, StoredMessage
 from storage.record.msg_id import msg_id_prefix
 from storage.record.properties import PROPERTY_DELAY
@@ -258,13 +259,19 @@ class MessageStore:
         if not messages:
             return []
         now = time.time_ns() // 1_000_000
-        if any(is_timer_request(m.properties) for m in messages):
-            # A timed batch is timed as a whole: every message waits in the timer topic.
-            timer = self.config.timer
-            messages = [redirect_timer(m, now, timer, force=True) for m in messages]
-        check_batch(messages)
-        self._check_queue_id(messages[0].queue_id)
-        batch = EncodedBatch(messages, self.commit_log.store_v6, self.config.max_message_size)
+        store_v6, max_size = self.commit_log.store_v6, self.config.max_message_size
+        # Bodies alone (the common batch): one lean pass; anything else, the general rules.
+        batch: EncodedBatch | LeanBatch | None = lean_batch(messages, store_v6, max_size)
+        if batch is not None:
+            self._check_queue_id(batch.queue_id)
+        else:
+            if any(map(is_timer_request, [m.properties for m in messages])):
+                # A timed batch is timed as a whole: every message waits in the timer topic.
+                timer = self.config.timer
+                messages = [redirect_timer(m, now, timer, force=True) for m in messages]
+            check_batch(messages)
+            self._check_queue_id(messages[0].queue_id)
+            batch = EncodedBatch(messages, store_v6, max_size)
         if batch.topic == TIMER_TOPIC:
             batch.tags_codes = [timer_tags_code(m.properties) for m in messages]
         try:

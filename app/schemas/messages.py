@@ -175,22 +175,36 @@ class SendResponse(ResponseBody):
 
 
 def send_response_out(topic: str, receipts: list[SendReceipt]) -> dict[str, object]:
+    # Each receipt unpacked in the loop header: one step per receipt, no attribute lookups.
     return {
         "topic": topic,
         "messages": [
             {
-                "msg_id": r.msg_id,
-                "uniq_key": r.uniq_key,
-                "queue_id": r.queue_id,
-                "queue_offset": r.queue_offset,
-                "commit_log_offset": r.commit_log_offset,
-                "store_timestamp": r.store_timestamp,
-                "status": r.status,
-                "delay_level": r.delay_level,
-                "deliver_at": r.deliver_at,
-                "timer_handle": r.timer_handle,
+                "msg_id": msg_id,
+                "uniq_key": uniq_key,
+                "queue_id": queue_id,
+                "queue_offset": queue_offset,
+                "commit_log_offset": commit_log_offset,
+                "store_timestamp": store_timestamp,
+                "status": status,
+                "delay_level": delay_level,
+                "deliver_at": deliver_at,
+                "timer_handle": timer_handle,
             }
-            for r in receipts
+            for (
+                msg_id,
+                uniq_key,
+                _topic,
+                queue_id,
+                queue_offset,
+                commit_log_offset,
+                store_timestamp,
+                status,
+                delay_level,
+                deliver_at,
+                _replayed,
+                timer_handle,
+            ) in receipts
         ],
     }
 

@@ -67,7 +67,7 @@ def check_numbers(message: Message) -> None:
 
 
 @lru_cache(maxsize=4096)
-def _topic_field(topic: str) -> bytes:
+def topic_field(topic: str) -> bytes:
     """TOPIC LENGTH (one byte, v1) + TOPIC of a valid topic name.
 
     ``InvalidTopicError`` if the name is not valid (errors are not cached).
@@ -76,13 +76,20 @@ def _topic_field(topic: str) -> bytes:
     return bytes((len(topic_bytes),)) + topic_bytes
 
 
+@lru_cache(maxsize=1024)
+def host_address(host: str) -> bytes:
+    """The address bytes of an IP literal (:func:`encode_host`), remembered: a store hears
+    from few hosts, and every message names one."""
+    return encode_host(host)
+
+
 def _body_too_large(length: int, max_body_size: int) -> MessageTooLargeError:
     return MessageTooLargeError(
         f"message body is {length} bytes, over the limit of {max_body_size}"
     )
 
 
-def _properties_field(properties: dict[str, str]) -> bytes:
+def properties_field(properties: dict[str, str]) -> bytes:
     """The encoded properties, refused when not valid Unicode or over the length limit."""
     try:
         properties_bytes = encode_properties(properties)
@@ -132,11 +139,11 @@ class EncodedMessage:
         if len(body) > max_body_size:
             raise _body_too_large(len(body), max_body_size)
         topic = message.topic
-        topic_field = _topic_field(topic)
+        topic_bytes = topic_field(topic)
         properties = message.properties
-        properties_bytes = _properties_field(properties)
+        properties_bytes = properties_field(properties)
         born_host, born_port = message.born_host
-        born_address = encode_host(born_host)
+        born_address = host_address(born_host)
         sys_flag = message.sys_flag & ~HOST_V6_BITS
         if len(born_address) == 16:
             sys_flag |= BORNHOST_V6_FLAG
@@ -162,11 +169,11 @@ class EncodedMessage:
         self.keys = properties.get(PROPERTY_KEYS)
         self.uniq_key = properties.get(PROPERTY_UNIQ_KEY)
         self.idempotency_key = properties.get(PROPERTY_IDEMPOTENCY_KEY)
-        self.size = header.size + len(body) + len(topic_field) + 2 + len(properties_bytes)
+        self.size = header.size + len(body) + len(topic_bytes) + 2 + len(properties_bytes)
         # Everything after the body, ready to copy: TOPIC LENGTH + TOPIC + PROPERTIES LENGTH
         # + PROPERTIES.
         self.tail = b"".join(
-            (topic_field, SHORT_STRUCT.pack(len(properties_bytes)), properties_bytes)
+            (topic_bytes, SHORT_STRUCT.pack(len(properties_bytes)), properties_bytes)
         )
 
     @property
@@ -270,7 +277,7 @@ class EncodedBatch:
     def __init__(self, messages: list[Message], store_v6: bool, max_body_size: int) -> None:
         first = messages[0]
         topic = first.topic
-        topic_field = _topic_field(topic)
+        topic_bytes = topic_field(topic)
         store_bit = STOREHOSTADDRESS_V6_FLAG if store_v6 else 0
         records = []
         sizes = []
@@ -284,14 +291,14 @@ class EncodedBatch:
             if len(body) > max_body_size:
                 raise _body_too_large(len(body), max_body_size)
             properties = message.properties
-            properties_bytes = _properties_field(properties)
+            properties_bytes = properties_field(properties)
             born_host, born_port = message.born_host
-            born_address = encode_host(born_host)
+            born_address = host_address(born_host)
             sys_flag = (message.sys_flag & ~HOST_V6_BITS) | store_bit
             if len(born_address) == 16:
                 sys_flag |= BORNHOST_V6_FLAG
             header = RECORD_HEADERS[sys_flag & HOST_V6_BITS]
-            size = header.size + len(body) + len(topic_field) + 2 + len(properties_bytes)
+            size = header.size + len(body) + len(topic_bytes) + 2 + len(properties_bytes)
             tags = properties.get(PROPERTY_TAGS)
             records.append(
                 (
@@ -306,7 +313,7 @@ class EncodedBatch:
                     message.reconsume_times,
                     message.prepared_transaction_offset,
                     body,
-                    topic_field + SHORT_STRUCT.pack(len(properties_bytes)) + properties_bytes,
+                    topic_bytes + SHORT_STRUCT.pack(len(properties_bytes)) + properties_bytes,
                 )
             )
             sizes.append(size)

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError, model_validator
 
+from app.routes.messages import _json_messages, _parse_send_json, _text_batch
 from app.schemas.common import RequestBody, validated_dicts
 from app.schemas.messages import SEND_BATCH_DICTS, SEND_MESSAGE_DEFAULTS, SendBatch
 
@@ -82,3 +83,18 @@ def test_a_model_with_validator_methods_has_no_dicts() -> None:
     assert isinstance(Checked(), BaseModel)
     with pytest.raises(TypeError, match="validator methods"):
         validated_dicts(Checked)
+
+
+_BODIES_ALONE = st.fixed_dictionaries(
+    {"messages": st.lists(st.fixed_dictionaries({"body": st.text(max_size=5)}), min_size=1)},
+    optional={"queue_id": st.integers(0, 3), "sharding_key": st.sampled_from(["a", "b"])},
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_BODIES_ALONE | _BATCHES)
+def test_a_text_batch_sends_what_the_model_way_sends(data: Any) -> None:
+    body = orjson.dumps(data)
+    fast = _text_batch(body)
+    if fast is not None:
+        assert fast == _json_messages(_parse_send_json(body))

@@ -3,8 +3,6 @@ messages must follow — nothing is written when one is broken."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from services import Broker, OutgoingMessage
@@ -14,7 +12,7 @@ from services.errors import (
     QueueNotFoundError,
     SystemTopicError,
 )
-from services.send import UniqKeyGenerator, shard_queue
+from services.send import shard_queue
 from services.send_back import SendBackRequest
 from storage.errors import InvalidTopicError
 from storage.topic_names import dlq_topic, retry_topic
@@ -26,14 +24,6 @@ def test_shard_queue_matches_rocketmq() -> None:
     assert shard_queue("polygenelubricants", 8) == 0  # hashCode() == Integer.MIN_VALUE
     assert shard_queue("Aa", 16) == shard_queue("BB", 16) == 2112 % 16
     assert shard_queue("x", 1) == 0
-
-
-def test_uniq_keys_are_32_uppercase_hex_and_distinct() -> None:
-    generator = UniqKeyGenerator("10.0.0.7")
-    keys = [generator.next() for _ in range(1000)]
-    assert all(re.fullmatch(r"[0-9A-F]{32}", k) for k in keys)
-    assert len(set(keys)) == 1000
-    assert keys[0].startswith("0A000007")
 
 
 async def test_send_rules(broker: Broker) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.send import UniqKeyGenerator
+from services.uniq_keys import UniqKeyGenerator
 from storage.index_file import IndexFile, KeyHasher, UniqKeyHasher, index_key_hash
 from storage.record.java_hash import java_string_hash
 
@@ -25,6 +25,19 @@ def test_generated_keys_hash_as_the_whole_string() -> None:
     for topic in ("TopicA", "%RETRY%group", "Topic-é"):
         for key in keys:
             assert hasher(topic, key) == index_key_hash(f"{topic}#{key}")
+
+
+@given(
+    topic=st.text(min_size=1, max_size=20),
+    keys=st.lists(
+        st.one_of(st.text(max_size=8), st.sampled_from(["AB0001", "AB0002", "ABé003", "CD0001"])),
+        max_size=12,
+    ),
+)
+def test_a_batch_of_keys_hashes_as_each_whole_string(topic: str, keys: list[str]) -> None:
+    generated = UniqKeyGenerator("10.0.0.7").next_many(3)
+    keys = [*keys, *generated, *keys]
+    assert UniqKeyHasher().many(topic, keys) == [index_key_hash(f"{topic}#{k}") for k in keys]
 
 
 @given(topic=st.text(min_size=1, max_size=20), key=st.text(max_size=60))

@@ -1,0 +1,233 @@
+"""The lean encoder of a batch whose messages carry nothing but a body and a UNIQ_KEY.
+
+Most batches are bodies alone: no tags, keys, user properties, delay or delivery time, every
+message with the same topic, queue, flags and born host and time (one send made them all).
+Such a batch needs none of the per-message rules of :class:`~storage.record.encode.
+EncodedBatch`; :func:`lean_batch` checks the shape of the whole batch at once and encodes
+it column by column: the bodies' CRCs in one comprehension, the records' headers with one
+precompiled ``struct`` mapped over the columns, the batch in one ``join``. The first
+message may also carry the idempotency properties a keyed send stamps on it.
+
+The records are byte for byte those of the general encoder (a property test holds the two
+together); anything else — another shape, a refusal of any kind — is left to the general
+encoder (``None``), which gives the same answer as before.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from functools import lru_cache
+from itertools import accumulate, chain, count, repeat
+from operator import attrgetter, itemgetter
+from typing import Final
+
+from storage.errors import MessageRejectedError
+from storage.record.encode import check_numbers, host_address, properties_field, topic_field
+from storage.record.layout import (
+    BORNHOST_V6_FLAG,
+    CQ_UNIT_STRUCT,
+    CRC_MASK,
+    HOST_V6_BITS,
+    MESSAGE_MAGIC_CODE,
+    RECORD_HEADERS,
+    SHORT_STRUCT,
+    STOREHOSTADDRESS_V6_FLAG,
+    SYSFLAG_POSITION,
+    TRANSACTION_TYPE_MASK,
+)
+from storage.record.message import Message
+from storage.record.properties import (
+    MAX_PROPERTIES_LENGTH,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_IDEMPOTENCY_BATCH,
+    PROPERTY_IDEMPOTENCY_FINGERPRINT,
+    PROPERTY_IDEMPOTENCY_KEY,
+    PROPERTY_SEPARATOR,
+    PROPERTY_UNIQ_KEY,
+)
+
+_SHAPE: Final = attrgetter(
+    "topic",
+    "queue_id",
+    "flag",
+    "sys_flag",
+    "born_timestamp",
+    "born_host",
+    "reconsume_times",
+    "prepared_transaction_offset",
+)
+"""What every message of a lean batch shares (one C call per message)."""
+
+_FIRST_PROPERTIES: Final = frozenset(
+    {
+        PROPERTY_UNIQ_KEY,
+        PROPERTY_IDEMPOTENCY_KEY,
+        PROPERTY_IDEMPOTENCY_FINGERPRINT,
+        PROPERTY_IDEMPOTENCY_BATCH,
+    }
+)
+"""The properties the first message may carry: its UNIQ_KEY and a keyed send's stamp."""
+
+_UNIQ_HEAD: Final = (PROPERTY_UNIQ_KEY + NAME_VALUE_SEPARATOR).encode()
+_UNIQ_END: Final = PROPERTY_SEPARATOR.encode()
+_UNIQ_FRAME: Final = len(_UNIQ_HEAD) + len(_UNIQ_END)
+_MAX_UNIQ_KEY: Final = MAX_PROPERTIES_LENGTH - _UNIQ_FRAME
+_UNIQ_KEY_OF: Final = itemgetter(PROPERTY_UNIQ_KEY)
+
+
+@lru_cache(maxsize=8)
+def _head_struct(middle_size: int) -> struct.Struct:
+    """TOTALSIZE .. PHYSICALOFFSET, the batch's constant fields as one string, BODY LENGTH:
+    the same bytes as the record header of :mod:`~storage.record.layout` (big-endian, no
+    padding)."""
+    return struct.Struct(f">iiiiiqq{middle_size}si")
+
+
+class LeanBatch:
+    """A lean batch, encoded as columns; the same face to the CommitLog as ``EncodedBatch``."""
+
+    __slots__ = (
+        "bodies",
+        "body_lengths",
+        "count",
+        "crcs",
+        "flag",
+        "header",
+        "idempotency_keys",
+        "keys",
+        "middle",
+        "queue_id",
+        "size",
+        "sizes",
+        "tags_codes",
+        "tails",
+        "topic",
+        "uniq_keys",
+    )
+
+    topic: str
+    queue_id: int
+    count: int
+    size: int
+    sizes: list[int]
+    tags_codes: list[int]
+    keys: list[str | None]
+    uniq_keys: list[str | None]
+    idempotency_keys: list[tuple[int, str]]
+    bodies: list[bytes]
+    body_lengths: list[int]
+    crcs: list[int]
+    tails: list[bytes]
+    flag: int
+    header: struct.Struct
+    middle: tuple[int, int, bytes, int, int, int]
+
+    def pack(
+        self,
+        physical_offset: int,
+        queue_offset: int,
+        store_timestamp: int,
+        store_address: bytes,
+        store_port: int,
+    ) -> tuple[bytes, bytes, list[int]]:
+        """As ``EncodedBatch.pack``: the records from ``physical_offset``, their ConsumeQueue
+        units and their physical offsets."""
+        sys_flag, born, address, port, reconsume, prepared = self.middle
+        middle = self.header.pack(
+            0, 0, 0, 0, 0, 0, 0, sys_flag, born, address, port, store_timestamp,
+            store_address, store_port, reconsume, prepared, 0,
+        )[SYSFLAG_POSITION:-4]  # fmt: skip
+        sizes = self.sizes
+        offsets = list(accumulate(sizes[:-1], initial=physical_offset))
+        heads = map(
+            _head_struct(len(middle)).pack,
+            sizes,
+            repeat(MESSAGE_MAGIC_CODE),
+            self.crcs,
+            repeat(self.queue_id),
+            repeat(self.flag),
+            count(queue_offset),
+            offsets,
+            repeat(middle),
+            self.body_lengths,
+        )
+        data = b"".join(chain.from_iterable(zip(heads, self.bodies, self.tails, strict=True)))
+        units = b"".join(map(CQ_UNIT_STRUCT.pack, offsets, sizes, self.tags_codes))
+        return data, units, offsets
+
+
+def lean_batch(messages: list[Message], store_v6: bool, max_body_size: int) -> LeanBatch | None:
+    """The batch encoded the lean way, or None when it is not lean (or is refused: the
+    general encoder then says why)."""
+    shapes = list(map(_SHAPE, messages))
+    shape = shapes[0]
+    if shapes.count(shape) != len(shapes):
+        return None
+    topic, queue_id, flag, sys_flag, born_timestamp, born_host, reconsume, prepared = shape
+    if sys_flag & TRANSACTION_TYPE_MASK:
+        return None
+    properties = [m.properties for m in messages]
+    first = properties[0]
+    if not _FIRST_PROPERTIES.issuperset(first) or PROPERTY_UNIQ_KEY not in first:
+        return None
+    rest = properties[1:]
+    if rest and (max(map(len, rest)) != 1 or min(map(len, rest)) != 1):
+        return None
+    try:
+        check_numbers(messages[0])
+        uniq_keys = [first[PROPERTY_UNIQ_KEY], *map(_UNIQ_KEY_OF, rest)]
+        encoded_keys = [key.encode() for key in uniq_keys[1:]]
+        first_properties = properties_field(first)
+        address = host_address(born_host[0])
+        topic_bytes = topic_field(topic)
+    except (KeyError, MessageRejectedError, UnicodeEncodeError, AttributeError, ValueError):
+        return None
+    bodies = [m.body for m in messages]
+    body_lengths = list(map(len, bodies))
+    if max(body_lengths) > max_body_size or (
+        encoded_keys and max(map(len, encoded_keys)) > _MAX_UNIQ_KEY
+    ):
+        return None
+    sys_flag = (sys_flag & ~HOST_V6_BITS) | (STOREHOSTADDRESS_V6_FLAG if store_v6 else 0)
+    if len(address) == 16:
+        sys_flag |= BORNHOST_V6_FLAG
+    header = RECORD_HEADERS[sys_flag & HOST_V6_BITS]
+    tails = [topic_bytes + SHORT_STRUCT.pack(len(first_properties)) + first_properties]
+    tails += _uniq_tails(topic_bytes, encoded_keys)
+    fixed = header.size
+    sizes = [fixed + body + len(tail) for body, tail in zip(body_lengths, tails, strict=True)]
+    batch = LeanBatch()
+    batch.topic = topic
+    batch.queue_id = queue_id
+    batch.count = len(messages)
+    batch.size = sum(sizes)
+    batch.sizes = sizes
+    batch.tags_codes = [0] * len(messages)
+    batch.keys = [None] * len(messages)
+    batch.uniq_keys = uniq_keys
+    key = first.get(PROPERTY_IDEMPOTENCY_KEY)
+    batch.idempotency_keys = [] if key is None else [(0, key)]
+    batch.bodies = bodies
+    batch.body_lengths = body_lengths
+    batch.crcs = [zlib.crc32(body) & CRC_MASK for body in bodies]
+    batch.tails = tails
+    batch.flag = flag
+    batch.header = header
+    batch.middle = (sys_flag, born_timestamp, address, born_host[1], reconsume, prepared)
+    return batch
+
+
+def _uniq_tails(topic_bytes: bytes, keys: list[bytes]) -> list[bytes]:
+    """TOPIC LENGTH + TOPIC + PROPERTIES LENGTH + ``UNIQ_KEY\\x01<key>\\x02`` of each key;
+    keys of one length (generated ones) share everything before the key."""
+    if not keys:
+        return []
+    length = len(keys[0])
+    if min(map(len, keys)) == max(map(len, keys)):
+        head = topic_bytes + SHORT_STRUCT.pack(length + _UNIQ_FRAME) + _UNIQ_HEAD
+        return [head + key + _UNIQ_END for key in keys]
+    return [
+        topic_bytes + SHORT_STRUCT.pack(len(key) + _UNIQ_FRAME) + _UNIQ_HEAD + key + _UNIQ_END
+        for key in keys
+    ]
