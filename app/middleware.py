@@ -55,7 +55,7 @@ class HttpShellMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = _request_id(scope)
+        request_id = request_id_of(scope)
         scope.setdefault("state", {})["request_id"] = request_id
         id_header = (b"x-request-id", request_id.encode())
         _keep_encoded_slashes(scope)
@@ -147,7 +147,9 @@ class _Exchange:
         await self._send(message)
 
 
-def _request_id(scope: Scope) -> str:
+def request_id_of(scope: Scope) -> str:
+    """The client's ``X-Request-Id`` when it is a valid one, else a new id: the one rule the
+    HTTP shell and the proxy's own protocol share."""
     for name, value in scope["headers"]:
         if name == b"x-request-id":
             if _REQUEST_ID.match(value):

@@ -35,7 +35,7 @@ from uvicorn.protocols.http.httptools_impl import (
 from uvicorn.server import ServerState
 
 from app.errors import PROBLEM_MEDIA_TYPE, problem_body
-from app.middleware import _request_id
+from app.middleware import request_id_of
 from app.proxy.fast import FastLane, FastRoute
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ class ProxyHttpProtocol(HttpToolsProtocol):
 async def _serve(lane: FastLane, cycle: RequestResponseCycle, route: FastRoute, match: Any) -> None:
     """One hot request, from its scope to its answer on the wire."""
     scope: Any = cycle.scope
-    request_id = _request_id(scope)
+    request_id = request_id_of(scope)
     scope["state"]["request_id"] = request_id
     scope["app"] = lane.app  # what request.app means in the endpoints
     id_header = (b"x-request-id", request_id.encode())
