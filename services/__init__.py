@@ -70,6 +70,7 @@ from services.redrive_jobs import (
 from services.schedule import LevelProgress
 from services.send import OutgoingMessage, SendLimits, SendReceipt
 from services.send_back import SendBackRequest, SendBackResult, original_topic
+from services.send_receipts import SentBodies
 from services.store_status import StoreGauges
 from services.timer.recall import CancelOutcome, CancelResult
 from services.timer.service import TimerProgress
@@ -190,6 +191,7 @@ __all__ = [
     "SendBackResult",
     "SendLimits",
     "SendReceipt",
+    "SentBodies",
     "StoreConfig",
     "StoreGauges",
     "SubscriptionGroupConfig",

@@ -18,10 +18,12 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from services.durability import DurabilityTracker
-from storage import Message, MessageStore, PutResult, PutStatus
+from storage import BatchPut, Message, MessageStore, PutResult, PutStatus
 
 PutMessages = Callable[[list[Message]], Awaitable[list[PutResult]]]
 """Appends one message (a list of one) or one atomic batch and waits until it is durable."""
+PutBodies = Callable[[Message, list[bytes], list[str]], Awaitable[tuple[BatchPut, PutStatus]]]
+"""Appends a batch of bodies alone (:meth:`Appender.put_bodies`)."""
 
 
 class ReplicationHook(Protocol):
@@ -62,6 +64,16 @@ class Appender:
         if results and self.replication is not None:
             self.replication.appended(results[-1].end_offset, results[-1].store_timestamp)
         return results
+
+    async def put_bodies(
+        self, first: Message, bodies: list[bytes], uniq_keys: list[str]
+    ) -> tuple[BatchPut, PutStatus]:
+        """:meth:`put` of a batch of bodies alone (see :meth:`MessageStore.put_bodies`),
+        answered as columns and the one status of the batch."""
+        put = self._store.put_bodies(first, bodies, uniq_keys)
+        if self.replication is not None:
+            self.replication.appended(put.end_offset, put.store_timestamp)
+        return put, await self.durable_status(put.end_offset)
 
     async def settle(self, results: list[PutResult]) -> list[PutResult]:
         """Wait until appended ``results`` are durable; their status says how that went."""

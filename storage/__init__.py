@@ -23,6 +23,7 @@ from storage.errors import (
 )
 from storage.message_store import MessageStore
 from storage.record.message import (
+    BatchPut,
     GetMessageStatus,
     Message,
     PutResult,
@@ -33,6 +34,7 @@ from storage.store_types import FlushDiskType, GetMessageResult, StoreConfig
 from storage.tag_filter import TagFilter
 
 __all__ = [
+    "BatchPut",
     "ConfigFileError",
     "CorruptRecordError",
     "FlushDiskType",

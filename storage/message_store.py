@@ -24,7 +24,7 @@ from pathlib import Path
 
 from storage.allocate_service import AllocateMappedFileService
 from storage.checkpoint import StoreCheckpoint
-from storage.commit_log import AppendResult, CommitLog
+from storage.commit_log import AppendedBatch, AppendResult, CommitLog
 from storage.consume_queue import ConsumeQueue
 from storage.consume_queue_table import ConsumeQueueTable
 from storage.delay_levels import parse_delay_levels, redirect_delayed
@@ -42,10 +42,16 @@ from storage.index_service import IndexService, load_index
 from storage.keyed_records import KeyedRecords
 from storage.queue_reader import QueueReader
 from storage.record.encode import EncodedBatch, EncodedMessage, check_batch
-from storage.record.lean_batch import LeanBatch, lean_batch
-from storage.record.message import GetMessageStatus, Message, PutResult, StoredMessage
+from storage.record.lean_batch import LeanBatch, lean_batch, lean_bodies
+from storage.record.message import (
+    BatchPut,
+    GetMessageStatus,
+    Message,
+    PutResult,
+    StoredMessage,
+)
 from storage.record.msg_id import msg_id_prefix
-from storage.record.properties import PROPERTY_DELAY
+from storage.record.properties import PROPERTY_DELAY, PROPERTY_UNIQ_KEY
 from storage.recovery import StoreRecovery
 from storage.replication_log import REPLICATION_CHUNK_BYTES, ReplicationLog
 from storage.retention import StoreCleaner
@@ -258,6 +264,39 @@ class MessageStore:
         self._check_writeable()
         if not messages:
             return []
+        return self._put_batch(messages).put_results(self._msg_id_prefix)
+
+    def put_bodies(self, first: Message, bodies: list[bytes], uniq_keys: list[str]) -> BatchPut:
+        """:meth:`put_messages` of ``first`` followed by messages like it, each with the next
+        of ``bodies`` and ``uniq_keys`` as its body and only property (``first`` has the
+        first of each), answered as columns: a batch of bodies alone, without a message
+        object per body where the lean encoder takes it."""
+        self._check_writeable()
+        batch = lean_bodies(
+            first, bodies, uniq_keys, self.commit_log.store_v6, self.config.max_message_size
+        )
+        if batch is None or batch.topic == TIMER_TOPIC:  # the general rules say why, or time
+            topic, queue_id = first.topic, first.queue_id
+            born, host = first.born_timestamp, first.born_host
+            messages = [first] + [
+                Message(topic, body, queue_id, {PROPERTY_UNIQ_KEY: key}, 0, 0, born, host)
+                for body, key in zip(bodies[1:], uniq_keys[1:], strict=True)
+            ]
+            appended = self._put_batch(messages)
+        else:
+            self._check_queue_id(batch.queue_id)
+            appended = self._append_batch(batch, time.time_ns() // 1_000_000)
+        return BatchPut(
+            self._msg_id_prefix,
+            appended.topic,
+            appended.queue_id,
+            appended.first_queue_offset,
+            appended.offsets,
+            appended.store_timestamp,
+            appended.end_offset,
+        )
+
+    def _put_batch(self, messages: list[Message]) -> AppendedBatch:
         now = time.time_ns() // 1_000_000
         store_v6, max_size = self.commit_log.store_v6, self.config.max_message_size
         # Bodies alone (the common batch): one lean pass; anything else, the general rules.
@@ -274,13 +313,16 @@ class MessageStore:
             batch = EncodedBatch(messages, store_v6, max_size)
         if batch.topic == TIMER_TOPIC:
             batch.tags_codes = [timer_tags_code(m.properties) for m in messages]
+        return self._append_batch(batch, now)
+
+    def _append_batch(self, batch: EncodedBatch | LeanBatch, now: int) -> AppendedBatch:
         try:
             appended = self.commit_log.append_encoded_batch(batch, now)
         except StoreNotWriteableError as exc:
             self.flags.mark_not_writeable(str(exc))
             raise self._refusal() from exc
         self.dispatcher.dispatch_appended_batch(appended)
-        return appended.put_results(self._msg_id_prefix)
+        return appended
 
     def _check_queue_id(self, queue_id: int) -> None:
         if not 0 <= queue_id < self.config.max_queues_per_topic:

@@ -40,10 +40,11 @@ from app.schemas import (
     message_out,
     pull_out,
     send_response_out,
+    sent_bodies_json,
 )
 from app.schemas.messages import SEND_BATCH_DICTS, SEND_MESSAGE_DEFAULTS
 from app.settings import MAX_REQUEST_BYTES
-from services import OutgoingMessage, PullOptions
+from services import Broker, OutgoingMessage, PullOptions
 
 router = api_router(tags=["messages"])
 
@@ -106,7 +107,15 @@ async def send_messages(
         batch = _text_batch(body)
         if batch is None:
             batch = _json_messages(_parse_send_json(body))
-        messages, batch_queue_id, batch_sharding_key = batch
+        given, batch_queue_id, batch_sharding_key = batch
+        if isinstance(given, _Bodies):  # bodies alone
+            bodies = given.bodies
+            if key is None and len(bodies) > 1:
+                return await _send_bodies(
+                    topic, bodies, batch_queue_id, batch_sharding_key, broker, request
+                )
+            given = given.messages()
+        messages = given
     else:
         _check_raw_body(content_type, body)
         messages = [
@@ -192,11 +201,51 @@ def _json_messages(
     return [outgoing_message(parsed, ("body",))], None, None
 
 
-def _text_batch(body: bytes) -> tuple[list[OutgoingMessage], int | None, str | None] | None:
+class _Bodies:
+    """The messages of a batch of bodies alone, as their bodies."""
+
+    __slots__ = ("bodies",)
+
+    def __init__(self, bodies: list[bytes]) -> None:
+        self.bodies = bodies
+
+    def messages(self) -> list[OutgoingMessage]:
+        return [OutgoingMessage(body) for body in self.bodies]
+
+
+async def _send_bodies(
+    topic: str,
+    bodies: list[bytes],
+    queue_id: int | None,
+    sharding_key: str | None,
+    broker: Broker,
+    request: Request,
+) -> Response:
+    """The answer to a batch of bodies alone sent without an idempotency key, sent and
+    answered as columns (``send_bodies``): the records and the answer of the general way,
+    without an object per message."""
+    client = request.client
+    sent = await broker.send.send_bodies(
+        topic,
+        bodies,
+        batch_queue_id=queue_id,
+        batch_sharding_key=sharding_key,
+        born_host=(client.host, client.port) if client else ("127.0.0.1", 0),
+    )
+    content = sent_bodies_json(sent)
+    if content is None:
+        content = orjson.dumps(send_response_out(topic, sent.receipts()))
+    return Response(content, status_code=201, media_type=OrjsonResponse.media_type)
+
+
+TextBatch = tuple[list[OutgoingMessage] | _Bodies, int | None, str | None]
+
+
+def _text_batch(body: bytes) -> TextBatch | None:
     """A batch of text messages, validated by :data:`SEND_BATCH_DICTS` (the batch's rules,
-    without a model per message): its messages, queue and sharding key; None for anything
-    else (not a batch, a base64 body, a timer message, a refusal), which goes the way of
-    :func:`_parse_send_json`."""
+    without a model per message): its messages (bodies alone: their bodies), queue and
+    sharding key; None for anything else (not a batch, a base64 body, a timer message, a
+    refusal), which goes the way of :func:`_parse_send_json`."""
     if b'"messages"' not in body or b'"deliver_' in body:
         return None
     try:
@@ -205,8 +254,8 @@ def _text_batch(body: bytes) -> tuple[list[OutgoingMessage], int | None, str | N
         return None
     given = batch["messages"]
     if _bodies_alone(given):  # the common batch: no defaults to merge, no fields to copy
-        messages = [OutgoingMessage(m["body"].encode()) for m in given]
-        return messages, batch.get("queue_id"), batch.get("sharding_key")
+        bodies = _Bodies([m["body"].encode() for m in given])
+        return bodies, batch.get("queue_id"), batch.get("sharding_key")
     items = [{**SEND_MESSAGE_DEFAULTS, **m} for m in given]
     if any(m["body_encoding"] != "utf-8" for m in items):
         return None

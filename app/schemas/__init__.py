@@ -74,6 +74,7 @@ from app.schemas.messages import (
     message_out,
     pull_out,
     send_response_out,
+    sent_bodies_json,
 )
 from app.schemas.offsets import (
     CommittedOffsetOut,
@@ -199,6 +200,7 @@ __all__ = [
     "redrive_out",
     "send_back_out",
     "send_response_out",
+    "sent_bodies_json",
     "topic_detail_out",
     "topic_out",
 ]

@@ -161,29 +161,40 @@ def lean_batch(messages: list[Message], store_v6: bool, max_body_size: int) -> L
     """The batch encoded the lean way, or None when it is not lean (or is refused: the
     general encoder then says why)."""
     shapes = list(map(_SHAPE, messages))
-    shape = shapes[0]
-    if shapes.count(shape) != len(shapes):
-        return None
-    topic, queue_id, flag, sys_flag, born_timestamp, born_host, reconsume, prepared = shape
-    if sys_flag & TRANSACTION_TYPE_MASK:
+    if shapes.count(shapes[0]) != len(shapes):
         return None
     properties = [m.properties for m in messages]
-    first = properties[0]
-    if not _FIRST_PROPERTIES.issuperset(first) or PROPERTY_UNIQ_KEY not in first:
-        return None
     rest = properties[1:]
     if rest and (max(map(len, rest)) != 1 or min(map(len, rest)) != 1):
         return None
     try:
-        check_numbers(messages[0])
-        uniq_keys = [first[PROPERTY_UNIQ_KEY], *map(_UNIQ_KEY_OF, rest)]
+        uniq_keys = [properties[0][PROPERTY_UNIQ_KEY], *map(_UNIQ_KEY_OF, rest)]
+    except KeyError:
+        return None
+    bodies = [m.body for m in messages]
+    return lean_bodies(messages[0], bodies, uniq_keys, store_v6, max_body_size)
+
+
+def lean_bodies(
+    first: Message, bodies: list[bytes], uniq_keys: list[str], store_v6: bool, max_body_size: int
+) -> LeanBatch | None:
+    """:func:`lean_batch` of ``first`` followed by messages like it, each with the next of
+    ``bodies`` and ``uniq_keys`` as its body and only property, built from the columns
+    (``first`` has ``bodies[0]`` and ``uniq_keys[0]``; None as :func:`lean_batch`)."""
+    topic, queue_id, flag, sys_flag, born_timestamp, born_host, reconsume, prepared = _SHAPE(first)
+    if sys_flag & TRANSACTION_TYPE_MASK:
+        return None
+    first_given = first.properties
+    if not _FIRST_PROPERTIES.issuperset(first_given) or PROPERTY_UNIQ_KEY not in first_given:
+        return None
+    try:
+        check_numbers(first)
         encoded_keys = [key.encode() for key in uniq_keys[1:]]
-        first_properties = properties_field(first)
+        first_properties = properties_field(first_given)
         address = host_address(born_host[0])
         topic_bytes = topic_field(topic)
     except (KeyError, MessageRejectedError, UnicodeEncodeError, AttributeError, ValueError):
         return None
-    bodies = [m.body for m in messages]
     body_lengths = list(map(len, bodies))
     if max(body_lengths) > max_body_size or (
         encoded_keys and max(map(len, encoded_keys)) > _MAX_UNIQ_KEY
@@ -200,13 +211,13 @@ def lean_batch(messages: list[Message], store_v6: bool, max_body_size: int) -> L
     batch = LeanBatch()
     batch.topic = topic
     batch.queue_id = queue_id
-    batch.count = len(messages)
+    batch.count = len(bodies)
     batch.size = sum(sizes)
     batch.sizes = sizes
-    batch.tags_codes = [0] * len(messages)
-    batch.keys = [None] * len(messages)
-    batch.uniq_keys = uniq_keys
-    key = first.get(PROPERTY_IDEMPOTENCY_KEY)
+    batch.tags_codes = [0] * len(bodies)
+    batch.keys = [None] * len(bodies)
+    batch.uniq_keys = list(uniq_keys)
+    key = first_given.get(PROPERTY_IDEMPOTENCY_KEY)
     batch.idempotency_keys = [] if key is None else [(0, key)]
     batch.bodies = bodies
     batch.body_lengths = body_lengths

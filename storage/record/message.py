@@ -1,7 +1,7 @@
 """The message values every layer passes around: what a producer gives the store
 (:class:`Message`), what the CommitLog hands back decoded (:class:`StoredMessage`) or as a
 consumer is shown it (:class:`MessageView`), and what a put and a get answer (:class:`PutResult`,
-:class:`PutStatus`, :class:`GetMessageStatus`).
+:class:`PutStatus`, :class:`GetMessageStatus`; a batch of bodies alone: :class:`BatchPut`).
 
 This is the one module of :mod:`storage` the HTTP layer may import directly (an
 import-linter contract says so): values only, nothing that touches a file.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import NamedTuple
 
 from storage.record.fields import MessageView as MessageView  # what app renders a pull from
 from storage.record.msg_id import msg_id_prefix
@@ -104,6 +105,23 @@ class PutResult:
     @property
     def end_offset(self) -> int:
         return self.physical_offset + self.size
+
+
+class BatchPut(NamedTuple):
+    """A stored batch as columns (what :meth:`MessageStore.put_bodies` answers): record ``i``
+    has msg id ``msg_id_prefix + f"{offsets[i]:016X}"`` and queue offset
+    ``first_queue_offset + i``; all share the store time."""
+
+    msg_id_prefix: str  # the store's: host + port, hex (see msg_id)
+    topic: str
+    queue_id: int
+    first_queue_offset: int
+    offsets: list[int]  # physical offset of each record
+    store_timestamp: int
+    end_offset: int  # where the batch ends in the CommitLog
+
+    def msg_ids(self) -> list[str]:
+        return list(map((self.msg_id_prefix + "{:016X}").format, self.offsets))
 
 
 class GetMessageStatus(Enum):
