@@ -3,7 +3,6 @@ bodies alone, the same as columns (:class:`SentBodies`)."""
 
 from __future__ import annotations
 
-import itertools
 from typing import NamedTuple
 
 from storage import BatchPut
@@ -20,12 +19,12 @@ class SentBodies(NamedTuple):
     def receipts(self) -> list[SendReceipt]:
         """The receipts :meth:`SendService.send` answers for the same batch."""
         put = self.put
+        queue_offsets = range(put.first_queue_offset, put.first_queue_offset + len(put.offsets))
         return [
             SendReceipt(msg_id, uniq_key, self.topic, put.queue_id, queue_offset, offset,
                         put.store_timestamp, self.status)
             for msg_id, uniq_key, queue_offset, offset in zip(
-                put.msg_ids(), self.uniq_keys, itertools.count(put.first_queue_offset),
-                put.offsets, strict=True,
+                put.msg_ids(), self.uniq_keys, queue_offsets, put.offsets, strict=True
             )
         ]  # fmt: skip
 

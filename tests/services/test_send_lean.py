@@ -175,3 +175,58 @@ def test_fingerprints_are_the_values_stored_before() -> None:
     tagged = [OutgoingMessage(b"a", tags="T"), OutgoingMessage(b"bc", deliver_after_ms=5)]
     assert not bodies_alone(tagged)
     assert fingerprint(tagged, [0, 0]) == "ced7916f3cb9149df97d8a410bb4e97c"
+
+
+BODY_BATCHES = st.tuples(
+    st.sampled_from(["T", "U", "T", "bad topic", "%RETRY%g"]),
+    st.lists(st.binary(max_size=48), min_size=2, max_size=6),
+    st.one_of(st.none(), st.integers(0, 3), st.just(99)),
+    st.one_of(st.none(), st.just("order-1")),
+)
+
+
+async def _bodies_answer(broker: Broker, send: tuple[Any, ...]) -> object:
+    topic, bodies, queue_id, sharding_key = send
+    try:
+        sent = await broker.send.send_bodies(
+            topic, bodies, batch_queue_id=queue_id, batch_sharding_key=sharding_key
+        )
+    except Exception as exc:  # the refusal itself is compared
+        return (type(exc), str(exc))
+    return sent.receipts()
+
+
+def test_bodies_sent_as_columns_store_and_answer_what_general_sends_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(services.send, "time", _FixedClock())
+    monkeypatch.setattr(storage.message_store, "time", _FixedClock())
+    general_root, columns_root = tmp_path / "general", tmp_path / "columns"
+    with asyncio.Runner() as runner:
+        general = runner.run(_start(general_root / "store"))
+        columns = runner.run(_start(columns_root / "store"))
+        answers: list[object] = []
+
+        @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @given(BODY_BATCHES)
+        def same(send: tuple[Any, ...]) -> None:
+            topic, bodies, queue_id, sharding_key = send
+            messages = [OutgoingMessage(body) for body in bodies]
+            with monkeypatch.context() as forced:
+                forced.setattr(services.send, "bodies_alone", _general_only)
+                forced.setattr(storage.message_store, "lean_batch", _general_only)
+                expected = runner.run(
+                    _answer(general, (topic, messages, queue_id, sharding_key, None))
+                )
+            answer = runner.run(_bodies_answer(columns, send))
+            answers.append(answer)
+            assert answer == expected
+
+        try:
+            same()
+            assert _commit_log(columns_root) == _commit_log(general_root)
+            assert any(isinstance(a, list) for a in answers)
+            assert any(isinstance(a, tuple) for a in answers)
+        finally:
+            runner.run(general.stop())
+            runner.run(columns.stop())

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import storage.message_store
 from storage import (
     GetMessageResult,
     GetMessageStatus,
@@ -145,6 +146,73 @@ def test_put_messages_gets_consecutive_queue_offsets(store: MessageStore) -> Non
     assert len({r.msg_id for r in results}) == 5
     assert [m.body for m in get(store, 1).messages] == [b"b%d" % i for i in range(5)]
     assert store.put_messages([]) == []
+
+
+class _StoppedClock:
+    """The ``time`` module with ``time_ns`` stopped: two stores stamp the same times."""
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(time, name)
+
+    @staticmethod
+    def time_ns() -> int:
+        return 1_700_000_000_123_000_000
+
+
+@pytest.mark.parametrize(
+    ("first", "bodies"),
+    [
+        pytest.param(Message("TopicA", b"a", 1, {"UNIQ_KEY": "K0"}), [b"b", b"cc"], id="lean"),
+        pytest.param(
+            Message("TopicA", b"a", 0, {"UNIQ_KEY": "K0"}, born_host=("::1", 7)),
+            [b"b"],
+            id="ipv6-born-host",
+        ),
+        pytest.param(Message("TopicA", b"a", 0, {"UNIQ_KEY": "K0"}), [b"x" * 5000], id="huge"),
+        pytest.param(Message("bad topic", b"a", 0, {"UNIQ_KEY": "K0"}), [b"b"], id="bad-topic"),
+        pytest.param(Message("TopicA", b"a", MAX_QUEUES, {"UNIQ_KEY": "K0"}), [b"b"], id="queue"),
+        pytest.param(
+            Message("TopicA", b"a", 0, {"UNIQ_KEY": "K0", "TAGS": "T"}), [b"b"], id="tagged-first"
+        ),
+    ],
+)
+def test_put_bodies_stores_and_answers_what_put_messages_does(
+    open_store: OpenStore,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    first: Message,
+    bodies: list[bytes],
+) -> None:
+    monkeypatch.setattr(storage.message_store, "time", _StoppedClock())
+    by_messages, by_columns = open_store(root=tmp_path / "a"), open_store(root=tmp_path / "b")
+    keys = ["K0", *(f"K{i + 1}" for i in range(len(bodies)))]
+    messages = [first] + [
+        Message(first.topic, body, first.queue_id, {"UNIQ_KEY": key}, 0, 0, 0, first.born_host)
+        for body, key in zip(bodies, keys[1:], strict=True)
+    ]
+    for store in (by_messages, by_columns):  # not the first put of either
+        store.put_message(message(body=b"before"))
+    try:
+        expected: object = by_messages.put_messages(messages)
+    except Exception as exc:
+        expected = (type(exc), str(exc))
+    try:
+        put = by_columns.put_bodies(first, [first.body, *bodies], keys)
+        found: object = [
+            PutResult(msg_id, put.topic, put.queue_id, put.first_queue_offset + n, offset,
+                      end - offset, put.store_timestamp)
+            for n, (msg_id, offset, end) in enumerate(
+                zip(put.msg_ids(), put.offsets, [*put.offsets[1:], put.end_offset], strict=True)
+            )
+        ]  # fmt: skip
+    except Exception as exc:
+        found = (type(exc), str(exc))
+    assert found == expected
+    files = [
+        b"".join(p.read_bytes() for p in sorted((root / "commitlog").iterdir()))
+        for root in (tmp_path / "a", tmp_path / "b")
+    ]
+    assert files[0] == files[1]
 
 
 def test_batch_never_straddles_commit_log_files(store: MessageStore) -> None:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from storage.errors import StorageError
 from storage.record.decode import decode_record
 from storage.record.encode import EncodedBatch, check_batch
-from storage.record.lean_batch import LeanBatch, lean_batch
+from storage.record.lean_batch import LeanBatch, lean_batch, lean_bodies
 from storage.record.message import Message
 from storage.record.msg_id import encode_host
 
@@ -156,3 +156,51 @@ def test_anything_but_bodies_goes_the_general_way(change: dict[str, object]) -> 
         sys_flag=change.get("sys_flag", 0),  # type: ignore[arg-type]
     )
     assert lean_batch(messages, False, 64) is None
+
+
+@st.composite
+def bodies_alone(draw: st.DrawFn) -> list[Message]:
+    """A first message (now and then with something more than a body and a UNIQ_KEY) and
+    messages like it with a body and a UNIQ_KEY each: what ``lean_bodies`` is given."""
+    first = draw(batches())[0]
+    bodies = draw(st.lists(st.binary(max_size=30), min_size=1, max_size=5))
+    keys = draw(st.lists(GENERATED | st.text(max_size=6), min_size=len(bodies), max_size=5))
+    rest = [
+        Message(
+            first.topic,
+            body,
+            first.queue_id,
+            {UNIQ: key},
+            first.flag,
+            first.sys_flag,
+            first.born_timestamp,
+            first.born_host,
+            first.reconsume_times,
+            first.prepared_transaction_offset,
+        )
+        for body, key in zip(bodies, keys, strict=False)
+    ]
+    return [first, *rest]
+
+
+@settings(max_examples=300, deadline=None)
+@given(bodies_alone(), st.sampled_from([40, 40, 20]))
+def test_lean_bodies_is_the_lean_batch_of_the_messages_it_stands_for(
+    messages: list[Message], max_body: int
+) -> None:
+    first = messages[0]
+    if UNIQ not in first.properties:
+        first.properties[UNIQ] = "0" * 32
+    expected = lean_batch(messages, False, max_body)
+    bodies = [m.body for m in messages]
+    keys = [m.properties[UNIQ] for m in messages]
+    found = lean_bodies(first, bodies, keys, False, max_body)
+    event("lean" if found is not None else "general")
+    assert (found is None) == (expected is None)
+    if found is None or expected is None:
+        return
+    for name in LeanBatch.__slots__:
+        assert getattr(found, name) == getattr(expected, name), name
+    store = (encode_host("192.168.0.9"), 10911)
+    args = (4096, 3, 1_700_000_000_123, *store)
+    assert found.pack(*args) == expected.pack(*args)
