@@ -27,8 +27,10 @@ RocketMQ opens. Any other size is an :class:`IndexFileSizeError` at startup.
 from __future__ import annotations
 
 import mmap
+import operator
 import os
 import struct
+from itertools import repeat
 from pathlib import Path
 from typing import Final
 
@@ -99,7 +101,19 @@ class UniqKeyHasher:
 
     def many(self, topic: str, uniq_keys: list[str]) -> list[int]:
         """The hash of each key of a batch: keys of one millisecond share their head, so the
-        head is looked up once per run of keys, not once per key."""
+        head is looked up once per run of keys, not once per key; a batch whose keys all
+        share one ASCII head (one send's) is hashed by C calls mapped over the keys."""
+        first = uniq_keys[0] if uniq_keys else ""
+        size = len(first)
+        if size > 4 and first.isascii():
+            head = first[:-4]
+            if (
+                "".join(uniq_keys).isascii()
+                and list(map(len, uniq_keys)).count(size) == len(uniq_keys)
+                and all(map(str.startswith, uniq_keys, repeat(head)))
+            ):
+                self(topic, first)  # remembers the head's hash
+                return _same_head_hashes(self._heads[(topic, head)] * _TAIL_SHIFT, uniq_keys)
         hashes: list[int] = []
         add = hashes.append
         head = ""
@@ -117,6 +131,45 @@ class UniqKeyHasher:
             h = (shifted + c0 * 29791 + c1 * 961 + c2 * 31 + c3) & 0xFFFFFFFF
             add(0 if h == 0x80000000 else 0x100000000 - h if h & 0x80000000 else h)
         return hashes
+
+
+class _PairHashes(dict[str, int]):
+    """Two characters → their part of a Java hash (``c0 * 31 + c1``), worked out when first
+    asked for; a few hundred pairs at most for hex keys."""
+
+    def __missing__(self, pair: str) -> int:
+        if len(self) >= _MAX_PAIRS:
+            self.clear()
+        value = self[pair] = ord(pair[0]) * 31 + ord(pair[1])
+        return value
+
+
+_MAX_PAIRS: Final = 4096
+_PAIRS: Final = _PairHashes()
+_HIGH_PAIR: Final = operator.itemgetter(slice(-4, -2))
+_LOW_PAIR: Final = operator.itemgetter(slice(-2, None))
+
+
+def _same_head_hashes(shifted: int, uniq_keys: list[str]) -> list[int]:
+    """``index_key_hash`` of each key, all with one ASCII head whose hash times ``31**4`` is
+    ``shifted``: ``h(head) * 31**4 + h(tail)`` mod 2**32 by C calls mapped over the keys
+    (the tail's hash from its two pairs), as a signed int, then its absolute value; Java's
+    ``abs(MIN_VALUE)`` becomes 0 as in :func:`index_key_hash`."""
+    count = len(uniq_keys)
+    tails = map(
+        operator.add,
+        map(operator.mul, map(_PAIRS.__getitem__, map(_HIGH_PAIR, uniq_keys)), repeat(961)),
+        map(_PAIRS.__getitem__, map(_LOW_PAIR, uniq_keys)),
+    )
+    hashes = map(operator.and_, map(operator.add, repeat(shifted), tails), repeat(0xFFFFFFFF))
+    signed = struct.unpack(f"{count}i", struct.pack(f"{count}I", *hashes))
+    found = list(map(abs, signed))
+    if _MIN_ABS in found:
+        found = [0 if value == _MIN_ABS else value for value in found]
+    return found
+
+
+_MIN_ABS: Final = 0x80000000  # abs(Java's MIN_VALUE) as Python computes it
 
 
 class KeyHasher:

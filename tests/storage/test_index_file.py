@@ -40,6 +40,36 @@ def test_a_batch_of_keys_hashes_as_each_whole_string(topic: str, keys: list[str]
     assert UniqKeyHasher().many(topic, keys) == [index_key_hash(f"{topic}#{k}") for k in keys]
 
 
+ASCII = st.text(st.characters(min_codepoint=0, max_codepoint=127), min_size=4, max_size=4)
+
+
+@given(
+    topic=st.text(min_size=1, max_size=20),
+    head=st.text(st.characters(min_codepoint=0, max_codepoint=127), min_size=1, max_size=28),
+    tails=st.lists(ASCII, min_size=1, max_size=12),
+)
+def test_a_batch_of_one_ascii_head_hashes_as_each_whole_string(
+    topic: str, head: str, tails: list[str]
+) -> None:
+    keys = [head + tail for tail in tails]  # one send's keys: the mapped C calls
+    assert UniqKeyHasher().many(topic, keys) == [index_key_hash(f"{topic}#{k}") for k in keys]
+
+
+def test_generated_batches_hash_as_each_whole_string() -> None:
+    generator = UniqKeyGenerator("10.0.0.7")
+    hasher = UniqKeyHasher()
+    for topic in ("TopicA", "%RETRY%group", "Topic-é"):
+        for count in (1, 2, 1000):
+            keys = generator.next_many(count)
+            assert hasher.many(topic, keys) == [index_key_hash(f"{topic}#{k}") for k in keys]
+
+
+def test_a_key_hashing_to_java_min_value_gets_0_in_a_batch() -> None:
+    assert java_string_hash("T#K1389p^uh") == -(2**31)
+    keys = ["K1389p^uh", "K1389AAAA", "K1389p^uh"]
+    assert UniqKeyHasher().many("T", keys) == [0, index_key_hash("T#K1389AAAA"), 0]
+
+
 @given(topic=st.text(min_size=1, max_size=20), key=st.text(max_size=60))
 def test_a_business_key_hashes_as_the_whole_string(topic: str, key: str) -> None:
     hasher = KeyHasher()
