@@ -30,6 +30,7 @@ import mmap
 import operator
 import os
 import struct
+from collections import deque
 from itertools import repeat
 from pathlib import Path
 from typing import Final
@@ -57,6 +58,7 @@ INDEX_ENTRY: Final = struct.Struct(
 INDEX_ENTRY_SIZE: Final = INDEX_ENTRY.size  # 20
 _SLOT = struct.Struct(">i")
 _pack_entry = INDEX_ENTRY.pack_into
+_FIRST: Final = operator.itemgetter(0)
 _INT_MAX: Final = 0x7FFFFFFF
 _NO_END: Final = 2**63 - 1
 
@@ -342,6 +344,19 @@ class IndexFile:
         unpack_slot = _SLOT.unpack_from
         pack_slot = _SLOT.pack_into
         entry_at = self._entries_at + count * INDEX_ENTRY_SIZE
+        hashes, offsets = zip(*entries, strict=True)
+        slot_ats = [INDEX_HEADER_SIZE + HASH_SLOT_SIZE * (h % slots) for h in hashes]
+        if len(set(slot_ats)) == len(slot_ats):  # no two in one slot: the same, mapped
+            numbers = range(count, count + len(entries))
+            found = map(_FIRST, map(unpack_slot, repeat(buffer), slot_ats))
+            links = [p if 0 < p <= n else 0 for p, n in zip(found, numbers, strict=True)]
+            entries_end = entry_at + INDEX_ENTRY_SIZE * len(entries)
+            buffer[entry_at:entries_end] = b"".join(
+                map(INDEX_ENTRY.pack, hashes, offsets, repeat(time_diff), links)
+            )
+            deque(map(pack_slot, repeat(buffer), slot_ats, numbers), maxlen=0)
+            self._entries_put(links.count(0), numbers.stop, offsets[-1], store_timestamp)
+            return len(entries)
         new_slots = 0
         for key_hash, phy_offset in entries:
             slot_at = INDEX_HEADER_SIZE + (key_hash % slots) * HASH_SLOT_SIZE
@@ -353,11 +368,16 @@ class IndexFile:
             pack_slot(buffer, slot_at, count)
             count += 1
             entry_at += INDEX_ENTRY_SIZE
+        self._entries_put(new_slots, count, entries[-1][1], store_timestamp)
+        return len(entries)
+
+    def _entries_put(
+        self, new_slots: int, count: int, end_phy_offset: int, store_timestamp: int
+    ) -> None:
         self.hash_slot_count += new_slots
         self.index_count = count
-        self.end_phy_offset = entries[-1][1]
+        self.end_phy_offset = end_phy_offset
         self.end_timestamp = max(self.end_timestamp, store_timestamp)
-        return len(entries)
 
     def overlaps(self, begin: int, end: int) -> bool:
         return self.begin_timestamp <= end and self.end_timestamp >= begin

@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from hypothesis import given
+import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.uniq_keys import UniqKeyGenerator
@@ -117,6 +118,40 @@ def test_put_hashes_writes_what_put_hash_writes_and_stops_when_full(tmp_path: Pa
     batched.close()
     first = (tmp_path / "20261121000000000").read_bytes()
     assert (tmp_path / "20261121000000001").read_bytes() == first
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    slots=st.sampled_from([3, 1000]),
+    garbage=st.lists(st.integers(-5, 40), max_size=8),
+    before=st.lists(st.integers(0, 2**31 - 1), max_size=6),
+    batch=st.lists(st.tuples(st.integers(0, 2**31 - 1), st.integers(0, 2**40)), max_size=12),
+)
+def test_a_batch_of_entries_writes_what_one_entry_at_a_time_writes(
+    tmp_path_factory: pytest.TempPathFactory,
+    slots: int,
+    garbage: list[int],
+    before: list[int],
+    batch: list[tuple[int, int]],
+) -> None:
+    """With a slot per entry (mapped) or slots shared (looped); over slots left with any
+    value (a damaged file)."""
+    root = tmp_path_factory.mktemp("index")
+    files = [IndexFile(root / f"2026112100000000{n}", slots, 14, create=True) for n in (0, 1)]
+    now = 1_700_000_000_000
+    for index in files:
+        for number, value in enumerate(garbage):
+            index.buffer[40 + 4 * (number % slots) : 44 + 4 * (number % slots)] = value.to_bytes(
+                4, "big", signed=True
+            )
+        for number, key_hash in enumerate(before):
+            index.put_hash(key_hash, number, now)
+    one_by_one, batched = files
+    accepted = sum(one_by_one.put_hash(h, offset, now + 5000) for h, offset in batch)
+    assert batched.put_hashes(batch, now + 5000) == accepted
+    for index in files:
+        index.close()
+    assert (root / "20261121000000000").read_bytes() == (root / "20261121000000001").read_bytes()
 
 
 def test_an_older_store_time_does_not_move_the_end_back(tmp_path: Path) -> None:
