@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import itertools
+import operator
 import os
 import secrets
 import socket
@@ -21,7 +22,7 @@ class UniqKeyGenerator:
         address = _ipv4_bytes(host)
         prefix = address + (os.getpid() & 0xFFFF).to_bytes(2, "big") + secrets.token_bytes(4)
         self._prefix = prefix.hex().upper()
-        self._counter = itertools.count(secrets.randbelow(0x10000))
+        self._counter = secrets.randbelow(0x10000)  # the next one's (low 16 bits)
         self._month_start_ms = 0
         self._month_end_ms = 0
 
@@ -34,8 +35,10 @@ class UniqKeyGenerator:
         if not self._month_start_ms <= now < self._month_end_ms:
             self._set_month(now)
         head = f"{self._prefix}{(now - self._month_start_ms) & 0xFFFFFFFF:08X}"
-        counter = self._counter
-        return [f"{head}{next(counter) & 0xFFFF:04X}" for _ in range(count)]
+        start = self._counter
+        self._counter = (start + count) & 0xFFFF
+        counters = map(operator.and_, range(start, start + count), itertools.repeat(0xFFFF))
+        return list(map((head + "{:04X}").format, counters))  # the head is hex: no braces
 
     def _set_month(self, now_ms: int) -> None:
         year, month = time.localtime(now_ms / 1000)[:2]

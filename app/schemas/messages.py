@@ -214,10 +214,10 @@ def send_response_out(topic: str, receipts: list[SendReceipt]) -> dict[str, obje
 def sent_bodies_json(sent: SentBodies) -> bytes | None:
     """``orjson.dumps(send_response_out(sent.topic, sent.receipts()))``, built by formatting
     each message's JSON from one template (one C call per message, no dict); None when a
-    UNIQ_KEY is anything but letters and digits (then the JSON must escape it)."""
+    UNIQ_KEY is not ASCII or needs escaping in JSON (then the receipts must be rendered)."""
     uniq_keys = sent.uniq_keys
     joined = "".join(uniq_keys)
-    if not (joined.isascii() and joined.isalnum()):
+    if not joined.isascii() or len(orjson.dumps(joined)) != len(joined) + 2:
         return None
     put = sent.put
     message = (
