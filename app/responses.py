@@ -2,21 +2,48 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final
 
 import orjson
+from starlette.background import BackgroundTask
 from starlette.responses import Response
 
 from app.errors import PROBLEM_MEDIA_TYPE
 
 
 class OrjsonResponse(Response):
-    """JSON rendered by orjson (the hot paths build plain dicts and skip model validation)."""
+    """JSON rendered by orjson (the hot paths build plain dicts and skip model validation).
+
+    Without extra headers, media type or background task, the headers are built here from
+    constant bytes: what ``Response.init_headers`` builds for them, without its checks."""
 
     media_type = "application/json"
 
+    def __init__(
+        self,
+        content: Any = None,
+        status_code: int = 200,
+        headers: Mapping[str, str] | None = None,
+        media_type: str | None = None,
+        background: BackgroundTask | None = None,
+    ) -> None:
+        if headers is not None or media_type is not None or background is not None:
+            super().__init__(content, status_code, headers, media_type, background)
+            return
+        self.status_code = status_code
+        self.background = None
+        body = self.body = orjson.dumps(content)
+        if status_code < 200 or status_code in (204, 304):
+            self.raw_headers = [_JSON_TYPE]
+        else:
+            self.raw_headers = [(b"content-length", b"%d" % len(body)), _JSON_TYPE]
+
     def render(self, content: Any) -> bytes:
         return orjson.dumps(content)
+
+
+_JSON_TYPE: Final = (b"content-type", OrjsonResponse.media_type.encode("latin-1"))
 
 
 PROBLEM_SCHEMA_REF: Final = {"$ref": "#/components/schemas/Problem"}

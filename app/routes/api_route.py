@@ -262,12 +262,20 @@ def direct_handler(dependant: Dependant) -> Handler | None:
 
 
 def query_params(request: Request) -> QueryParams:
-    """The request's query, parsed by a layer in front (:data:`PARSED_QUERY`) or now."""
-    parsed = request.scope.get(PARSED_QUERY)
-    if parsed is not None and parsed[0] == request.scope["query_string"]:
+    """The request's query, parsed by a layer in front (:data:`PARSED_QUERY`) or now (none:
+    one shared empty query, read-only as every ``QueryParams``)."""
+    scope = request.scope
+    query_string = scope["query_string"]
+    if not query_string:
+        return _NO_QUERY
+    parsed = scope.get(PARSED_QUERY)
+    if parsed is not None and parsed[0] == query_string:
         params: QueryParams = parsed[1]
         return params
     return request.query_params
+
+
+_NO_QUERY: Final = QueryParams("")
 
 
 QueryReader = Callable[[QueryParams, dict[str, Any], list[Any]], None]
