@@ -18,6 +18,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from app import admin
+from app.application import SpoolmqApp
 from app.errors import install_error_handlers
 from app.middleware import HttpShellMiddleware
 from app.openapi import build_openapi
@@ -100,7 +101,7 @@ def create_app(
                 await member.stop()
             await broker.stop()
 
-    app = FastAPI(
+    app = SpoolmqApp(
         title="spoolmq",
         version=_version(),
         description=DESCRIPTION,

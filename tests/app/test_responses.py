@@ -38,7 +38,7 @@ def test_extra_headers_media_type_and_background_go_starlettes_way() -> None:
         {"media_type": "application/problem+json"},
         {"background": task},
     ):
-        ours = OrjsonResponse({"k": 1}, 201, **kwargs)  # type: ignore[arg-type]
+        ours = OrjsonResponse({"k": 1}, 201, **kwargs)
         theirs = _starlette({"k": 1}, 201, **kwargs)
         assert (ours.body, ours.raw_headers, ours.background) == (
             theirs.body,
