@@ -49,7 +49,7 @@ from storage.record.layout import (
     TRANSACTION_TYPE_MASK,
 )
 from storage.record.lean_batch import LeanBatch
-from storage.record.message import PutResult, StoredMessage
+from storage.record.message import BatchPut, PutResult, StoredMessage
 from storage.record.msg_id import decode_msg_id, encode_host
 
 PREFAULT_AHEAD: Final = 1024 * 1024
@@ -104,6 +104,18 @@ class AppendedBatch:
     store_timestamp: int
     end_offset: int
     idempotency_keys: list[tuple[int, str]]  # (record number, key) of the keyed records
+
+    def batch_put(self, msg_id_prefix: str) -> BatchPut:
+        """The batch as columns; ``msg_id_prefix``: the store's (see ``msg_id``)."""
+        return BatchPut(
+            msg_id_prefix,
+            self.topic,
+            self.queue_id,
+            self.first_queue_offset,
+            self.offsets,
+            self.store_timestamp,
+            self.end_offset,
+        )
 
     def put_results(self, msg_id_prefix: str) -> list[PutResult]:
         """One put result per record; ``msg_id_prefix``: the store's (see ``msg_id``)."""

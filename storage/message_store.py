@@ -42,7 +42,7 @@ from storage.index_service import IndexService, load_index
 from storage.keyed_records import KeyedRecords
 from storage.queue_reader import QueueReader
 from storage.record.encode import EncodedBatch, EncodedMessage, check_batch
-from storage.record.lean_batch import LeanBatch, lean_batch, lean_bodies
+from storage.record.lean_batch import LeanBatch, lean_batch, lean_bodies, messages_like
 from storage.record.message import (
     BatchPut,
     GetMessageStatus,
@@ -51,7 +51,7 @@ from storage.record.message import (
     StoredMessage,
 )
 from storage.record.msg_id import msg_id_prefix
-from storage.record.properties import PROPERTY_DELAY, PROPERTY_UNIQ_KEY
+from storage.record.properties import PROPERTY_DELAY
 from storage.recovery import StoreRecovery
 from storage.replication_log import REPLICATION_CHUNK_BYTES, ReplicationLog
 from storage.retention import StoreCleaner
@@ -267,34 +267,18 @@ class MessageStore:
         return self._put_batch(messages).put_results(self._msg_id_prefix)
 
     def put_bodies(self, first: Message, bodies: list[bytes], uniq_keys: list[str]) -> BatchPut:
-        """:meth:`put_messages` of ``first`` followed by messages like it, each with the next
-        of ``bodies`` and ``uniq_keys`` as its body and only property (``first`` has the
-        first of each), answered as columns: a batch of bodies alone, without a message
-        object per body where the lean encoder takes it."""
+        """:meth:`put_messages` of ``messages_like(first, bodies, uniq_keys)``, answered as
+        columns, without a message object per body where the lean encoder takes it."""
         self._check_writeable()
         batch = lean_bodies(
             first, bodies, uniq_keys, self.commit_log.store_v6, self.config.max_message_size
         )
         if batch is None or batch.topic == TIMER_TOPIC:  # the general rules say why, or time
-            topic, queue_id = first.topic, first.queue_id
-            born, host = first.born_timestamp, first.born_host
-            messages = [first] + [
-                Message(topic, body, queue_id, {PROPERTY_UNIQ_KEY: key}, 0, 0, born, host)
-                for body, key in zip(bodies[1:], uniq_keys[1:], strict=True)
-            ]
-            appended = self._put_batch(messages)
+            appended = self._put_batch(messages_like(first, bodies, uniq_keys))
         else:
             self._check_queue_id(batch.queue_id)
             appended = self._append_batch(batch, time.time_ns() // 1_000_000)
-        return BatchPut(
-            self._msg_id_prefix,
-            appended.topic,
-            appended.queue_id,
-            appended.first_queue_offset,
-            appended.offsets,
-            appended.store_timestamp,
-            appended.end_offset,
-        )
+        return appended.batch_put(self._msg_id_prefix)
 
     def _put_batch(self, messages: list[Message]) -> AppendedBatch:
         now = time.time_ns() // 1_000_000

@@ -229,6 +229,17 @@ def lean_bodies(
     return batch
 
 
+def messages_like(first: Message, bodies: list[bytes], uniq_keys: list[str]) -> list[Message]:
+    """The messages :func:`lean_bodies` stands for: ``first``, then one like it per further
+    body, with that body and its UNIQ_KEY as its only property."""
+    topic, queue_id, flag, sys_flag, born, host, reconsume, prepared = _SHAPE(first)
+    return [first] + [
+        Message(topic, body, queue_id, {PROPERTY_UNIQ_KEY: key}, flag, sys_flag, born, host,
+                reconsume, prepared)
+        for body, key in zip(bodies[1:], uniq_keys[1:], strict=True)
+    ]  # fmt: skip
+
+
 def _uniq_tails(topic_bytes: bytes, keys: list[bytes]) -> list[bytes]:
     """TOPIC LENGTH + TOPIC + PROPERTIES LENGTH + ``UNIQ_KEY\\x01<key>\\x02`` of each key;
     keys of one length (generated ones) share everything before the key."""
