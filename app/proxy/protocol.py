@@ -81,7 +81,7 @@ class ProxyHttpProtocol(HttpToolsProtocol):
         lane = self.lane
         if lane is None or scope["type"] != "http" or scope["http_version"] != "1.1":
             return None
-        if b"%" in scope["raw_path"]:
+        if scope["raw_path"].find(b"%") >= 0:  # not `in`: it tries the byte as an int first
             return None
         limit: int = lane.app.state.limits.max_request_bytes
         length = 0
