@@ -13,7 +13,7 @@ Workloads: single send (1 KiB, no queue named), batch send (100 x 1 KiB), pull o
 from queue 0 (random offsets), group pull of 32 (two groups, messages in g1 only, no commit),
 POP receive of 32 (two groups, ``wait_ms`` 0).
 
-    uv run python bench/proxy_cpu_bench.py --before-root DIR   # DIR: git archive REV | tar -x -C DIR
+    uv run python bench/proxy_cpu_bench.py --before-root DIR  # git archive REV | tar -x -C DIR
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ def test_an_undecoded_send_is_written_as_buffers_over_the_clients_bytes() -> Non
     plan = JsonSend(raw)
     head, rest = plan.parts_for(2)
     assert isinstance(rest, memoryview) and rest.obj is raw and bytes(rest) == raw[1:]
-    assert head + bytes(rest) == plan.for_queue(2) == b'{"queue_id":2,' + raw[1:]
+    assert bytes(head) + bytes(rest) == plan.for_queue(2) == b'{"queue_id":2,' + raw[1:]
     decoded = JsonSend(b'{"body": "x", "queue_id": 5}').parts_for(1)
     assert [orjson.loads(part) for part in decoded] == [{"body": "x", "queue_id": 1}]
 
