@@ -4,10 +4,11 @@ forwarder, send picker and budget shares, and small parsing helpers."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 from urllib.parse import parse_qsl
 
 from fastapi import Request
+from starlette.datastructures import State
 
 from app.errors import ApiError
 from app.proxy.fanout import BudgetShares
@@ -30,6 +31,22 @@ class ProxyLimits:
     flush or a slave (5 s by default), so a broker that answers late is still heard."""
     connect_timeout_s: float = 2.0
     max_request_bytes: int = MAX_REQUEST_BYTES
+
+
+class ProxyState(State):
+    """The proxy app's ``app.state``, its entries plain attributes as well.
+
+    Starlette's :class:`State` keeps them in a dict that ``__getattr__`` reads, which Python
+    calls only after the ordinary look-up failed — an ``AttributeError`` made and dropped
+    for each of the five or six reads of every proxied request."""
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        object.__setattr__(self, key, value)
+        self._state[key] = value
+
+    def __delattr__(self, key: str) -> None:
+        object.__delattr__(self, key)
+        del self._state[key]
 
 
 def proxy_limits(request: Request) -> ProxyLimits:

@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app.errors import PROBLEM_MEDIA_TYPE, ApiError
-from app.proxy.upstream import NotSentError, Origin, Upstream
+from app.proxy.upstream import Body, NotSentError, Origin, Upstream
 from services.cluster import BrokerMember
 
 RETRY_AFTER_S = 1
@@ -117,7 +117,7 @@ class Forwarder:
         params: Sequence[tuple[str, str]] | None = None,
         query: bytes = b"",
         json: Any = None,
-        content: bytes | None = None,
+        content: Body | None = None,
         headers: Sequence[tuple[bytes, bytes]] = (),
         timeout_s: float = READ_TIMEOUT_S,
     ) -> BrokerAnswer:
@@ -132,13 +132,14 @@ class Forwarder:
             sent.append((b"content-type", b"application/json"))
         sent.extend(headers)
         body = content or b""
+        length = sum(map(len, body)) if isinstance(body, tuple) else len(body)
         if params:
             query = urlencode(params).encode()
         target = path.encode() + (b"?" + query if query else b"")
         head = [b"%s %s HTTP/1.1\r\nhost: %s\r\n" % (method.encode(), target, host)]
         head.extend(b"%s: %s\r\n" % pair for pair in sent)
         if body or method in ("POST", "PUT", "PATCH"):
-            head.append(b"content-length: %d\r\n" % len(body))
+            head.append(b"content-length: %d\r\n" % length)
         head.append(b"\r\n")
         try:
             answer = await self.upstream.request(origin, b"".join(head), body, timeout_s)

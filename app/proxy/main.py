@@ -15,7 +15,7 @@ from starlette.types import ASGIApp
 from app.errors import install_error_handlers, problem_response
 from app.middleware import HttpShellMiddleware
 from app.proxy import consume, messages, pop, timers, topics, transactions
-from app.proxy.context import ProxyLimits
+from app.proxy.context import ProxyLimits, ProxyState
 from app.proxy.fanout import BudgetShares
 from app.proxy.fast import FastLane, fast_route
 from app.proxy.forward import Forwarder
@@ -59,6 +59,7 @@ def create_proxy_app(
         # FastAPI's OpenTelemetry hooks would read the environment on every request.
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
+    app.state = ProxyState()
     install_error_handlers(app)
     app.add_exception_handler(EtcdError, _etcd_error)
     app.add_exception_handler(EtcdUnavailableError, _etcd_error)

@@ -42,7 +42,7 @@ async def send(topic: str, request: Request) -> Response:
     if is_json_media_type(content_type):  # the broker's own rule
         plan = JsonSend(raw)
         target = SendTarget(
-            topic, plan.queue_id, plan.sharding_key, client_key, plan.for_queue, _no_query
+            topic, plan.queue_id, plan.sharding_key, client_key, plan.parts_for, _no_query
         )
         return await forward_send(request, target)
     explicit: int | None = int_param(request, "queue_id", -1)

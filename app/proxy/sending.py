@@ -47,6 +47,7 @@ from app.proxy.forward import (
     ProxyError,
     broker_path,
 )
+from app.proxy.upstream import Body
 from services.cluster import EtcdUnavailableError, NoMasterError, QueueRoute, topic_route
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ class SendTarget:
     queue_id: int | None
     sharding_key: str | None
     client_key: str | None
-    body_for: Callable[[int], bytes]
+    body_for: Callable[[int], Body]
     """The request body for the chosen group's local queue id."""
     query_for: Callable[[int], bytes]
     """The query string for the chosen group's local queue id."""

@@ -28,6 +28,8 @@ from typing import Final, cast
 import httptools
 
 Origin = tuple[str, int]
+Body = bytes | tuple[bytes | memoryview, ...]
+"""A request body: one bytes, or buffers written one after the other (no join, no copy)."""
 
 IDLE_S: Final = 2.0
 """A connection idle longer is closed rather than reused: brokers close theirs after 5 s, and a
@@ -121,7 +123,9 @@ class _Connection(asyncio.Protocol):
 
     # ---------------------------------------------------------------- exchange
 
-    async def exchange(self, data: Iterable[bytes], timeout_s: float) -> UpstreamAnswer:
+    async def exchange(
+        self, data: Iterable[bytes | memoryview], timeout_s: float
+    ) -> UpstreamAnswer:
         """Write one request, wait for its answer; OutcomeUnknownError on anything else."""
         assert self.transport is not None
         if self.closed or self.transport.is_closing():
@@ -169,10 +173,11 @@ class Upstream:
         self,
         origin: Origin,
         head: bytes,
-        body: bytes,
+        body: Body,
         timeout_s: float,
     ) -> UpstreamAnswer:
         """Send ``head`` (request line and headers, CRLF-terminated) and ``body``."""
+        data = (head, *body) if isinstance(body, tuple) else (head, body) if body else (head,)
         slots = self._slots.get(origin)
         if slots is None:
             slots = self._slots[origin] = asyncio.Semaphore(self.max_per_origin)
@@ -185,7 +190,7 @@ class Upstream:
             await slots.acquire()
         try:
             connection = self._take(origin) or await self._connect(origin)
-            answer = await connection.exchange((head, body) if body else (head,), timeout_s)
+            answer = await connection.exchange(data, timeout_s)
             self._give_back(connection)
             return answer
         finally:

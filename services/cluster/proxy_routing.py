@@ -98,6 +98,7 @@ class SendPicker:
 
     def __init__(self) -> None:
         self.counters: dict[str, Iterator[int]] = {}
+        self._writable: dict[str, tuple[ClusterView, TopicRoute, list[QueueRoute]]] = {}
 
     def pick(
         self,
@@ -115,13 +116,29 @@ class SendPicker:
         if placing_key is not None:
             return route.queues[shard_queue(placing_key, len(route.queues))]
         skip = set(avoid)
-        writable = [
-            q for q in route.queues if q.group not in skip and view.master_of(q.group) is not None
-        ]
+        writable = self._writable_queues(view, route) if not skip else None
+        if writable is None:
+            writable = [
+                q
+                for q in route.queues
+                if q.group not in skip and view.master_of(q.group) is not None
+            ]
         if not writable:
             raise NoMasterError(f"no broker group of topic {route.topic!r} has a master right now")
         counter = self.counters.setdefault(route.topic, itertools.count())
         return writable[next(counter) % len(writable)]
+
+    def _writable_queues(self, view: ClusterView, route: TopicRoute) -> list[QueueRoute]:
+        """The topic's queues whose group has a master, kept until the view or the route
+        changes (a new view is a new object: the registry never changes one in place)."""
+        known = self._writable.get(route.topic)
+        if known is not None and known[0] is view and known[1] is route:
+            return known[2]
+        writable = [q for q in route.queues if view.master_of(q.group) is not None]
+        if len(self._writable) >= 4096 and route.topic not in self._writable:
+            self._writable.clear()  # bounded: a proxy of many topics recomputes now and then
+        self._writable[route.topic] = (view, route, writable)
+        return writable
 
 
 def batch_queue_id(body: Mapping[str, Any]) -> int | None:

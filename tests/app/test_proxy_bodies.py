@@ -20,6 +20,19 @@ def test_a_send_that_names_no_queue_is_forwarded_as_it_came_with_the_local_queue
     assert sent.endswith(raw.lstrip()[1:])
     assert orjson.loads(sent) == {"queue_id": 3, **orjson.loads(raw)}
     assert orjson.loads(JsonSend(b"{ }").for_queue(0)) == {"queue_id": 0}
+    assert orjson.loads(JsonSend(b"{\n\t}").for_queue(1)) == {"queue_id": 1}
+
+
+def test_an_undecoded_send_is_written_as_buffers_over_the_clients_bytes() -> None:
+    """No copy of the client's body: its bytes after ``{`` are a view, the local queue id a
+    short buffer in front; together they are the body :meth:`JsonSend.for_queue` gives."""
+    raw = b'{"messages": [' + b",".join([b'{"body": "' + b"x" * 1024 + b'"}'] * 100) + b"]}"
+    plan = JsonSend(raw)
+    head, rest = plan.parts_for(2)
+    assert isinstance(rest, memoryview) and rest.obj is raw and bytes(rest) == raw[1:]
+    assert bytes(head) + bytes(rest) == plan.for_queue(2) == b'{"queue_id":2,' + raw[1:]
+    decoded = JsonSend(b'{"body": "x", "queue_id": 5}').parts_for(1)
+    assert [orjson.loads(part) for part in decoded] == [{"body": "x", "queue_id": 1}]
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,9 @@ answers: status, headers, bodies, error answers."""
 
 from __future__ import annotations
 
+import json
 import socket
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -205,3 +207,32 @@ def test_pipelined_requests_are_answered_in_order_and_close_is_honoured(both: Bo
     assert [a[:3] for a in answers] == [b"200"] * 3
     assert [a.count(b'"body":"p') for a in answers] == [3, 1, 2]
     assert b"connection: close" in answers[2].lower() and b"connection: close" not in answers[0]
+
+
+def test_a_send_whose_body_arrives_in_pieces_is_forwarded_whole(both: Both) -> None:
+    """The hot way reads the body itself: a body in three writes, the client pausing between
+    them, reaches the broker whole, as one message, and answers as the ASGI way does."""
+    create_topic(both.fast, "Pieces", 4)
+    body = json.dumps({"body": "z" * 200_000, "tags": "P", "queue_id": 1}).encode()
+    host, port = both.fast.base_url.host, both.fast.base_url.port
+    assert port is not None
+    head = (
+        "POST /v1/topics/Pieces/messages HTTP/1.1\r\nHost: p\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    with socket.create_connection((host, port), timeout=20) as sock:
+        sock.sendall(head.encode() + body[:10])
+        time.sleep(0.1)
+        sock.sendall(body[10:150_000])
+        time.sleep(0.1)
+        sock.sendall(
+            body[150_000:] + b"GET /healthz HTTP/1.1\r\nHost: p\r\nConnection: close\r\n\r\n"
+        )
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    answers = received.split(b"HTTP/1.1 ")[1:]
+    assert [a[:3] for a in answers] == [b"201", b"200"], received[:500]
+    assert "POST /v1/topics/Pieces/messages" in CountingProtocol.hot
+    pulled = both.asgi.get("/v1/topics/Pieces/queues/1/messages", params={"offset": 0}).json()
+    assert [(m["body"], m["tags"]) for m in pulled["messages"]] == [("z" * 200_000, "P")]

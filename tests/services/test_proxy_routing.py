@@ -83,6 +83,22 @@ def test_send_picks_explicit_key_or_round_robin_over_groups_with_a_master() -> N
         picker.pick(view(g2_master=False), ROUTE, None, None, ["g1"])
 
 
+def test_round_robin_follows_each_new_view_and_route_of_a_topic() -> None:
+    """The picker keeps a topic's writable queues for the view they came from: the same view
+    gives the same spread, a new one (a master gone, back, the topic grown) is read again."""
+    picker = SendPicker()
+    both = view()
+    assert sorted(picker.pick(both, ROUTE, None, None).queue_id for _ in range(12)) == sorted(
+        list(range(6)) * 2
+    )
+    without_g2 = view(g2_master=False)
+    assert {picker.pick(without_g2, ROUTE, None, None).group for _ in range(6)} == {"g1"}
+    assert {picker.pick(both, ROUTE, None, None).group for _ in range(6)} == {"g1", "g2"}
+    grown = spread_queues("T", 8, ["g1", "g2"])
+    assert {picker.pick(both, grown, None, None).queue_id for _ in range(8)} == set(range(8))
+    assert {picker.pick(both, ROUTE, None, None, ["g2"]).group for _ in range(6)} == {"g1"}
+
+
 def test_an_idempotency_key_places_a_send_over_all_queues_whatever_group_is_down() -> None:
     picker = SendPicker()
     key = "order-42-paid"
