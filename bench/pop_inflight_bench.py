@@ -59,7 +59,9 @@ async def one_run(root: Path, low: int, high: int, window: int) -> tuple[float, 
     broker = Broker(BrokerConfig(root / "store", store))
     await broker.start()
     try:
-        await broker.topics.ensure(TopicConfig(TOPIC, read_queue_nums=QUEUES, write_queue_nums=QUEUES))
+        await broker.topics.ensure(
+            TopicConfig(TOPIC, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
+        )
         await fill(broker, high + 2 * window * BATCH + 1000)
         await receive_until(broker, low)
         at_low = await receive_window(broker, window)
@@ -88,8 +90,10 @@ def main() -> None:
         highs.append(at_high)
         print(f"in flight ~{args.low}: {at_low:8.0f} us/receive   ~{args.high}: {at_high:8.0f}")
     low, high = statistics.median(lows), statistics.median(highs)
-    print(f"median: {low:.0f} us at ~{args.low}, {high:.0f} us at ~{args.high}; "
-          f"ratio {high / low:.2f}x")
+    print(
+        f"median: {low:.0f} us at ~{args.low}, {high:.0f} us at ~{args.high}; "
+        f"ratio {high / low:.2f}x"
+    )
 
 
 if __name__ == "__main__":

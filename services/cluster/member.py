@@ -198,19 +198,27 @@ class ClusterMember:
         task.add_done_callback(self._forget)
 
     async def _lease_lost(self, lease: int) -> None:
-        """The lease lapsed (etcd out of reach, or the loop stalled, too long): keep or yield."""
-        async with self._lease_lock:
-            try:
-                await self._keep_or_yield(lease)
-            except EtcdUnavailableError as exc:
-                log.warning("etcd unreachable (%s) after %s lost its lease", exc, self.name)
-            except Exception:
-                log.exception("cluster lease loss handling failed")
+        """The lease lapsed (etcd out of reach, or the loop stalled, too long): keep or yield.
 
-    async def _keep_or_yield(self, lease: int) -> None:
+        Asked again while etcd does not answer (a call on a busy loop can time out): the
+        decision must be taken, or a group without slaves is left without a master.
+        """
         log.warning("broker %s lost its lease; it now holds lease %x", self.name, lease)
-        self.lease = lease
-        if self.replica.role != "master":
+        async with self._lease_lock:
+            self.lease = lease
+            while self.replica.role == "master":
+                try:
+                    await self._keep_or_yield()
+                    return
+                except EtcdUnavailableError as exc:
+                    log.warning("etcd unreachable (%s) after %s lost its lease", exc, self.name)
+                    await asyncio.sleep(0.5)
+                except Exception:
+                    log.exception("cluster lease loss handling failed")
+                    return
+
+    async def _keep_or_yield(self) -> None:
+        if await self._holds_master_key():  # an earlier try's answer was lost on the way
             return
         seen = await read_epoch(self.etcd, self.keys, self.group)
         still_mine = seen.master == self.name and seen.epoch == self.replica.epoch
@@ -218,6 +226,10 @@ class ClusterMember:
             log.info("broker %s kept the master key of %s", self.name, self.group)
             return
         await self._fence("another broker was elected master while this one was cut off")
+
+    async def _holds_master_key(self) -> bool:
+        kv = await self.etcd.get(self.keys.master(self.group))
+        return kv is not None and kv.lease == self.lease and _holder(kv).name == self.name
 
     async def _reclaim(self, seen: EpochRecord) -> bool:
         result = await self.etcd.txn(
@@ -334,8 +346,10 @@ class ClusterMember:
                 await asyncio.sleep(0.2)  # the lease loop decides what a master does
                 return False
             return await self._elect()
-        holder = BrokerMember.from_json(kv.value)
+        holder = _holder(kv)
         if holder.name == self.name:
+            if self.replica.role != "master" and kv.lease == self.lease:
+                return await self._won_unanswered(holder)
             return False
         if self.replica.role == "master":
             await self._fence(f"{holder.name} holds the master key")
@@ -381,6 +395,15 @@ class ClusterMember:
         await self._take_over(epoch)
         return True
 
+    async def _won_unanswered(self, holder: BrokerMember) -> bool:
+        """This slave holds the master key under its own lease: only its campaign puts that,
+        so the campaign won and its answer was lost (a call timed out on a busy loop)."""
+        log.warning(
+            "broker %s won the election of %s unanswered; taking over", self.name, self.group
+        )
+        await self._take_over(holder.epoch)
+        return True
+
     async def _take_over(self, epoch: int) -> None:
         try:
             await self.replica.promote(epoch)
@@ -393,6 +416,10 @@ class ClusterMember:
         log.info("broker %s is master of %s at epoch %d", self.name, self.group, epoch)
         await republish_master(self.etcd, self.keys, self.me(), self.lease)
         await self.publish_sync_state()
+
+
+def _holder(kv: KeyValue) -> BrokerMember:
+    return BrokerMember.from_json(kv.value)
 
 
 def _address(member: BrokerMember) -> MasterAddress:
