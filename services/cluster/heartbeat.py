@@ -103,7 +103,7 @@ class LeaseHeartbeat:
             if alive:
                 log.warning("the event loop runs again; the lease is renewed again")
             else:
-                log.error("the event loop has not run for %.1f s; the lease may lapse", stalled_s)
+                log.warning("the event loop has not run for %.1f s; the lease may lapse", stalled_s)
         self._stalled = not alive
         return alive
 
