@@ -112,38 +112,60 @@ class TxnResult:
     ranges: list[list[KeyValue]]  # one list per range operation of the branch taken
 
 
+class EtcdEndpoints:
+    """The endpoints of one etcd cluster, tried in turn from the one that answered last."""
+
+    def __init__(self, endpoints: Sequence[str]) -> None:
+        if not endpoints:
+            raise ValueError("etcd needs at least one endpoint URL")
+        self.urls = [e.rstrip("/") for e in endpoints]
+        self.preferred = 0
+
+    def in_turn(self, path: str) -> list[tuple[int, str]]:
+        """(index, URL of ``path``) of every endpoint, the preferred one first."""
+        count = len(self.urls)
+        order = [(self.preferred + i) % count for i in range(count)]
+        return [(index, self.urls[index] + path) for index in order]
+
+    def answer(self, index: int, path: str, response: httpx.Response) -> dict[str, Any] | None:
+        """The JSON answer of endpoint ``index``; None when the next endpoint should be asked
+        (it is overloaded or failing); :class:`EtcdError` when etcd refused the request."""
+        if response.status_code >= 500 or response.status_code == 429:
+            return None
+        data: dict[str, Any] = response.json()
+        if response.status_code != 200 or "error" in data:
+            raise EtcdError(f"{path}: {data.get('message') or data.get('error') or data}")
+        self.preferred = index
+        return data
+
+
+def _unanswered(url: str, response: httpx.Response) -> EtcdError:
+    return EtcdError(f"{url}: {response.status_code} {response.text[:200]}")
+
+
 class EtcdClient:
     """etcd v3 over its JSON gateway. ``endpoints`` are tried in turn until one answers."""
 
     def __init__(self, endpoints: Sequence[str], timeout_s: float = 2.0) -> None:
-        if not endpoints:
-            raise ValueError("etcd needs at least one endpoint URL")
-        self.endpoints = [e.rstrip("/") for e in endpoints]
+        self._endpoints = EtcdEndpoints(endpoints)
         self._timeout = timeout_s
         self._http = httpx.AsyncClient(timeout=timeout_s)
-        self._preferred = 0
 
     async def aclose(self) -> None:
         await self._http.aclose()
 
     async def _call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         last: Exception | None = None
-        for i in range(len(self.endpoints)):
-            index = (self._preferred + i) % len(self.endpoints)
-            url = self.endpoints[index] + path
+        for index, url in self._endpoints.in_turn(path):
             try:
                 response = await self._http.post(url, json=body)
             except httpx.HTTPError as exc:
                 last = exc
                 continue
-            if response.status_code >= 500 or response.status_code == 429:
-                last = EtcdError(f"{url}: {response.status_code} {response.text[:200]}")
-                continue
-            data: dict[str, Any] = response.json()
-            if response.status_code != 200 or "error" in data:
-                raise EtcdError(f"{path}: {data.get('message') or data.get('error') or data}")
-            self._preferred = index
-            return data
+            data = self._endpoints.answer(index, path, response)
+            if data is not None:
+                return data
+            last = _unanswered(url, response)
         raise EtcdUnavailableError(f"no etcd endpoint answered {path}: {last}")
 
     # ------------------------------------------------------------------ keys
@@ -224,7 +246,7 @@ class EtcdClient:
                 "start_revision": str(start_revision),
             }
         }
-        url = self.endpoints[self._preferred] + "/v3/watch"
+        url = self._endpoints.in_turn("/v3/watch")[0][1]
         timeout = httpx.Timeout(self._timeout, read=None)
         try:
             async with self._http.stream("POST", url, json=body, timeout=timeout) as response:
@@ -238,3 +260,38 @@ class EtcdClient:
                         yield WatchEvent(event.get("type", "PUT"), _kv(event["kv"]))
         except httpx.HTTPError:
             return
+
+
+class EtcdLeaseClient:
+    """The lease calls of :class:`EtcdClient`, blocking: for a thread that must not wait on
+    the event loop (:mod:`services.cluster.heartbeat`)."""
+
+    def __init__(self, endpoints: Sequence[str], timeout_s: float = 1.0) -> None:
+        self._endpoints = EtcdEndpoints(endpoints)
+        self._http = httpx.Client(timeout=timeout_s)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        last: Exception | None = None
+        for index, url in self._endpoints.in_turn(path):
+            try:
+                response = self._http.post(url, json=body)
+            except httpx.HTTPError as exc:
+                last = exc
+                continue
+            data = self._endpoints.answer(index, path, response)
+            if data is not None:
+                return data
+            last = _unanswered(url, response)
+        raise EtcdUnavailableError(f"no etcd endpoint answered {path}: {last}")
+
+    def grant(self, ttl_s: int) -> int:
+        """A new lease of ``ttl_s`` seconds; answer its id."""
+        return int(self._call("/v3/lease/grant", {"TTL": str(ttl_s)})["ID"])
+
+    def keep_alive(self, lease: int) -> int:
+        """Renew ``lease`` once; answer its remaining TTL (0: the lease is gone)."""
+        data = self._call("/v3/lease/keepalive", {"ID": str(lease)})
+        return int(data.get("result", {}).get("TTL", 0))

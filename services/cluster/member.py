@@ -1,6 +1,7 @@
 """A broker as a member of a cluster: its lease, what it publishes, and its part in failover.
 
-Each broker grants a lease and keeps it alive (every TTL/3); its ``brokers/<name>`` key hangs
+Each broker grants a lease and keeps it alive (every TTL/3, from a thread of its own while the
+event loop answers: :mod:`services.cluster.heartbeat`); its ``brokers/<name>`` key hangs
 on that lease and is refreshed about every 500 ms with its role, epoch and confirmed offset.
 A master also holds the group's ``master`` key on the same lease and writes ``sync_state``
 whenever its set of in-sync slaves changes.
@@ -32,7 +33,8 @@ from services.cluster.election import (
     read_epoch,
     republish_master,
 )
-from services.cluster.etcd import Compare, EtcdClient, KeyValue, put_op
+from services.cluster.etcd import Compare, EtcdClient, EtcdLeaseClient, KeyValue, put_op
+from services.cluster.heartbeat import LeaseHeartbeat
 from services.cluster.registry import RouteRegistry
 from services.cluster.route_table import BrokerMember, ClusterKeys, spread_queues
 from services.errors import (
@@ -63,6 +65,7 @@ class ClusterConfig:
     http_url: str  # how others reach this broker over HTTP
     ha_address: str  # the HA HOST:PORT this broker streams on once master
     lease_ttl_s: int = 3
+    loop_stall_limit_s: float | None = None  # loop silent longer: lease left to lapse (2/3 TTL)
     publish_interval_s: float = 0.5
     campaign_grace_s: float = 1.0
     join_timeout_s: float = 30.0
@@ -82,6 +85,13 @@ class ClusterMember:
         self.registry = RouteRegistry(self.etcd, config.cluster)
         self.on_fatal = on_fatal
         self.lease = 0
+        self.heartbeat = LeaseHeartbeat(
+            EtcdLeaseClient(config.etcd_endpoints, timeout_s=max(config.lease_ttl_s / 3, 0.2)),
+            config.lease_ttl_s,
+            self._on_lease_replaced,
+            config.loop_stall_limit_s,
+        )
+        self._lease_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self._published_sync: SyncState | None = None
         self._fenced = False
@@ -156,8 +166,8 @@ class ClusterMember:
         """Once the broker runs: keep the lease, publish, follow the master key and routes."""
         self.registry.start()
         self.replica.sync_state_listeners.append(self._on_sync_state)
+        self.heartbeat.start(self.lease)
         for name, job in (
-            ("cluster-lease", self._keep_lease),
             ("cluster-publish", self._publish_loop),
             ("cluster-master-watch", self._watch_master),
         ):
@@ -174,29 +184,41 @@ class ClusterMember:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        await asyncio.to_thread(self.heartbeat.stop)
         await self.registry.stop()
         if self.lease:
             with contextlib.suppress(EtcdUnavailableError):
                 await self.etcd.revoke(self.lease)
         await self.etcd.aclose()
 
-    async def _keep_lease(self) -> None:
-        interval = max(self.config.lease_ttl_s / 3, 0.2)
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                if await self.etcd.keep_alive(self.lease) <= 0:
-                    await self._lease_lost()
-            except EtcdUnavailableError as exc:
-                log.warning("etcd unreachable (%s); %s keeps its role", exc, self.name)
-            except Exception:
-                log.exception("cluster lease renewal failed")
+    def _on_lease_replaced(self, lease: int) -> None:
+        """The heartbeat found the lease gone and took ``lease``: decide here, on the loop."""
+        task = asyncio.create_task(self._lease_lost(lease), name="cluster-lease-lost")
+        self._tasks.append(task)
+        task.add_done_callback(self._forget)
 
-    async def _lease_lost(self) -> None:
-        """The lease lapsed (etcd was out of reach too long): take a new one, keep or yield."""
-        log.warning("broker %s lost its lease; taking a new one", self.name)
-        self.lease = await self.etcd.grant(self.config.lease_ttl_s)
-        if self.replica.role != "master":
+    async def _lease_lost(self, lease: int) -> None:
+        """The lease lapsed (etcd out of reach, or the loop stalled, too long): keep or yield.
+
+        Asked again while etcd does not answer (a call on a busy loop can time out): the
+        decision must be taken, or a group without slaves is left without a master.
+        """
+        log.warning("broker %s lost its lease; it now holds lease %x", self.name, lease)
+        async with self._lease_lock:
+            self.lease = lease
+            while self.replica.role == "master":
+                try:
+                    await self._keep_or_yield()
+                    return
+                except EtcdUnavailableError as exc:
+                    log.warning("etcd unreachable (%s) after %s lost its lease", exc, self.name)
+                    await asyncio.sleep(0.5)
+                except Exception:
+                    log.exception("cluster lease loss handling failed")
+                    return
+
+    async def _keep_or_yield(self) -> None:
+        if await self._holds_master_key():  # an earlier try's answer was lost on the way
             return
         seen = await read_epoch(self.etcd, self.keys, self.group)
         still_mine = seen.master == self.name and seen.epoch == self.replica.epoch
@@ -204,6 +226,10 @@ class ClusterMember:
             log.info("broker %s kept the master key of %s", self.name, self.group)
             return
         await self._fence("another broker was elected master while this one was cut off")
+
+    async def _holds_master_key(self) -> bool:
+        kv = await self.etcd.get(self.keys.master(self.group))
+        return kv is not None and kv.lease == self.lease and _holder(kv).name == self.name
 
     async def _reclaim(self, seen: EpochRecord) -> bool:
         result = await self.etcd.txn(
@@ -320,8 +346,10 @@ class ClusterMember:
                 await asyncio.sleep(0.2)  # the lease loop decides what a master does
                 return False
             return await self._elect()
-        holder = BrokerMember.from_json(kv.value)
+        holder = _holder(kv)
         if holder.name == self.name:
+            if self.replica.role != "master" and kv.lease == self.lease:
+                return await self._won_unanswered(holder)
             return False
         if self.replica.role == "master":
             await self._fence(f"{holder.name} holds the master key")
@@ -367,6 +395,15 @@ class ClusterMember:
         await self._take_over(epoch)
         return True
 
+    async def _won_unanswered(self, holder: BrokerMember) -> bool:
+        """This slave holds the master key under its own lease: only its campaign puts that,
+        so the campaign won and its answer was lost (a call timed out on a busy loop)."""
+        log.warning(
+            "broker %s won the election of %s unanswered; taking over", self.name, self.group
+        )
+        await self._take_over(holder.epoch)
+        return True
+
     async def _take_over(self, epoch: int) -> None:
         try:
             await self.replica.promote(epoch)
@@ -379,6 +416,10 @@ class ClusterMember:
         log.info("broker %s is master of %s at epoch %d", self.name, self.group, epoch)
         await republish_master(self.etcd, self.keys, self.me(), self.lease)
         await self.publish_sync_state()
+
+
+def _holder(kv: KeyValue) -> BrokerMember:
+    return BrokerMember.from_json(kv.value)
 
 
 def _address(member: BrokerMember) -> MasterAddress:

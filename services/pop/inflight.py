@@ -35,12 +35,35 @@ class InFlight:
 
 @dataclass(slots=True)
 class QueueState:
+    """One queue's pop offset and in-flight messages (change ``entries`` by add/remove only).
+
+    ``offset_heap`` holds every in-flight offset (and some already done, dropped when they
+    reach its top), so that the lowest one is found without a scan of the in-flight set: a
+    receive and an ack cost the same with 40,000 messages in flight as with 10.
+    """
+
     pop_offset: int
     entries: dict[int, InFlight] = field(default_factory=dict)
+    offset_heap: list[int] = field(default_factory=list, repr=False)
+
+    def add(self, entry: InFlight) -> None:
+        """Add an in-flight message, or replace the one at its offset."""
+        if entry.offset not in self.entries:
+            heapq.heappush(self.offset_heap, entry.offset)
+        self.entries[entry.offset] = entry
+
+    def remove(self, offset: int) -> None:
+        del self.entries[offset]
+        if len(self.offset_heap) > 2 * len(self.entries) + 64:
+            # Done offsets held below a long-lived one: rebuild rather than grow without end.
+            self.offset_heap = sorted(self.entries)
 
     def lowest_unresolved(self) -> int:
         """Where the group's lag counts from: the oldest offset not done."""
-        return min(self.entries) if self.entries else self.pop_offset
+        heap = self.offset_heap
+        while heap and heap[0] not in self.entries:
+            heapq.heappop(heap)
+        return heap[0] if heap else self.pop_offset
 
     def held(self) -> bool:
         """FIFO: someone holds a message of the queue (in flight and not due again)."""
@@ -85,7 +108,7 @@ class InFlightTable:
     def put(self, key: QueueKey, entry: InFlight) -> None:
         """Add (or replace) an in-flight message and schedule its deadline."""
         state = self.ensure(key, entry.offset)
-        state.entries[entry.offset] = entry
+        state.add(entry)
         state.pop_offset = max(state.pop_offset, entry.offset + 1)
         self.schedule(key, entry)
 
@@ -101,7 +124,7 @@ class InFlightTable:
         entry = None if state is None else state.entries.get(offset)
         if state is None or entry is None or entry.ck_id != ck_id:
             return False
-        del state.entries[offset]
+        state.remove(offset)
         if acked:
             self.remember_ack(ck_id, offset)
         return True
