@@ -58,8 +58,17 @@ fuse:
 	@test -x /usr/bin/fusermount3 || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq fuse3 >/dev/null; }
 
+# Two workers (pytest-xdist), a module per worker at a time, the longest modules first; then
+# the tests marked serial (brokers failed over on etcd leases under load), alone. Both phases
+# run even if the first fails, so that one run reports every failure. PYTEST_WORKERS=0 runs
+# the first phase in one process.
+PYTEST_WORKERS ?= 2
 pytest: install chromium etcd jq fuse
-	$(UV) run pytest
+	status=0; \
+	$(UV) run pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+		-m "not serial" || status=$$?; \
+	$(UV) run pytest -m serial || status=$$?; \
+	exit $$status
 
 test: lint typecheck contracts deadcode pytest
 

@@ -82,3 +82,7 @@ datasync
 
 # ---- pydantic reads it
 _.__pydantic_config__  # app/schemas/common.py: the config of a TypedDict made from a model
+
+# ---- pytest calls these hooks (tests/conftest.py: the order of a run, the serial modules)
+pytest_configure
+pytest_collection_modifyitems

@@ -1,4 +1,10 @@
-"""Shared fixtures: a real spoolmq server (uvicorn, in a thread) on 127.0.0.1 with a temp store."""
+"""Shared fixtures: a real spoolmq server (uvicorn, in a thread) on 127.0.0.1 with a temp store.
+
+Also the order of a run (``pytest_collection_modifyitems``): the modules of ``LONG_FIRST``
+start first, longest first, so that a run on two workers (``make test``: ``pytest -n 2
+--dist loadfile``) does not end on one long module; and the modules of ``SERIAL_MODULES``
+are marked ``serial``, which ``make test`` runs after the others, alone.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +28,59 @@ from services import Broker
 from tests.etcd_support import EtcdServer, start_etcd
 
 T = TypeVar("T")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SERIAL_MODULES = (
+    "tests/app/test_cluster.py",
+    "tests/app/test_cluster_exactly_once.py",
+    "tests/app/test_cluster_failover.py",
+    "tests/app/test_cluster_proxy.py",
+    "tests/app/test_timer_failover.py",
+    "tests/app/test_transactions_failover.py",
+    "tests/spark_jobs/streaming/test_cluster.py",
+)
+"""Brokers killed, frozen or failed over on 2-second etcd leases, under load: a test running
+next to them would take the CPU their lease renewals and timeouts count on, so they run alone
+(``-m serial``); every other module runs next to another (``-m "not serial"``)."""
+
+LONG_FIRST = (
+    "tests/test_readme.py",
+    "tests/app/test_fuzz.py",
+    "tests/app/test_openapi.py",
+    "tests/spark_jobs/streaming/test_paid_orders.py",
+    "tests/app/test_pop.py",
+    "tests/spark_jobs/streaming/test_restart.py",
+    "tests/app/test_transactions_crash.py",
+    "tests/app/test_power_cut.py",
+    "tests/spark_jobs/test_spark_submit.py",
+    "tests/spark_jobs/lag/test_job.py",
+    "tests/storage/test_crash.py",
+    "tests/app/test_idempotency_crash.py",
+    "tests/app/test_pop_crash.py",
+    "tests/spark_jobs/streaming/test_source.py",
+    "tests/app/test_timer_crash.py",
+    "tests/spark_jobs/replay/test_job.py",
+    "tests/storage/test_store_model.py",
+)
+"""The longest modules of a run (from ``--durations``), longest first. Only the order of a run
+depends on this list, and only its speed on two workers."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    missing = [m for m in (*SERIAL_MODULES, *LONG_FIRST) if not (ROOT / m).is_file()]
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py names modules that do not exist: {missing}")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    serial = {ROOT / m for m in SERIAL_MODULES}
+    rank = {ROOT / m: i for i, m in enumerate(LONG_FIRST)}
+    for item in items:
+        if item.path in serial:
+            item.add_marker(pytest.mark.serial)
+    items.sort(key=lambda item: rank.get(item.path, len(rank)))  # stable: modules stay whole
+
 
 SMALL_STORE: dict[str, Any] = {
     "commit_log_file_size": 8 * 1024 * 1024,

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
 
-@pytest.mark.timeout(1200)
+@pytest.mark.timeout(2400)
 def test_every_shell_block_of_the_readme_runs_as_written(tmp_path: Path) -> None:
     run = ReadmeRun(README, ROOT, tmp_path)
     try:
