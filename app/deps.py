@@ -21,6 +21,12 @@ async def get_broker(request: Request) -> Broker:
 BrokerDep = Annotated[Broker, Depends(get_broker)]
 
 
+def born_host(request: Request) -> tuple[str, int]:
+    """The sender's address as a record's born host (127.0.0.1:0 when the server has none)."""
+    client = request.client
+    return (client.host, client.port) if client else ("127.0.0.1", 0)
+
+
 async def app_settings(request: Request) -> Settings:
     """The settings the app was built with."""
     settings: Settings = request.app.state.settings

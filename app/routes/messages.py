@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.responses import Response
 
-from app.deps import BrokerDep, SettingsDep, disconnect_watch
+from app.deps import BrokerDep, SettingsDep, born_host, disconnect_watch
 from app.errors import ApiError, is_json_media_type
 from app.responses import OrjsonResponse, problems
 from app.routes.api_route import api_router
@@ -131,13 +131,12 @@ async def send_messages(
                 deliver_at=query.deliver_at,
             )
         ]
-    client = request.client
     receipts = await broker.send.send(
         topic,
         messages,
         batch_queue_id=batch_queue_id,
         batch_sharding_key=batch_sharding_key,
-        born_host=(client.host, client.port) if client else ("127.0.0.1", 0),
+        born_host=born_host(request),
         idempotency_key=key,
     )
     headers = REPLAYED_HEADERS if receipts[0].replayed else None
@@ -224,13 +223,12 @@ async def _send_bodies(
     """The answer to a batch of bodies alone sent without an idempotency key, sent and
     answered as columns (``send_bodies``): the records and the answer of the general way,
     without an object per message."""
-    client = request.client
     sent = await broker.send.send_bodies(
         topic,
         bodies,
         batch_queue_id=queue_id,
         batch_sharding_key=sharding_key,
-        born_host=(client.host, client.port) if client else ("127.0.0.1", 0),
+        born_host=born_host(request),
     )
     content = sent_bodies_json(sent)
     if content is None:

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import Path, Query, Request
 from starlette.responses import Response
 
-from app.deps import BrokerDep, disconnect_watch
+from app.deps import BrokerDep, born_host, disconnect_watch
 from app.responses import OrjsonResponse, problems
 from app.routes.api_route import api_router
 from app.routes.messages import outgoing_message
@@ -60,12 +60,11 @@ TransactionIdPath = Annotated[
 async def send_half_message(
     topic: TopicPath, body: TransactionSendIn, request: Request, broker: BrokerDep
 ) -> TransactionOut:
-    client = request.client
     prepared = await broker.transactions.prepare(
         topic,
         outgoing_message(body.message, ("body", "message")),
         body.producer_group,
-        born_host=(client.host, client.port) if client else ("127.0.0.1", 0),
+        born_host=born_host(request),
         check_immunity_s=body.check_immunity_s,
     )
     return transaction_out(prepared.transaction, broker.transactions.config.check_interval_ms)

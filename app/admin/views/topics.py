@@ -17,7 +17,7 @@ from app.admin.lag import group_lag, group_names
 from app.admin.paging import Pager, page_of
 from app.admin.problems import AdminRoute
 from app.admin.rendering import PREFIX, redirect, render
-from app.deps import BrokerDep
+from app.deps import BrokerDep, born_host
 from services import (
     SYSTEM_TOPICS,
     Broker,
@@ -204,10 +204,7 @@ async def send_test_message(request: Request, topic: str, broker: BrokerDep) -> 
         properties=_properties(form.text("properties")),
         queue_id=form.optional_integer("queue_id", "Queue"),
     )
-    client = request.client
-    receipts = await broker.send.send(
-        topic, [message], born_host=(client.host, client.port) if client else ("127.0.0.1", 0)
-    )
+    receipts = await broker.send.send(topic, [message], born_host=born_host(request))
     return render(
         request,
         "_topic_sent.html",
