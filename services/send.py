@@ -231,7 +231,7 @@ class SendService:
         queue_id = self._choose_queue(
             config, messages, batch_queue_id, batch_sharding_key, idempotency_key
         )
-        host = born_host if _is_ip(born_host[0]) else ("127.0.0.1", born_host[1])
+        host = _record_host(born_host)
         uniq_keys = self._uniq_keys.next_many(len(messages))
         if lean:  # = _to_store of a body alone
             stored = [
@@ -296,7 +296,7 @@ class SendService:
         born_timestamp = time.time_ns() // 1_000_000
         config = await self._topics.for_produce(topic)
         queue_id = self._choose_queue(config, (), batch_queue_id, batch_sharding_key, None)
-        host = born_host if _is_ip(born_host[0]) else ("127.0.0.1", born_host[1])
+        host = _record_host(born_host)
         uniq_keys = self._uniq_keys.next_many(len(bodies))
         properties = {PROPERTY_UNIQ_KEY: uniq_keys[0]}
         first = Message(topic, bodies[0], queue_id, properties, 0, 0, born_timestamp, host)
@@ -331,7 +331,7 @@ class SendService:
         level = self.delay_level_of(message)
         config = await self._topics.for_produce(topic)
         queue_id = self._choose_queue(config, [message], None, None, None)
-        host = born_host if _is_ip(born_host[0]) else ("127.0.0.1", born_host[1])
+        host = _record_host(born_host)
         born_timestamp = time.time_ns() // 1_000_000
         uniq_key = self._uniq_keys.next()
         return self._to_store(topic, queue_id, message, born_timestamp, host, level, uniq_key)
@@ -592,9 +592,9 @@ def _check_text(what: str, value: str) -> None:
 
 
 @functools.lru_cache(maxsize=4096)
-def _is_ip(host: str) -> bool:
+def _record_host(born_host: tuple[str, int]) -> tuple[str, int]:
     try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
+        ipaddress.ip_address(born_host[0])
+    except ValueError:  # a name: a record holds an IP address
+        return ("127.0.0.1", born_host[1])
+    return born_host
