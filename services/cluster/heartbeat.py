@@ -16,6 +16,15 @@ the controller drops a broker whose heartbeats stop.
 
 The thread decides nothing: when etcd answers that the lease is gone it grants a new one (the
 broker stays registered) and hands it to the loop, which keeps or yields the master key.
+
+Why a fence: a loop stuck past the TTL may have lost its master key to a slave by the time it
+runs again, and the requests queued behind the stall are served before the loop learns of the
+loss. The heartbeat therefore records when etcd last confirmed the lease (the send time of the
+renewal that found it alive: etcd counts the TTL from a later moment), and
+:meth:`LeaseHeartbeat.lease_current` answers whether that is less than a TTL ago — the role
+refuses writes otherwise. An etcd that cannot be reached is not a lost lease (the broker keeps
+serving, as RocketMQ's master does when its controller is away): such a try counts as a
+confirmation.
 """
 
 from __future__ import annotations
@@ -51,6 +60,7 @@ class LeaseHeartbeat:
         self.interval_s = max(ttl_s / 3, 0.2)
         self.loop_stall_limit_s = loop_stall_limit_s or ttl_s * 2 / 3
         self.lease = 0
+        self._confirmed_at = float("-inf")  # monotonic time etcd last confirmed the lease
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_seen = 0.0  # monotonic time the loop last ran a probe
         self._probe_pending = False
@@ -58,9 +68,11 @@ class LeaseHeartbeat:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self, lease: int) -> None:
-        """Keep ``lease`` alive from now on; called on the event loop it watches."""
+    def start(self, lease: int, granted_at: float) -> None:
+        """Keep ``lease`` alive from now on; called on the event loop it watches.
+        ``granted_at``: the monotonic time the grant of ``lease`` was asked for."""
         self.lease = lease
+        self._confirmed_at = granted_at
         self._loop = asyncio.get_running_loop()
         self._loop_seen = time.monotonic()
         self._thread = threading.Thread(
@@ -90,11 +102,23 @@ class LeaseHeartbeat:
         self._probe()
         if not alive:
             return
+        sent_at = time.monotonic()
         try:
             if self.etcd.keep_alive(self.lease) <= 0:
                 self._replace_lease()
+                return
         except EtcdUnavailableError as exc:
             log.warning("etcd unreachable (%s); the lease is renewed when it answers", exc)
+            sent_at = time.monotonic()
+        self._confirmed_at = sent_at
+
+    def confirmed(self, asked_at: float) -> None:
+        """etcd accepted a request on the lease that was sent at ``asked_at`` (monotonic)."""
+        self._confirmed_at = max(self._confirmed_at, asked_at)
+
+    def lease_current(self) -> bool:
+        """Whether etcd confirmed the lease less than a TTL ago (or could not be asked)."""
+        return time.monotonic() - self._confirmed_at < self.ttl_s
 
     def _loop_alive(self) -> bool:
         stalled_s = time.monotonic() - self._loop_seen

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -92,6 +93,7 @@ class ClusterMember:
             config.loop_stall_limit_s,
         )
         self._lease_lock = asyncio.Lock()
+        self._lease_granted_at = 0.0
         self._tasks: list[asyncio.Task[None]] = []
         self._published_sync: SyncState | None = None
         self._fenced = False
@@ -131,6 +133,7 @@ class ClusterMember:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.join_timeout_s
         try:
+            self._lease_granted_at = time.monotonic()
             self.lease = await self.etcd.grant(self.config.lease_ttl_s)
             while True:
                 if self.broker.config.role == "master" and await self._campaign_at_start():
@@ -166,7 +169,8 @@ class ClusterMember:
         """Once the broker runs: keep the lease, publish, follow the master key and routes."""
         self.registry.start()
         self.replica.sync_state_listeners.append(self._on_sync_state)
-        self.heartbeat.start(self.lease)
+        self.heartbeat.start(self.lease, self._lease_granted_at)
+        self.replica.fence_by_lease(self.heartbeat.lease_current)
         for name, job in (
             ("cluster-publish", self._publish_loop),
             ("cluster-master-watch", self._watch_master),
@@ -208,7 +212,9 @@ class ClusterMember:
             self.lease = lease
             while self.replica.role == "master":
                 try:
-                    await self._keep_or_yield()
+                    asked_at = time.monotonic()
+                    if await self._keep_or_yield():
+                        self.heartbeat.confirmed(asked_at)
                     return
                 except EtcdUnavailableError as exc:
                     log.warning("etcd unreachable (%s) after %s lost its lease", exc, self.name)
@@ -217,15 +223,18 @@ class ClusterMember:
                     log.exception("cluster lease loss handling failed")
                     return
 
-    async def _keep_or_yield(self) -> None:
+    async def _keep_or_yield(self) -> bool:
+        """Take the master key back on the new lease if no one else was elected (True), else
+        give up the role (False)."""
         if await self._holds_master_key():  # an earlier try's answer was lost on the way
-            return
+            return True
         seen = await read_epoch(self.etcd, self.keys, self.group)
         still_mine = seen.master == self.name and seen.epoch == self.replica.epoch
         if still_mine and await self._reclaim(seen):
             log.info("broker %s kept the master key of %s", self.name, self.group)
-            return
+            return True
         await self._fence("another broker was elected master while this one was cut off")
+        return False
 
     async def _holds_master_key(self) -> bool:
         kv = await self.etcd.get(self.keys.master(self.group))

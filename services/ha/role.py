@@ -29,6 +29,7 @@ import httpx
 from services.appender import Appender
 from services.errors import (
     BrokerUnavailableError,
+    NoMasterError,
     NotMasterError,
     ReplicaDivergedError,
     ReplicaRoleError,
@@ -108,6 +109,7 @@ class ReplicaRole:
         self._epochs = EpochFile(store_dir)
         self._start_epoch = 0  # an elected master's epoch (0: the next local one)
         self._write_block: NotMasterError | None = None
+        self._lease_current: Callable[[], bool] | None = None  # a cluster's lease check
         self._opening = False  # the broker began to open its store: the role is settled
         self._host: RoleHost | None = None
         self._changeable = False  # promote/follow only while the broker runs
@@ -186,8 +188,18 @@ class ReplicaRole:
 
     @property
     def accepts_writes(self) -> bool:
-        """A master not fenced off by its cluster."""
-        return self._role == "master" and self._write_block is None
+        """A master not fenced off by its cluster, whose master lease is current."""
+        lease_current = self._lease_current
+        return (
+            self._role == "master"
+            and self._write_block is None
+            and (lease_current is None or lease_current())
+        )
+
+    def fence_by_lease(self, lease_current: Callable[[], bool]) -> None:
+        """Refuse writes whenever ``lease_current()`` is false: a master whose lease etcd has
+        not confirmed within its TTL may have been replaced while it could not tell."""
+        self._lease_current = lease_current
 
     def block_writes(self, error: NotMasterError) -> None:
         """Refuse writes with ``error`` (a failover in progress, or a master that lost its key)."""
@@ -200,6 +212,12 @@ class ReplicaRole:
         """NotMasterError on a slave: writes go to the master."""
         if self._write_block is not None:
             raise self._write_block
+        lease_current = self._lease_current
+        if self._role == "master" and lease_current is not None and not lease_current():
+            raise NoMasterError(
+                f"broker {self.config.broker_name} has not confirmed its master lease "
+                "within its TTL; a failover may be under way"
+            )
         if self._role != "master":
             master = self._master
             if master is None:  # pragma: no cover - a slave always has a master

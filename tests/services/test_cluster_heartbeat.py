@@ -16,7 +16,7 @@ from services.cluster.election import campaign, read_epoch
 from services.cluster.etcd import EtcdClient, KeyValue
 from services.cluster.member import ClusterConfig, ClusterMember
 from services.cluster.route_table import BrokerMember, ClusterKeys
-from services.errors import MasterRoleLostError
+from services.errors import MasterRoleLostError, NoMasterError
 from tests.etcd_support import EtcdServer
 from tests.services.conftest import SMALL, wait_for
 
@@ -115,6 +115,11 @@ async def test_a_stuck_loop_loses_the_master_key_and_the_loop_yields_it(
     assert before is not None and master.replica.accepts_writes
     assert stall_until_the_master_key_goes(etcd, within_s=6 * TTL_S)
     assert elsewhere(take_over(etcd))  # a slave is elected while this loop is stuck
+    # Before the loop learns any of it, the requests queued behind the stall are refused: the
+    # lease has not been confirmed within its TTL.
+    assert not master.replica.accepts_writes
+    with pytest.raises(NoMasterError, match="has not confirmed its master lease"):
+        master.replica.check_writable()
     # The loop runs again: it yields (seen by its watch or on the lease's loss, whichever is
     # first), and the heartbeat hands it a new lease for its membership.
     await wait_for(lambda: not master.replica.accepts_writes and master.lease != before.lease)
@@ -134,5 +139,7 @@ async def test_a_loop_stuck_past_the_ttl_takes_its_key_back_when_nobody_else_did
         kv = elsewhere(master_key(etcd))
         return isinstance(kv, KeyValue) and kv.lease == master.lease
 
-    await wait_for(key_held_again)
-    assert master.lease != before.lease and master.replica.accepts_writes and not FATAL
+    # Writes are refused until the loop has the key back (the old lease was not confirmed
+    # within its TTL); then taken again.
+    await wait_for(lambda: key_held_again() and master.replica.accepts_writes)
+    assert master.lease != before.lease and not FATAL

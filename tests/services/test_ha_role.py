@@ -94,6 +94,19 @@ async def test_the_write_fence(master: Broker) -> None:
     assert await send(master, b"after the fence") == "PUT_OK"
 
 
+async def test_the_lease_fence(master: Broker) -> None:
+    current = [True]
+    master.replica.fence_by_lease(lambda: current[0])
+    master.replica.check_writable()
+    current[0] = False
+    assert not master.replica.accepts_writes
+    with pytest.raises(NoMasterError, match="has not confirmed its master lease"):
+        master.replica.check_writable()
+    current[0] = True
+    assert master.replica.accepts_writes
+    master.replica.check_writable()
+
+
 async def test_a_slave_names_its_master_when_written_to(slave: Broker) -> None:
     assert not slave.replica.accepts_writes
     with pytest.raises(NotMasterError) as refused:
