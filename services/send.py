@@ -141,6 +141,7 @@ class SendService:
         self._limits = limits
         self._uniq_keys = uniq_keys or UniqKeyGenerator()
         self._round_robin: dict[str, itertools.count[int]] = {}
+        self._single_path = limits.max_batch_messages >= 1  # one message is never too many
 
     async def send(
         self,
@@ -158,6 +159,15 @@ class SendService:
         :func:`services.idempotency.check_key`) a repeat inside the window answers the
         first send's receipts, ``replayed``, and stores nothing.
         """
+        if (
+            len(messages) == 1
+            and idempotency_key is None
+            and batch_queue_id is None
+            and batch_sharding_key is None
+            and messages[0].sharding_key is None
+            and self._single_path
+        ):
+            return await self._send_one(topic, messages[0], born_host)
         self._check_batch(list(map(_BODY, messages)))
         lean = bodies_alone(messages)  # nothing to check, delay or time per message
         born_timestamp = time.time_ns() // 1_000_000
@@ -218,6 +228,34 @@ class SendService:
             self._receipt(topic, queue_id, message, result, level)
             for message, result, level in zip(stored, results, levels, strict=True)
         ]
+
+    async def _send_one(
+        self, topic: str, message: OutgoingMessage, born_host: tuple[str, int]
+    ) -> list[SendReceipt]:
+        """:meth:`send` of one message that names no sharding key, in a send with no batch
+        queue, sharding key or idempotency key: the same checks in the same order, the same
+        record and answer, without the lists and walks a batch needs."""
+        born_timestamp = time.time_ns() // 1_000_000
+        check_message(message)
+        level = message.delay_level
+        deliver_at = None
+        if level or message.deliver_at is not None or message.deliver_after_ms is not None:
+            level = self.delay_level_of(message)
+            deliver_at = deliver_time_of(message, born_timestamp)
+        config = await self._topics.for_produce(topic)
+        queue_id = message.queue_id
+        if queue_id is None:
+            queue_id = self._next_queue(config)
+        else:
+            self._topics.check_write_queue(config, queue_id)
+        host = _record_host(born_host)
+        uniq_key = self._uniq_keys.next()
+        stored = self._to_store(
+            topic, queue_id, message, born_timestamp, host, level, uniq_key, deliver_at
+        )
+        [result] = await self._put([stored])
+        self._metrics.sent(topic, 1, len(message.body))
+        return [self._receipt(topic, queue_id, stored, result, level)]
 
     async def send_bodies(
         self,
@@ -450,10 +488,14 @@ class SendService:
             return shard_queue(keys.pop(), count)
         if idempotency_key is not None:
             return shard_queue(idempotency_key, count)
+        return self._next_queue(config)
+
+    def _next_queue(self, config: TopicConfig) -> int:
+        """Round robin over the topic's write queues."""
         counter = self._round_robin.get(config.topic_name)
         if counter is None:
             counter = self._round_robin[config.topic_name] = itertools.count()
-        return next(counter) % count
+        return next(counter) % config.write_queue_nums
 
     def _to_store(
         self,
@@ -477,14 +519,7 @@ class SendService:
             properties[PROPERTY_KEYS] = KEY_SEPARATOR.join(message.keys)
         if not properties.get(PROPERTY_UNIQ_KEY):
             properties[PROPERTY_UNIQ_KEY] = uniq_key
-        return Message(
-            topic,
-            message.body,
-            queue_id=queue_id,
-            properties=properties,
-            born_timestamp=born_timestamp,
-            born_host=born_host,
-        )
+        return Message(topic, message.body, queue_id, properties, 0, 0, born_timestamp, born_host)
 
 
 @functools.lru_cache(maxsize=4096)
