@@ -40,6 +40,7 @@ from services.messages import QueuePage
 from services.metrics import Histogram, Metrics
 from services.offset_reset import ResetPlan, ResetRequest, ResetTarget
 from services.offsets import OffsetCommit, QueueLag, TopicLag
+from services.outgoing import OutgoingMessage
 from services.pop.handles import MAX_HANDLE_LENGTH
 from services.pop.service import (
     DEFAULT_INVISIBLE_MS,
@@ -68,7 +69,7 @@ from services.redrive_jobs import (
     RedriveJobState,
 )
 from services.schedule import LevelProgress
-from services.send import OutgoingMessage, SendLimits, SendReceipt
+from services.send import SendLimits, SendReceipt
 from services.send_back import SendBackRequest, SendBackResult, original_topic
 from services.send_receipts import SentBodies
 from services.store_status import StoreGauges

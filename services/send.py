@@ -24,14 +24,14 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
-from types import MappingProxyType
-from typing import Final, NamedTuple
+from typing import Final
 
 from services.appender import PutBodies
 from services.appender import PutMessages as PutMessages  # re-exported for the DLQ service
 from services.errors import BatchRejectedError, IdempotencyUnavailableError, InvalidPropertyError
-from services.idempotency import IDEMPOTENCY_PROPERTIES, IdempotencyService, Written
+from services.idempotency import IdempotencyService, Written
 from services.metrics import Metrics
+from services.outgoing import NO_PROPERTIES, OutgoingMessage, check_message, deliver_time_of
 from services.send_receipts import SendReceipt as SendReceipt  # re-exported
 from services.send_receipts import SentBodies
 from services.timer.handles import TimerHandle
@@ -43,83 +43,21 @@ from storage.delay_levels import SCHEDULE_TOPIC
 from storage.record.java_hash import java_string_hash
 from storage.record.properties import (
     KEY_SEPARATOR,
-    NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
-    PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
-    PROPERTY_TIMER_DEL_UNIQKEY,
-    PROPERTY_TIMER_DELAY_MS,
-    PROPERTY_TIMER_DELAY_SEC,
     PROPERTY_TIMER_DELIVER_MS,
-    PROPERTY_TIMER_DEQUEUE_MS,
-    PROPERTY_TIMER_ENQUEUE_MS,
-    PROPERTY_TIMER_OUT_MS,
-    PROPERTY_TIMER_ROLL_TIMES,
     PROPERTY_UNIQ_KEY,
 )
 from storage.timer import TIMER_TOPIC
 from storage.timer.transform import fire_time
 
-RESERVED_PROPERTIES: Final = frozenset(
-    {
-        PROPERTY_TAGS,  # use the ``tags`` field
-        PROPERTY_KEYS,  # use the ``keys`` field
-        "DELAY",
-        "REAL_TOPIC",
-        "REAL_QID",
-        "RETRY_TOPIC",
-        "ORIGIN_MESSAGE_ID",
-        "MAX_RECONSUME_TIMES",
-        "TRAN_MSG",
-        "PGROUP",
-        "__transactionId__",
-        "TRANSACTION_CHECK_TIMES",
-        "TRAN_PREPARED_QUEUE_OFFSET",
-        "CHECK_IMMUNITY_TIME_IN_SECONDS",
-        "TRAN_END",
-        "TRAN_DELAY",
-        "MIN_OFFSET",
-        "MAX_OFFSET",
-        *IDEMPOTENCY_PROPERTIES,  # use the Idempotency-Key header
-        # use deliver_at / deliver_after_ms
-        PROPERTY_TIMER_DELIVER_MS,
-        PROPERTY_TIMER_DELAY_MS,
-        PROPERTY_TIMER_DELAY_SEC,
-        PROPERTY_TIMER_OUT_MS,
-        PROPERTY_TIMER_ENQUEUE_MS,
-        PROPERTY_TIMER_DEQUEUE_MS,
-        PROPERTY_TIMER_ROLL_TIMES,
-        PROPERTY_TIMER_DEL_UNIQKEY,
-    }
-)
-"""Property names the broker sets or interprets; a producer may not set them directly."""
-
-_FORBIDDEN_CHARS: Final = (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)
-
-_NO_PROPERTIES: Final[Mapping[str, str]] = MappingProxyType({})
-
-
-class OutgoingMessage(NamedTuple):
-    """A message as a producer gives it (a NamedTuple: cheap to build per message)."""
-
-    body: bytes
-    tags: str | None = None
-    keys: Sequence[str] = ()
-    properties: Mapping[str, str] = _NO_PROPERTIES
-    queue_id: int | None = None  # explicit queue
-    sharding_key: str | None = None  # same key, same queue
-    delay_level: int = 0  # > 0: delivered after that level's delay (1s 5s 10s 30s 1m ...)
-    deliver_after_ms: int | None = None  # a timer message: delivered this long after the send
-    deliver_at: int | None = None  # a timer message: delivered at this time (ms since the epoch)
-
-
 _EXTRAS: Final = attrgetter(
     "tags", "keys", "properties", "delay_level", "deliver_after_ms", "deliver_at"
 )
-_NO_EXTRAS: Final = (None, (), _NO_PROPERTIES, 0, None, None)
+_NO_EXTRAS: Final = (None, (), NO_PROPERTIES, 0, None, None)
 """What a message sends besides its body and where it goes, and that of a body alone."""
 _BODY: Final = attrgetter("body")
 _STATUS: Final = attrgetter("status")
@@ -203,6 +141,7 @@ class SendService:
         self._limits = limits
         self._uniq_keys = uniq_keys or UniqKeyGenerator()
         self._round_robin: dict[str, itertools.count[int]] = {}
+        self._single_path = limits.max_batch_messages >= 1  # one message is never too many
 
     async def send(
         self,
@@ -220,6 +159,15 @@ class SendService:
         :func:`services.idempotency.check_key`) a repeat inside the window answers the
         first send's receipts, ``replayed``, and stores nothing.
         """
+        if (
+            len(messages) == 1
+            and idempotency_key is None
+            and batch_queue_id is None
+            and batch_sharding_key is None
+            and messages[0].sharding_key is None
+            and self._single_path
+        ):
+            return await self._send_one(topic, messages[0], born_host)
         self._check_batch(list(map(_BODY, messages)))
         lean = bodies_alone(messages)  # nothing to check, delay or time per message
         born_timestamp = time.time_ns() // 1_000_000
@@ -281,6 +229,34 @@ class SendService:
             for message, result, level in zip(stored, results, levels, strict=True)
         ]
 
+    async def _send_one(
+        self, topic: str, message: OutgoingMessage, born_host: tuple[str, int]
+    ) -> list[SendReceipt]:
+        """:meth:`send` of one message that names no sharding key, in a send with no batch
+        queue, sharding key or idempotency key: the same checks in the same order, the same
+        record and answer, without the lists and walks a batch needs."""
+        born_timestamp = time.time_ns() // 1_000_000
+        check_message(message)
+        level = message.delay_level
+        deliver_at = None
+        if level or message.deliver_at is not None or message.deliver_after_ms is not None:
+            level = self.delay_level_of(message)
+            deliver_at = deliver_time_of(message, born_timestamp)
+        config = await self._topics.for_produce(topic)
+        queue_id = message.queue_id
+        if queue_id is None:
+            queue_id = self._next_queue(config)
+        else:
+            self._topics.check_write_queue(config, queue_id)
+        host = _record_host(born_host)
+        uniq_key = self._uniq_keys.next()
+        stored = self._to_store(
+            topic, queue_id, message, born_timestamp, host, level, uniq_key, deliver_at
+        )
+        [result] = await self._put([stored])
+        self._metrics.sent(topic, 1, len(message.body))
+        return [self._receipt(topic, queue_id, stored, result, level)]
+
     async def send_bodies(
         self,
         topic: str,
@@ -310,7 +286,7 @@ class SendService:
         """The delay level and delivery time of each message, its tags, keys and properties
         checked; a batch is delayed by none and timed as a whole."""
         for message in messages:
-            _check_message(message)
+            check_message(message)
         levels = [self.delay_level_of(m) for m in messages]
         if len(messages) > 1 and any(levels):
             raise BatchRejectedError("a batch cannot be delayed: send delayed messages one by one")
@@ -327,7 +303,7 @@ class SendService:
     ) -> Message:
         """One message checked and addressed as :meth:`send` would store it, not stored:
         what a transactional send turns into its half message."""
-        _check_message(message)
+        check_message(message)
         level = self.delay_level_of(message)
         config = await self._topics.for_produce(topic)
         queue_id = self._choose_queue(config, [message], None, None, None)
@@ -512,10 +488,14 @@ class SendService:
             return shard_queue(keys.pop(), count)
         if idempotency_key is not None:
             return shard_queue(idempotency_key, count)
+        return self._next_queue(config)
+
+    def _next_queue(self, config: TopicConfig) -> int:
+        """Round robin over the topic's write queues."""
         counter = self._round_robin.get(config.topic_name)
         if counter is None:
             counter = self._round_robin[config.topic_name] = itertools.count()
-        return next(counter) % count
+        return next(counter) % config.write_queue_nums
 
     def _to_store(
         self,
@@ -539,56 +519,7 @@ class SendService:
             properties[PROPERTY_KEYS] = KEY_SEPARATOR.join(message.keys)
         if not properties.get(PROPERTY_UNIQ_KEY):
             properties[PROPERTY_UNIQ_KEY] = uniq_key
-        return Message(
-            topic,
-            message.body,
-            queue_id=queue_id,
-            properties=properties,
-            born_timestamp=born_timestamp,
-            born_host=born_host,
-        )
-
-
-def deliver_time_of(message: OutgoingMessage, now_ms: int) -> int | None:
-    """When a timer message asks to be delivered (ms since the epoch); None for any other."""
-    if message.deliver_at is not None:
-        if message.deliver_after_ms is not None:
-            raise InvalidPropertyError("give deliver_at or deliver_after_ms, not both")
-        if message.deliver_at < 0:
-            raise InvalidPropertyError(f"deliver_at must be a time, not {message.deliver_at}")
-        return message.deliver_at
-    if message.deliver_after_ms is not None:
-        if message.deliver_after_ms < 0:
-            raise InvalidPropertyError(
-                f"deliver_after_ms must be 0 or more, not {message.deliver_after_ms}"
-            )
-        return now_ms + message.deliver_after_ms if message.deliver_after_ms else None
-    return None
-
-
-def _check_message(message: OutgoingMessage) -> None:
-    if message.tags is None and not message.keys and not message.properties:
-        return
-    if message.tags is not None:
-        _check_text("tags", message.tags)
-        if "||" in message.tags:
-            raise InvalidPropertyError("tags may not contain '||' (it separates tags in filters)")
-    for key in message.keys:
-        _check_text("a key", key)
-        if KEY_SEPARATOR in key:
-            raise InvalidPropertyError(f"a key may not contain a space: {key!r}")
-    for name, value in message.properties.items():
-        if name in RESERVED_PROPERTIES:
-            raise InvalidPropertyError(f"property {name!r} is reserved for the broker")
-        _check_text("a property name", name)
-        _check_text(f"property {name!r}", value)
-
-
-def _check_text(what: str, value: str) -> None:
-    if not value:
-        raise InvalidPropertyError(f"{what} may not be empty")
-    if any(char in value for char in _FORBIDDEN_CHARS):
-        raise InvalidPropertyError(f"{what} may not contain the characters \\x01 or \\x02")
+        return Message(topic, message.body, queue_id, properties, 0, 0, born_timestamp, born_host)
 
 
 @functools.lru_cache(maxsize=4096)

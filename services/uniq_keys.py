@@ -27,7 +27,13 @@ class UniqKeyGenerator:
         self._month_end_ms = 0
 
     def next(self) -> str:
-        return self.next_many(1)[0]
+        """One id (:meth:`next_many` of one, without the list: a single send takes one)."""
+        now = time.time_ns() // 1_000_000
+        if not self._month_start_ms <= now < self._month_end_ms:
+            self._set_month(now)
+        counter = self._counter
+        self._counter = (counter + 1) & 0xFFFF
+        return f"{self._prefix}{(now - self._month_start_ms) & 0xFFFFFFFF:08X}{counter:04X}"
 
     def next_many(self, count: int) -> list[str]:
         """``count`` ids of one millisecond: the head is formatted once, then the counters."""

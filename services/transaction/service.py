@@ -35,8 +35,9 @@ from services.groups import check_group_name
 from services.idempotency import IdempotencyService
 from services.long_poll import WaiterRegistry, WakeReason
 from services.metrics import Metrics
+from services.outgoing import OutgoingMessage, deliver_time_of
 from services.pull import AbandonFactory
-from services.send import OutgoingMessage, SendService, deliver_time_of
+from services.send import SendService
 from services.topics import TopicService
 from services.transaction.halves import HalfAppender
 from services.transaction.ops import DEFAULT_OP_MAX_SIZE, OpWriter, PutOne

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import json
 import os
 import re
+import socket
+import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from starlette.requests import ClientDisconnect, Request
 
+from app.routes.messages import read_body
 from tests.conftest import LiveServer
 
 Json = dict[str, Any]
@@ -268,3 +275,63 @@ def test_query_by_key_and_uniq_key(client: httpx.Client, topic: str) -> None:
     assert missing.status_code == 422
     assert missing.json()["code"] == "VALIDATION_FAILED"
     assert client.get("/v1/topics/NoSuchKeyTopic/messages", params={"key": "k"}).status_code == 404
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "application/octet-stream"])
+def test_a_body_that_arrives_in_pieces_is_sent_whole(
+    client: httpx.Client, live_server: LiveServer, topic: str, content_type: str
+) -> None:
+    """The send route reads the body from ``receive`` itself: a body in three writes, the
+    client pausing between them, is stored whole, as one message."""
+    text = "z" * 200_000
+    raw = content_type != "application/json"
+    body = text.encode() if raw else json.dumps({"body": text, "tags": "P"}).encode()
+    query = "?tags=P" if raw else ""
+    head = (
+        f"POST /v1/topics/{topic}/messages{query} HTTP/1.1\r\nHost: p\r\n"
+        f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    address = urlsplit(live_server.url)
+    assert address.hostname is not None and address.port is not None
+    with socket.create_connection((address.hostname, address.port), timeout=20) as sock:
+        sock.sendall(head.encode() + body[:10])
+        time.sleep(0.1)
+        sock.sendall(body[10:150_000])
+        time.sleep(0.1)
+        sock.sendall(body[150_000:])
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    assert received.startswith(b"HTTP/1.1 201 "), received[:500]
+    queue_id = json.loads(received.split(b"\r\n\r\n", 1)[1])["messages"][0]["queue_id"]
+    [message] = pull(client, topic, queue_id, offset=0)["messages"]
+    assert (message["body"], message["tags"]) == (text, "P")
+
+
+def _request(*messages: dict[str, Any]) -> Request:
+    pending = list(messages)
+
+    async def receive() -> dict[str, Any]:
+        return pending.pop(0)
+
+    return Request({"type": "http", "method": "POST", "headers": []}, receive)
+
+
+def test_a_body_read_is_kept_and_a_disconnect_is_one() -> None:
+    request = _request(
+        {"type": "http.request", "body": b"ab", "more_body": True},
+        {"type": "http.request", "body": b"", "more_body": True},
+        {"type": "http.request", "body": b"c"},
+    )
+    assert asyncio.run(read_body(request)) == b"abc"
+    assert asyncio.run(read_body(request)) == b"abc", "read once, kept"
+    assert asyncio.run(request.body()) == b"abc"
+    read_before = _request({"type": "http.request", "body": b"xy"})
+    assert asyncio.run(read_before.body()) == b"xy"
+    assert asyncio.run(read_body(read_before)) == b"xy"
+    gone = _request(
+        {"type": "http.request", "body": b"a", "more_body": True}, {"type": "http.disconnect"}
+    )
+    with pytest.raises(ClientDisconnect):
+        asyncio.run(read_body(gone))

@@ -49,8 +49,11 @@ class _CountingKeys(UniqKeyGenerator):
         super().__init__("10.0.0.7")
         self._numbers = itertools.count()
 
+    def next(self) -> str:
+        return f"{next(self._numbers):032X}"
+
     def next_many(self, count: int) -> list[str]:
-        return [f"{next(self._numbers):032X}" for _ in range(count)]
+        return [self.next() for _ in range(count)]
 
 
 def _general_only(*_: object) -> Any:

@@ -1,0 +1,165 @@
+"""The single-message send path stores and answers exactly what the general path does.
+
+Two brokers on real stores take the same sends: one as the code runs (a send of one message
+that names no sharding key, with no batch queue, sharding key or idempotency key takes the
+single path), one with the single path turned off, both with the same clock and the same
+UNIQ_KEYs. Hypothesis draws single messages with and without tags, keys and properties (bad
+ones too), queues (one that does not exist too), delay levels, delivery times and born hosts,
+to good and bad topics, and now and then a send the single path leaves to the general one;
+every answer — receipts or the refusal — the traffic counted and every byte of the two
+CommitLogs must be the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import services.send
+import storage.message_store
+from services import Broker, BrokerConfig, OutgoingMessage, SendReceipt, StoreConfig
+from services.uniq_keys import UniqKeyGenerator
+
+NOW_NS = time.time_ns()
+NOW_MS = NOW_NS // 1_000_000
+
+
+class _FixedClock:
+    """The ``time`` module with ``time_ns`` stopped: both brokers stamp the same times."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    @staticmethod
+    def time_ns() -> int:
+        return NOW_NS
+
+
+class _CountingKeys(UniqKeyGenerator):
+    """UNIQ_KEYs from a plain counter: both brokers hand out the same ones."""
+
+    def __init__(self) -> None:
+        super().__init__("10.0.0.7")
+        self._numbers = itertools.count()
+
+    def next(self) -> str:
+        return f"{next(self._numbers):032X}"
+
+    def next_many(self, count: int) -> list[str]:
+        return [self.next() for _ in range(count)]
+
+
+MESSAGES = st.builds(
+    OutgoingMessage,
+    body=st.binary(max_size=48),
+    tags=st.sampled_from([None, None, "TagA", "é", "", "a||b"]),
+    keys=st.sampled_from([(), (), ("k1",), ("k1", "k2"), ("a b",)]),
+    properties=st.sampled_from([{}, {}, {"color": "red"}, {"UNIQ_KEY": "mine"}, {"DELAY": "1"}]),
+    queue_id=st.sampled_from([None, None, 0, 1, 99, -1]),
+    sharding_key=st.sampled_from([None, None, None, None, "order-1"]),
+    delay_level=st.sampled_from([0, 0, 0, 1, 2, 3, -1]),
+    deliver_after_ms=st.sampled_from([None, None, None, 0, 3_600_000, -5]),
+    deliver_at=st.sampled_from([None, None, None, None, NOW_MS + 7_200_000, -1]),
+)
+SENDS = st.tuples(
+    st.sampled_from(["T", "U", "T", "bad topic", "%RETRY%g", "SCHEDULE_TOPIC_XXXX"]),
+    st.one_of(
+        st.lists(MESSAGES, min_size=1, max_size=1),
+        st.lists(MESSAGES, min_size=1, max_size=1),
+        st.lists(MESSAGES, min_size=1, max_size=1),
+        st.lists(MESSAGES, min_size=0, max_size=3),
+    ),
+    st.sampled_from([None, None, None, None, 2]),  # the batch's queue
+    st.sampled_from([None, None, None, None, "order-2"]),  # the batch's sharding key
+    st.sampled_from([None, None, None, None, "key-a", "key-b"]),  # the idempotency key
+    st.sampled_from([("127.0.0.1", 5000), ("10.1.2.3", 1), ("example.org", 7), ("::1", 9)]),
+)
+
+
+async def _start(root: Path) -> Broker:
+    store = StoreConfig(commit_log_file_size=4 * 1024 * 1024, message_delay_levels="1h 2h")
+    broker = Broker(BrokerConfig(root, store, offset_persist_interval_s=60))
+    await broker.start()
+    broker.send._uniq_keys = _CountingKeys()  # the same keys in both
+    return broker
+
+
+async def _answer(broker: Broker, send: tuple[Any, ...]) -> object:
+    topic, messages, queue_id, sharding_key, key, host = send
+    try:
+        return await broker.send.send(
+            topic,
+            messages,
+            batch_queue_id=queue_id,
+            batch_sharding_key=sharding_key,
+            born_host=host,
+            idempotency_key=key,
+        )
+    except Exception as exc:  # the refusal itself is compared
+        return (type(exc), str(exc))
+
+
+def _commit_log(root: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted((root / "store" / "commitlog").iterdir()))
+
+
+def _counted(
+    send_one: Callable[..., Awaitable[list[SendReceipt]]], taken: list[object]
+) -> Callable[..., Awaitable[list[SendReceipt]]]:
+    async def counting(*args: Any) -> list[SendReceipt]:
+        taken.append(args)
+        return await send_one(*args)
+
+    return counting
+
+
+def test_single_sends_store_and_answer_what_general_sends_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(services.send, "time", _FixedClock())
+    monkeypatch.setattr(storage.message_store, "time", _FixedClock())
+    general_root, single_root = tmp_path / "general", tmp_path / "single"
+    with asyncio.Runner() as runner:
+        general = runner.run(_start(general_root / "store"))
+        general.send._single_path = False
+        single = runner.run(_start(single_root / "store"))
+        taken: list[object] = []
+        monkeypatch.setattr(single.send, "_send_one", _counted(single.send._send_one, taken))
+        answers: list[object] = []
+
+        @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @given(SENDS)
+        def same(send: tuple[Any, ...]) -> None:
+            expected = runner.run(_answer(general, send))
+            answer = runner.run(_answer(single, send))
+            answers.append(answer)
+            assert answer == expected
+
+        try:
+            same()
+            assert _commit_log(single_root) == _commit_log(general_root)
+            assert single.metrics.messages_in == general.metrics.messages_in
+            assert single.metrics.bytes_in == general.metrics.bytes_in
+            assert taken, "the single path was taken"
+            assert any(isinstance(a, list) for a in answers), "some sends were stored"
+            assert any(isinstance(a, tuple) for a in answers), "some were refused"
+        finally:
+            runner.run(general.stop())
+            runner.run(single.stop())
+
+
+async def test_a_single_send_goes_round_robin_over_the_write_queues(broker: Broker) -> None:
+    sent = [await broker.send.send("Orders", [OutgoingMessage(b"x")]) for _ in range(10)]
+    queues = [receipt.queue_id for [receipt] in sent]
+    count = broker.topics.get("Orders").write_queue_nums
+    assert queues == [i % count for i in range(10)]
+    [named] = await broker.send.send("Orders", [OutgoingMessage(b"y", queue_id=count - 1)])
+    assert (named.queue_id, named.queue_offset) == (count - 1, 10 // count)
