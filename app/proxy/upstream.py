@@ -82,6 +82,12 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self.reusable = True
         self.idle_since = 0.0
+        # One timer for the connection's whole life, not one per exchange: an exchange sets its
+        # deadline, and the timer, when it fires, times out the exchange that is past its own
+        # or waits on for the one in progress (none in progress: it stops until the next).
+        self.deadline = 0.0
+        self.timeout_s = 0.0
+        self.timer: asyncio.TimerHandle | None = None
 
     # ---------------------------------------------------------------- asyncio.Protocol
 
@@ -133,20 +139,29 @@ class _Connection(asyncio.Protocol):
         waiter: asyncio.Future[UpstreamAnswer] = self.loop.create_future()
         self.waiter = waiter
         self.transport.writelines(data)
-        timer = self.loop.call_later(timeout_s, self._timed_out, waiter, timeout_s)
+        self.deadline = self.loop.time() + timeout_s
+        self.timeout_s = timeout_s
+        if self.timer is None:
+            self.timer = self.loop.call_at(self.deadline, self._check_deadline)
         try:
             return await waiter
         finally:
-            timer.cancel()
             if not waiter.done() or waiter.cancelled():  # the caller gave up: answer unread
                 self.close()
 
-    def _timed_out(self, waiter: asyncio.Future[UpstreamAnswer], timeout_s: float) -> None:
-        if not waiter.done():
-            waiter.set_exception(
-                OutcomeUnknownError(self.origin, f"no answer within {timeout_s:g} s")
-            )
-            self.close()
+    def _check_deadline(self) -> None:
+        """The connection's timer: the exchange in progress times out at its deadline."""
+        self.timer = None
+        waiter = self.waiter
+        if waiter is None or waiter.done() or self.closed:
+            return  # nothing in progress: the next exchange arms the timer again
+        if self.loop.time() < self.deadline:
+            self.timer = self.loop.call_at(self.deadline, self._check_deadline)
+            return
+        waiter.set_exception(
+            OutcomeUnknownError(self.origin, f"no answer within {self.timeout_s:g} s")
+        )
+        self.close()
 
     def _fail(self, reason: str) -> None:
         waiter, self.waiter = self.waiter, None
@@ -156,6 +171,9 @@ class _Connection(asyncio.Protocol):
     def close(self) -> None:
         self.closed = True
         self.reusable = False
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
         if self.transport is not None:
             self.transport.close()
 
