@@ -65,6 +65,45 @@ class ProxyHttpProtocol(HttpToolsProtocol):
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
         self.lane = find_lane(config.loaded_app)
+        # One keep-alive timer for the connection, not one armed and cancelled per request:
+        # an answered request sets the idle deadline, data from the client clears it, and the
+        # timer, when it fires, closes a connection idle past it or waits on for it.
+        self.idle_deadline: float | None = None
+        self.idle_timer: asyncio.TimerHandle | None = None
+
+    def _unset_keepalive_if_required(self) -> None:
+        self.idle_deadline = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+            self.idle_timer = None
+
+    def on_response_complete(self) -> None:
+        # uvicorn's, but for the keep-alive timer.
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.idle_deadline = None
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+            return
+        self.idle_deadline = deadline = self.loop.time() + self.timeout_keep_alive
+        if self.idle_timer is None:
+            self.idle_timer = self.loop.call_at(deadline, self._idle_check)
+
+    def _idle_check(self) -> None:
+        self.idle_timer = None
+        deadline = self.idle_deadline
+        if deadline is None or self.transport.is_closing():
+            return  # busy (the next answer arms the timer again), or closed
+        if self.loop.time() < deadline:
+            self.idle_timer = self.loop.call_at(deadline, self._idle_check)
+            return
+        self.timeout_keep_alive_handler()
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
         # Another app than the server's is uvicorn's own answer (over limit_concurrency).
