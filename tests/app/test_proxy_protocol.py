@@ -241,6 +241,29 @@ def test_a_send_whose_body_arrives_in_pieces_is_forwarded_whole(both: Both) -> N
     assert [(m["body"], m["tags"]) for m in pulled["messages"]] == [("z" * 200_000, "P")]
 
 
+def test_pipelined_sends_each_reach_the_broker_whole(both: Both) -> None:
+    """Sends written in one go: the second's body is read while the first is answered."""
+    create_topic(both.fast, "PipeSend", 4)
+    host, port = both.fast.base_url.host, both.fast.base_url.port
+    assert port is not None
+    bodies = [json.dumps({"body": c * 90_000, "queue_id": 2}).encode() for c in "ab"]
+    ask = (
+        "POST /v1/topics/PipeSend/messages HTTP/1.1\r\nHost: p\r\n%s"
+        "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+    )
+    wire = (ask % ("", len(bodies[0]))).encode() + bodies[0]
+    wire += (ask % ("Connection: close\r\n", len(bodies[1]))).encode() + bodies[1]
+    with socket.create_connection((host, port), timeout=20) as sock:
+        sock.sendall(wire)
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    answers = received.split(b"HTTP/1.1 ")[1:]
+    assert [a[:3] for a in answers] == [b"201", b"201"], received[:500]
+    pulled = both.asgi.get("/v1/topics/PipeSend/queues/2/messages", params={"offset": 0}).json()
+    assert [m["body"] for m in pulled["messages"]] == ["a" * 90_000, "b" * 90_000]
+
+
 async def _hello(scope: Any, receive: Any, send: Any) -> None:
     assert scope["type"] == "http"
     headers = [(b"content-length", b"2")]
