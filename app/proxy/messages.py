@@ -3,6 +3,7 @@ look messages up by id or key across groups."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 from urllib.parse import urlencode
 
@@ -93,7 +94,7 @@ async def pull_queue(topic: str, queue_id: int, request: Request) -> Response:
     _, answer = await forwarder(request).call_any(
         members,
         "GET",
-        broker_path("v1", "topics", topic, "queues", queue.local_queue_id, "messages"),
+        _pull_path(topic, queue.local_queue_id),
         query=request.scope["query_string"],
         request=request,
         timeout_s=long_poll_timeout(int_param(request, "wait_ms", 0)),
@@ -101,6 +102,13 @@ async def pull_queue(topic: str, queue_id: int, request: Request) -> Response:
     if not answer.ok:
         return answer.response()
     return answer.response(relabel_queue_id(answer.content, queue.local_queue_id, queue_id))
+
+
+@functools.lru_cache(maxsize=4096)
+def _pull_path(topic: str, local_queue_id: int) -> str:
+    """A broker's path for a pull of one queue (percent-encoding the topic each time cost a
+    pull more than its routing)."""
+    return broker_path("v1", "topics", topic, "queues", local_queue_id, "messages")
 
 
 @router.get("/v1/topics/{topic}/messages")
