@@ -26,6 +26,9 @@ system  # app/schemas/topics.py: a response field
 # ---- uvicorn
 _.should_exit  # app/cli.py: tells uvicorn's server to stop
 _.capture_signals  # app/server.py: overrides uvicorn's Server.capture_signals
+_._unset_keepalive_if_required  # app/proxy/protocol.py: overrides uvicorn's HttpToolsProtocol's
+_.on_response_complete  # app/proxy/protocol.py: uvicorn's cycle calls it when answered
+_.total_requests  # app/proxy/protocol.py: uvicorn's server counts requests with it
 
 # ---- the proxy's forwarding reads it on the branch that reworks the proxy
 is_problem  # app/proxy/forward.py

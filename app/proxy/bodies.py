@@ -95,7 +95,13 @@ def with_members(content: bytes, members: Mapping[str, Any]) -> bytes:
     """A JSON object's text with ``members`` put in front of its own (it has none of them)."""
     if not members:
         return content
-    rest = content.lstrip()[1:]
-    added = orjson.dumps(members)[1:-1]
-    comma = b"" if rest.lstrip()[:1] == b"}" else b","
-    return b"{" + added + comma + rest
+    rest = _BLANKS.match(content).end() + 1  # type: ignore[union-attr]  # past the `{`
+    first = _FIRST_MEMBER.match(content, rest)
+    comma = b"" if first is not None and first.group(1) == b"}" else b","
+    # One copy: the members' `{...` and the object's rest joined through views, no slices.
+    added = memoryview(orjson.dumps(members))[:-1]
+    return b"".join((added, comma, memoryview(content)[rest:]))
+
+
+_BLANKS = re.compile(rb"\s*")
+"""What ``bytes.lstrip()`` strips (an ASCII blank); it always matches."""

@@ -22,7 +22,7 @@ from app.proxy.context import (
     query_param,
 )
 from app.proxy.fanout import first_non_empty, share_out
-from app.proxy.forward import BrokerAnswer, broker_path, long_poll_timeout
+from app.proxy.forward import BrokerAnswer, PassedResponse, broker_path, long_poll_timeout
 from app.proxy.relabel import merged_pull, relabel_pull
 from app.responses import OrjsonResponse
 from services.cluster import (
@@ -115,7 +115,7 @@ async def pull_group(group: str, topic: str, request: Request) -> Response:
                 master = master_of(view, polled.broker_group)
                 await _commit_delivered(request, group, master, polled.json())
             answers = [polled]
-    return Response(merged_pull(group, route, answers), media_type="application/json")
+    return PassedResponse(merged_pull(group, route, answers), media_type="application/json")
 
 
 @functools.lru_cache(maxsize=4096)

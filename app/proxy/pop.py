@@ -13,7 +13,13 @@ from app.errors import ApiError
 from app.proxy.bodies import json_body
 from app.proxy.context import budget_shares, cluster_view, forwarder
 from app.proxy.fanout import first_non_empty, share_out
-from app.proxy.forward import BrokerAnswer, ProxyError, broker_path, long_poll_timeout
+from app.proxy.forward import (
+    BrokerAnswer,
+    PassedResponse,
+    ProxyError,
+    broker_path,
+    long_poll_timeout,
+)
 from app.proxy.relabel import merged_receive, relabel_receive
 from app.responses import OrjsonResponse
 from app.schemas.pop import ReceiveIn
@@ -61,7 +67,7 @@ async def receive(group: str, topic: str, request: Request) -> Response:
             route.groups(), lambda name: ask(name, budget, wait_ms), found.read
         )
         chosen = [polled] if polled is not None else []
-    return Response(merged_receive(group, topic, chosen), media_type="application/json")
+    return PassedResponse(merged_receive(group, topic, chosen), media_type="application/json")
 
 
 @functools.lru_cache(maxsize=4096)

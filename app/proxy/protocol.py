@@ -27,6 +27,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive
 from uvicorn.config import Config
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import (
     STATUS_LINE,
     HttpToolsProtocol,
@@ -65,6 +66,46 @@ class ProxyHttpProtocol(HttpToolsProtocol):
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
         self.lane = find_lane(config.loaded_app)
+        # One keep-alive timer for the connection, not one armed and cancelled per request:
+        # an answered request sets the idle deadline, data from the client clears it, and the
+        # timer, when it fires, closes a connection idle past it or waits on for it.
+        self.idle_deadline: float | None = None
+        self.idle_timer: asyncio.TimerHandle | None = None
+        self.hot_body: HotBody | None = None
+
+    def _unset_keepalive_if_required(self) -> None:
+        self.idle_deadline = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+            self.idle_timer = None
+
+    def on_response_complete(self) -> None:
+        # uvicorn's, but for the keep-alive timer.
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.idle_deadline = None
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+            return
+        self.idle_deadline = deadline = self.loop.time() + self.timeout_keep_alive
+        if self.idle_timer is None:
+            self.idle_timer = self.loop.call_at(deadline, self._idle_check)
+
+    def _idle_check(self) -> None:
+        self.idle_timer = None
+        deadline = self.idle_deadline
+        if deadline is None or self.transport.is_closing():
+            return  # busy (the next answer arms the timer again), or closed
+        if self.loop.time() < deadline:
+            self.idle_timer = self.loop.call_at(deadline, self._idle_check)
+            return
+        self.timeout_keep_alive_handler()
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
         # Another app than the server's is uvicorn's own answer (over limit_concurrency).
@@ -72,9 +113,26 @@ class ProxyHttpProtocol(HttpToolsProtocol):
         if found is None:
             super()._start_asgi_task(cycle, app)
             return
-        task = self.loop.create_task(_serve(self.lane, cycle, *found))  # type: ignore[arg-type]
+        # Its body is kept as the pieces the parser gives (uvicorn's cycle appends them to a
+        # bytearray and copies that again for the app: two copies of a 100 KB batch).
+        held = self.hot_body = HotBody(cycle)
+        task = self.loop.create_task(_serve(self.lane, held, *found))  # type: ignore[arg-type]
         task.add_done_callback(self.tasks.discard)
         self.tasks.add(task)
+
+    def on_body(self, body: bytes) -> None:
+        held = self.hot_body
+        if held is None or held.cycle is not self.cycle:
+            super().on_body(body)
+            return
+        cycle = held.cycle
+        if (self.parser.should_upgrade() and self._should_upgrade()) or cycle.response_complete:
+            return
+        held.pieces.append(body)
+        held.unread += len(body)
+        if held.unread > HIGH_WATER_LIMIT:
+            self.flow.pause_reading()
+        cycle.message_event.set()
 
     def _hot(self, scope: Any) -> tuple[Any, ...] | None:
         """The hot route of a request the shell would pass on as it is, else None."""
@@ -98,36 +156,63 @@ class ProxyHttpProtocol(HttpToolsProtocol):
         return lane.find(scope["method"], scope["path"])
 
 
+class HotBody:
+    """A hot request's cycle and its body so far, as the parser's pieces."""
+
+    __slots__ = ("cycle", "pieces", "unread")
+
+    def __init__(self, cycle: RequestResponseCycle) -> None:
+        self.cycle = cycle
+        # A pipelined request's body (or its start) is in the cycle already.
+        self.pieces: list[bytes] = [bytes(cycle.body)] if cycle.body else []
+        self.unread = 0
+        cycle.body = bytearray()
+
+    async def read(self) -> bytes:
+        """The whole body (joined if it came in pieces), as uvicorn's ``receive`` would have
+        given it: ClientDisconnect if the client went away first."""
+        cycle = self.cycle
+        if cycle.waiting_for_100_continue and not cycle.transport.is_closing():
+            cycle.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            cycle.waiting_for_100_continue = False
+        while cycle.more_body and not (cycle.disconnected or cycle.response_complete):
+            cycle.flow.resume_reading()
+            await cycle.message_event.wait()
+            cycle.message_event.clear()
+            self.unread = 0
+        if cycle.disconnected or cycle.response_complete:
+            raise ClientDisconnect()  # what Starlette raises on http.disconnect
+        pieces, self.pieces = self.pieces, []
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+
 class HotRequest(Request):
-    """A hot request, its body read straight from the protocol's ``receive``: Starlette's
+    """A hot request, its body read straight from the protocol's pieces: Starlette's
     ``body()`` goes through an async generator and a closing context manager, which cost a
     proxied send more than its own routing did."""
 
     _read: bytes | None = None
 
+    def __init__(self, held: HotBody) -> None:
+        super().__init__(cast(Any, held.cycle.scope), cast(Receive, held.cycle.receive))
+        self.held = held
+
     async def body(self) -> bytes:
         if self._read is None:
-            chunks: list[bytes] = []
-            while True:
-                message = await self.receive()
-                if message["type"] != "http.request":  # http.disconnect, as Starlette says it
-                    raise ClientDisconnect()
-                chunks.append(message.get("body", b""))
-                if not message.get("more_body", False):
-                    break
-            self._read = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            self._read = await self.held.read()
         return self._read
 
 
-async def _serve(lane: FastLane, cycle: RequestResponseCycle, route: FastRoute, match: Any) -> None:
+async def _serve(lane: FastLane, held: HotBody, route: FastRoute, match: Any) -> None:
     """One hot request, from its scope to its answer on the wire."""
+    cycle = held.cycle
     scope: Any = cycle.scope
     request_id = request_id_of(scope)
     scope["state"]["request_id"] = request_id
     scope["app"] = lane.app  # what request.app means in the endpoints
     id_header = (b"x-request-id", request_id.encode())
     try:
-        request = HotRequest(scope, cast(Receive, cycle.receive))
+        request = HotRequest(held)
         try:
             response = await lane.answer(route, match, request)
         except Exception:

@@ -44,6 +44,7 @@ from app.proxy.forward import (
     BrokerAnswer,
     BrokerNoAnswerError,
     BrokerUnreachableError,
+    PassedResponse,
     ProxyError,
     broker_path,
 )
@@ -242,7 +243,7 @@ def _receipts(answer: BrokerAnswer, queue: QueueRoute, attempts: _Attempts) -> R
     headers = answer.headers
     if not attempts.target.client_key:  # a replay of the proxy's own retry, not the client's
         headers = {k: v for k, v in headers.items() if k != "idempotent-replayed"}
-    return Response(content, answer.status, headers, media_type=answer.content_type)
+    return PassedResponse(content, answer.status, headers, answer.content_type)
 
 
 def _outcome_unknown(attempts: _Attempts) -> Response:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, cast
@@ -82,6 +83,12 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self.reusable = True
         self.idle_since = 0.0
+        # One timer for the connection's whole life, not one per exchange: an exchange sets its
+        # deadline, and the timer, when it fires, times out the exchange that is past its own
+        # or waits on for the one in progress (none in progress: it stops until the next).
+        self.deadline = 0.0
+        self.timeout_s = 0.0
+        self.timer: asyncio.TimerHandle | None = None
 
     # ---------------------------------------------------------------- asyncio.Protocol
 
@@ -133,20 +140,29 @@ class _Connection(asyncio.Protocol):
         waiter: asyncio.Future[UpstreamAnswer] = self.loop.create_future()
         self.waiter = waiter
         self.transport.writelines(data)
-        timer = self.loop.call_later(timeout_s, self._timed_out, waiter, timeout_s)
+        self.deadline = self.loop.time() + timeout_s
+        self.timeout_s = timeout_s
+        if self.timer is None:
+            self.timer = self.loop.call_at(self.deadline, self._check_deadline)
         try:
             return await waiter
         finally:
-            timer.cancel()
             if not waiter.done() or waiter.cancelled():  # the caller gave up: answer unread
                 self.close()
 
-    def _timed_out(self, waiter: asyncio.Future[UpstreamAnswer], timeout_s: float) -> None:
-        if not waiter.done():
-            waiter.set_exception(
-                OutcomeUnknownError(self.origin, f"no answer within {timeout_s:g} s")
-            )
-            self.close()
+    def _check_deadline(self) -> None:
+        """The connection's timer: the exchange in progress times out at its deadline."""
+        self.timer = None
+        waiter = self.waiter
+        if waiter is None or waiter.done() or self.closed:
+            return  # nothing in progress: the next exchange arms the timer again
+        if self.loop.time() < self.deadline:
+            self.timer = self.loop.call_at(self.deadline, self._check_deadline)
+            return
+        waiter.set_exception(
+            OutcomeUnknownError(self.origin, f"no answer within {self.timeout_s:g} s")
+        )
+        self.close()
 
     def _fail(self, reason: str) -> None:
         waiter, self.waiter = self.waiter, None
@@ -156,8 +172,72 @@ class _Connection(asyncio.Protocol):
     def close(self) -> None:
         self.closed = True
         self.reusable = False
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
         if self.transport is not None:
             self.transport.close()
+
+
+class _Slots:
+    """How many more requests may go to one broker at once, and who waits for a turn, first
+    come first served: asyncio.Semaphore's behaviour for what the proxy needs of it, at the cost
+    of a comparison and a subtraction when a slot is free (the semaphore's acquire and release
+    cost a proxied request more than its routing)."""
+
+    __slots__ = ("free", "waiters")
+
+    def __init__(self, free: int) -> None:
+        self.free = free
+        self.waiters: deque[asyncio.Future[None]] = deque()
+
+    def take_now(self) -> bool:
+        """A slot if one is free and nobody waits for one."""
+        if self.free > 0 and not self.waiters:
+            self.free -= 1
+            return True
+        return False
+
+    async def wait(self, timeout_s: float) -> bool:
+        """A slot after those who wait for one (True), or False when none came free within
+        ``timeout_s``."""
+        loop = asyncio.get_running_loop()
+        turn: asyncio.Future[None] = loop.create_future()
+        self.waiters.append(turn)
+        timer = loop.call_later(timeout_s, _expire, turn)
+        try:
+            await turn
+        except TimeoutError:
+            self._leave(turn)
+            return False
+        except BaseException:  # cancelled: a slot handed over meanwhile goes to the next
+            self._leave(turn)
+            if turn.done() and not turn.cancelled() and turn.exception() is None:
+                self.give_back()
+            raise
+        finally:
+            timer.cancel()
+        return True
+
+    def give_back(self) -> None:
+        """A slot is free: handed to the first who still waits, else counted."""
+        while self.waiters:
+            turn = self.waiters.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return
+        self.free += 1
+
+    def _leave(self, turn: asyncio.Future[None]) -> None:
+        try:
+            self.waiters.remove(turn)
+        except ValueError:
+            pass  # handed its slot and taken off already
+
+
+def _expire(turn: asyncio.Future[None]) -> None:
+    if not turn.done():
+        turn.set_exception(TimeoutError())
 
 
 class Upstream:
@@ -167,7 +247,7 @@ class Upstream:
         self.connect_timeout_s = connect_timeout_s
         self.max_per_origin = max_per_origin
         self._idle: dict[Origin, list[_Connection]] = {}
-        self._slots: dict[Origin, asyncio.Semaphore] = {}
+        self._slots: dict[Origin, _Slots] = {}
 
     async def request(
         self,
@@ -180,21 +260,16 @@ class Upstream:
         data = (head, *body) if isinstance(body, tuple) else (head, body) if body else (head,)
         slots = self._slots.get(origin)
         if slots is None:
-            slots = self._slots[origin] = asyncio.Semaphore(self.max_per_origin)
-        if slots.locked():
-            try:
-                await asyncio.wait_for(slots.acquire(), self.connect_timeout_s)
-            except TimeoutError:
-                raise NotSentError(origin, "no free connection in time") from None
-        else:
-            await slots.acquire()
+            slots = self._slots[origin] = _Slots(self.max_per_origin)
+        if not slots.take_now() and not await slots.wait(self.connect_timeout_s):
+            raise NotSentError(origin, "no free connection in time")
         try:
             connection = self._take(origin) or await self._connect(origin)
             answer = await connection.exchange(data, timeout_s)
             self._give_back(connection)
             return answer
         finally:
-            slots.release()
+            slots.give_back()
 
     def _take(self, origin: Origin) -> _Connection | None:
         idle = self._idle.get(origin)

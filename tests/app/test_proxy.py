@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl
 
 import httpx
 import pytest
@@ -18,6 +19,7 @@ import uvicorn
 
 from app.proxy.context import ProxyLimits
 from app.proxy.main import create_proxy_app
+from app.proxy.messages import _may_name
 from app.proxy.protocol import ProxyHttpProtocol
 from services.cluster import BrokerMember, ClusterKeys, EtcdClient
 from tests.conftest import LiveServer, start_server, wait_until
@@ -505,3 +507,26 @@ def test_a_group_that_does_not_answer_makes_the_topic_503_not_a_shorter_list(
     assert down.headers["retry-after"] == "1"
     # the offsets of g1's queues still answer
     assert http.get("/v1/topics/Partial/queues/0/offset", params={"timestamp": 0}).is_success
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        b"",
+        b"offset=3&max_messages=32",
+        b"offset=3&wait_ms=100",
+        b"wait_ms",
+        b"commit_offset=4&offset=4",
+        b"wait%5Fms=5",
+        b"commit%5foffset=1",
+        b"x=wait_ms",
+        b"commit_offset_x=1",
+        b"a=%20&b=1",
+        b"wait+ms=1",
+    ],
+)
+def test_a_query_is_parsed_for_a_pull_whenever_it_may_name_the_parameter(query: bytes) -> None:
+    names = {k for k, _ in parse_qsl(query.decode("latin-1"), keep_blank_values=True)}
+    for name in ("wait_ms", "commit_offset"):
+        if name in names:
+            assert _may_name(query, name.encode())

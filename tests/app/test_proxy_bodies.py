@@ -3,6 +3,8 @@ consumer's budget among broker groups."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import orjson
 import pytest
 
@@ -134,3 +136,27 @@ def test_budget_shares_forget_the_least_recent_key_first() -> None:
         shares.record(("pull", "G", topic), {"g1": 2, "g2": 2}, {"g1": 2})
     assert shares.shares(("pull", "G", "A"), ["g1", "g2"], 4) == {"g1": 2, "g2": 2}
     assert shares.shares(("pull", "G", "C"), ["g1", "g2"], 4) == {"g1": 3, "g2": 1}
+
+
+def _members_in_front(content: bytes, members: Mapping[str, object]) -> bytes:
+    """What with_members makes, made the plain way: slices and concatenation."""
+    rest = content.lstrip()[1:]
+    comma = b"" if rest.lstrip()[:1] == b"}" else b","
+    return b"{" + orjson.dumps(members)[1:-1] + comma + rest
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b'{"a": 1}',
+        b"{}",
+        b" { } ",
+        b'\n\t{\r\n"x":[1]}',
+        b"\x0b\x0c{\x0b}",
+        b'{"receipts":[{"queue_id":3}]}',
+        b"{" + b'"m":"' + b"z" * 100_000 + b'"}',
+    ],
+)
+def test_members_are_put_in_front_as_by_concatenation(content: bytes) -> None:
+    for members in ({"broker_group": "g1"}, {"x": [1], "y": "é"}):
+        assert with_members(content, members) == _members_in_front(content, members)

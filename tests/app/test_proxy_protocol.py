@@ -5,6 +5,7 @@ answers: status, headers, bodies, error answers."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import time
@@ -15,6 +16,8 @@ from typing import Any, ClassVar
 
 import httpx
 import pytest
+import uvicorn
+from uvicorn.server import ServerState
 
 from app.proxy.context import ProxyLimits
 from app.proxy.protocol import ProxyHttpProtocol
@@ -236,3 +239,69 @@ def test_a_send_whose_body_arrives_in_pieces_is_forwarded_whole(both: Both) -> N
     assert "POST /v1/topics/Pieces/messages" in CountingProtocol.hot
     pulled = both.asgi.get("/v1/topics/Pieces/queues/1/messages", params={"offset": 0}).json()
     assert [(m["body"], m["tags"]) for m in pulled["messages"]] == [("z" * 200_000, "P")]
+
+
+def test_pipelined_sends_each_reach_the_broker_whole(both: Both) -> None:
+    """Sends written in one go: the second's body is read while the first is answered."""
+    create_topic(both.fast, "PipeSend", 4)
+    host, port = both.fast.base_url.host, both.fast.base_url.port
+    assert port is not None
+    bodies = [json.dumps({"body": c * 90_000, "queue_id": 2}).encode() for c in "ab"]
+    ask = (
+        "POST /v1/topics/PipeSend/messages HTTP/1.1\r\nHost: p\r\n%s"
+        "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+    )
+    wire = (ask % ("", len(bodies[0]))).encode() + bodies[0]
+    wire += (ask % ("Connection: close\r\n", len(bodies[1]))).encode() + bodies[1]
+    with socket.create_connection((host, port), timeout=20) as sock:
+        sock.sendall(wire)
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    answers = received.split(b"HTTP/1.1 ")[1:]
+    assert [a[:3] for a in answers] == [b"201", b"201"], received[:500]
+    pulled = both.asgi.get("/v1/topics/PipeSend/queues/2/messages", params={"offset": 0}).json()
+    assert [m["body"] for m in pulled["messages"]] == ["a" * 90_000, "b" * 90_000]
+
+
+async def _hello(scope: Any, receive: Any, send: Any) -> None:
+    assert scope["type"] == "http"
+    headers = [(b"content-length", b"2")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": b"hi"})
+
+
+async def _serve_hello(keep_alive_s: float) -> tuple[asyncio.AbstractServer, int]:
+    config = uvicorn.Config(_hello, http=ProxyHttpProtocol, timeout_keep_alive=keep_alive_s)  # type: ignore[arg-type]
+    config.load()
+    state = ServerState()
+    server = await asyncio.get_running_loop().create_server(
+        lambda: ProxyHttpProtocol(config, state, {}), "127.0.0.1", 0
+    )
+    return server, server.sockets[0].getsockname()[1]
+
+
+async def _answer(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    return await reader.readexactly(2)
+
+
+async def test_an_idle_connection_is_closed_after_the_keep_alive_and_a_busy_one_is_not() -> None:
+    server, port = await _serve_hello(0.1)
+    ask = b"GET / HTTP/1.1\r\nHost: p\r\n\r\n"
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        for _ in range(3):
+            writer.write(ask)
+            assert await _answer(reader) == b"hi"
+        writer.write(ask[:10])  # a request under way: the connection is not idle
+        await asyncio.sleep(0.3)
+        writer.write(ask[10:])
+        assert await _answer(reader) == b"hi"
+        assert await asyncio.wait_for(reader.read(), 30) == b""  # idle: closed by the proxy
+    finally:
+        writer.close()
+        await writer.wait_closed()
+        server.close()
+        await server.wait_closed()

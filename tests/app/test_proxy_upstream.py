@@ -168,3 +168,62 @@ async def test_no_free_connection_in_time_was_never_sent() -> None:
         release.set()
         assert (await busy).body == b"1"
     await upstream.aclose()
+
+
+async def test_requests_waiting_for_a_connection_get_one_in_turn() -> None:
+    release, arrived = asyncio.Event(), asyncio.Event()
+    order: list[bytes] = []
+
+    async def gated(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                body = await read_request(reader)
+            except asyncio.IncompleteReadError:
+                return
+            order.append(body)
+            arrived.set()
+            await release.wait()
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+            await writer.drain()
+
+    upstream = Upstream(connect_timeout_s=5, max_per_origin=1)
+    async with serving(gated) as (origin, _):
+        sent = [asyncio.create_task(upstream.request(origin, head(body=b"1"), b"1", 5))]
+        await arrived.wait()
+        for body in (b"2", b"3"):
+            sent.append(asyncio.create_task(upstream.request(origin, head(body=body), body, 5)))
+            await asyncio.sleep(0)  # it runs up to its wait for a connection
+        assert order == [b"1"]  # one connection at a time: the others wait
+        release.set()
+        answers = [(await task).body for task in sent]
+    assert (answers, order) == ([b"1", b"2", b"3"], [b"1", b"2", b"3"])
+    await upstream.aclose()
+
+
+async def test_a_request_that_gave_up_waiting_leaves_no_connection_taken() -> None:
+    release, arrived = asyncio.Event(), asyncio.Event()
+
+    async def gated(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                body = await read_request(reader)
+            except asyncio.IncompleteReadError:
+                return
+            arrived.set()
+            await release.wait()
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+            await writer.drain()
+
+    upstream = Upstream(connect_timeout_s=5, max_per_origin=1)
+    async with serving(gated) as (origin, _):
+        busy = asyncio.create_task(upstream.request(origin, head(body=b"1"), b"1", 5))
+        await arrived.wait()
+        impatient = asyncio.create_task(upstream.request(origin, head(body=b"2"), b"2", 5))
+        await asyncio.sleep(0)  # it runs up to its wait for a connection
+        impatient.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await impatient
+        release.set()
+        assert (await busy).body == b"1"
+        assert (await upstream.request(origin, head(body=b"3"), b"3", 5)).body == b"3"
+    await upstream.aclose()
