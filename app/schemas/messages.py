@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+from collections.abc import Callable
 from typing import Final, Literal
 
 import orjson
@@ -483,15 +484,24 @@ def view_out(message: MessageView, encoding: str = "auto") -> dict[str, object]:
 
 def views_out(views: list[MessageView], encoding: str = "auto") -> list[dict[str, object]]:
     """:func:`view_out` of each message of a pull, in one comprehension (no call per message):
-    the bodies all text (the common case) decoded in one more, else each as it turns out."""
-    texts: list[str | None]
-    if encoding != "auto":
-        texts = [None] * len(views)
-    else:
+    the bodies all as text (the common case) in one pass, else each as it turns out."""
+    if encoding == "auto":
         try:
-            texts = [str(view[_VIEW_BODY], "utf-8") for view in views]
-        except UnicodeDecodeError:
-            texts = [_utf8_text(view[_VIEW_BODY]) for view in views]
+            return _rendered(views, str, "utf-8")
+        except UnicodeDecodeError:  # a body is not text: each message on its own
+            if len(views) > 1:
+                return [view_out(view, encoding) for view in views]
+    return _rendered(views, _base64_text, "base64")
+
+
+def _base64_text(body: bytes, _encoding: str) -> str:
+    return base64.b64encode(body).decode("ascii")
+
+
+def _rendered(
+    views: list[MessageView], text: Callable[[bytes, str], str], body_encoding: str
+) -> list[dict[str, object]]:
+    """The JSON of each message, its body as ``text(body, "utf-8")`` makes it."""
     return [
         {
             "msg_id": msg_id,
@@ -499,8 +509,8 @@ def views_out(views: list[MessageView], encoding: str = "auto") -> list[dict[str
             "queue_id": queue_id,
             "queue_offset": queue_offset,
             "commit_log_offset": physical_offset,
-            "body": base64.b64encode(body).decode("ascii") if text is None else text,
-            "body_encoding": "base64" if text is None else "utf-8",
+            "body": text(body, "utf-8"),
+            "body_encoding": body_encoding,
             "tags": tags,
             "keys": keys,
             "properties": properties,
@@ -522,18 +532,8 @@ def views_out(views: list[MessageView], encoding: str = "auto") -> list[dict[str
             born_timestamp,
             store_timestamp,
             reconsume_times,
-        ), text in zip(views, texts, strict=True)
+        ) in views
     ]
-
-
-_VIEW_BODY: Final = 6  # the body's position in a MessageView
-
-
-def _utf8_text(body: bytes) -> str | None:
-    try:
-        return str(body, "utf-8")
-    except UnicodeDecodeError:
-        return None
 
 
 def pull_out(pulled: QueuePull, encoding: str) -> dict[str, object]:

@@ -163,15 +163,25 @@ RECORD_HEADERS: Final = {
 RECORD_HEADER_V4: Final = RECORD_HEADERS[0]  # 88 bytes
 """The header of the common layout: IPv4 born and store hosts."""
 FIXED_FIELDS_V4: Final = struct.Struct(
-    _HEAD  # TOTALSIZE .. BORNTIMESTAMP
-    + "8x"  # BORNHOST, skipped
-    + "q"  # STORETIMESTAMP
-    + "8x"  # STOREHOSTADDRESS, skipped
-    + "i"  # RECONSUMETIMES
-    + "q"  # PREPARED TRANSACTION OFFSET
-    + "i"  # BODY LENGTH
+    ">"
+    "i"  # TOTALSIZE
+    "i"  # MAGICCODE
+    "4x"  # BODYCRC, skipped
+    "i"  # QUEUEID
+    "4x"  # FLAG, skipped
+    "q"  # QUEUEOFFSET
+    "q"  # PHYSICALOFFSET
+    "i"  # SYSFLAG
+    "q"  # BORNTIMESTAMP
+    "8x"  # BORNHOST, skipped
+    "q"  # STORETIMESTAMP
+    "Q"  # STOREHOSTADDRESS: address + port as one unsigned number (IPv4 only)
+    "i"  # RECONSUMETIMES
+    "8x"  # PREPARED TRANSACTION OFFSET, skipped
+    "i"  # BODY LENGTH
 )
-"""RECORD_HEADER_V4 without the two hosts: the numbers only, no address bytes built."""
+"""RECORD_HEADER_V4 as a reader shows a message: the numbers it shows, the store host as one
+number (its 8 bytes, for the msg id), nothing built for the fields it does not show."""
 STORE_HOST_POSITION_V4: Final = BORN_HOST_POSITION + HOST_V4_SIZE + 8  # 64
 BODY_LENGTH_POSITION_V4: Final = RECORD_HEADER_V4.size - INT_STRUCT.size  # 84
 FIXED_OVERHEAD_V4: Final = RECORD_HEADER_V4.size + 1 + 2  # 91: TOPIC and PROPERTIES LENGTH

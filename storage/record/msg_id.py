@@ -72,6 +72,27 @@ def store_host_prefix(address_and_port: bytes) -> str:
     return prefix
 
 
+STORE_HOST_NUMBER_PREFIXES: Final[dict[int, str]] = {}
+"""The STOREHOSTADDRESS field of an IPv4 store host read as one unsigned 8-byte number →
+:func:`store_host_number_prefix` of it, for the hosts already seen (read-only outside this
+module)."""
+
+
+def store_host_number_prefix(address_and_port: int) -> str:
+    """:func:`store_host_prefix` of an IPv4 STOREHOSTADDRESS field read as one unsigned
+    big-endian 8-byte number (memoised: a reader looks it up for every record).
+
+    >>> store_host_number_prefix(0x7F00000100002A9F)
+    '7F00000100002A9F'
+    """
+    prefix = STORE_HOST_NUMBER_PREFIXES.get(address_and_port)
+    if prefix is None:
+        prefix = f"{address_and_port:016X}"
+        if len(STORE_HOST_NUMBER_PREFIXES) < _MAX_REMEMBERED_HOSTS:
+            STORE_HOST_NUMBER_PREFIXES[address_and_port] = prefix
+    return prefix
+
+
 def encode_msg_id(store_host: str, store_port: int, physical_offset: int) -> str:
     """RocketMQ's offsetMsgId: hex of store address + port + physical offset, uppercase.
 

@@ -179,3 +179,12 @@ def test_the_topic_length_is_a_byte_in_v1_and_a_short_in_v2() -> None:
 def test_blank_and_pre_blank_fillers() -> None:
     assert BLANK_STRUCT.size == END_FILE_MIN_BLANK_LENGTH == 8
     assert CQ_UNIT_STRUCT.unpack(CQ_UNIT_STRUCT.pack(0, PRE_BLANK_SIZE, 0))[1] == 2**31 - 1
+
+
+def test_the_fixed_fields_are_the_header_without_the_skipped_ones() -> None:
+    record = golden_record()
+    header = RECORD_HEADER_V4.unpack_from(record)
+    shown = (0, 1, 3, 5, 6, 7, 8, 11, 14, 16)  # all but CRC, FLAG, the hosts, PREPARED
+    (*numbers, store_host, reconsume_times, body_length) = FIXED_FIELDS_V4.unpack_from(record)
+    assert (*numbers, reconsume_times, body_length) == tuple(header[i] for i in shown)
+    assert store_host.to_bytes(8, "big") == header[12] + header[13].to_bytes(4, "big")

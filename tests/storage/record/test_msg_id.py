@@ -10,6 +10,7 @@ from storage.record.msg_id import (
     encode_host,
     encode_msg_id,
     msg_id_prefix,
+    store_host_number_prefix,
     store_host_prefix,
 )
 
@@ -84,3 +85,12 @@ def test_the_prefix_of_a_store_host_field_is_the_prefix_of_its_host(host: str) -
     field = encode_host(host) + (10911).to_bytes(4, "big")  # STOREHOSTADDRESS: address + port
     assert store_host_prefix(field) == msg_id_prefix(host, 10911)
     assert store_host_prefix(field) == msg_id_prefix(host, 10911)  # memoised, the same
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "10.1.2.3", "255.255.255.255"])
+@pytest.mark.parametrize("port", [0, 10911, 2**31 - 1])
+def test_the_prefix_of_a_store_host_number_is_the_prefix_of_its_host(host: str, port: int) -> None:
+    field = encode_host(host) + port.to_bytes(4, "big")  # STOREHOSTADDRESS: address + port
+    number = int.from_bytes(field, "big")  # the field read as one unsigned 8-byte number
+    assert store_host_number_prefix(number) == msg_id_prefix(host, port)
+    assert store_host_number_prefix(number) == store_host_prefix(field)  # memoised, the same
