@@ -170,9 +170,9 @@ async def test_no_free_connection_in_time_was_never_sent() -> None:
     await upstream.aclose()
 
 
-async def test_requests_waiting_for_a_connection_get_one_in_turn() -> None:
-    release, arrived = asyncio.Event(), asyncio.Event()
-    order: list[bytes] = []
+def gated_echo(arrived: asyncio.Event, release: asyncio.Event, order: list[bytes]) -> Behaviour:
+    """An upstream that notes each request's body in ``order``, sets ``arrived`` and echoes the
+    body once ``release`` is set."""
 
     async def gated(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while True:
@@ -186,6 +186,14 @@ async def test_requests_waiting_for_a_connection_get_one_in_turn() -> None:
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
             await writer.drain()
 
+    return gated
+
+
+async def test_requests_waiting_for_a_connection_get_one_in_turn() -> None:
+    release, arrived = asyncio.Event(), asyncio.Event()
+    order: list[bytes] = []
+
+    gated = gated_echo(arrived, release, order)
     upstream = Upstream(connect_timeout_s=5, max_per_origin=1)
     async with serving(gated) as (origin, _):
         sent = [asyncio.create_task(upstream.request(origin, head(body=b"1"), b"1", 5))]
@@ -203,17 +211,7 @@ async def test_requests_waiting_for_a_connection_get_one_in_turn() -> None:
 async def test_a_request_that_gave_up_waiting_leaves_no_connection_taken() -> None:
     release, arrived = asyncio.Event(), asyncio.Event()
 
-    async def gated(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            try:
-                body = await read_request(reader)
-            except asyncio.IncompleteReadError:
-                return
-            arrived.set()
-            await release.wait()
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
-            await writer.drain()
-
+    gated = gated_echo(arrived, release, [])
     upstream = Upstream(connect_timeout_s=5, max_per_origin=1)
     async with serving(gated) as (origin, _):
         busy = asyncio.create_task(upstream.request(origin, head(body=b"1"), b"1", 5))

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import itertools
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -24,36 +22,9 @@ from hypothesis import strategies as st
 
 import services.send
 import storage.message_store
-from services import Broker, BrokerConfig, OutgoingMessage, StoreConfig
+from services import Broker, OutgoingMessage
 from services.send import bodies_alone, fingerprint
-from services.uniq_keys import UniqKeyGenerator
-
-NOW_NS = time.time_ns()
-
-
-class _FixedClock:
-    """The ``time`` module with ``time_ns`` stopped: both brokers stamp the same times."""
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(time, name)
-
-    @staticmethod
-    def time_ns() -> int:
-        return NOW_NS
-
-
-class _CountingKeys(UniqKeyGenerator):
-    """UNIQ_KEYs from a plain counter: both brokers hand out the same ones."""
-
-    def __init__(self) -> None:
-        super().__init__("10.0.0.7")
-        self._numbers = itertools.count()
-
-    def next(self) -> str:
-        return f"{next(self._numbers):032X}"
-
-    def next_many(self, count: int) -> list[str]:
-        return [self.next() for _ in range(count)]
+from tests.services.twin_brokers import FixedClock, commit_log_of, start_twin
 
 
 def _general_only(*_: object) -> Any:
@@ -84,14 +55,6 @@ SENDS = st.tuples(
 )
 
 
-async def _start(root: Path) -> Broker:
-    store = StoreConfig(commit_log_file_size=4 * 1024 * 1024, message_delay_levels="1h 2h")
-    broker = Broker(BrokerConfig(root, store, offset_persist_interval_s=60))
-    await broker.start()
-    broker.send._uniq_keys = _CountingKeys()  # the same keys in both
-    return broker
-
-
 async def _answer(broker: Broker, send: tuple[Any, ...]) -> object:
     topic, messages, queue_id, sharding_key, key = send
     try:
@@ -106,19 +69,15 @@ async def _answer(broker: Broker, send: tuple[Any, ...]) -> object:
         return (type(exc), str(exc))
 
 
-def _commit_log(root: Path) -> bytes:
-    return b"".join(p.read_bytes() for p in sorted((root / "store" / "commitlog").iterdir()))
-
-
 def test_lean_sends_store_and_answer_what_general_sends_do(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(services.send, "time", _FixedClock())
-    monkeypatch.setattr(storage.message_store, "time", _FixedClock())
+    monkeypatch.setattr(services.send, "time", FixedClock())
+    monkeypatch.setattr(storage.message_store, "time", FixedClock())
     general_root, lean_root = tmp_path / "general", tmp_path / "lean"
     with asyncio.Runner() as runner:
-        general = runner.run(_start(general_root / "store"))
-        lean = runner.run(_start(lean_root / "store"))
+        general = runner.run(start_twin(general_root / "store"))
+        lean = runner.run(start_twin(lean_root / "store"))
         lean_sends: list[bool] = []
 
         @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -133,7 +92,7 @@ def test_lean_sends_store_and_answer_what_general_sends_do(
 
         try:
             same()
-            assert _commit_log(lean_root) == _commit_log(general_root)
+            assert commit_log_of(lean_root) == commit_log_of(general_root)
             assert any(lean_sends) and not all(lean_sends)
         finally:
             runner.run(general.stop())
@@ -202,12 +161,12 @@ async def _bodies_answer(broker: Broker, send: tuple[Any, ...]) -> object:
 def test_bodies_sent_as_columns_store_and_answer_what_general_sends_do(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(services.send, "time", _FixedClock())
-    monkeypatch.setattr(storage.message_store, "time", _FixedClock())
+    monkeypatch.setattr(services.send, "time", FixedClock())
+    monkeypatch.setattr(storage.message_store, "time", FixedClock())
     general_root, columns_root = tmp_path / "general", tmp_path / "columns"
     with asyncio.Runner() as runner:
-        general = runner.run(_start(general_root / "store"))
-        columns = runner.run(_start(columns_root / "store"))
+        general = runner.run(start_twin(general_root / "store"))
+        columns = runner.run(start_twin(columns_root / "store"))
         answers: list[object] = []
 
         @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -227,7 +186,7 @@ def test_bodies_sent_as_columns_store_and_answer_what_general_sends_do(
 
         try:
             same()
-            assert _commit_log(columns_root) == _commit_log(general_root)
+            assert commit_log_of(columns_root) == commit_log_of(general_root)
             assert any(isinstance(a, list) for a in answers)
             assert any(isinstance(a, tuple) for a in answers)
         finally:

@@ -13,8 +13,6 @@ CommitLogs must be the same.
 from __future__ import annotations
 
 import asyncio
-import itertools
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -25,36 +23,10 @@ from hypothesis import strategies as st
 
 import services.send
 import storage.message_store
-from services import Broker, BrokerConfig, OutgoingMessage, SendReceipt, StoreConfig
-from services.uniq_keys import UniqKeyGenerator
+from services import Broker, OutgoingMessage, SendReceipt
+from tests.services.twin_brokers import NOW_NS, FixedClock, commit_log_of, start_twin
 
-NOW_NS = time.time_ns()
 NOW_MS = NOW_NS // 1_000_000
-
-
-class _FixedClock:
-    """The ``time`` module with ``time_ns`` stopped: both brokers stamp the same times."""
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(time, name)
-
-    @staticmethod
-    def time_ns() -> int:
-        return NOW_NS
-
-
-class _CountingKeys(UniqKeyGenerator):
-    """UNIQ_KEYs from a plain counter: both brokers hand out the same ones."""
-
-    def __init__(self) -> None:
-        super().__init__("10.0.0.7")
-        self._numbers = itertools.count()
-
-    def next(self) -> str:
-        return f"{next(self._numbers):032X}"
-
-    def next_many(self, count: int) -> list[str]:
-        return [self.next() for _ in range(count)]
 
 
 MESSAGES = st.builds(
@@ -84,14 +56,6 @@ SENDS = st.tuples(
 )
 
 
-async def _start(root: Path) -> Broker:
-    store = StoreConfig(commit_log_file_size=4 * 1024 * 1024, message_delay_levels="1h 2h")
-    broker = Broker(BrokerConfig(root, store, offset_persist_interval_s=60))
-    await broker.start()
-    broker.send._uniq_keys = _CountingKeys()  # the same keys in both
-    return broker
-
-
 async def _answer(broker: Broker, send: tuple[Any, ...]) -> object:
     topic, messages, queue_id, sharding_key, key, host = send
     try:
@@ -107,10 +71,6 @@ async def _answer(broker: Broker, send: tuple[Any, ...]) -> object:
         return (type(exc), str(exc))
 
 
-def _commit_log(root: Path) -> bytes:
-    return b"".join(p.read_bytes() for p in sorted((root / "store" / "commitlog").iterdir()))
-
-
 def _counted(
     send_one: Callable[..., Awaitable[list[SendReceipt]]], taken: list[object]
 ) -> Callable[..., Awaitable[list[SendReceipt]]]:
@@ -124,13 +84,13 @@ def _counted(
 def test_single_sends_store_and_answer_what_general_sends_do(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(services.send, "time", _FixedClock())
-    monkeypatch.setattr(storage.message_store, "time", _FixedClock())
+    monkeypatch.setattr(services.send, "time", FixedClock())
+    monkeypatch.setattr(storage.message_store, "time", FixedClock())
     general_root, single_root = tmp_path / "general", tmp_path / "single"
     with asyncio.Runner() as runner:
-        general = runner.run(_start(general_root / "store"))
+        general = runner.run(start_twin(general_root / "store"))
         general.send._single_path = False
-        single = runner.run(_start(single_root / "store"))
+        single = runner.run(start_twin(single_root / "store"))
         taken: list[object] = []
         monkeypatch.setattr(single.send, "_send_one", _counted(single.send._send_one, taken))
         answers: list[object] = []
@@ -145,7 +105,7 @@ def test_single_sends_store_and_answer_what_general_sends_do(
 
         try:
             same()
-            assert _commit_log(single_root) == _commit_log(general_root)
+            assert commit_log_of(single_root) == commit_log_of(general_root)
             assert single.metrics.messages_in == general.metrics.messages_in
             assert single.metrics.bytes_in == general.metrics.bytes_in
             assert taken, "the single path was taken"
