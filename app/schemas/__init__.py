@@ -74,7 +74,6 @@ from app.schemas.messages import (
     message_out,
     pull_out,
     send_response_out,
-    sent_bodies_json,
 )
 from app.schemas.offsets import (
     CommittedOffsetOut,
@@ -102,6 +101,7 @@ from app.schemas.redelivery import (
     queue_seek_out,
     send_back_out,
 )
+from app.schemas.sent_columns import sent_bodies_json
 from app.schemas.topics import (
     QueueStatsOut,
     TopicDetailOut,

@@ -7,11 +7,9 @@ them with orjson; the response models document exactly those shapes.
 from __future__ import annotations
 
 import base64
-import itertools
 from collections.abc import Callable
 from typing import Final, Literal
 
-import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from app.schemas.common import (
@@ -35,7 +33,7 @@ from app.schemas.common import (
     validated_dicts,
 )
 from app.settings import MAX_PULL_MESSAGES, MAX_REQUEST_BYTES, MAX_WAIT_MS
-from services import GroupPull, QueuePull, SendReceipt, SentBodies
+from services import GroupPull, QueuePull, SendReceipt
 from storage.record.message import MessageView, StoredMessage
 
 # ==================================================================== send
@@ -210,27 +208,6 @@ def send_response_out(topic: str, receipts: list[SendReceipt]) -> dict[str, obje
             ) in receipts
         ],
     }
-
-
-def sent_bodies_json(sent: SentBodies) -> bytes | None:
-    """``orjson.dumps(send_response_out(sent.topic, sent.receipts()))``, built by formatting
-    each message's JSON from one template (one C call per message, no dict); None when a
-    UNIQ_KEY is not ASCII or needs escaping in JSON (then the receipts must be rendered)."""
-    uniq_keys = sent.uniq_keys
-    joined = "".join(uniq_keys)
-    if not joined.isascii() or len(orjson.dumps(joined)) != len(joined) + 2:
-        return None
-    put = sent.put
-    message = (
-        '{{"msg_id":"' + put.msg_id_prefix + '{1:016X}","uniq_key":"{0}",'
-        f'"queue_id":{put.queue_id},"queue_offset":{{2}},"commit_log_offset":{{1}},'
-        f'"store_timestamp":{put.store_timestamp},"status":{orjson.dumps(sent.status).decode()},'
-        '"delay_level":0,"deliver_at":null,"timer_handle":null}}'
-    )
-    messages = ",".join(
-        map(message.format, uniq_keys, put.offsets, itertools.count(put.first_queue_offset))
-    )
-    return b'{"topic":%s,"messages":[%s]}' % (orjson.dumps(sent.topic), messages.encode())
 
 
 class RawSendQuery(BaseModel):

@@ -4,12 +4,15 @@ and status; and over HTTP such a batch answers and stores as every batch does.""
 
 from __future__ import annotations
 
+import itertools
+
 import httpx
 import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
 from app.schemas import send_response_out, sent_bodies_json
+from app.schemas.sent_columns import decimals, offset_hex
 from services import SentBodies
 from storage import BatchPut, PutStatus
 
@@ -96,3 +99,40 @@ def test_over_http_a_batch_of_bodies_answers_as_the_general_way(
     ).json()
     assert [m["body"] for m in pulled["messages"]] == [f"m{i}" for i in range(5)] * 2
     assert [m["msg_id"] for m in pulled["messages"][:5]] == [m["msg_id"] for m in first["messages"]]
+
+
+def _template_json(sent: SentBodies) -> bytes:
+    """The rendering the columns replaced: one template formatted per message."""
+    put = sent.put
+    message = (
+        '{{"msg_id":"' + put.msg_id_prefix + '{1:016X}","uniq_key":"{0}",'
+        f'"queue_id":{put.queue_id},"queue_offset":{{2}},"commit_log_offset":{{1}},'
+        f'"store_timestamp":{put.store_timestamp},"status":{orjson.dumps(sent.status).decode()},'
+        '"delay_level":0,"deliver_at":null,"timer_handle":null}}'
+    )
+    messages = ",".join(
+        map(message.format, sent.uniq_keys, put.offsets, itertools.count(put.first_queue_offset))
+    )
+    return b'{"topic":%s,"messages":[%s]}' % (orjson.dumps(sent.topic), messages.encode())
+
+
+@given(st.integers(0, 300), st.data())
+def test_the_columns_render_what_the_template_rendered(count: int, data: st.DataObject) -> None:
+    keys = data.draw(st.lists(HEX, min_size=count, max_size=count))
+    offsets = data.draw(st.lists(INT64, min_size=count, max_size=count))
+    put = BatchPut(
+        "7F00000100002A9F", "", data.draw(st.integers(0, 2**31 - 1)), data.draw(INT64),
+        offsets, data.draw(INT64), data.draw(INT64),
+    )  # fmt: skip
+    sent = SentBodies(data.draw(st.text(max_size=8)), put, keys, "PUT_OK")
+    assert sent_bodies_json(sent) == _template_json(sent)
+
+
+@given(st.lists(st.integers(0, 2**64 - 1), max_size=40))
+def test_offset_hex_is_each_offset_in_16_uppercase_hex_digits(offsets: list[int]) -> None:
+    assert offset_hex(offsets) == [f"{offset:016X}" for offset in offsets]
+
+
+@given(st.lists(st.integers(-(2**63), 2**64 - 1), max_size=40))
+def test_decimals_are_each_number_as_str_renders_it(numbers: list[int]) -> None:
+    assert decimals(numbers) == list(map(str, numbers))
