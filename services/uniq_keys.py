@@ -8,7 +8,9 @@ import operator
 import os
 import secrets
 import socket
+import struct
 import time
+from collections.abc import Iterable
 
 
 class UniqKeyGenerator:
@@ -36,15 +38,21 @@ class UniqKeyGenerator:
         return f"{self._prefix}{(now - self._month_start_ms) & 0xFFFFFFFF:08X}{counter:04X}"
 
     def next_many(self, count: int) -> list[str]:
-        """``count`` ids of one millisecond: the head is formatted once, then the counters."""
+        """``count`` ids of one millisecond: the head is formatted once, the counters by one
+        ``hex`` over their packed bytes, and the ids cut from one string (no call per id)."""
         now = time.time_ns() // 1_000_000
         if not self._month_start_ms <= now < self._month_end_ms:
             self._set_month(now)
         head = f"{self._prefix}{(now - self._month_start_ms) & 0xFFFFFFFF:08X}"
         start = self._counter
         self._counter = (start + count) & 0xFFFF
-        counters = map(operator.and_, range(start, start + count), itertools.repeat(0xFFFF))
-        return list(map((head + "{:04X}").format, counters))  # the head is hex: no braces
+        if count <= 0:
+            return []
+        counters: Iterable[int] = range(start, start + count)
+        if start + count > 0x10000:  # wraps at 16 bits
+            counters = map(operator.and_, counters, itertools.repeat(0xFFFF))
+        tails = struct.pack(f">{count}H", *counters).hex(",", 2).upper()
+        return (head + tails.replace(",", "," + head)).split(",")  # hex ids: no comma in one
 
     def _set_month(self, now_ms: int) -> None:
         year, month = time.localtime(now_ms / 1000)[:2]
