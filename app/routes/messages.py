@@ -7,7 +7,7 @@ import binascii
 import itertools
 import operator
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import orjson
 from fastapi import Path, Query, Request
@@ -264,19 +264,22 @@ def _text_batch(body: bytes) -> TextBatch | None:
     """A batch of text messages, validated by :data:`SEND_BATCH_DICTS` (the batch's rules,
     without a model per message): its messages (bodies alone: their bodies), queue and
     sharding key; None for anything else (not a batch, a base64 body, a timer message, a
-    refusal), which goes the way of :func:`_parse_send_json`."""
-    if b'"messages"' not in body or b'"deliver_' in body:
+    refusal), which goes the way of :func:`_parse_send_json`. A timer message is told from
+    the validated fields, not by scanning the whole body for them."""
+    if b'"messages"' not in body:
         return None
     try:
         batch = SEND_BATCH_DICTS.validate_json(body)
     except ValidationError:
+        return None
+    if not _BATCH_TIMES.isdisjoint(batch):  # the batch's own delivery time
         return None
     given = batch["messages"]
     if _bodies_alone(given):  # the common batch: no defaults to merge, no fields to copy
         bodies = _Bodies([m["body"].encode() for m in given])
         return bodies, batch.get("queue_id"), batch.get("sharding_key")
     items = [{**SEND_MESSAGE_DEFAULTS, **m} for m in given]
-    if any(m["body_encoding"] != "utf-8" for m in items):
+    if any(_not_plain_text(m) for m in items):
         return None
     messages = [
         OutgoingMessage(
@@ -292,6 +295,19 @@ def _text_batch(body: bytes) -> TextBatch | None:
         for m in items
     ]
     return messages, batch.get("queue_id"), batch.get("sharding_key")
+
+
+_BATCH_TIMES: Final = frozenset({"deliver_at", "deliver_after_ms"})
+
+
+def _not_plain_text(message: dict[str, Any]) -> bool:
+    """Whether a validated message (defaults merged) is base64 or a timer message: the
+    model way sends those."""
+    return (
+        message["body_encoding"] != "utf-8"
+        or message["deliver_at"] is not None
+        or message["deliver_after_ms"] is not None
+    )
 
 
 def _bodies_alone(messages: list[dict[str, Any]]) -> bool:

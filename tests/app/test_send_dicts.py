@@ -11,7 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError, model_validator
 
-from app.routes.messages import _Bodies, _json_messages, _parse_send_json, _text_batch
+from app.routes.messages import (
+    _Bodies,
+    _json_messages,
+    _not_plain_text,
+    _parse_send_json,
+    _text_batch,
+)
 from app.schemas.common import RequestBody, validated_dicts
 from app.schemas.messages import SEND_BATCH_DICTS, SEND_MESSAGE_DEFAULTS, SendBatch
 
@@ -101,3 +107,40 @@ def test_a_text_batch_sends_what_the_model_way_sends(data: Any) -> None:
         if isinstance(given, _Bodies):  # bodies alone: the messages are their bodies
             given = given.messages()
         assert (given, queue_id, sharding_key) == _json_messages(_parse_send_json(body))
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"messages": [{"body": "a"}], "deliver_after_ms": 10},
+        {"messages": [{"body": "a"}], "deliver_at": None},
+        {"messages": [{"body": "a", "tags": "T", "deliver_at": 1_700_000_000_000}]},
+        {"messages": [{"body": "a", "deliver_after_ms": 5}, {"body": "b"}]},
+        {"messages": [{"body": "YQ==", "body_encoding": "base64"}]},
+    ],
+)
+def test_timed_and_base64_batches_go_the_model_way(data: Any) -> None:
+    assert _text_batch(orjson.dumps(data)) is None
+
+
+def test_a_body_that_quotes_a_timer_field_is_still_a_text_batch() -> None:
+    data = {"messages": [{"body": '"deliver_at": 1'}, {"body": "b", "tags": "T"}], "queue_id": 1}
+    body = orjson.dumps(data)
+    assert b'"deliver_' in body
+    fast = _text_batch(body)
+    assert fast is not None
+    assert fast == _json_messages(_parse_send_json(body))
+
+
+@pytest.mark.parametrize(
+    ("given", "plain"),
+    [
+        ({}, True),
+        ({"body_encoding": "base64"}, False),
+        ({"deliver_at": 0}, False),
+        ({"deliver_after_ms": 0}, False),
+        ({"deliver_after_ms": None, "tags": "T"}, True),
+    ],
+)
+def test_not_plain_text_is_base64_or_timed(given: dict[str, Any], plain: bool) -> None:
+    assert _not_plain_text({**SEND_MESSAGE_DEFAULTS, **given}) is not plain
