@@ -15,7 +15,13 @@ from hypothesis import strategies as st
 from storage.errors import StorageError
 from storage.record.decode import decode_record
 from storage.record.encode import EncodedBatch, check_batch
-from storage.record.lean_batch import LeanBatch, lean_batch, lean_bodies
+from storage.record.lean_batch import (
+    LeanBatch,
+    _encoded,
+    _tail_heads,
+    lean_batch,
+    lean_bodies,
+)
 from storage.record.message import Message
 from storage.record.msg_id import encode_host
 
@@ -204,3 +210,44 @@ def test_lean_bodies_is_the_lean_batch_of_the_messages_it_stands_for(
     store = (encode_host("192.168.0.9"), 10911)
     args = (4096, 3, 1_700_000_000_123, *store)
     assert found.pack(*args) == expected.pack(*args)
+
+
+@given(st.lists(GENERATED | st.text(max_size=6), max_size=8))
+def test_keys_are_encoded_each_as_utf_8(keys: list[str]) -> None:
+    assert _encoded(keys) == [key.encode() for key in keys]
+
+
+def test_a_key_that_is_not_text_is_refused_as_before() -> None:
+    with pytest.raises(AttributeError):
+        _encoded(["A", None])  # type: ignore[list-item]
+
+
+@given(st.sampled_from([b"\x01T", b"\x05Topic"]), st.lists(st.binary(max_size=40)))
+def test_tail_heads_carry_each_key_s_properties_length(topic: bytes, keys: list[bytes]) -> None:
+    assert _tail_heads(topic, keys) == [
+        topic + (len(key) + 10).to_bytes(2, "big") + b"UNIQ_KEY\x01" for key in keys
+    ]
+
+
+def test_bodies_and_keys_are_counted_alike() -> None:
+    first = _plain(1)[0]
+    with pytest.raises(ValueError, match="2 bodies and 1 UNIQ_KEYs"):
+        lean_bodies(first, [b"a", b"b"], ["A"], False, 64)
+
+
+def test_the_records_are_laid_out_header_body_tail() -> None:
+    messages = _plain(3)
+    lean = lean_batch(messages, False, 1024)
+    assert lean is not None
+    parts = lean._parts([b"h0", b"h1", b"h2"])
+    tail = b"\x01T" + (42).to_bytes(2, "big") + b"UNIQ_KEY\x01"
+    assert parts == [
+        *(b"h0", b"body 0", lean.first_tail, b"", b""),
+        *(b"h1", b"body 1", tail, b"%032X" % 1, b"\x02"),
+        *(b"h2", b"body 2", tail, b"%032X" % 2, b"\x02"),
+    ]
+    fixed = lean.header.size
+    assert lean.sizes == [
+        fixed + len(b"body 0") + len(lean.first_tail),
+        *[fixed + len(b"body 1") + len(tail) + 32 + 1] * 2,
+    ]
