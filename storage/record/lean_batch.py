@@ -86,6 +86,22 @@ def _head_struct(middle_size: int) -> struct.Struct:
     return struct.Struct(f">iiiiiqq{middle_size}si")
 
 
+@lru_cache(maxsize=64)
+def _units_struct(count: int) -> struct.Struct:
+    """``count`` ConsumeQueue units in a row, as one struct."""
+    return struct.Struct(">" + CQ_UNIT_STRUCT.format.lstrip(">") * count)
+
+
+def _units(offsets: list[int], sizes: list[int], tags_codes: list[int]) -> bytes:
+    """The ConsumeQueue unit of each record, packed by one call for the batch: the same
+    bytes as ``CQ_UNIT_STRUCT.pack`` of each (offset, size, tags code) joined."""
+    fields = [0] * (3 * len(offsets))
+    fields[0::3] = offsets
+    fields[1::3] = sizes
+    fields[2::3] = tags_codes
+    return _units_struct(len(offsets)).pack(*fields)
+
+
 class LeanBatch:
     """A lean batch, encoded as columns; the same face to the CommitLog as ``EncodedBatch``."""
 
@@ -159,7 +175,7 @@ class LeanBatch:
             self.body_lengths,
         )
         data = b"".join(self._parts(heads))
-        units = b"".join(map(CQ_UNIT_STRUCT.pack, offsets, sizes, self.tags_codes))
+        units = _units(offsets, sizes, self.tags_codes)
         return data, units, offsets
 
     def _parts(self, heads: Iterable[bytes]) -> list[bytes]:
