@@ -38,6 +38,7 @@ from typing import Final
 from storage.errors import StoreLoadError
 from storage.mapped_file import _reserve
 from storage.record.java_hash import java_string_hash, java_string_hash_after
+from storage.record.layout import pack_rows
 
 INDEX_HEADER: Final = struct.Struct(
     ">q"  # beginTimestamp
@@ -351,8 +352,9 @@ class IndexFile:
             found = map(_FIRST, map(unpack_slot, repeat(buffer), slot_ats))
             links = [p if 0 < p <= n else 0 for p, n in zip(found, numbers, strict=True)]
             entries_end = entry_at + INDEX_ENTRY_SIZE * len(entries)
-            buffer[entry_at:entries_end] = b"".join(
-                map(INDEX_ENTRY.pack, hashes, offsets, repeat(time_diff), links)
+            time_diffs = [time_diff] * len(links)
+            buffer[entry_at:entries_end] = pack_rows(
+                INDEX_ENTRY, (hashes, offsets, time_diffs, links)
             )
             deque(map(pack_slot, repeat(buffer), slot_ats, numbers), maxlen=0)
             self._entries_put(links.count(0), numbers.stop, offsets[-1], store_timestamp)

@@ -50,6 +50,8 @@ from __future__ import annotations
 import mmap
 import struct
 import zlib
+from collections.abc import Sequence
+from functools import lru_cache
 from typing import Final
 
 Buffer = bytes | bytearray | memoryview | mmap.mmap
@@ -244,3 +246,28 @@ CQ_UNIT_STRUCT: Final = struct.Struct(
 CQ_UNIT_SIZE: Final = CQ_UNIT_STRUCT.size  # 20
 PRE_BLANK_SIZE: Final = 0x7FFFFFFF
 """Size field of the filler units that pad a queue's first file when it starts past 0."""
+
+
+# --------------------------------------------------------------------------- rows
+
+
+@lru_cache(maxsize=128)
+def rows_struct(row: struct.Struct, count: int) -> struct.Struct:
+    """``count`` rows of ``row`` back to back, as one struct: a batch's rows packed by one
+    call instead of one each. ``row`` has standard sizes (``>``, ``<``, ``!`` or ``=``): no
+    padding, so the rows are the bytes of ``row.pack`` of each, joined."""
+    order, fields = row.format[0], row.format[1:]
+    if order not in "<>!=":
+        raise ValueError(f"rows of {row.format!r} would be aligned: give a byte order")
+    return struct.Struct(order + fields * count)
+
+
+def pack_rows(row: struct.Struct, columns: Sequence[Sequence[object]]) -> bytes:
+    """``b"".join(map(row.pack, *columns))`` by one ``pack`` (columns of one length, one
+    per field of ``row``), the fields interleaved by slice assignment."""
+    width = len(columns)
+    count = len(columns[0]) if columns else 0
+    fields: list[object] = [0] * (width * count)
+    for number, column in enumerate(columns):
+        fields[number::width] = column
+    return rows_struct(row, count).pack(*fields)

@@ -36,6 +36,7 @@ from storage.record.layout import (
     STOREHOSTADDRESS_V6_FLAG,
     SYSFLAG_POSITION,
     TRANSACTION_TYPE_MASK,
+    pack_rows,
 )
 from storage.record.message import Message
 from storage.record.properties import (
@@ -84,22 +85,6 @@ def _head_struct(middle_size: int) -> struct.Struct:
     the same bytes as the record header of :mod:`~storage.record.layout` (big-endian, no
     padding)."""
     return struct.Struct(f">iiiiiqq{middle_size}si")
-
-
-@lru_cache(maxsize=64)
-def _units_struct(count: int) -> struct.Struct:
-    """``count`` ConsumeQueue units in a row, as one struct."""
-    return struct.Struct(">" + CQ_UNIT_STRUCT.format.lstrip(">") * count)
-
-
-def _units(offsets: list[int], sizes: list[int], tags_codes: list[int]) -> bytes:
-    """The ConsumeQueue unit of each record, packed by one call for the batch: the same
-    bytes as ``CQ_UNIT_STRUCT.pack`` of each (offset, size, tags code) joined."""
-    fields = [0] * (3 * len(offsets))
-    fields[0::3] = offsets
-    fields[1::3] = sizes
-    fields[2::3] = tags_codes
-    return _units_struct(len(offsets)).pack(*fields)
 
 
 class LeanBatch:
@@ -175,7 +160,7 @@ class LeanBatch:
             self.body_lengths,
         )
         data = b"".join(self._parts(heads))
-        units = _units(offsets, sizes, self.tags_codes)
+        units = pack_rows(CQ_UNIT_STRUCT, (offsets, sizes, self.tags_codes))
         return data, units, offsets
 
     def _parts(self, heads: Iterable[bytes]) -> list[bytes]:

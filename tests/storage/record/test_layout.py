@@ -7,6 +7,8 @@ import zlib
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from storage.record.encode import encode_message
 from storage.record.java_hash import java_string_hash
@@ -42,7 +44,9 @@ from storage.record.layout import (
     TRANSACTION_ROLLBACK_TYPE,
     body_crc,
     is_dispatchable,
+    pack_rows,
     record_header_struct,
+    rows_struct,
     store_host_position,
     store_timestamp_position,
     topic_length_width,
@@ -188,3 +192,30 @@ def test_the_fixed_fields_are_the_header_without_the_skipped_ones() -> None:
     (*numbers, store_host, reconsume_times, body_length) = FIXED_FIELDS_V4.unpack_from(record)
     assert (*numbers, reconsume_times, body_length) == tuple(header[i] for i in shown)
     assert store_host.to_bytes(8, "big") == header[12] + header[13].to_bytes(4, "big")
+
+
+_ROWS = st.lists(
+    st.tuples(
+        st.integers(0, 2**63 - 1),
+        st.integers(-(2**31), 2**31 - 1),
+        st.integers(-(2**63), 2**63 - 1),
+    ),
+    max_size=30,
+)
+
+
+@given(_ROWS)
+def test_rows_pack_as_each_row_packed_and_joined(rows: list[tuple[int, int, int]]) -> None:
+    columns = [[row[i] for row in rows] for i in range(3)]
+    assert pack_rows(CQ_UNIT_STRUCT, columns) == b"".join(map(CQ_UNIT_STRUCT.pack, *columns))
+
+
+def test_a_row_out_of_range_is_a_struct_error() -> None:
+    with pytest.raises(struct.error):
+        pack_rows(CQ_UNIT_STRUCT, [[2**63], [1], [0]])
+
+
+def test_rows_without_a_byte_order_are_refused() -> None:
+    with pytest.raises(ValueError, match="aligned"):
+        rows_struct(struct.Struct("iq"), 2)
+    assert rows_struct(CQ_UNIT_STRUCT, 2).size == 2 * CQ_UNIT_STRUCT.size

@@ -8,8 +8,6 @@ byte it packs must be the general encoder's.
 
 from __future__ import annotations
 
-import struct
-
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
@@ -17,12 +15,10 @@ from hypothesis import strategies as st
 from storage.errors import StorageError
 from storage.record.decode import decode_record
 from storage.record.encode import EncodedBatch, check_batch
-from storage.record.layout import CQ_UNIT_STRUCT
 from storage.record.lean_batch import (
     LeanBatch,
     _encoded,
     _tail_heads,
-    _units,
     lean_batch,
     lean_bodies,
 )
@@ -255,21 +251,3 @@ def test_the_records_are_laid_out_header_body_tail() -> None:
         fixed + len(b"body 0") + len(lean.first_tail),
         *[fixed + len(b"body 1") + len(tail) + 32 + 1] * 2,
     ]
-
-
-@given(
-    st.lists(
-        st.tuples(
-            st.integers(0, 2**63 - 1), st.integers(0, 2**31 - 1), st.integers(-(2**63), 2**63 - 1)
-        ),
-        max_size=30,
-    )
-)
-def test_units_are_each_record_s_unit_in_a_row(rows: list[tuple[int, int, int]]) -> None:
-    offsets, sizes, codes = ([row[i] for row in rows] for i in range(3))
-    assert _units(offsets, sizes, codes) == b"".join(CQ_UNIT_STRUCT.pack(*row) for row in rows)
-
-
-def test_a_unit_out_of_range_is_a_struct_error() -> None:
-    with pytest.raises(struct.error):
-        _units([2**63], [1], [0])
