@@ -276,7 +276,7 @@ def _text_batch(body: bytes) -> TextBatch | None:
         return None
     given = batch["messages"]
     if _bodies_alone(given):  # the common batch: no defaults to merge, no fields to copy
-        bodies = _Bodies([m["body"].encode() for m in given])
+        bodies = _Bodies(list(map(str.encode, map(_BODY_OF, given))))
         return bodies, batch.get("queue_id"), batch.get("sharding_key")
     items = [{**SEND_MESSAGE_DEFAULTS, **m} for m in given]
     if any(_not_plain_text(m) for m in items):
@@ -298,6 +298,7 @@ def _text_batch(body: bytes) -> TextBatch | None:
 
 
 _BATCH_TIMES: Final = frozenset({"deliver_at", "deliver_after_ms"})
+_BODY_OF: Final = operator.itemgetter("body")
 
 
 def _not_plain_text(message: dict[str, Any]) -> bool:
