@@ -3,6 +3,7 @@ with the same values once the defaults are filled in."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
@@ -13,12 +14,15 @@ from pydantic import BaseModel, ValidationError, model_validator
 
 from app.routes.messages import (
     _Bodies,
+    _bodies_batch,
+    _first_is_body_alone,
     _json_messages,
     _not_plain_text,
     _parse_send_json,
     _text_batch,
+    _validated_text_batch,
 )
-from app.schemas.common import RequestBody, validated_dicts
+from app.schemas.common import MAX_BATCH_MESSAGES, RequestBody, validated_dicts
 from app.schemas.messages import SEND_BATCH_DICTS, SEND_MESSAGE_DEFAULTS, SendBatch
 
 _NUMBERS = st.sampled_from([None, 0, 1, 4.0, 4.5, -1, 18, 19, 1023, 1024, 2**63, True, "1"])
@@ -144,3 +148,84 @@ def test_a_body_that_quotes_a_timer_field_is_still_a_text_batch() -> None:
 )
 def test_not_plain_text_is_base64_or_timed(given: dict[str, Any], plain: bool) -> None:
     assert _not_plain_text({**SEND_MESSAGE_DEFAULTS, **given}) is not plain
+
+
+def _as_bodies(batch: Any) -> Any:
+    """A text batch with its bodies alone as their list (``_Bodies`` has no equality)."""
+    if batch is None:
+        return None
+    given, queue_id, sharding_key = batch
+    return (given.bodies if isinstance(given, _Bodies) else given, queue_id, sharding_key)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_BODIES_ALONE | _BATCHES, st.sampled_from([None, 1]))
+def test_a_batch_of_bodies_parsed_by_orjson_is_what_the_rules_give(
+    data: Any, indent: int | None
+) -> None:
+    for body in (orjson.dumps(data), json.dumps(data, indent=indent).encode()):
+        fast = _bodies_batch(body)
+        expected = _validated_text_batch(body)
+        if fast is not None:
+            assert _as_bodies(fast) == _as_bodies(expected)
+        assert _as_bodies(_text_batch(body)) == _as_bodies(expected)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"messages": [{"body": "a"}, {"body": "b"}], "queue_id": 3}',
+        b'{"messages":[{"body":""}],"queue_id":null}',
+        b'{"messages":[{"body":"x","body":"y"}],"messages":[{"body":"z"}]}',
+        b'{"messages":[{"body":"\\u00e9\\n\\"}"}]}',
+        b' {"queue_id":1023,"messages":[{"body":"a"}]} ',
+    ],
+)
+def test_bodies_alone_are_parsed_by_orjson(body: bytes) -> None:
+    fast = _bodies_batch(body)
+    assert fast is not None
+    assert _as_bodies(fast) == _as_bodies(_validated_text_batch(body))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"messages":[{"body":"a"}],"queue_id":4.0}',  # whole float: the rules take it
+        b'{"messages":[{"body":"a"}],"queue_id":true}',
+        b'{"messages":[{"body":"a"}],"queue_id":1024}',
+        b'{"messages":[{"body":"a"}],"queue_id":-1}',
+        b'{"messages":[{"body":"a"}],"queue_id":18446744073709551616}',
+        b'{"messages":[{"body":"a"}],"sharding_key":"k"}',
+        b'{"messages":[{"body":"a"}],"other":1}',
+        b'{"messages":[]}',
+        b'{"messages":[{"body":1}]}',
+        b'{"messages":[{"body":"a","tags":"T"}]}',
+        b'{"messages":[{"body":"a"}, 1]}',
+        b'{"messages":[{"body":"\\ud800"}]}',
+        b'{"messages":[{"body":"a"}]',
+        b"\xef\xbb\xbf" + b'{"messages":[{"body":"a"}]}',
+        b'[{"messages":[{"body":"a"}]}]',
+    ],
+)
+def test_anything_else_is_left_to_the_rules(body: bytes) -> None:
+    assert _bodies_batch(body) is None
+    assert _as_bodies(_text_batch(body)) == _as_bodies(_validated_text_batch(body))
+
+
+def test_too_many_messages_are_left_to_the_rules() -> None:
+    body = orjson.dumps({"messages": [{"body": "a"}] * (MAX_BATCH_MESSAGES + 1)})
+    assert _bodies_batch(body) is None
+    assert _validated_text_batch(body) is None
+
+
+@pytest.mark.parametrize(
+    ("body", "alone"),
+    [
+        (b'{"messages":[{"body":"a"},{"body":"b","tags":"T"}]}', True),
+        (b'{"messages": [{"body": "a", "tags": "T"}]}', False),
+        (b'{"messages":[{"body":"a\\":"}]}', False),  # only a guess
+        (b'{"messages":"none"}', False),
+    ],
+)
+def test_the_first_message_decides_whether_orjson_is_tried(body: bytes, alone: bool) -> None:
+    assert _first_is_body_alone(body, body.find(b'"messages"')) is alone
