@@ -179,9 +179,10 @@ def main() -> int:
                         block(proxy.port, pid_of(proxy), method, path, body, args.block, dumps)
                     )
                     results.setdefault((name, side), []).append(figure)
+                    counted = f"  {figure[2] / 1000:8.1f} k instructions/req" if dumps else ""
                     print(
                         f"  {name:<24} {side:<6} {figure[0]:7.0f} us/req  p50 {figure[1]:.3f} ms"
-                        f"  {figure[2] / 1000:8.1f} k instructions/req"
+                        + counted
                     )
         print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         print(f"\nmedians of {args.repeat} blocks of {args.block} requests, one connection")
