@@ -105,21 +105,28 @@ class Proxy:
     root: Path | None = None
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    wrapper: list[str] = field(default_factory=list)
+    """A command the proxy runs under (``valgrind --tool=callgrind ...``), or none."""
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> Proxy:
+        self.launch()
+        wait_for(self.ready)
+        return self
+
+    def launch(self) -> Proxy:
+        """Start the process without waiting for it to answer (several can start at once)."""
         args = ["proxy", "--cluster", CLUSTER, "--etcd", self.etcd, "--port", str(self.port)]
         if self.root is None:
             command, cwd = [str(BIN / "spoolmq"), *args], None
         else:
             command, cwd = [sys.executable, "-m", "app.cli", *args], self.root
         self.process = subprocess.Popen(
-            command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            [*self.wrapper, *command], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
-        wait_for(self.ready)
         return self
 
     def ready(self) -> bool:

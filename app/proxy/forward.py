@@ -30,6 +30,8 @@ from services.cluster import BrokerMember
 RETRY_AFTER_S = 1
 FORWARDED_HEADERS: Final = frozenset((b"content-type", b"authorization"))
 _KEPT_RESPONSE_HEADERS: Final = frozenset((b"retry-after", b"location", b"idempotent-replayed"))
+_BODY_METHODS: Final = frozenset(("POST", "PUT", "PATCH"))
+_MAX_LINES: Final = 4096
 READ_TIMEOUT_S: Final = 10.0
 """How long the proxy waits for a broker's answer, beyond a long-poll's own ``wait_ms``."""
 
@@ -158,6 +160,7 @@ class Forwarder:
     def __init__(self, upstream: Upstream) -> None:
         self.upstream = upstream
         self._origins: dict[str, tuple[Origin, bytes]] = {}
+        self._lines: dict[tuple[str, str, str], tuple[Origin, bytes, bytes]] = {}
 
     async def call(
         self,
@@ -176,23 +179,21 @@ class Forwarder:
         """``path`` is already encoded (see :func:`broker_path`); ``query`` a raw query string
         passed on as it came, or ``params`` to encode. The client's Content-Type and
         Authorization go along (``json`` sets its own Content-Type), with ``headers``."""
-        origin, host = self._origin(member.http_url)
-        sent = _forwarded(request)
-        if json is not None:
-            content = orjson.dumps(json)
-            sent = [(k, v) for k, v in sent if k != b"content-type"]
-            sent.append((b"content-type", b"application/json"))
-        sent.extend(headers)
+        origin, line, host = self._line(member.http_url, method, path)
         body = content or b""
-        length = sum(map(len, body)) if isinstance(body, tuple) else len(body)
+        if json is not None:
+            body = orjson.dumps(json)
         if params:
             query = urlencode(params).encode()
-        target = path.encode() + (b"?" + query if query else b"")
-        head = [b"%s %s HTTP/1.1\r\nhost: %s\r\n" % (method.encode(), target, host)]
-        head.extend(b"%s: %s\r\n" % pair for pair in sent)
-        if body or method in ("POST", "PUT", "PATCH"):
-            head.append(b"content-length: %d\r\n" % length)
-        head.append(b"\r\n")
+        head = [line, b"?", query, host] if query else [line, host]
+        _forwarded(head, request, json is not None)
+        for name, value in headers:
+            head += (name, b": ", value, b"\r\n")
+        if body or method in _BODY_METHODS:
+            length = sum(map(len, body)) if isinstance(body, tuple) else len(body)
+            head.append(b"content-length: %d\r\n\r\n" % length)
+        else:
+            head.append(b"\r\n")
         try:
             answer = await self.upstream.request(origin, b"".join(head), body, timeout_s)
         except NotSentError as exc:
@@ -207,6 +208,21 @@ class Forwarder:
             elif name in _KEPT_RESPONSE_HEADERS:
                 kept[name.decode()] = value.decode("latin-1")
         return BrokerAnswer(answer.status, answer.body, content_type, kept)
+
+    def _line(self, url: str, method: str, path: str) -> tuple[Origin, bytes, bytes]:
+        """The broker's address, the request line up to its query (``POST /v1/...``) and
+        the rest of it with the Host header: made once per broker, method and path (a
+        proxy's hot paths are few), not formatted per request."""
+        key = (url, method, path)
+        known = self._lines.get(key)
+        if known is None:
+            origin, host = self._origin(url)
+            line = b"%s %s" % (method.encode(), path.encode())
+            known = (origin, line, b" HTTP/1.1\r\nhost: %s\r\n" % host)
+            if len(self._lines) >= _MAX_LINES:  # paths name topics and message ids: bounded
+                self._lines.clear()
+            self._lines[key] = known
+        return known
 
     def _origin(self, url: str) -> tuple[Origin, bytes]:
         known = self._origins.get(url)
@@ -233,15 +249,18 @@ class Forwarder:
         )
 
 
-def _forwarded(request: Request | None) -> list[tuple[bytes, bytes]]:
-    """The client's headers a broker gets, and the request's id."""
-    if request is None:
-        return []
-    sent = [(k, v) for k, v in request.scope["headers"] if k in FORWARDED_HEADERS]
-    request_id = request.scope.get("state", {}).get("request_id")
-    if request_id:
-        sent.append((b"x-request-id", request_id.encode()))
-    return sent
+def _forwarded(head: list[bytes], request: Request | None, json: bool) -> None:
+    """The client's headers a broker gets and the request's id, as lines of ``head``; a JSON
+    body the proxy made (``json``) goes with its own Content-Type instead of the client's."""
+    if request is not None:
+        for name, value in request.scope["headers"]:
+            if name in FORWARDED_HEADERS and not (json and name == b"content-type"):
+                head += (name, b": ", value, b"\r\n")
+        request_id = request.scope.get("state", {}).get("request_id")
+        if request_id:
+            head += (b"x-request-id: ", request_id.encode(), b"\r\n")
+    if json:
+        head.append(b"content-type: application/json\r\n")
 
 
 def long_poll_timeout(wait_ms: object) -> float:

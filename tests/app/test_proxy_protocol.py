@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -262,6 +263,110 @@ def test_pipelined_sends_each_reach_the_broker_whole(both: Both) -> None:
     assert [a[:3] for a in answers] == [b"201", b"201"], received[:500]
     pulled = both.asgi.get("/v1/topics/PipeSend/queues/2/messages", params={"offset": 0}).json()
     assert [m["body"] for m in pulled["messages"]] == ["a" * 90_000, "b" * 90_000]
+
+
+def _exchange(url: httpx.URL, wire: bytes, until: bytes = b"") -> bytes:
+    """``wire`` written on a new connection; what came back until ``until`` was seen (or the
+    proxy closed the connection)."""
+    assert url.port is not None
+    with socket.create_connection((url.host, url.port), timeout=20) as sock:
+        sock.sendall(wire)
+        received = b""
+        while not (until and until in received) and (chunk := sock.recv(65536)):
+            received += chunk
+    return received
+
+
+def _without_dates(answer: bytes) -> bytes:
+    return b"\r\n".join(line for line in answer.split(b"\r\n") if not line.startswith(b"date:"))
+
+
+def test_a_send_that_expects_100_continue_gets_it_first_both_ways(both: Both) -> None:
+    """The client waits for ``100 Continue`` before its body: the hot way sends it as uvicorn
+    does, and the whole exchange is the ASGI way's, byte for byte but the receipts."""
+    create_topic(both.fast, "Cont", 4)
+    body = json.dumps({"body": "c", "queue_id": 3}).encode()
+    head = (
+        "POST /v1/topics/Cont/messages HTTP/1.1\r\nHost: p\r\nX-Request-Id: cont-1\r\n"
+        "Content-Type: application/json\r\nExpect: 100-continue\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode()
+    answers = []
+    for client in (both.fast, both.asgi):
+        url = client.base_url
+        assert url.port is not None
+        with socket.create_connection((url.host, url.port), timeout=20) as sock:
+            sock.sendall(head)
+            continued = b""
+            while b"\r\n\r\n" not in continued:
+                continued += sock.recv(65536)
+            assert continued == b"HTTP/1.1 100 Continue\r\n\r\n"
+            sock.sendall(body)
+            received = b""
+            while chunk := sock.recv(65536):
+                received += chunk
+        answers.append(received)
+    fast, asgi = (_without_dates(a).split(b"\r\n\r\n", 1) for a in answers)
+    # status line and headers, in order, x-request-id echoed; the receipts' lengths differ
+    assert _lengths_masked(fast[0]) == _lengths_masked(asgi[0])
+    assert b"x-request-id: cont-1" in fast[0]
+    assert orjson_keys(fast[1]) == orjson_keys(asgi[1])
+    assert "POST /v1/topics/Cont/messages" in CountingProtocol.hot
+
+
+def _lengths_masked(head: bytes) -> bytes:
+    return re.sub(rb"(?m)^content-length: \d+", b"content-length: N", head)
+
+
+def orjson_keys(body: bytes) -> list[str]:
+    return list(json.loads(body).keys())
+
+
+def test_a_sends_request_id_is_echoed_or_made_as_the_asgi_way_does(both: Both) -> None:
+    create_topic(both.fast, "Rid", 4)
+    for given, echoed in (("rid-ok.1", True), ("bad id with spaces", False), (None, False)):
+        extra = {} if given is None else {"X-Request-Id": given}
+        fast = both.fast.post("/v1/topics/Rid/messages", json={"body": "r"}, headers=extra)
+        asgi = both.asgi.post("/v1/topics/Rid/messages", json={"body": "r"}, headers=extra)
+        assert fast.status_code == asgi.status_code == 201
+        assert [k for k, _ in headers(fast)] == [k for k, _ in headers(asgi)]
+        for answer in (fast, asgi):
+            made = answer.headers["x-request-id"]
+            assert (made == given) is echoed and made
+        # the broker got the same id (a problem answer names it)
+        problem = both.fast.post(
+            "/v1/topics/Rid/messages", json={"body": "r", "queue_id": 9}, headers=extra
+        )
+        assert problem.json()["request_id"] == problem.headers["x-request-id"]
+    assert CountingProtocol.hot.count("POST /v1/topics/Rid/messages") == 6
+
+
+def test_a_client_gone_mid_body_sends_nothing_and_the_proxy_serves_on(both: Both) -> None:
+    """A send whose client closes before its body is whole is not forwarded (nothing stored),
+    and the proxy answers the next client as before."""
+    create_topic(both.fast, "Gone", 4)
+    body = json.dumps({"body": "g" * 50_000, "queue_id": 0}).encode()
+    head = (
+        "POST /v1/topics/Gone/messages HTTP/1.1\r\nHost: p\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    for client in (both.fast, both.asgi):
+        url = client.base_url
+        assert url.port is not None
+        with socket.create_connection((url.host, url.port), timeout=20) as sock:
+            sock.sendall(head + body[:20_000])
+            time.sleep(0.2)
+        time.sleep(0.2)
+    assert CountingProtocol.hot.count("POST /v1/topics/Gone/messages") == 1
+    sent = both.fast.post("/v1/topics/Gone/messages", json={"body": "after", "queue_id": 0})
+    assert sent.status_code == 201
+    pulled = both.asgi.get("/v1/topics/Gone/queues/0/messages", params={"offset": 0}).json()
+    assert [m["body"] for m in pulled["messages"]] == ["after"]
+    pipelined = _exchange(
+        both.fast.base_url,
+        b"GET /v1/topics/Gone/queues/0/messages HTTP/1.1\r\nHost: p\r\nConnection: close\r\n\r\n",
+    )
+    assert pipelined.startswith(b"HTTP/1.1 200 ")
 
 
 async def _hello(scope: Any, receive: Any, send: Any) -> None:
