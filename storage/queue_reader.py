@@ -20,9 +20,9 @@ from typing import Generic, TypeVar
 from storage.commit_log import CommitLog
 from storage.consume_queue import ConsumeQueue
 from storage.record.decode import decode_record
-from storage.record.fields import message_view
+from storage.record.fields import QueueTopic, message_view
 from storage.record.java_hash import to_int32
-from storage.record.layout import CQ_UNIT_STRUCT, PRE_BLANK_SIZE, Buffer
+from storage.record.layout import CQ_UNIT_STRUCT, PRE_BLANK_SIZE
 from storage.record.message import GetMessageStatus
 from storage.store_types import GetMessageResult, StoreConfig
 
@@ -86,7 +86,8 @@ class QueueReader:
             )
         limits = self.transfer_limits(max_messages, max_bytes)
         if views:
-            seen = self.read_units(found[0], limits, codes, message_view)
+            topic = (queue.topic.encode(), queue.topic)
+            seen = self.read_units(found[0], limits, codes, message_view, topic)
             status, next_offset = _read_status(seen), offset + seen.scanned
             return GetMessageResult(status, next_offset, min_offset, max_offset, [], seen.found)
         read = self.read_units(found[0], limits, codes, decode_record)
@@ -114,11 +115,13 @@ class QueueReader:
         units: bytes,
         limits: TransferLimits,
         codes: frozenset[int] | None,
-        take: Callable[[Buffer, int], T],
+        take: Callable[..., T],
+        topic: QueueTopic | None = None,
     ) -> UnitsRead[T]:
         """The records of a run of ConsumeQueue units, up to the batch caps (reference §10.3),
-        each as ``take`` makes it of the buffer and position of a record: decoded
-        (:func:`decode_record`) or a view (:func:`message_view`).
+        each as ``take`` makes it of the buffer and position of a record (and ``topic``, the
+        queue's, unless None): decoded (:func:`decode_record`) or a view
+        (:func:`message_view`).
 
         Units whose tags code is not in ``codes`` (None: all match) and pre-blank units are
         skipped but count as scanned. A unit is "in disk" below ``limits.disk_threshold``:
@@ -162,7 +165,10 @@ class QueueReader:
                     readable_end = 0
                     continue
             try:
-                record = take(buffer, physical - file_start)
+                if topic is None:
+                    record = take(buffer, physical - file_start)
+                else:
+                    record = take(buffer, physical - file_start, topic)
             except ValueError:  # the file was unmapped by the cleaner
                 removed = True
                 readable_end = 0
