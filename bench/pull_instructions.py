@@ -5,9 +5,9 @@ the whole ASGI app (middleware, routing, handler, services, store).
 Instruction counts barely move between runs on a shared machine, unlike wall or CPU time,
 so small changes to the pull path show. Each root (a checkout, e.g. ``git archive REV | tar
 -x -C DIR``) runs under callgrind on a fresh store with instrumentation off until the pulls
-begin and off again after them (``callgrind_control``), so the count is the pulls' alone
-(every thread's, the store's background ones included). The roots alternate over
-``--runs``.
+begin and off again after them (``callgrind_control``), so the count is the pulls' alone,
+of the thread serving them (the store's background threads wake by the clock, and a slower
+run would count more of them). The roots alternate over ``--runs``.
 
     uv run python bench/pull_instructions.py --root DIR --root .   # before, after
 """
@@ -125,12 +125,14 @@ def child(root: str, count: int) -> None:
 def instructions(root: str, pulls: int, workdir: Path) -> int:
     """Instructions callgrind counts over ``pulls`` pulls of ``root``."""
     out = workdir / "callgrind.out"
-    command = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
+    command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--separate-threads=yes"]
     command += [f"--callgrind-out-file={out}"]
     command += [sys.executable, str(Path(__file__).resolve()), "--root", root]
     command += ["--child", str(Path(root).resolve()), "--pulls", str(pulls)]
-    subprocess.run(command, capture_output=True, text=True, check=True)
-    match = re.search(r"^totals: (\d+)", out.read_text(), re.MULTILINE)
+    env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same dict layouts every run
+    subprocess.run(command, capture_output=True, text=True, check=True, env=env)
+    serving = out.with_name(f"{out.name}-01")  # the main thread's: the one serving requests
+    match = re.search(r"^totals: (\d+)", serving.read_text(), re.MULTILINE)
     if match is None:
         raise RuntimeError(f"no totals in {out}")
     return int(match.group(1))
