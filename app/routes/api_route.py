@@ -320,6 +320,9 @@ def _query_model_reader(fields: list[ModelField]) -> QueryReader | None:
             return
         data: dict[str, Any] = {}
         known: set[str] = set()
+        # What QueryParams.get finds (a name's last value), without its Python-level Mapping
+        # lookup that raises and catches a KeyError for every name the query leaves out.
+        last = dict(params.items())
         for aliases, alias, key, is_list in plan:
             if len(aliases) > 1:
                 alias, key = next((pair for pair in aliases if pair[1] in params), aliases[0])
@@ -329,7 +332,7 @@ def _query_model_reader(fields: list[ModelField]) -> QueryReader | None:
                 if items:
                     data[alias] = items
             else:
-                value = params.get(key)
+                value = last.get(key)
                 if value is not None:
                     data[alias] = value
         if len(params) > len(data):
