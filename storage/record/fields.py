@@ -135,7 +135,7 @@ def message_view(data: Buffer, position: int = 0, topic: QueueTopic = _NO_TOPIC)
     if only_key is not None:  # what decoding finds there: no TAGS, no KEYS
         tags = None
         keys: list[str] = []
-        properties = {PROPERTY_UNIQ_KEY: str(only_key[1], "ascii")}
+        properties = {PROPERTY_UNIQ_KEY: only_key[1].decode("ascii")}  # cheaper than str()
     else:
         properties = decode_properties(data[topic_end + 2 : position + size])
         tags = properties.pop(PROPERTY_TAGS, None)
