@@ -278,6 +278,28 @@ def query_params(request: Request) -> QueryParams:
 _NO_QUERY: Final = QueryParams("")
 
 
+def parse_query(raw: bytes) -> QueryParams:
+    """``QueryParams(raw)``: the same pairs, in the same ``QueryParams``. A query without
+    ``%`` or ``+`` (a pull's, nearly always) has nothing for ``parse_qsl`` to unquote: its
+    pairs are its ``&``-separated items split at the first ``=`` (an item without one has an
+    empty value; empty items are left out), made into a ``QueryParams`` at once
+    (:func:`query_of`). tests/app/test_api_route.py checks both ways agree."""
+    text = raw.decode("latin-1")
+    if "%" in text or "+" in text:
+        return QueryParams(raw)
+    return query_of([(n, v) for n, _, v in (i.partition("=") for i in text.split("&") if i)])
+
+
+def query_of(pairs: list[tuple[str, str]]) -> QueryParams:
+    """``QueryParams(pairs)`` of name and value strings, without the checks and copies its
+    constructor makes of any mapping or iterable it may be given: what it keeps of such a
+    list is the list and a dict of each name's last value."""
+    query: QueryParams = QueryParams.__new__(QueryParams)
+    query._list = pairs
+    query._dict = dict(pairs)
+    return query
+
+
 QueryReader = Callable[[QueryParams, dict[str, Any], list[Any]], None]
 
 
