@@ -109,7 +109,8 @@ class SecurityMiddleware:
             await self.app(scope, receive, send)
             return
         params = resolved.path_params
-        query = _query(scope) if rule.reads_query else {}
+        # read by name only: a dict's get, not QueryParams' (a KeyError per absent name)
+        query = dict(_query(scope).items()) if rule.reads_query else {}
         what = resolved.key or scope["path"]
         try:
             security.check_rule(principal, rule, params, query)
