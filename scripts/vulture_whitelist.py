@@ -89,3 +89,7 @@ _.__pydantic_config__  # app/schemas/common.py: the config of a TypedDict made f
 # ---- pytest calls these hooks (tests/conftest.py: the order of a run, the serial modules)
 pytest_configure
 pytest_collection_modifyitems
+
+# ---- starlette's QueryParams reads them (app/routes/api_route.py: query_of)
+_._list
+_._dict

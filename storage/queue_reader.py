@@ -15,18 +15,22 @@ import mmap
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 from storage.commit_log import CommitLog
 from storage.consume_queue import ConsumeQueue
 from storage.record.decode import decode_record
-from storage.record.fields import message_view
+from storage.record.fields import QueueTopic, message_view
 from storage.record.java_hash import to_int32
-from storage.record.layout import CQ_UNIT_STRUCT, PRE_BLANK_SIZE, Buffer
+from storage.record.layout import CQ_UNIT_SIZE, CQ_UNIT_STRUCT, PRE_BLANK_SIZE
 from storage.record.message import GetMessageStatus
 from storage.store_types import GetMessageResult, StoreConfig
 
 T = TypeVar("T")
+
+_UNITS_WINDOW: Final = 16_000
+"""Bytes of ConsumeQueue units one read examines at most (800 units), however many it
+skips."""
 
 
 @dataclass(slots=True)  # not frozen: one per pull, cheaper to build (see StoredMessage)
@@ -78,7 +82,11 @@ class QueueReader:
         if status is not None:
             return GetMessageResult(status, next_offset, min_offset, max_offset)
         max_messages = max(1, max_messages)
-        found = queue.get_units(offset, max(16_000, max_messages * 20))
+        window = max(_UNITS_WINDOW, max_messages * CQ_UNIT_SIZE)
+        # Unfiltered, the batch nearly always fills from its first max_messages units: read
+        # those alone first, the whole window only when they fall short (blank or gone).
+        first = max_messages * CQ_UNIT_SIZE if codes is None else window
+        found = queue.get_units(offset, first)
         if found is None:
             next_file = queue.roll_next_file(offset)
             return GetMessageResult(
@@ -86,10 +94,19 @@ class QueueReader:
             )
         limits = self.transfer_limits(max_messages, max_bytes)
         if views:
-            seen = self.read_units(found[0], limits, codes, message_view)
+            topic = (queue.topic.encode(), queue.topic)
+            seen = self.read_units(found[0], limits, codes, message_view, topic)
+            if _short(seen, found[0], first, window, max_messages):
+                units = queue.get_units(offset, window)
+                if units is not None:
+                    seen = self.read_units(units[0], limits, codes, message_view, topic)
             status, next_offset = _read_status(seen), offset + seen.scanned
             return GetMessageResult(status, next_offset, min_offset, max_offset, [], seen.found)
         read = self.read_units(found[0], limits, codes, decode_record)
+        if _short(read, found[0], first, window, max_messages):
+            units = queue.get_units(offset, window)
+            if units is not None:
+                read = self.read_units(units[0], limits, codes, decode_record)
         status, next_offset = _read_status(read), offset + read.scanned
         return GetMessageResult(status, next_offset, min_offset, max_offset, read.found)
 
@@ -114,11 +131,13 @@ class QueueReader:
         units: bytes,
         limits: TransferLimits,
         codes: frozenset[int] | None,
-        take: Callable[[Buffer, int], T],
+        take: Callable[..., T],
+        topic: QueueTopic | None = None,
     ) -> UnitsRead[T]:
         """The records of a run of ConsumeQueue units, up to the batch caps (reference §10.3),
-        each as ``take`` makes it of the buffer and position of a record: decoded
-        (:func:`decode_record`) or a view (:func:`message_view`).
+        each as ``take`` makes it of the buffer and position of a record (and ``topic``, the
+        queue's, unless None): decoded (:func:`decode_record`) or a view
+        (:func:`message_view`).
 
         Units whose tags code is not in ``codes`` (None: all match) and pre-blank units are
         skipped but count as scanned. A unit is "in disk" below ``limits.disk_threshold``:
@@ -162,7 +181,10 @@ class QueueReader:
                     readable_end = 0
                     continue
             try:
-                record = take(buffer, physical - file_start)
+                if topic is None:
+                    record = take(buffer, physical - file_start)
+                else:
+                    record = take(buffer, physical - file_start, topic)
             except ValueError:  # the file was unmapped by the cleaner
                 removed = True
                 readable_end = 0
@@ -171,6 +193,19 @@ class QueueReader:
             count += 1
             total += size
         return UnitsRead(found, scanned, removed)
+
+
+def _short(read: UnitsRead[T], units: bytes, asked: int, window: int, max_messages: int) -> bool:
+    """Whether reading the whole ``window`` of units may find more than ``read`` of the first
+    ``asked`` bytes did: every unit of them examined (no cap stopped the batch), fewer than
+    ``max_messages`` records found, and more units may follow (the file had ``asked`` bytes
+    to give, and the window is larger)."""
+    return (
+        asked < window
+        and len(units) == asked
+        and read.scanned * CQ_UNIT_SIZE == asked
+        and len(read.found) < max_messages
+    )
 
 
 def position_status(

@@ -37,7 +37,7 @@ from fastapi.dependencies.utils import _get_param_model as _param_model
 from fastapi.dependencies.utils import _is_json_field, get_typed_return_annotation
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from starlette._utils import is_async_callable
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import QueryParams
@@ -232,17 +232,17 @@ def direct_handler(dependant: Dependant) -> Handler | None:
     query = _query_model_reader(dependant.query_params)
     if dependencies is None or query is None:
         return None
-    path = [(field, _param_aliases(field)[0][1]) for field in dependant.path_params]
+    path = [(field, _param_aliases(field)[0][1], checked(field)) for field in dependant.path_params]
     request_name = dependant.request_param_name
 
     async def handler(request: Request) -> Response:
         values: dict[str, Any] = {}
         errors: list[Any] = []
         path_params = request.path_params
-        for field, alias in path:
+        for field, alias, check in path:
             value = path_params[alias]
             if field.field_info.metadata or field.field_info.annotation is not str:
-                value, field_errors = field.validate(value, values, loc=("path", alias))
+                value, field_errors = check(value, ("path", alias))
                 if field_errors:
                     errors += field_errors
                     continue
@@ -278,6 +278,28 @@ def query_params(request: Request) -> QueryParams:
 _NO_QUERY: Final = QueryParams("")
 
 
+def parse_query(raw: bytes) -> QueryParams:
+    """``QueryParams(raw)``: the same pairs, in the same ``QueryParams``. A query without
+    ``%`` or ``+`` (a pull's, nearly always) has nothing for ``parse_qsl`` to unquote: its
+    pairs are its ``&``-separated items split at the first ``=`` (an item without one has an
+    empty value; empty items are left out), made into a ``QueryParams`` at once
+    (:func:`query_of`). tests/app/test_api_route.py checks both ways agree."""
+    text = raw.decode("latin-1")
+    if "%" in text or "+" in text:
+        return QueryParams(raw)
+    return query_of([(n, v) for n, _, v in (i.partition("=") for i in text.split("&") if i)])
+
+
+def query_of(pairs: list[tuple[str, str]]) -> QueryParams:
+    """``QueryParams(pairs)`` of name and value strings, without the checks and copies its
+    constructor makes of any mapping or iterable it may be given: what it keeps of such a
+    list is the list and a dict of each name's last value."""
+    query: QueryParams = QueryParams.__new__(QueryParams)
+    query._list = pairs
+    query._dict = dict(pairs)
+    return query
+
+
 QueryReader = Callable[[QueryParams, dict[str, Any], list[Any]], None]
 
 
@@ -305,6 +327,7 @@ def _query_model_reader(fields: list[ModelField]) -> QueryReader | None:
         is_list = field_annotation_is_sequence(field.field_info.annotation)
         plan.append((aliases, *aliases[0], is_list))
     name = model_field.name
+    check = checked(model_field)
     empty: list[tuple[Any, list[Any]]] = []  # what no query parameter at all gives
 
     def read(params: QueryParams, values: dict[str, Any], errors: list[Any]) -> None:
@@ -319,6 +342,9 @@ def _query_model_reader(fields: list[ModelField]) -> QueryReader | None:
             return
         data: dict[str, Any] = {}
         known: set[str] = set()
+        # What QueryParams.get finds (a name's last value), without its Python-level Mapping
+        # lookup that raises and catches a KeyError for every name the query leaves out.
+        last = dict(params.items())
         for aliases, alias, key, is_list in plan:
             if len(aliases) > 1:
                 alias, key = next((pair for pair in aliases if pair[1] in params), aliases[0])
@@ -328,7 +354,7 @@ def _query_model_reader(fields: list[ModelField]) -> QueryReader | None:
                 if items:
                     data[alias] = items
             else:
-                value = params.get(key)
+                value = last.get(key)
                 if value is not None:
                     data[alias] = value
         if len(params) > len(data):
@@ -337,13 +363,35 @@ def _query_model_reader(fields: list[ModelField]) -> QueryReader | None:
                 if key not in known:
                     extras.setdefault(key, []).append(item)
             data.update((key, v[0] if len(v) == 1 else v) for key, v in extras.items())
-        value, model_errors = model_field.validate(data, {}, loc=("query",))
+        value, model_errors = check(data, ("query",))
         if model_errors:
             errors += model_errors
         else:
             values[name] = value
 
     return read
+
+
+FieldCheck = Callable[[Any, tuple[str, ...]], tuple[Any, list[Any]]]
+
+
+def checked(field: ModelField) -> FieldCheck:
+    """``field.validate`` (the value, or FastAPI's errors under ``loc``) for a request's
+    parameters: a valid value straight from the pydantic validator of the field's own
+    ``TypeAdapter`` -- what ``validate`` calls, without its two wrappers -- and an invalid
+    one checked again by ``validate`` itself, so its errors are FastAPI's to the letter."""
+    adapter = field._type_adapter
+
+    def check(value: Any, loc: tuple[str, ...]) -> tuple[Any, list[Any]]:
+        try:
+            return adapter.validator.validate_python(value, from_attributes=True), _NO_ERRORS
+        except ValidationError:
+            return field.validate(value, {}, loc=loc)
+
+    return check
+
+
+_NO_ERRORS: Final[list[Any]] = []  # read-only: callers only test it and add it to theirs
 
 
 def _no_query(params: QueryParams, values: dict[str, Any], errors: list[Any]) -> None:

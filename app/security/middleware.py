@@ -33,7 +33,7 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.errors import PROBLEM_MEDIA_TYPE, problem_body
-from app.routes.api_route import PARSED_QUERY
+from app.routes.api_route import PARSED_QUERY, parse_query, query_of
 from app.schemas import PullLimits
 from app.security.audit import AuditRecord, target_of, utc_now
 from app.security.guard import Refusal, Security, dry_run, forbidden, unauthorized
@@ -109,7 +109,8 @@ class SecurityMiddleware:
             await self.app(scope, receive, send)
             return
         params = resolved.path_params
-        query = _query(scope) if rule.reads_query else {}
+        # read by name only: a dict's get, not QueryParams' (a KeyError per absent name)
+        query = dict(_query(scope).items()) if rule.reads_query else {}
         what = resolved.key or scope["path"]
         try:
             security.check_rule(principal, rule, params, query)
@@ -293,7 +294,7 @@ def _query(scope: Scope) -> QueryParams:
     """The query string as the routes read it (the last value of a repeated name wins), left
     in the scope for the route (:data:`~app.routes.api_route.PARSED_QUERY`)."""
     raw: bytes = scope.get("query_string", b"")
-    query = QueryParams(raw)
+    query = parse_query(raw)
     scope[PARSED_QUERY] = (raw, query)
     return query
 
@@ -321,7 +322,7 @@ def _cap_max_bytes(scope: Scope, query: Mapping[str, str], cap: int) -> None:
         parsed = scope.get(PARSED_QUERY)
         if parsed is not None and parsed[0] == raw:  # what parsing the capped query gives
             pairs = [*parsed[1].multi_items(), ("max_bytes", str(cap))]
-            scope[PARSED_QUERY] = (with_cap, QueryParams(pairs))
+            scope[PARSED_QUERY] = (with_cap, query_of(pairs))
         return
     value = _int(asked)
     if cap < value <= _SCHEMA_MAX_BYTES:

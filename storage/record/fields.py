@@ -94,8 +94,17 @@ VIEW_TAGS: Final = 7
 VIEW_PROPERTIES: Final = 9
 
 
-def message_view(data: Buffer, position: int = 0) -> MessageView:
-    """The view of the complete, valid record (v1 or v2) at ``position`` of ``data``."""
+QueueTopic = tuple[bytes, str]
+"""A queue's topic as records store it (UTF-8) and as text: the view of a record of that
+topic shows this very text, not a copy decoded per record (every record of a queue but the
+rare retried or moved one has its queue's topic)."""
+
+_NO_TOPIC: Final[QueueTopic] = (b"", "")
+
+
+def message_view(data: Buffer, position: int = 0, topic: QueueTopic = _NO_TOPIC) -> MessageView:
+    """The view of the complete, valid record (v1 or v2) at ``position`` of ``data``; its
+    topic's text ``topic``'s when the record's topic is ``topic``'s."""
     (
         size,
         magic,
@@ -110,7 +119,7 @@ def message_view(data: Buffer, position: int = 0) -> MessageView:
         body_length,
     ) = _unpack_fixed_v4(data, position)
     if sys_flag & HOST_V6_BITS or magic != MESSAGE_MAGIC_CODE:
-        return _other_layout_view(data, position)
+        return _other_layout_view(data, position, topic)
     body_at = position + _HEADER_V4_SIZE
     body_end = body_at + body_length
     topic_end = body_end + 1 + data[body_end]
@@ -120,18 +129,20 @@ def message_view(data: Buffer, position: int = 0) -> MessageView:
         body = bytes(body)
     prefix = STORE_HOST_NUMBER_PREFIXES.get(store_host) or store_host_number_prefix(store_host)
     # PROPERTIES end the record (TOTALSIZE counts every field up to them)
+    name = data[body_end + 1 : topic_end]
+    topic_text = topic[1] if name == topic[0] else str(name, "utf-8")
     only_key = _UNIQ_KEY_ONLY(data, topic_end, position + size)
     if only_key is not None:  # what decoding finds there: no TAGS, no KEYS
         tags = None
         keys: list[str] = []
-        properties = {PROPERTY_UNIQ_KEY: str(only_key[1], "ascii")}
+        properties = {PROPERTY_UNIQ_KEY: only_key[1].decode("ascii")}  # cheaper than str()
     else:
         properties = decode_properties(data[topic_end + 2 : position + size])
         tags = properties.pop(PROPERTY_TAGS, None)
         keys = split_keys(properties.pop(PROPERTY_KEYS, None))
     return (  # the field order of NamedView
         "%s%016X" % (prefix, physical_offset),  # noqa: UP031 -- cheaper than an f-string here
-        str(data[body_end + 1 : topic_end], "utf-8"),
+        topic_text,
         queue_id,
         queue_offset,
         physical_offset,
@@ -146,7 +157,7 @@ def message_view(data: Buffer, position: int = 0) -> MessageView:
     )
 
 
-def _other_layout_view(data: Buffer, position: int) -> MessageView:
+def _other_layout_view(data: Buffer, position: int, topic: QueueTopic) -> MessageView:
     """The view of a record with an IPv6 host or in format v2 (a two-byte topic length)."""
     sys_flag = INT_STRUCT.unpack_from(data, position + SYSFLAG_POSITION)[0]
     header = record_header_struct(sys_flag)
@@ -161,9 +172,10 @@ def _other_layout_view(data: Buffer, position: int) -> MessageView:
     host = bytes(data[host_at : host_at + len(fields[12]) + INT_STRUCT.size])  # address + port
     properties = decode_properties(data[topic_end + 2 : properties_end])
     physical_offset = fields[6]  # PHYSICALOFFSET
+    name = data[body_end + width : topic_end]
     return (
         f"{store_host_prefix(host)}{physical_offset:016X}",
-        str(data[body_end + width : topic_end], "utf-8"),
+        topic[1] if name == topic[0] else str(name, "utf-8"),
         fields[3],  # QUEUEID
         fields[5],  # QUEUEOFFSET
         physical_offset,

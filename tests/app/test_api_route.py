@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
@@ -29,7 +30,7 @@ from app.routes import (
     replication,
     topics,
 )
-from app.routes.api_route import ApiRoute, direct_handler
+from app.routes.api_route import ApiRoute, direct_handler, parse_query, query_of
 from app.settings import Settings
 from tests.conftest import LiveServer
 
@@ -215,3 +216,32 @@ async def test_a_route_added_after_the_first_request_is_found(tmp_path: Path) ->
         answer = await client.get("/v1/late/a")
         assert (answer.status_code, answer.text) == (200, "a a")
         assert answer.headers["x-request-id"]
+
+
+QUERY_BYTES = st.one_of(
+    st.lists(
+        st.sampled_from([b"&", b"=", b"a", b"offset", b"32", b"%20", b"%", b"+", b"\xe4", b";"]),
+        max_size=12,
+    ).map(b"".join),
+    st.binary(max_size=40),
+)
+
+
+@given(raw=QUERY_BYTES)
+def test_a_query_parsed_the_short_way_is_starlettes(raw: bytes) -> None:
+    parsed, reference = parse_query(raw), QueryParams(raw)
+    assert type(parsed) is QueryParams
+    assert parsed.multi_items() == reference.multi_items()
+    assert dict(parsed.items()) == dict(reference.items())
+    assert list(parsed) == list(reference) and len(parsed) == len(reference)
+    assert str(parsed) == str(reference) and parsed == reference
+
+
+@given(pairs=st.lists(st.tuples(st.sampled_from(["a", "b", "max_bytes", ""]), st.text(max_size=3))))
+def test_a_query_made_of_pairs_is_starlettes(pairs: list[tuple[str, str]]) -> None:
+    made, reference = query_of(list(pairs)), QueryParams(pairs)
+    assert made.multi_items() == reference.multi_items()
+    assert dict(made.items()) == dict(reference.items()) and made == reference
+    for name in ("a", "b", "max_bytes", ""):
+        assert made.getlist(name) == reference.getlist(name)
+        assert made.get(name) == reference.get(name)

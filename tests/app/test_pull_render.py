@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from app.schemas.messages import message_out, view_out, views_out
 from storage.record.decode import decode_record
 from storage.record.encode import EncodedBatch, encode_message
-from storage.record.fields import message_view
+from storage.record.fields import VIEW_TOPIC, message_view
 from storage.record.message import Message
 from tests.storage.record.golden import (
     V6_STORE,
@@ -182,3 +182,22 @@ def test_a_pull_of_any_records_renders_as_the_decoded_messages(
     decoded = [message_out(decode_record(r), encoding) for r in records]
     assert orjson.dumps(rendered) == orjson.dumps(decoded)
     assert [list(m) for m in rendered] == [list(m) for m in decoded]  # the keys' order too
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(_records(), min_size=1, max_size=5),
+    st.one_of(st.none(), st.text(_TOPIC_CHARS, min_size=1, max_size=127)),
+)
+def test_a_view_given_its_queue_topic_shows_that_text_for_records_of_that_topic(
+    records: list[bytes], other: str | None
+) -> None:
+    # the queue's topic: that of the first record (a new str, not the decoder's), or another
+    topic = decode_record(records[0]).topic.encode().decode() if other is None else other
+    buffer = in_mmap(b"\x00" * 7 + b"".join(records))
+    positions = list(itertools.accumulate([7] + [len(r) for r in records[:-1]]))
+    for record, at in zip(records, positions, strict=True):
+        view = message_view(buffer, at, (topic.encode(), topic))
+        assert view == message_view(buffer, at)
+        if decode_record(record).topic == topic:
+            assert view[VIEW_TOPIC] is topic  # not decoded afresh

@@ -7,6 +7,7 @@ import pytest
 from storage import GetMessageStatus, MessageStore, StoreConfig, TagFilter
 from storage.queue_reader import position_status
 from storage.record.fields import NamedView
+from storage.record.layout import CQ_UNIT_SIZE, CQ_UNIT_STRUCT, PRE_BLANK_SIZE
 from tests.storage.conftest import TINY_CONFIG, message
 from tests.storage.record.golden import expected_view
 
@@ -84,3 +85,52 @@ def test_views_do_not_hold_the_store_files(open_store: object, store_dir: object
     named = [NamedView._make(v) for v in views]
     assert [v.body for v in named] == [b"body-0", b"body-1", b"body-2"]
     assert (named[2].tags, named[2].keys, named[2].properties) == ("even", ["k2"], {})
+
+
+def _overwrite_units(store: MessageStore, units: dict[int, tuple[int, int, int]]) -> None:
+    """Put these (physical offset, size, tags code) units at these queue offsets, in place."""
+    queue = store.consume_queue_table.find("TopicA", 0)
+    assert queue is not None
+    for index, unit in units.items():
+        mapped = queue.queue.find_by_offset(index * CQ_UNIT_SIZE)
+        assert mapped is not None
+        at = index * CQ_UNIT_SIZE - mapped.file_from_offset
+        mapped.buffer[at : at + CQ_UNIT_SIZE] = CQ_UNIT_STRUCT.pack(*unit)
+
+
+BLANK = (0, PRE_BLANK_SIZE, 0)
+GONE = (10**12, 100, 0)  # far beyond the CommitLog: no file holds it
+
+
+@pytest.mark.parametrize("views", [True, False])
+@pytest.mark.parametrize(
+    ("units", "max_messages", "expected", "next_offset"),
+    [
+        pytest.param({0: BLANK, 1: BLANK, 2: BLANK}, 3, [3, 4, 5], 6, id="first-units-blank"),
+        pytest.param({1: GONE, 2: GONE}, 3, [0, 3, 4], 5, id="units-gone"),
+        pytest.param({0: GONE, 1: BLANK, 2: GONE}, 2, [3, 4], 5, id="blank-and-gone"),
+        pytest.param(dict.fromkeys(range(10), BLANK), 3, [], 10, id="a-whole-file-blank"),
+        pytest.param({9: BLANK}, 9, list(range(9)), 9, id="exactly-max-then-blank"),
+        pytest.param({}, 12, list(range(10)), 10, id="to-the-end-of-the-file"),
+    ],
+)
+def test_units_that_are_blank_or_gone_do_not_cut_a_read_short(
+    store: MessageStore,
+    units: dict[int, tuple[int, int, int]],
+    max_messages: int,
+    expected: list[int],
+    next_offset: int,
+    views: bool,
+) -> None:
+    # A read without a tag filter first looks at max_messages units only; units that give
+    # no record must not make it return fewer records than the whole window holds.
+    fill(store, 30)  # 10-unit ConsumeQueue files: a read stays within one
+    _overwrite_units(store, units)
+    result = store.get_message("g", "TopicA", 0, 0, max_messages, views=views)
+    found = [NamedView._make(v).body for v in result.views] if views else []
+    found += [m.body for m in result.messages]
+    assert found == [f"body-{n}".encode() for n in expected]
+    assert result.next_begin_offset == next_offset
+    assert result.status is (
+        GetMessageStatus.FOUND if expected else GetMessageStatus.NO_MATCHED_MESSAGE
+    )
