@@ -12,7 +12,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.schemas import send_response_out, sent_bodies_json
-from app.schemas.sent_columns import decimals, offset_hex
 from services import SentBodies
 from storage import BatchPut, PutStatus
 
@@ -126,13 +125,3 @@ def test_the_columns_render_what_the_template_rendered(count: int, data: st.Data
     )  # fmt: skip
     sent = SentBodies(data.draw(st.text(max_size=8)), put, keys, "PUT_OK")
     assert sent_bodies_json(sent) == _template_json(sent)
-
-
-@given(st.lists(st.integers(0, 2**64 - 1), max_size=40))
-def test_offset_hex_is_each_offset_in_16_uppercase_hex_digits(offsets: list[int]) -> None:
-    assert offset_hex(offsets) == [f"{offset:016X}" for offset in offsets]
-
-
-@given(st.lists(st.integers(-(2**63), 2**64 - 1), max_size=40))
-def test_decimals_are_each_number_as_str_renders_it(numbers: list[int]) -> None:
-    assert decimals(numbers) == list(map(str, numbers))
