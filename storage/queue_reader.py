@@ -20,7 +20,7 @@ from typing import Final, Generic, TypeVar
 from storage.commit_log import CommitLog
 from storage.consume_queue import ConsumeQueue
 from storage.record.decode import decode_record
-from storage.record.fields import QueueTopic, message_view
+from storage.record.fields import QueueTopic, message_view, queue_topic
 from storage.record.java_hash import to_int32
 from storage.record.layout import CQ_UNIT_SIZE, CQ_UNIT_STRUCT, PRE_BLANK_SIZE
 from storage.record.message import GetMessageStatus
@@ -94,7 +94,7 @@ class QueueReader:
             )
         limits = self.transfer_limits(max_messages, max_bytes)
         if views:
-            topic = (queue.topic.encode(), queue.topic)
+            topic = queue_topic(queue.topic)
             seen = self.read_units(found[0], limits, codes, message_view, topic)
             if _short(seen, found[0], first, window, max_messages):
                 units = queue.get_units(offset, window)

@@ -76,6 +76,8 @@ _DECIMAL: Final = re.compile(r"[+-]?[0-9]+")
 def _decimal_only(value: Any) -> Any:
     """A parameter's text must be a decimal integer: ``+0.0`` or ``1_000`` is not one."""
     if isinstance(value, str):
+        if value.isdigit() and value.isascii():  # 0-9 alone (a pull's numbers): no match needed
+            return int(value)
         if _DECIMAL.fullmatch(value) is None:
             raise PydanticCustomError(
                 "int_parsing",

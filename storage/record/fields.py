@@ -18,6 +18,8 @@ the ``VIEW_*`` positions; :class:`NamedView` names them all, for callers off the
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from functools import lru_cache
 from typing import Final, NamedTuple
 
 from storage.record.layout import (
@@ -53,11 +55,12 @@ _unpack_short = SHORT_STRUCT.unpack_from
 _HEADER_V4_SIZE = RECORD_HEADER_V4.size
 _UNIQ_KEY_NAME: Final = f"{PROPERTY_UNIQ_KEY}{NAME_VALUE_SEPARATOR}".encode()
 _UNIQ_KEY_DIGITS: Final = 32  # the UNIQ_KEY a send sets: 32 hex digits
-_UNIQ_KEY_ONLY: Final = re.compile(
+_UNIQ_KEY_PROPERTIES: Final = (
     re.escape(SHORT_STRUCT.pack(len(_UNIQ_KEY_NAME) + _UNIQ_KEY_DIGITS + 1) + _UNIQ_KEY_NAME)
     + b"([0-9A-Za-z]{%d})" % _UNIQ_KEY_DIGITS
     + re.escape(PROPERTY_SEPARATOR.encode())
-).fullmatch
+)
+_UNIQ_KEY_ONLY: Final = re.compile(_UNIQ_KEY_PROPERTIES).fullmatch
 """Matches a PROPERTIES field (length, then ``UNIQ_KEY\x01<key>\x02``) holding nothing but
 the UNIQ_KEY a send sets; group 1 is the key. Decoding such a field gives that key alone."""
 
@@ -94,12 +97,33 @@ VIEW_TAGS: Final = 7
 VIEW_PROPERTIES: Final = 9
 
 
-QueueTopic = tuple[bytes, str]
+QueueTopic = tuple[bytes, str, Callable[[Buffer, int, int], "re.Match[bytes] | None"]]
 """A queue's topic as records store it (UTF-8) and as text: the view of a record of that
 topic shows this very text, not a copy decoded per record (every record of a queue but the
-rare retried or moved one has its queue's topic)."""
+rare retried or moved one has its queue's topic). Third, the match of a v1 record's TOPIC and
+PROPERTIES (from the topic length to the end of the record) when the topic is this one and
+the properties the UNIQ_KEY alone (:data:`_UNIQ_KEY_ONLY`): one regular-expression call
+instead of a slice and compare of the topic and that match. Made by :func:`queue_topic`."""
 
-_NO_TOPIC: Final[QueueTopic] = (b"", "")
+
+def queue_topic(text: str) -> QueueTopic:
+    """The :data:`QueueTopic` of a queue's topic ``text``."""
+    name = text.encode()
+    return name, text, _topic_and_uniq_key(name)
+
+
+@lru_cache(maxsize=1024)
+def _topic_and_uniq_key(name: bytes) -> Callable[[Buffer, int, int], re.Match[bytes] | None]:
+    """The third part of a :data:`QueueTopic` of topic ``name`` (remembered: one per
+    queue)."""
+    if len(name) > _MAX_V1_TOPIC:  # no v1 record holds it: never matches
+        return _NEVER
+    return re.compile(re.escape(bytes([len(name)]) + name) + _UNIQ_KEY_PROPERTIES).fullmatch
+
+
+_MAX_V1_TOPIC: Final = 255  # a v1 record's topic length is one byte
+_NEVER: Final = re.compile(b"(?!)").fullmatch
+_NO_TOPIC: Final[QueueTopic] = queue_topic("")
 
 
 def message_view(data: Buffer, position: int = 0, topic: QueueTopic = _NO_TOPIC) -> MessageView:
@@ -129,9 +153,13 @@ def message_view(data: Buffer, position: int = 0, topic: QueueTopic = _NO_TOPIC)
         body = bytes(body)
     prefix = STORE_HOST_NUMBER_PREFIXES.get(store_host) or store_host_number_prefix(store_host)
     # PROPERTIES end the record (TOTALSIZE counts every field up to them)
-    name = data[body_end + 1 : topic_end]
-    topic_text = topic[1] if name == topic[0] else str(name, "utf-8")
-    only_key = _UNIQ_KEY_ONLY(data, topic_end, position + size)
+    only_key = topic[2](data, body_end, position + size)  # the queue's topic and a UNIQ_KEY
+    if only_key is not None:
+        topic_text = topic[1]
+    else:
+        name = data[body_end + 1 : topic_end]
+        topic_text = topic[1] if name == topic[0] else str(name, "utf-8")
+        only_key = _UNIQ_KEY_ONLY(data, topic_end, position + size)
     if only_key is not None:  # what decoding finds there: no TAGS, no KEYS
         tags = None
         keys: list[str] = []

@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic_core import PydanticCustomError
 from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -31,6 +32,7 @@ from app.routes import (
     topics,
 )
 from app.routes.api_route import ApiRoute, direct_handler, parse_query, query_of
+from app.schemas.common import _DECIMAL, _decimal_only
 from app.settings import Settings
 from tests.conftest import LiveServer
 
@@ -245,3 +247,22 @@ def test_a_query_made_of_pairs_is_starlettes(pairs: list[tuple[str, str]]) -> No
     for name in ("a", "b", "max_bytes", ""):
         assert made.getlist(name) == reference.getlist(name)
         assert made.get(name) == reference.get(name)
+
+
+_DECIMAL_TEXT = st.one_of(
+    st.from_regex(r"[+-]?[0-9]+", fullmatch=True),
+    st.text("0123456789+-_. \u0660\u00b2\uff11x", max_size=8),
+    st.text(max_size=8),
+)
+
+
+@settings(max_examples=500)
+@given(_DECIMAL_TEXT)
+def test_a_parameter_integer_is_decimal_digits_with_a_sign_as_the_pattern_says(text: str) -> None:
+    # the digits-only shortcut gives what the pattern and int() give, and refuses the same
+    if _DECIMAL.fullmatch(text) is None:
+        with pytest.raises(PydanticCustomError):
+            _decimal_only(text)
+    else:
+        assert _decimal_only(text) == int(text)
+        assert type(_decimal_only(text)) is int

@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 from app.schemas.messages import message_out, view_out, views_out
 from storage.record.decode import decode_record
 from storage.record.encode import EncodedBatch, encode_message
-from storage.record.fields import VIEW_TOPIC, message_view
+from storage.record.fields import VIEW_TOPIC, message_view, queue_topic
 from storage.record.message import Message
 from tests.storage.record.golden import (
+    UNIQ_KEY,
     V6_STORE,
     every_kind_of_message_record,
     golden_message,
@@ -22,6 +23,7 @@ from tests.storage.record.golden import (
     packed,
     to_v2,
     uniq_key_records,
+    with_properties,
 )
 
 
@@ -197,7 +199,31 @@ def test_a_view_given_its_queue_topic_shows_that_text_for_records_of_that_topic(
     buffer = in_mmap(b"\x00" * 7 + b"".join(records))
     positions = list(itertools.accumulate([7] + [len(r) for r in records[:-1]]))
     for record, at in zip(records, positions, strict=True):
-        view = message_view(buffer, at, (topic.encode(), topic))
+        view = message_view(buffer, at, queue_topic(topic))
         assert view == message_view(buffer, at)
         if decode_record(record).topic == topic:
             assert view[VIEW_TOPIC] is topic  # not decoded afresh
+
+
+@pytest.mark.parametrize("record", uniq_key_records() + EVERY_KIND)
+@pytest.mark.parametrize("topic", ["FooBar", "Foo", "FooBarX", "", "ü" * 128])
+def test_a_view_of_its_queue_topic_is_the_view_of_any_topic(record: bytes, topic: str) -> None:
+    # the queue's topic (the golden records' own, a prefix, a longer one, none, one too long
+    # for a v1 record) matched with a UNIQ_KEY alone in one call: the view is unchanged
+    buffer = in_mmap(b"\x00" * 5 + record)
+    queue = queue_topic(topic)
+    view = message_view(buffer, 5, queue)
+    assert view == message_view(buffer, 5)
+    assert view == message_view(record, 0, queue)
+    if decode_record(record).topic == topic:
+        assert view[VIEW_TOPIC] is topic
+
+
+def test_a_record_of_its_queue_topic_with_a_uniq_key_alone_is_matched_in_one_call() -> None:
+    record = with_properties({"UNIQ_KEY": UNIQ_KEY})  # topic FooBar, v1, IPv4 hosts
+    queue = queue_topic("FooBar")
+    topic_at = len(record) - 44 - 7  # TOPIC (length, FooBar), then PROPERTIES end the record
+    assert record[topic_at : topic_at + 7] == b"\x06FooBar"
+    assert queue[2](record, topic_at, len(record)) is not None
+    assert queue_topic("FooBa")[2](record, topic_at, len(record)) is None
+    assert message_view(record, 0, queue)[9] == {"UNIQ_KEY": UNIQ_KEY}
