@@ -93,23 +93,30 @@ def fingerprint(
     any, in order. Where it goes (queue_id, sharding_key) is not part of it: a repeat is
     answered with where the first went. ``alone``: :func:`bodies_alone`, if known."""
     bodies = list(map(_BODY, messages))
-    digest = hashlib.sha256(b"".join(bodies))  # = one update per body
-    lengths = list(map(len, bodies))
     if bodies_alone(messages) if alone is None else alone:  # the value below, without the walk
-        described: tuple[object, ...] = (lengths, list(delay_levels), [])
-    else:
-        described = (
-            lengths,
-            list(delay_levels),
-            [
-                (number, m.tags, tuple(m.keys), sorted(m.properties.items()))
-                for number, m in enumerate(messages)
-                if m.tags is not None or m.keys or m.properties
-            ],
-        )
-        timers = [(m.deliver_at, m.deliver_after_ms) for m in messages]
-        if any(at is not None or after is not None for at, after in timers):
-            described = (*described, timers)  # untimed sends keep the fingerprint they had
+        return bodies_fingerprint(bodies, delay_levels)
+    described: tuple[object, ...] = (
+        list(map(len, bodies)),
+        list(delay_levels),
+        [
+            (number, m.tags, tuple(m.keys), sorted(m.properties.items()))
+            for number, m in enumerate(messages)
+            if m.tags is not None or m.keys or m.properties
+        ],
+    )
+    timers = [(m.deliver_at, m.deliver_after_ms) for m in messages]
+    if any(at is not None or after is not None for at, after in timers):
+        described = (*described, timers)  # untimed sends keep the fingerprint they had
+    return _digest(bodies, described)
+
+
+def bodies_fingerprint(bodies: list[bytes], delay_levels: Sequence[int]) -> str:
+    """:func:`fingerprint` of messages that are bodies alone, from their bodies."""
+    return _digest(bodies, (list(map(len, bodies)), list(delay_levels), []))
+
+
+def _digest(bodies: list[bytes], described: tuple[object, ...]) -> str:
+    digest = hashlib.sha256(b"".join(bodies))  # = one update per body
     digest.update(repr(described).encode())
     return digest.hexdigest()[:32]
 
@@ -202,9 +209,7 @@ class SendService:
                 topic, idempotency_key, messages, levels, stored, alone=lean
             )
             if written.earlier is not None:
-                self._metrics.sends_replayed[topic] += 1
-                status = written.results[0].status.value
-                return [self._replayed_receipt(topic, r, status) for r in written.earlier]
+                return self._replayed(topic, written.earlier, written)
             results = written.results
         self._metrics.sent(topic, len(stored), sum(map(len, map(_BODY, stored))))
         statuses = list(map(_STATUS, results))
@@ -268,17 +273,65 @@ class SendService:
     ) -> SentBodies:
         """:meth:`send` of messages that are bodies alone, without an idempotency key: the
         same checks, records and answer, as columns (no object per message on the way)."""
-        self._check_batch(bodies)
-        born_timestamp = time.time_ns() // 1_000_000
-        config = await self._topics.for_produce(topic)
-        queue_id = self._choose_queue(config, (), batch_queue_id, batch_sharding_key, None)
-        host = _record_host(born_host)
-        uniq_keys = self._uniq_keys.next_many(len(bodies))
-        properties = {PROPERTY_UNIQ_KEY: uniq_keys[0]}
-        first = Message(topic, bodies[0], queue_id, properties, 0, 0, born_timestamp, host)
+        first, uniq_keys = await self._first_of_bodies(
+            topic, bodies, batch_queue_id, batch_sharding_key, born_host, None
+        )
         put, status = await self._put_bodies(first, bodies, uniq_keys)
         self._metrics.sent(topic, len(bodies), sum(map(len, bodies)))
         return SentBodies(topic, put, uniq_keys, status.value)
+
+    async def send_bodies_once(
+        self,
+        topic: str,
+        bodies: list[bytes],
+        idempotency_key: str,
+        *,
+        batch_queue_id: int | None = None,
+        batch_sharding_key: str | None = None,
+        born_host: tuple[str, int] = ("127.0.0.1", 0),
+    ) -> SentBodies | list[SendReceipt]:
+        """:meth:`send_bodies` with an idempotency key: :meth:`send`'s keyed put of the same
+        messages (the same checks, records, answers and replays), as columns. A repeat is
+        answered with the first send's receipts, ``replayed``."""
+        first, uniq_keys = await self._first_of_bodies(
+            topic, bodies, batch_queue_id, batch_sharding_key, born_host, idempotency_key
+        )
+        idempotency = self._idempotency
+        if idempotency is None:
+            raise IdempotencyUnavailableError("this broker takes no idempotency keys")
+        payload = bodies_fingerprint(bodies, [0] * len(bodies))
+        written = await idempotency.put_bodies_once(
+            topic, idempotency_key, payload, first, bodies, uniq_keys
+        )
+        if isinstance(written, Written):
+            return self._replayed(topic, written.earlier or [], written)
+        put, status = written
+        self._metrics.sent(topic, len(bodies), sum(map(len, bodies)))
+        return SentBodies(topic, put, uniq_keys, status.value)
+
+    async def _first_of_bodies(
+        self,
+        topic: str,
+        bodies: list[bytes],
+        batch_queue_id: int | None,
+        batch_sharding_key: str | None,
+        born_host: tuple[str, int],
+        idempotency_key: str | None,
+    ) -> tuple[Message, list[str]]:
+        """The checks of a batch of bodies alone, its queue, its UNIQ_KEYs and its first
+        message, in :meth:`send`'s order."""
+        self._check_batch(bodies)
+        born_timestamp = time.time_ns() // 1_000_000
+        config = await self._topics.for_produce(topic)
+        queue_id = self._choose_queue(
+            config, (), batch_queue_id, batch_sharding_key, idempotency_key
+        )
+        host = _record_host(born_host)
+        uniq_keys = self._uniq_keys.next_many(len(bodies))
+        properties = {PROPERTY_UNIQ_KEY: uniq_keys[0]}
+        return Message(
+            topic, bodies[0], queue_id, properties, 0, 0, born_timestamp, host
+        ), uniq_keys
 
     def _checked_extras(
         self, messages: Sequence[OutgoingMessage], born_timestamp: int
@@ -327,6 +380,14 @@ class SendService:
             raise IdempotencyUnavailableError("this broker takes no idempotency keys")
         payload = fingerprint(messages, levels, alone)
         return await idempotency.put_once(topic, key, payload, stored)
+
+    def _replayed(
+        self, topic: str, earlier: list[StoredMessage], written: Written
+    ) -> list[SendReceipt]:
+        """The answer to a repeated keyed send: the first send's receipts, counted."""
+        self._metrics.sends_replayed[topic] += 1
+        status = written.results[0].status.value
+        return [self._replayed_receipt(topic, r, status) for r in earlier]
 
     def _replayed_receipt(self, topic: str, record: StoredMessage, status: str) -> SendReceipt:
         """The receipt the first send with the key answered, rebuilt from its record."""
