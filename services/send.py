@@ -17,7 +17,6 @@ every receipt and never stores any of its messages twice.
 from __future__ import annotations
 
 import functools
-import hashlib
 import ipaddress
 import itertools
 import time
@@ -31,7 +30,10 @@ from services.appender import PutMessages as PutMessages  # re-exported for the 
 from services.errors import BatchRejectedError, IdempotencyUnavailableError, InvalidPropertyError
 from services.idempotency import IdempotencyService, Written
 from services.metrics import Metrics
-from services.outgoing import NO_PROPERTIES, OutgoingMessage, check_message, deliver_time_of
+from services.outgoing import OutgoingMessage, check_message, deliver_time_of
+from services.send_payload import bodies_alone as bodies_alone  # re-exported
+from services.send_payload import bodies_fingerprint
+from services.send_payload import fingerprint as fingerprint  # re-exported
 from services.send_receipts import SendReceipt as SendReceipt  # re-exported
 from services.send_receipts import SentBodies
 from services.timer.handles import TimerHandle
@@ -54,21 +56,10 @@ from storage.record.properties import (
 from storage.timer import TIMER_TOPIC
 from storage.timer.transform import fire_time
 
-_EXTRAS: Final = attrgetter(
-    "tags", "keys", "properties", "delay_level", "deliver_after_ms", "deliver_at"
-)
-_NO_EXTRAS: Final = (None, (), NO_PROPERTIES, 0, None, None)
-"""What a message sends besides its body and where it goes, and that of a body alone."""
 _BODY: Final = attrgetter("body")
 _STATUS: Final = attrgetter("status")
 _QUEUE_ID: Final = attrgetter("queue_id")
 _SHARDING_KEY: Final = attrgetter("sharding_key")
-
-
-def bodies_alone(messages: Sequence[OutgoingMessage]) -> bool:
-    """Whether no message has tags, keys, properties, a delay or a delivery time: such a
-    send takes the lean path (one C call per message to tell)."""
-    return list(map(_EXTRAS, messages)).count(_NO_EXTRAS) == len(messages)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,42 +74,6 @@ def shard_queue(sharding_key: str, queue_count: int) -> int:
     """``SelectMessageQueueByHash``: ``abs(hashCode % n)`` in Java, the same queue for a key
     (a sharding key, or the idempotency key of a send that names neither queue nor key)."""
     return abs(java_string_hash(sharding_key)) % queue_count
-
-
-def fingerprint(
-    messages: Sequence[OutgoingMessage], delay_levels: Sequence[int], alone: bool | None = None
-) -> str:
-    """What a repeat of a keyed send must match: SHA-256 (128 bits, hex) over the bodies, then
-    their lengths and delay levels and the tags, keys and properties of each message that has
-    any, in order. Where it goes (queue_id, sharding_key) is not part of it: a repeat is
-    answered with where the first went. ``alone``: :func:`bodies_alone`, if known."""
-    bodies = list(map(_BODY, messages))
-    if bodies_alone(messages) if alone is None else alone:  # the value below, without the walk
-        return bodies_fingerprint(bodies, delay_levels)
-    described: tuple[object, ...] = (
-        list(map(len, bodies)),
-        list(delay_levels),
-        [
-            (number, m.tags, tuple(m.keys), sorted(m.properties.items()))
-            for number, m in enumerate(messages)
-            if m.tags is not None or m.keys or m.properties
-        ],
-    )
-    timers = [(m.deliver_at, m.deliver_after_ms) for m in messages]
-    if any(at is not None or after is not None for at, after in timers):
-        described = (*described, timers)  # untimed sends keep the fingerprint they had
-    return _digest(bodies, described)
-
-
-def bodies_fingerprint(bodies: list[bytes], delay_levels: Sequence[int]) -> str:
-    """:func:`fingerprint` of messages that are bodies alone, from their bodies."""
-    return _digest(bodies, (list(map(len, bodies)), list(delay_levels), []))
-
-
-def _digest(bodies: list[bytes], described: tuple[object, ...]) -> str:
-    digest = hashlib.sha256(b"".join(bodies))  # = one update per body
-    digest.update(repr(described).encode())
-    return digest.hexdigest()[:32]
 
 
 class SendService:
@@ -168,13 +123,12 @@ class SendService:
         """
         if (
             len(messages) == 1
-            and idempotency_key is None
             and batch_queue_id is None
             and batch_sharding_key is None
             and messages[0].sharding_key is None
             and self._single_path
         ):
-            return await self._send_one(topic, messages[0], born_host)
+            return await self._send_one(topic, messages[0], born_host, idempotency_key)
         self._check_batch(list(map(_BODY, messages)))
         lean = bodies_alone(messages)  # nothing to check, delay or time per message
         born_timestamp = time.time_ns() // 1_000_000
@@ -235,11 +189,15 @@ class SendService:
         ]
 
     async def _send_one(
-        self, topic: str, message: OutgoingMessage, born_host: tuple[str, int]
+        self,
+        topic: str,
+        message: OutgoingMessage,
+        born_host: tuple[str, int],
+        idempotency_key: str | None,
     ) -> list[SendReceipt]:
         """:meth:`send` of one message that names no sharding key, in a send with no batch
-        queue, sharding key or idempotency key: the same checks in the same order, the same
-        record and answer, without the lists and walks a batch needs."""
+        queue or sharding key: the same checks in the same order, the same record, answer
+        and (with an idempotency key) replay, without the lists and walks a batch needs."""
         born_timestamp = time.time_ns() // 1_000_000
         check_message(message)
         level = message.delay_level
@@ -249,16 +207,26 @@ class SendService:
             deliver_at = deliver_time_of(message, born_timestamp)
         config = await self._topics.for_produce(topic)
         queue_id = message.queue_id
-        if queue_id is None:
+        if queue_id is not None:
+            self._topics.check_write_queue(config, queue_id)
+        elif idempotency_key is None:
             queue_id = self._next_queue(config)
         else:
-            self._topics.check_write_queue(config, queue_id)
+            queue_id = shard_queue(idempotency_key, config.write_queue_nums)
         host = _record_host(born_host)
         uniq_key = self._uniq_keys.next()
         stored = self._to_store(
             topic, queue_id, message, born_timestamp, host, level, uniq_key, deliver_at
         )
-        [result] = await self._put([stored])
+        if idempotency_key is None:
+            [result] = await self._put([stored])
+        else:
+            written = await self._put_once(
+                topic, idempotency_key, [message], [level], [stored], alone=None
+            )
+            if written.earlier is not None:
+                return self._replayed(topic, written.earlier, written)
+            [result] = written.results
         self._metrics.sent(topic, 1, len(message.body))
         return [self._receipt(topic, queue_id, stored, result, level)]
 
@@ -373,7 +341,7 @@ class SendService:
         levels: list[int],
         stored: list[Message],
         *,
-        alone: bool,
+        alone: bool | None,
     ) -> Written:
         idempotency = self._idempotency
         if idempotency is None:
