@@ -70,10 +70,16 @@ class Appender:
     ) -> tuple[BatchPut, PutStatus]:
         """:meth:`put` of a batch of bodies alone (see :meth:`MessageStore.put_bodies`),
         answered as columns and the one status of the batch."""
+        put = self.append_bodies(first, bodies, uniq_keys)
+        return put, await self.durable_status(put.end_offset)
+
+    def append_bodies(self, first: Message, bodies: list[bytes], uniq_keys: list[str]) -> BatchPut:
+        """:meth:`append` of a batch of bodies alone, answered as columns (no await, as
+        :meth:`append`)."""
         put = self._store.put_bodies(first, bodies, uniq_keys)
         if self.replication is not None:
             self.replication.appended(put.end_offset, put.store_timestamp)
-        return put, await self.durable_status(put.end_offset)
+        return put
 
     async def settle(self, results: list[PutResult]) -> list[PutResult]:
         """Wait until appended ``results`` are durable; their status says how that went."""

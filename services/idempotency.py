@@ -48,7 +48,15 @@ from services.errors import (
     InvalidIdempotencyKeyError,
     KeyIndexCatchingUpError,
 )
-from storage import Message, MessageStore, PutResult, PutStatus, StorageError, StoredMessage
+from storage import (
+    BatchPut,
+    Message,
+    MessageStore,
+    PutResult,
+    PutStatus,
+    StorageError,
+    StoredMessage,
+)
 from storage.index_service import idempotency_scope
 from storage.record.properties import (
     PROPERTY_IDEMPOTENCY_BATCH,
@@ -101,6 +109,10 @@ class Appends(Protocol):
     """The two halves of a durable put (:class:`services.appender.Appender`)."""
 
     def append(self, messages: list[Message]) -> list[PutResult]: ...
+
+    def append_bodies(
+        self, first: Message, bodies: list[bytes], uniq_keys: list[str]
+    ) -> BatchPut: ...
 
     async def settle(self, results: list[PutResult]) -> list[PutResult]: ...
 
@@ -213,6 +225,59 @@ class IdempotencyService:
 
         ``fingerprint`` None: any earlier put with the key counts as this one (re-puts).
         """
+        earlier = await self._earlier_put(topic, key, fingerprint, since_ms, ready_wait_s)
+        # From the look-up to the append nothing awaits: no other put runs in between.
+        if earlier is not None:
+            return await self._replay(earlier)
+        _stamp(messages[0].properties, key, fingerprint, len(messages))
+        results = self._appends.append(messages)
+        first = results[0]
+        self._remember(
+            topic,
+            key,
+            fingerprint,
+            first.physical_offset,
+            len(results),
+            results[-1].end_offset,
+            first.store_timestamp,
+        )
+        return Written(await self._appends.settle(results))
+
+    async def put_bodies_once(
+        self,
+        topic: str,
+        key: str,
+        fingerprint: str,
+        first: Message,
+        bodies: list[bytes],
+        uniq_keys: list[str],
+    ) -> Written | tuple[BatchPut, PutStatus]:
+        """:meth:`put_once` of a batch of bodies alone (``first``, then messages like it, as
+        :meth:`MessageStore.put_bodies` takes them): the same look-up, the same records, the
+        same bookkeeping; a new put is answered as columns and the one status of the batch."""
+        earlier = await self._earlier_put(topic, key, fingerprint, None, READY_WAIT_S)
+        # From the look-up to the append nothing awaits: no other put runs in between.
+        if earlier is not None:
+            return await self._replay(earlier)
+        _stamp(first.properties, key, fingerprint, len(bodies))
+        put = self._appends.append_bodies(first, bodies, uniq_keys)
+        offsets = put.offsets
+        self._remember(
+            topic, key, fingerprint, offsets[0], len(offsets), put.end_offset, put.store_timestamp
+        )
+        return put, await self._appends.durable_status(put.end_offset)
+
+    async def _earlier_put(
+        self,
+        topic: str,
+        key: str,
+        fingerprint: str | None,
+        since_ms: int | None,
+        ready_wait_s: float | None,
+    ) -> list[StoredMessage] | None:
+        """The records of the earlier put with ``key`` (:meth:`find`) once this broker may
+        decide, or None. It awaits only while the index catches up, before the look-up: a
+        caller that appends right after it has nothing run in between."""
         if not self._store.keyed.enabled:
             raise IdempotencyUnavailableError(
                 "this broker runs without the message index: it cannot take an "
@@ -220,16 +285,13 @@ class IdempotencyService:
             )
         if not self._store.keyed.covers(self._ready_at):
             await self.ready(ready_wait_s)
-        # From here to the append nothing awaits: no other put runs in between.
         since = self.since_ms() if since_ms is None else since_ms
-        earlier = self.find(topic, key, fingerprint, since)
-        if earlier is not None:
-            status = await self._appends.durable_status(_end_offset(earlier[-1]))
-            return Written([_put_result(r, status) for r in earlier], earlier)
-        _stamp(messages, key, fingerprint)
-        results = self._appends.append(messages)
-        self._remember(topic, key, fingerprint, results)
-        return Written(await self._appends.settle(results))
+        return self.find(topic, key, fingerprint, since)
+
+    async def _replay(self, earlier: list[StoredMessage]) -> Written:
+        """The answer to a repeat: the earlier records with their durability now."""
+        status = await self._appends.durable_status(_end_offset(earlier[-1]))
+        return Written([_put_result(r, status) for r in earlier], earlier)
 
     async def reput(
         self, message: Message, source: StoredMessage, *, since_ms: int | None = None
@@ -279,10 +341,10 @@ class IdempotencyService:
                         answers.append(_put_result(earlier[0], PutStatus.PUT_OK))
                         end = max(end, _end_offset(earlier[-1]))
                         continue
-                    _stamp([message], key, None)
+                    _stamp(properties, key, None, 1)
                 [result] = self._appends.append([message])
                 if keyed and not fresh:
-                    self._remember(scope, key, None, [result])
+                    self._remember_one(scope, key, result)
             except StorageError as exc:
                 answers.append(exc)
                 continue
@@ -309,9 +371,9 @@ class IdempotencyService:
             return await self._appends.settle(self._appends.append([message]))
         self._forget_indexed(self.since_ms())
         key = repost_key_at(source_offset)
-        _stamp([message], key, None)
+        _stamp(properties, key, None, 1)
         results = self._appends.append([message])
-        self._remember(message.topic, key, None, results)
+        self._remember_one(message.topic, key, results[0])
         return await self._appends.settle(results)
 
     def find_reput(self, topic: str, source: StoredMessage, since_ms: int) -> StoredMessage | None:
@@ -351,17 +413,25 @@ class IdempotencyService:
             )
         return store.keyed.read_from(first, count)
 
+    def _remember_one(self, topic: str, key: str, result: PutResult) -> None:
+        """:meth:`_remember` of a re-put (one record, no fingerprint)."""
+        self._remember(
+            topic, key, None, result.physical_offset, 1, result.end_offset, result.store_timestamp
+        )
+
     def _remember(
-        self, topic: str, key: str, fingerprint: str | None, results: list[PutResult]
+        self,
+        topic: str,
+        key: str,
+        fingerprint: str | None,
+        first_offset: int,
+        records: int,
+        end_offset: int,
+        store_timestamp: int,
     ) -> None:
+        """Hold a keyed append until the index covers it (see :meth:`find`)."""
         entry = _Unindexed(
-            topic,
-            key,
-            fingerprint,
-            results[0].physical_offset,
-            len(results),
-            results[-1].end_offset,
-            results[0].store_timestamp,
+            topic, key, fingerprint, first_offset, records, end_offset, store_timestamp
         )
         self._unindexed[(topic, key)] = entry
         self._order.append(entry)
@@ -382,13 +452,14 @@ class IdempotencyService:
         return len(self._order)
 
 
-def _stamp(messages: list[Message], key: str, fingerprint: str | None) -> None:
-    properties = messages[0].properties
+def _stamp(properties: dict[str, str], key: str, fingerprint: str | None, records: int) -> None:
+    """Mark the first record of a keyed put of ``records`` records (the reserved properties
+    :meth:`IdempotencyService.find` reads back)."""
     properties[PROPERTY_IDEMPOTENCY_KEY] = key
     if fingerprint is not None:
         properties[PROPERTY_IDEMPOTENCY_FINGERPRINT] = fingerprint
-    if len(messages) > 1:
-        properties[PROPERTY_IDEMPOTENCY_BATCH] = str(len(messages))
+    if records > 1:
+        properties[PROPERTY_IDEMPOTENCY_BATCH] = str(records)
 
 
 def _batch_count(first: StoredMessage) -> int:

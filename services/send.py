@@ -17,7 +17,6 @@ every receipt and never stores any of its messages twice.
 from __future__ import annotations
 
 import functools
-import hashlib
 import ipaddress
 import itertools
 import time
@@ -31,7 +30,10 @@ from services.appender import PutMessages as PutMessages  # re-exported for the 
 from services.errors import BatchRejectedError, IdempotencyUnavailableError, InvalidPropertyError
 from services.idempotency import IdempotencyService, Written
 from services.metrics import Metrics
-from services.outgoing import NO_PROPERTIES, OutgoingMessage, check_message, deliver_time_of
+from services.outgoing import OutgoingMessage, check_message, deliver_time_of
+from services.send_payload import bodies_alone as bodies_alone  # re-exported
+from services.send_payload import bodies_fingerprint
+from services.send_payload import fingerprint as fingerprint  # re-exported
 from services.send_receipts import SendReceipt as SendReceipt  # re-exported
 from services.send_receipts import SentBodies
 from services.timer.handles import TimerHandle
@@ -54,21 +56,10 @@ from storage.record.properties import (
 from storage.timer import TIMER_TOPIC
 from storage.timer.transform import fire_time
 
-_EXTRAS: Final = attrgetter(
-    "tags", "keys", "properties", "delay_level", "deliver_after_ms", "deliver_at"
-)
-_NO_EXTRAS: Final = (None, (), NO_PROPERTIES, 0, None, None)
-"""What a message sends besides its body and where it goes, and that of a body alone."""
 _BODY: Final = attrgetter("body")
 _STATUS: Final = attrgetter("status")
 _QUEUE_ID: Final = attrgetter("queue_id")
 _SHARDING_KEY: Final = attrgetter("sharding_key")
-
-
-def bodies_alone(messages: Sequence[OutgoingMessage]) -> bool:
-    """Whether no message has tags, keys, properties, a delay or a delivery time: such a
-    send takes the lean path (one C call per message to tell)."""
-    return list(map(_EXTRAS, messages)).count(_NO_EXTRAS) == len(messages)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,35 +74,6 @@ def shard_queue(sharding_key: str, queue_count: int) -> int:
     """``SelectMessageQueueByHash``: ``abs(hashCode % n)`` in Java, the same queue for a key
     (a sharding key, or the idempotency key of a send that names neither queue nor key)."""
     return abs(java_string_hash(sharding_key)) % queue_count
-
-
-def fingerprint(
-    messages: Sequence[OutgoingMessage], delay_levels: Sequence[int], alone: bool | None = None
-) -> str:
-    """What a repeat of a keyed send must match: SHA-256 (128 bits, hex) over the bodies, then
-    their lengths and delay levels and the tags, keys and properties of each message that has
-    any, in order. Where it goes (queue_id, sharding_key) is not part of it: a repeat is
-    answered with where the first went. ``alone``: :func:`bodies_alone`, if known."""
-    bodies = list(map(_BODY, messages))
-    digest = hashlib.sha256(b"".join(bodies))  # = one update per body
-    lengths = list(map(len, bodies))
-    if bodies_alone(messages) if alone is None else alone:  # the value below, without the walk
-        described: tuple[object, ...] = (lengths, list(delay_levels), [])
-    else:
-        described = (
-            lengths,
-            list(delay_levels),
-            [
-                (number, m.tags, tuple(m.keys), sorted(m.properties.items()))
-                for number, m in enumerate(messages)
-                if m.tags is not None or m.keys or m.properties
-            ],
-        )
-        timers = [(m.deliver_at, m.deliver_after_ms) for m in messages]
-        if any(at is not None or after is not None for at, after in timers):
-            described = (*described, timers)  # untimed sends keep the fingerprint they had
-    digest.update(repr(described).encode())
-    return digest.hexdigest()[:32]
 
 
 class SendService:
@@ -161,13 +123,12 @@ class SendService:
         """
         if (
             len(messages) == 1
-            and idempotency_key is None
             and batch_queue_id is None
             and batch_sharding_key is None
             and messages[0].sharding_key is None
             and self._single_path
         ):
-            return await self._send_one(topic, messages[0], born_host)
+            return await self._send_one(topic, messages[0], born_host, idempotency_key)
         self._check_batch(list(map(_BODY, messages)))
         lean = bodies_alone(messages)  # nothing to check, delay or time per message
         born_timestamp = time.time_ns() // 1_000_000
@@ -202,9 +163,7 @@ class SendService:
                 topic, idempotency_key, messages, levels, stored, alone=lean
             )
             if written.earlier is not None:
-                self._metrics.sends_replayed[topic] += 1
-                status = written.results[0].status.value
-                return [self._replayed_receipt(topic, r, status) for r in written.earlier]
+                return self._replayed(topic, written.earlier, written)
             results = written.results
         self._metrics.sent(topic, len(stored), sum(map(len, map(_BODY, stored))))
         statuses = list(map(_STATUS, results))
@@ -230,11 +189,15 @@ class SendService:
         ]
 
     async def _send_one(
-        self, topic: str, message: OutgoingMessage, born_host: tuple[str, int]
+        self,
+        topic: str,
+        message: OutgoingMessage,
+        born_host: tuple[str, int],
+        idempotency_key: str | None,
     ) -> list[SendReceipt]:
         """:meth:`send` of one message that names no sharding key, in a send with no batch
-        queue, sharding key or idempotency key: the same checks in the same order, the same
-        record and answer, without the lists and walks a batch needs."""
+        queue or sharding key: the same checks in the same order, the same record, answer
+        and (with an idempotency key) replay, without the lists and walks a batch needs."""
         born_timestamp = time.time_ns() // 1_000_000
         check_message(message)
         level = message.delay_level
@@ -244,16 +207,26 @@ class SendService:
             deliver_at = deliver_time_of(message, born_timestamp)
         config = await self._topics.for_produce(topic)
         queue_id = message.queue_id
-        if queue_id is None:
+        if queue_id is not None:
+            self._topics.check_write_queue(config, queue_id)
+        elif idempotency_key is None:
             queue_id = self._next_queue(config)
         else:
-            self._topics.check_write_queue(config, queue_id)
+            queue_id = shard_queue(idempotency_key, config.write_queue_nums)
         host = _record_host(born_host)
         uniq_key = self._uniq_keys.next()
         stored = self._to_store(
             topic, queue_id, message, born_timestamp, host, level, uniq_key, deliver_at
         )
-        [result] = await self._put([stored])
+        if idempotency_key is None:
+            [result] = await self._put([stored])
+        else:
+            written = await self._put_once(
+                topic, idempotency_key, [message], [level], [stored], alone=None
+            )
+            if written.earlier is not None:
+                return self._replayed(topic, written.earlier, written)
+            [result] = written.results
         self._metrics.sent(topic, 1, len(message.body))
         return [self._receipt(topic, queue_id, stored, result, level)]
 
@@ -268,17 +241,65 @@ class SendService:
     ) -> SentBodies:
         """:meth:`send` of messages that are bodies alone, without an idempotency key: the
         same checks, records and answer, as columns (no object per message on the way)."""
-        self._check_batch(bodies)
-        born_timestamp = time.time_ns() // 1_000_000
-        config = await self._topics.for_produce(topic)
-        queue_id = self._choose_queue(config, (), batch_queue_id, batch_sharding_key, None)
-        host = _record_host(born_host)
-        uniq_keys = self._uniq_keys.next_many(len(bodies))
-        properties = {PROPERTY_UNIQ_KEY: uniq_keys[0]}
-        first = Message(topic, bodies[0], queue_id, properties, 0, 0, born_timestamp, host)
+        first, uniq_keys = await self._first_of_bodies(
+            topic, bodies, batch_queue_id, batch_sharding_key, born_host, None
+        )
         put, status = await self._put_bodies(first, bodies, uniq_keys)
         self._metrics.sent(topic, len(bodies), sum(map(len, bodies)))
         return SentBodies(topic, put, uniq_keys, status.value)
+
+    async def send_bodies_once(
+        self,
+        topic: str,
+        bodies: list[bytes],
+        idempotency_key: str,
+        *,
+        batch_queue_id: int | None = None,
+        batch_sharding_key: str | None = None,
+        born_host: tuple[str, int] = ("127.0.0.1", 0),
+    ) -> SentBodies | list[SendReceipt]:
+        """:meth:`send_bodies` with an idempotency key: :meth:`send`'s keyed put of the same
+        messages (the same checks, records, answers and replays), as columns. A repeat is
+        answered with the first send's receipts, ``replayed``."""
+        first, uniq_keys = await self._first_of_bodies(
+            topic, bodies, batch_queue_id, batch_sharding_key, born_host, idempotency_key
+        )
+        idempotency = self._idempotency
+        if idempotency is None:
+            raise IdempotencyUnavailableError("this broker takes no idempotency keys")
+        payload = bodies_fingerprint(bodies, [0] * len(bodies))
+        written = await idempotency.put_bodies_once(
+            topic, idempotency_key, payload, first, bodies, uniq_keys
+        )
+        if isinstance(written, Written):
+            return self._replayed(topic, written.earlier or [], written)
+        put, status = written
+        self._metrics.sent(topic, len(bodies), sum(map(len, bodies)))
+        return SentBodies(topic, put, uniq_keys, status.value)
+
+    async def _first_of_bodies(
+        self,
+        topic: str,
+        bodies: list[bytes],
+        batch_queue_id: int | None,
+        batch_sharding_key: str | None,
+        born_host: tuple[str, int],
+        idempotency_key: str | None,
+    ) -> tuple[Message, list[str]]:
+        """The checks of a batch of bodies alone, its queue, its UNIQ_KEYs and its first
+        message, in :meth:`send`'s order."""
+        self._check_batch(bodies)
+        born_timestamp = time.time_ns() // 1_000_000
+        config = await self._topics.for_produce(topic)
+        queue_id = self._choose_queue(
+            config, (), batch_queue_id, batch_sharding_key, idempotency_key
+        )
+        host = _record_host(born_host)
+        uniq_keys = self._uniq_keys.next_many(len(bodies))
+        properties = {PROPERTY_UNIQ_KEY: uniq_keys[0]}
+        return Message(
+            topic, bodies[0], queue_id, properties, 0, 0, born_timestamp, host
+        ), uniq_keys
 
     def _checked_extras(
         self, messages: Sequence[OutgoingMessage], born_timestamp: int
@@ -320,13 +341,21 @@ class SendService:
         levels: list[int],
         stored: list[Message],
         *,
-        alone: bool,
+        alone: bool | None,
     ) -> Written:
         idempotency = self._idempotency
         if idempotency is None:
             raise IdempotencyUnavailableError("this broker takes no idempotency keys")
         payload = fingerprint(messages, levels, alone)
         return await idempotency.put_once(topic, key, payload, stored)
+
+    def _replayed(
+        self, topic: str, earlier: list[StoredMessage], written: Written
+    ) -> list[SendReceipt]:
+        """The answer to a repeated keyed send: the first send's receipts, counted."""
+        self._metrics.sends_replayed[topic] += 1
+        status = written.results[0].status.value
+        return [self._replayed_receipt(topic, r, status) for r in earlier]
 
     def _replayed_receipt(self, topic: str, record: StoredMessage, status: str) -> SendReceipt:
         """The receipt the first send with the key answered, rebuilt from its record."""

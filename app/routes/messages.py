@@ -46,7 +46,7 @@ from app.schemas import (
 from app.schemas.common import MAX_BATCH_MESSAGES, MAX_QUEUES
 from app.schemas.messages import SEND_BATCH_DICTS, SEND_MESSAGE_DEFAULTS
 from app.settings import MAX_REQUEST_BYTES
-from services import Broker, OutgoingMessage, PullOptions
+from services import Broker, OutgoingMessage, PullOptions, SendReceipt, SentBodies
 
 router = api_router(tags=["messages"])
 
@@ -112,9 +112,9 @@ async def send_messages(
         given, batch_queue_id, batch_sharding_key = batch
         if isinstance(given, _Bodies):  # bodies alone
             bodies = given.bodies
-            if key is None and len(bodies) > 1:
+            if len(bodies) > 1:
                 return await _send_bodies(
-                    topic, bodies, batch_queue_id, batch_sharding_key, broker, request
+                    topic, bodies, batch_queue_id, batch_sharding_key, broker, request, key
                 )
             given = given.messages()
         messages = given
@@ -241,17 +241,35 @@ async def _send_bodies(
     sharding_key: str | None,
     broker: Broker,
     request: Request,
+    key: str | None,
 ) -> Response:
-    """The answer to a batch of bodies alone sent without an idempotency key, sent and
-    answered as columns (``send_bodies``): the records and the answer of the general way,
-    without an object per message."""
-    sent = await broker.send.send_bodies(
-        topic,
-        bodies,
-        batch_queue_id=queue_id,
-        batch_sharding_key=sharding_key,
-        born_host=born_host(request),
-    )
+    """The answer to a batch of bodies alone, sent and answered as columns (``send_bodies``,
+    ``send_bodies_once`` with an idempotency key): the records and the answer of the general
+    way, without an object per message. A replayed keyed send is answered as the general way
+    answers it."""
+    send = broker.send
+    sent: SentBodies | list[SendReceipt]
+    if key is None:
+        sent = await send.send_bodies(
+            topic,
+            bodies,
+            batch_queue_id=queue_id,
+            batch_sharding_key=sharding_key,
+            born_host=born_host(request),
+        )
+    else:
+        sent = await send.send_bodies_once(
+            topic,
+            bodies,
+            key,
+            batch_queue_id=queue_id,
+            batch_sharding_key=sharding_key,
+            born_host=born_host(request),
+        )
+        if isinstance(sent, list):
+            return OrjsonResponse(
+                send_response_out(topic, sent), status_code=201, headers=REPLAYED_HEADERS
+            )
     content = sent_bodies_json(sent)
     if content is None:
         content = orjson.dumps(send_response_out(topic, sent.receipts()))

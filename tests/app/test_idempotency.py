@@ -265,3 +265,26 @@ def test_without_the_index_a_key_is_refused_and_nothing_stored(tmp_path: Path) -
             assert send(client, "NoIndex", None).status_code == 201
     finally:
         server.stop()
+
+
+def test_a_repeated_batch_of_bodies_alone_replays_every_receipt(
+    client: httpx.Client, topic: str
+) -> None:
+    batch = {"messages": [{"body": "one"}, {"body": "two"}, {"body": "three"}]}
+    first = send(client, topic, "batch-of-bodies", json=batch)
+    assert first.status_code == 201, first.text
+    assert "idempotent-replayed" not in first.headers
+    again = send(client, topic, "batch-of-bodies", json=batch)
+    assert again.status_code == 201
+    assert again.headers["idempotent-replayed"] == "true"
+    assert again.json() == first.json()
+    other = {"messages": [{"body": "one"}, {"body": "two"}, {"body": "four"}]}
+    refused = send(client, topic, "batch-of-bodies", json=other)
+    assert refused.status_code == 422
+    assert refused.json()["code"] == "IDEMPOTENCY_KEY_REUSED"
+    assert stored_bodies(client, topic) == ["one", "two", "three"]
+    receipts = first.json()["messages"]
+    assert {r["queue_id"] for r in receipts} == {shard_queue("batch-of-bodies", 8)}
+    metrics = client.get("/metrics").text
+    assert f'spoolmq_sends_replayed_total{{topic="{topic}"}} 1' in metrics
+    assert f'spoolmq_messages_in_total{{topic="{topic}"}} 3' in metrics

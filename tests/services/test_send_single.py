@@ -1,13 +1,15 @@
 """The single-message send path stores and answers exactly what the general path does.
 
 Two brokers on real stores take the same sends: one as the code runs (a send of one message
-that names no sharding key, with no batch queue, sharding key or idempotency key takes the
-single path), one with the single path turned off, both with the same clock and the same
-UNIQ_KEYs. Hypothesis draws single messages with and without tags, keys and properties (bad
-ones too), queues (one that does not exist too), delay levels, delivery times and born hosts,
-to good and bad topics, and now and then a send the single path leaves to the general one;
-every answer — receipts or the refusal — the traffic counted and every byte of the two
-CommitLogs must be the same.
+that names no sharding key, with no batch queue or sharding key, takes the single path, with
+an idempotency key or without), one with the single path turned off, both with the same clock
+and the same UNIQ_KEYs. Idempotency keys are drawn from a few and every keyed send is sent
+twice, so repeats (replayed receipts) and other payloads under a used key (refused) come up.
+Hypothesis draws single messages with and without tags, keys and properties (bad ones too),
+queues (one that does not exist too), delay levels, delivery times and born hosts, to good
+and bad topics, and now and then a send the single path leaves to the general one; every
+answer — receipts or the refusal — the traffic counted and every byte of the two CommitLogs
+must be the same.
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ async def _answer(broker: Broker, send: tuple[Any, ...]) -> object:
 
 
 def _counted(
-    send_one: Callable[..., Awaitable[list[SendReceipt]]], taken: list[object]
+    send_one: Callable[..., Awaitable[list[SendReceipt]]], taken: list[tuple[Any, ...]]
 ) -> Callable[..., Awaitable[list[SendReceipt]]]:
     async def counting(*args: Any) -> list[SendReceipt]:
         taken.append(args)
@@ -91,7 +93,7 @@ def test_single_sends_store_and_answer_what_general_sends_do(
         general = runner.run(start_twin(general_root / "store"))
         general.send._single_path = False
         single = runner.run(start_twin(single_root / "store"))
-        taken: list[object] = []
+        taken: list[tuple[Any, ...]] = []
         monkeypatch.setattr(single.send, "_send_one", _counted(single.send._send_one, taken))
         answers: list[object] = []
 
@@ -102,13 +104,26 @@ def test_single_sends_store_and_answer_what_general_sends_do(
             answer = runner.run(_answer(single, send))
             answers.append(answer)
             assert answer == expected
+            if send[4] is not None:  # its repeat, replayed (or refused) the same way
+                expected = runner.run(_answer(general, send))
+                answer = runner.run(_answer(single, send))
+                answers.append(answer)
+                assert answer == expected
 
         try:
             same()
+            once = ("T", [OutgoingMessage(b"once")], None, None, "key-once", ("10.1.2.3", 1))
+            for _ in range(2):  # stored, then replayed, on both paths
+                answer = runner.run(_answer(single, once))
+                assert answer == runner.run(_answer(general, once))
+                answers.append(answer)
+            assert isinstance(answer, list) and answer[0].replayed
             assert commit_log_of(single_root) == commit_log_of(general_root)
             assert single.metrics.messages_in == general.metrics.messages_in
             assert single.metrics.bytes_in == general.metrics.bytes_in
             assert taken, "the single path was taken"
+            assert any(args[3] is not None for args in taken), "keyed sends took it too"
+            assert single.metrics.sends_replayed == general.metrics.sends_replayed
             assert any(isinstance(a, list) for a in answers), "some sends were stored"
             assert any(isinstance(a, tuple) for a in answers), "some were refused"
         finally:
