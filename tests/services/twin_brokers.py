@@ -43,12 +43,21 @@ class CountingKeys(UniqKeyGenerator):
 
 
 async def start_twin(root: Path) -> Broker:
-    """A broker on a small store at ``root`` whose UNIQ_KEYs are counted."""
+    """A broker on a small store at ``root`` whose UNIQ_KEYs are counted and whose
+    idempotency window is read on the stopped clock."""
     store = StoreConfig(commit_log_file_size=4 * 1024 * 1024, message_delay_levels="1h 2h")
     broker = Broker(BrokerConfig(root, store, offset_persist_interval_s=60))
     await broker.start()
     broker.send._uniq_keys = CountingKeys()  # the same keys in both
+    idempotency = broker.send._idempotency
+    if idempotency is not None:  # the dedup window read on the stopped clock too: a repeat
+        idempotency._clock = _stopped_seconds  # finds its first send however late it runs
     return broker
+
+
+def _stopped_seconds() -> float:
+    """The stopped clock, as ``time.time`` gives it."""
+    return NOW_NS / 1e9
 
 
 def commit_log_of(root: Path) -> bytes:
