@@ -5,6 +5,7 @@ cancel by the receipt's handle; the errors a client can make."""
 from __future__ import annotations
 
 import base64
+import itertools
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -16,13 +17,15 @@ import pytest
 from tests.conftest import LiveServer, start_server, wait_until
 from tests.timer_rounds import delivered
 
+PRECISION_MS = 100
+
 
 @pytest.fixture(scope="module", params=["async", "sync"])
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LiveServer]:
     live = start_server(
-        tmp_path_factory.mktemp("store"), flush=request.param, timer_precision_ms=100
+        tmp_path_factory.mktemp("store"), flush=request.param, timer_precision_ms=PRECISION_MS
     )
     yield live
     live.stop()
@@ -76,11 +79,15 @@ def test_single_batch_and_raw_sends_are_delivered_in_time_order_never_early(
 
     wait_until(lambda: len(pull_all(http, topic)) == 5, timeout=15)
     delivered = pull_all(http, topic)
-    assert [m["body"] for m in delivered] == ["b2", "after", "b1", "iso", "raw"]
     names = ["iso", "after", "b1", "b2", "raw"]
     due = {name: r["deliver_at"] for name, r in zip(names, receipts, strict=True)}
+    assert sorted(m["body"] for m in delivered) == sorted(names)
     for message in delivered:
         assert message["store_timestamp"] >= due[message["body"]], "not before it is due"
+    # In the order they fall due (the sends' own times decide it: on a slow machine the batch
+    # may be sent after "iso" falls due); within one precision of the wheel, either order.
+    dues = [due[m["body"]] for m in delivered]
+    assert all(b >= a - PRECISION_MS for a, b in itertools.pairwise(dues)), (delivered, due)
     by_body = {m["body"]: m for m in delivered}
     assert by_body["iso"]["properties"]["color"] == "red"
     assert by_body["after"]["tags"] == "T"
