@@ -39,7 +39,7 @@ from services.send_receipts import SentBodies
 from services.timer.handles import TimerHandle
 from services.topics import TopicService
 from services.uniq_keys import UniqKeyGenerator
-from storage import Message, PutResult, StoredMessage
+from storage import BatchPut, Message, PutResult, PutStatus, StoredMessage
 from storage.config_managers import TopicConfig
 from storage.delay_levels import SCHEDULE_TOPIC
 from storage.record.java_hash import java_string_hash
@@ -245,8 +245,7 @@ class SendService:
             topic, bodies, batch_queue_id, batch_sharding_key, born_host, None
         )
         put, status = await self._put_bodies(first, bodies, uniq_keys)
-        self._metrics.sent(topic, len(bodies), sum(map(len, bodies)))
-        return SentBodies(topic, put, uniq_keys, status.value)
+        return self._sent_bodies(topic, bodies, put, uniq_keys, status)
 
     async def send_bodies_once(
         self,
@@ -274,6 +273,17 @@ class SendService:
         if isinstance(written, Written):
             return self._replayed(topic, written.earlier or [], written)
         put, status = written
+        return self._sent_bodies(topic, bodies, put, uniq_keys, status)
+
+    def _sent_bodies(
+        self,
+        topic: str,
+        bodies: list[bytes],
+        put: BatchPut,
+        uniq_keys: list[str],
+        status: PutStatus,
+    ) -> SentBodies:
+        """The answer of a column send that stored ``bodies``, counted in the metrics."""
         self._metrics.sent(topic, len(bodies), sum(map(len, bodies)))
         return SentBodies(topic, put, uniq_keys, status.value)
 
