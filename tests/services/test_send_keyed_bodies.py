@@ -18,11 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import services.send
-import storage.message_store
 from services import Broker, OutgoingMessage
 from services.errors import IdempotencyKeyReusedError
-from tests.services.twin_brokers import FixedClock, commit_log_of, start_twin
+from tests.services.twin_brokers import commit_log_of, start_twin, stop_clocks
 
 KEYED_BATCHES = st.tuples(
     st.sampled_from(["T", "U", "T", "bad topic", "%RETRY%g"]),
@@ -61,8 +59,7 @@ async def _columns(broker: Broker, send: tuple[Any, ...]) -> object:
 def test_keyed_bodies_sent_as_columns_store_and_answer_what_general_keyed_sends_do(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(services.send, "time", FixedClock())
-    monkeypatch.setattr(storage.message_store, "time", FixedClock())
+    stop_clocks(monkeypatch)
     general_root, columns_root = tmp_path / "general", tmp_path / "columns"
     with asyncio.Runner() as runner:
         general = runner.run(start_twin(general_root / "store"))

@@ -24,7 +24,7 @@ import services.send
 import storage.message_store
 from services import Broker, OutgoingMessage
 from services.send import bodies_alone, fingerprint
-from tests.services.twin_brokers import FixedClock, commit_log_of, start_twin
+from tests.services.twin_brokers import commit_log_of, start_twin, stop_clocks
 
 
 def _general_only(*_: object) -> Any:
@@ -72,8 +72,7 @@ async def _answer(broker: Broker, send: tuple[Any, ...]) -> object:
 def test_lean_sends_store_and_answer_what_general_sends_do(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(services.send, "time", FixedClock())
-    monkeypatch.setattr(storage.message_store, "time", FixedClock())
+    stop_clocks(monkeypatch)
     general_root, lean_root = tmp_path / "general", tmp_path / "lean"
     with asyncio.Runner() as runner:
         general = runner.run(start_twin(general_root / "store"))
@@ -161,8 +160,7 @@ async def _bodies_answer(broker: Broker, send: tuple[Any, ...]) -> object:
 def test_bodies_sent_as_columns_store_and_answer_what_general_sends_do(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(services.send, "time", FixedClock())
-    monkeypatch.setattr(storage.message_store, "time", FixedClock())
+    stop_clocks(monkeypatch)
     general_root, columns_root = tmp_path / "general", tmp_path / "columns"
     with asyncio.Runner() as runner:
         general = runner.run(start_twin(general_root / "store"))

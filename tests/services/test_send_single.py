@@ -23,10 +23,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import services.send
-import storage.message_store
 from services import Broker, OutgoingMessage, SendReceipt
-from tests.services.twin_brokers import NOW_NS, FixedClock, commit_log_of, start_twin
+from tests.services.twin_brokers import NOW_NS, commit_log_of, start_twin, stop_clocks
 
 NOW_MS = NOW_NS // 1_000_000
 
@@ -86,8 +84,7 @@ def _counted(
 def test_single_sends_store_and_answer_what_general_sends_do(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(services.send, "time", FixedClock())
-    monkeypatch.setattr(storage.message_store, "time", FixedClock())
+    stop_clocks(monkeypatch)
     general_root, single_root = tmp_path / "general", tmp_path / "single"
     with asyncio.Runner() as runner:
         general = runner.run(start_twin(general_root / "store"))

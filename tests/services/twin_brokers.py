@@ -11,6 +11,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+import services.send
+import storage.message_store
 from services import Broker, BrokerConfig, StoreConfig
 from services.uniq_keys import UniqKeyGenerator
 
@@ -26,6 +30,12 @@ class FixedClock:
     @staticmethod
     def time_ns() -> int:
         return NOW_NS
+
+
+def stop_clocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The send service and the store stamp their times from the stopped clock."""
+    monkeypatch.setattr(services.send, "time", FixedClock())
+    monkeypatch.setattr(storage.message_store, "time", FixedClock())
 
 
 class CountingKeys(UniqKeyGenerator):
