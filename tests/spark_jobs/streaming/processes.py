@@ -91,10 +91,16 @@ def checkpoint_batches(checkpoint: Path) -> tuple[int, int]:
 
 
 def messages_in(url: str, topic: str) -> int:
-    """How many messages ``topic`` holds (0 before it exists)."""
+    """How many messages ``topic`` holds (0 before it exists). While a proxy's group has no
+    master (a failover) it answers 5xx: asked again, for up to 30 s."""
+    deadline = time.monotonic() + 30
     answer = httpx.get(f"{url}/v1/topics/{topic}", timeout=10)
+    while answer.status_code >= 500 and time.monotonic() < deadline:
+        time.sleep(0.2)
+        answer = httpx.get(f"{url}/v1/topics/{topic}", timeout=10)
     if answer.status_code == 404:
         return 0
+    answer.raise_for_status()
     return sum(q["max_offset"] - q["min_offset"] for q in answer.json()["queues"])
 
 
