@@ -19,6 +19,11 @@ scheduler puts them).
    g1's broker directly: a Python client on keep-alive connections, a bounded number of rounds,
    p50/p99 and the added p50 (target <= 0.2 ms at one connection).
 
+Every part also runs its requests through ``bench/byte_relay.py`` in front of the first broker
+("relay", pinned where the proxy is): bytes copied both ways, nothing parsed — the least one
+more process on the path costs on this machine. Sends go through it with a new Idempotency-Key
+each, as the proxy sends them, so "after over the relay" is what the proxy's own work adds.
+
 Every run also gives the CPU time per request of the process that answered (the broker
 directly, else the proxy; ``/proc/<pid>/stat`` before and after): on a shared machine the
 rates and latencies move with everyone else's work, the CPU a request costs much less.
@@ -141,7 +146,41 @@ class Proxy:
             self.process.wait(timeout=30)
 
 
-def pid_of(started: Server | Proxy) -> int:
+@dataclass
+class Relay:
+    """One ``bench/byte_relay.py`` process in front of one broker: the floor of a hop."""
+
+    upstream_port: int
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Relay:
+        script = Path(__file__).with_name("byte_relay.py")
+        command = [sys.executable, str(script), "--port", str(self.port)]
+        command += ["--upstream", f"127.0.0.1:{self.upstream_port}"]
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        wait_for(self.ready)
+        return self
+
+    def ready(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            self.process.wait(timeout=30)
+
+
+def pid_of(started: Server | Proxy | Relay) -> int:
     assert started.process is not None
     return started.process.pid
 
@@ -151,8 +190,11 @@ class Deployment:
     etcd: subprocess.Popen[bytes]
     brokers: list[Server]
     proxies: dict[str, Proxy]  # "after" (this checkout) and, with --before-root, "before"
+    relay: Relay | None = None  # in front of the first broker
 
     def stop(self) -> None:
+        if self.relay is not None:
+            self.relay.stop()
         for proxy in self.proxies.values():
             proxy.stop()
         for server in self.brokers:
@@ -173,13 +215,14 @@ def deployment(root: Path, groups: int, args: argparse.Namespace) -> Iterator[De
         started.proxies["after"] = Proxy(etcd_url).start()
         if args.before_root:
             started.proxies["before"] = Proxy(etcd_url, Path(args.before_root)).start()
+        started.relay = Relay(started.brokers[0].port).start()
         cpus = (0, 1) if args.pin and (os.cpu_count() or 1) > 1 else (None, None)
         for server in started.brokers:
             assert server.process is not None
             pin(server.process.pid, cpus[0])
-        for proxy in started.proxies.values():
-            assert proxy.process is not None
-            pin(proxy.process.pid, cpus[1])
+        hops: list[Proxy | Relay] = [*started.proxies.values(), started.relay]
+        for hop in hops:
+            pin(pid_of(hop), cpus[1])
         url = started.proxies["after"].url
         wait_for(lambda: all(httpx.get(f"{url}/healthz").json()["masters"].values()))
         yield started
@@ -305,11 +348,15 @@ def one_group(args: argparse.Namespace, root: Path) -> dict[tuple[str, str, int]
         }
         pids = {side: pid_of(p) for side, p in running.proxies.items()}
         pids["direct"] = pids["keyed"] = pid_of(running.brokers[0])
+        assert running.relay is not None
+        pids["relay"] = pid_of(running.relay)
         cpu = 1 if args.pin and (os.cpu_count() or 1) > 1 else None
         for name, script, units, keyed in WORKLOADS:
             targets: dict[str, tuple[str, str | None]] = {"direct": (direct, None)}
             if keyed is not None:  # the broker's share of a proxied send: its key
                 targets["keyed"] = (direct, keyed)
+            # the floor of a hop: the proxy's requests (a send with its key) through the relay
+            targets["relay"] = (running.relay.url, keyed)
             targets |= proxied
             for connections in args.connections:
                 for _ in range(args.repeat):
@@ -392,16 +439,18 @@ def two_groups(args: argparse.Namespace, root: Path) -> dict[tuple[str, str, int
         assert {q["group"] for q in answer.json()["queues"]} == {"g1", "g2"}
         # Enough for every POP receive of the run to find 32 (a receive hides what it returns).
         per_side = 32 * (args.fanout_rounds + 40 * max(args.connections))
-        stock = per_side * (1 + len(running.proxies)) * len(args.connections) * args.repeat
+        stock = per_side * (2 + len(running.proxies)) * len(args.connections) * args.repeat
         for queue in range(4):
             fill(g1.url, FANNED, stock // 4 + 100, {"queue_id": queue})
         with httpx.Client(timeout=10) as client:
             for url in (g1.url, via):
                 client.put(f"{url}/v1/groups/Fan", json={}).raise_for_status()
                 client.put(f"{url}/v1/groups/Popper", json={}).raise_for_status()
-        targets = {"direct": (g1.port, pid_of(g1))} | {
-            k: (p.port, pid_of(p)) for k, p in running.proxies.items()
-        }
+        assert running.relay is not None
+        targets = {
+            "direct": (g1.port, pid_of(g1)),
+            "relay": (running.relay.port, pid_of(running.relay)),
+        } | {k: (p.port, pid_of(p)) for k, p in running.proxies.items()}
         pull = ("GET", f"/v1/groups/Fan/topics/{FANNED}/messages?max_messages=32", b"")
         # Hidden for 10 minutes: no receipt expires and comes back (revived) during the run.
         hidden = {"max_messages": 32, "wait_ms": 0, "invisible_ms": 600_000}
@@ -484,7 +533,9 @@ def report(figures: dict[tuple[str, str, int], list[Figure]], args: argparse.Nam
     (each run's ratio to the direct run just before it; median [min-max]) with the p50 the hop
     adds — runs alternate, so a pair saw the same machine even when the machine was busy."""
     names = list(dict.fromkeys(name for name, _, _ in figures))
-    sides = [s for s in ("keyed", "before", "after") if any(side == s for _, side, _ in figures)]
+    sides = [
+        s for s in ("keyed", "relay", "before", "after") if any(side == s for _, side, _ in figures)
+    ]
     for name in names:
         for connections in args.connections:
             direct_runs = figures[(name, "direct", connections)]
@@ -514,6 +565,13 @@ def report(figures: dict[tuple[str, str, int], list[Figure]], args: argparse.Nam
                 if side == "after" and connections == 1:
                     verdicts.append(f"added <= {ADDED_P50_MS}: {met(added <= ADDED_P50_MS)}")
                 print(line + (f"  [{'; '.join(verdicts)}]" if verdicts else ""))
+            relayed = figures.get((name, "relay", connections))
+            after = figures.get((name, "after", connections))
+            if relayed and after:  # what the proxy adds beyond any hop's cost
+                beyond = statistics.median(
+                    a.p50_ms - r.p50_ms for r, a in zip(relayed, after, strict=True)
+                )
+                print(f"  after over the relay: p50 {beyond:+.3f} ms")
         for side in ("before", "after"):
             if min(args.connections) == max(args.connections) or name not in TARGETS:
                 continue  # the fan-out runs' Python client is their limit at 16

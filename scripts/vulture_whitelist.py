@@ -30,6 +30,10 @@ _._unset_keepalive_if_required  # app/proxy/protocol.py: overrides uvicorn's Htt
 _.on_response_complete  # app/proxy/protocol.py: uvicorn's cycle calls it when answered
 _.total_requests  # app/proxy/protocol.py: uvicorn's server counts requests with it
 
+# ---- asyncio calls a protocol's flow control (bench/byte_relay.py)
+_.pause_writing
+_.resume_writing
+
 # ---- the proxy's forwarding reads it on the branch that reworks the proxy
 is_problem  # app/proxy/forward.py
 

@@ -1,0 +1,107 @@
+"""A byte relay in front of one broker: the least that one more process on the path costs.
+
+It accepts connections and copies bytes both ways between each client and its own connection
+to the upstream broker, without parsing anything: the same event loop (uvloop), the same
+asyncio protocols and ``TCP_NODELAY`` as ``spoolmq proxy``, and nothing else. A request through
+it pays what any hop pays on this machine — two more socket transfers each way and the wakeups
+of one more process — and none of the proxy's work (HTTP parsing, routing, keys, relabelling).
+``proxy_bench.py`` measures it next to the proxy, so the latency a hop adds is shown against
+the floor of any hop.
+
+Flow control both ways: when one side's writes back up, reading from the other pauses.
+
+    uv run python bench/byte_relay.py --port 9000 --upstream 127.0.0.1:8080
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import socket
+
+import uvloop
+
+
+def _no_delay(transport: asyncio.BaseTransport) -> None:
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class _Side(asyncio.Protocol):
+    """One end of a relayed connection; what it reads goes to ``peer``."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.peer: _Side | None = None
+        self.pending: list[bytes] = []  # read before the peer was connected
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        _no_delay(transport)
+
+    def data_received(self, data: bytes) -> None:
+        peer = self.peer
+        if peer is None or peer.transport is None:
+            self.pending.append(data)
+        else:
+            peer.transport.write(data)
+
+    def pause_writing(self) -> None:  # our writes back up: stop reading the peer
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.resume_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.close()
+
+
+class _Client(_Side):
+    """A client's connection: connects its own upstream connection, then relays."""
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        super().__init__()
+        self.upstream = upstream
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        asyncio.get_running_loop().create_task(self._connect())
+
+    async def _connect(self) -> None:
+        upstream = _Side()
+        upstream.peer = self
+        try:
+            await asyncio.get_running_loop().create_connection(lambda: upstream, *self.upstream)
+        except OSError:
+            if self.transport is not None:
+                self.transport.close()
+            return
+        self.peer = upstream
+        assert upstream.transport is not None
+        for data in self.pending:
+            upstream.transport.write(data)
+        self.pending.clear()
+
+
+async def serve(port: int, upstream: tuple[str, int]) -> None:
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: _Client(upstream), "127.0.0.1", port)
+    async with server:
+        await server.serve_forever()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--upstream", required=True, help="HOST:PORT of the broker")
+    args = parser.parse_args()
+    host, _, port = args.upstream.rpartition(":")
+    uvloop.run(serve(args.port, (host, int(port))))
+
+
+if __name__ == "__main__":
+    main()
