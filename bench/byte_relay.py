@@ -44,8 +44,16 @@ class _Side(asyncio.Protocol):
         peer = self.peer
         if peer is None or peer.transport is None:
             self.pending.append(data)
-        else:
-            peer.transport.write(data)
+            return
+        if not self.pending:  # what else is read in this turn of the loop goes in one write
+            asyncio.get_running_loop().call_soon(self._flush)
+        self.pending.append(data)
+
+    def _flush(self) -> None:
+        peer = self.peer
+        if peer is not None and peer.transport is not None and not peer.transport.is_closing():
+            peer.transport.writelines(self.pending)
+        self.pending = []
 
     def pause_writing(self) -> None:  # our writes back up: stop reading the peer
         if self.peer is not None and self.peer.transport is not None:
@@ -82,9 +90,8 @@ class _Client(_Side):
             return
         self.peer = upstream
         assert upstream.transport is not None
-        for data in self.pending:
-            upstream.transport.write(data)
-        self.pending.clear()
+        upstream.transport.writelines(self.pending)
+        self.pending = []
 
 
 async def serve(port: int, upstream: tuple[str, int]) -> None:
