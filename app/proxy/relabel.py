@@ -21,6 +21,10 @@ answer's own structure:
   and ``~`` go in front of the handle.
 
 The answer is then joined from views of the broker's bytes and the pieces put in: one copy.
+In a group whose queue ids are the cluster-wide ones (no number to map) the tags, and the
+handles' prefixes when the answer holds no more handle patterns than messages, go in by
+``rsplit`` and ``join`` over the whole answer instead: C loops and a copy or two, where Python
+steps per message cost more than the search itself.
 Anything else — another layout, a message of another topic or a retry message (``queue_topic``)
 where ids change — is decoded and encoded as before (:func:`decoded_pull`,
 :func:`decoded_receive`); both ways give the same bytes (tests/app/test_proxy_relabel.py).
@@ -194,7 +198,11 @@ class _Messages:
             return [], 0
         if not content.startswith(FIRST, start) or content[end - 1] != ord("}"):
             return None
-        if self.changed and content.rfind(RETRY_MEMBER, start, end) >= 0:
+        if not self.changed:  # a group whose ids are the cluster-wide ones (the usual case)
+            joined = self._joined(handles)
+            if joined is not None:
+                return joined
+        elif content.rfind(RETRY_MEMBER, start, end) >= 0:
             return None  # a retry message keeps its broker's queue id: decoded
         cuts = [end - 1]  # each message's closing brace, found from the last one back
         at = end
@@ -214,11 +222,30 @@ class _Messages:
         pieces.append(view[cuts[-1] : end])
         return pieces, len(cuts)
 
+    def _joined(self, handles: bool) -> tuple[list[Piece], int] | None:
+        """:meth:`pieces` of a group whose ids need no change, by splits and joins (each one
+        C loop over the whole answer) instead of a few Python steps per message: the tag
+        goes in at every message boundary, and — when the answer holds one handle pattern
+        per message, so none is a property's name — the prefix after every handle pattern.
+        None when there are more handle patterns than messages (the per-message way)."""
+        content, tag = self.content, self.tag
+        text = content
+        if handles:
+            split = content.rsplit(HANDLE)
+            text = (HANDLE + _handle_prefix(self.name)).join(split)
+        messages = text.rsplit(BOUNDARY)
+        count = len(messages)
+        if handles and len(split) - 1 != count:
+            return None
+        text = (tag + BOUNDARY).join(messages)
+        end = self.end + len(text) - len(content)  # the closing brace of the last message + 1
+        return [memoryview(text)[self.start : end - 1], tag + b"}"], count
+
     def _edited(self, start: int, cuts: list[int], handles: bool) -> list[Piece] | None:
         """Each message up to its closing brace with its queue id made cluster-wide, its
         handle prefixed (``handles``) and its tag; None unless each is of the topic."""
         content, view, marker, changed = self.content, self.view, self.marker, self.changed
-        prefix = orjson.dumps(prefix_handle(self.name, ""))[1:-1]
+        prefix = _handle_prefix(self.name)
         pieces: list[Piece] = []
         resume = start
         for cut in cuts:
@@ -245,6 +272,11 @@ class _Messages:
             pieces += (view[resume:cut], self.tag)
             resume = cut
         return pieces
+
+
+def _handle_prefix(name: str) -> bytes:
+    """What goes in front of a broker's receipt handle, as JSON string content."""
+    return orjson.dumps(prefix_handle(name, ""))[1:-1]
 
 
 def _queues(text: bytes, topic: str, name: str, changed: dict[int, int]) -> list[Piece] | None:
