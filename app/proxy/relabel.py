@@ -32,6 +32,7 @@ where ids change — is decoded and encoded as before (:func:`decoded_pull`,
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -157,12 +158,62 @@ def _joined(pieces: list[Piece], parts: list[list[Piece]]) -> None:
             first = False
 
 
+@functools.lru_cache(maxsize=4096)
 def _head(group: str, topic: str) -> bytes:
     return b'{"group":%s,"topic":%s,"messages":[' % (orjson.dumps(group), orjson.dumps(topic))
 
 
+@functools.lru_cache(maxsize=256)
+def _tag(name: str) -> bytes:
+    """What each message and queue of broker group ``name`` gets before its closing brace."""
+    return b',"broker_group":' + orjson.dumps(name)
+
+
+@functools.lru_cache(maxsize=256)
+def _tag_between(name: str) -> bytes:
+    return _tag(name) + BOUNDARY
+
+
+@functools.lru_cache(maxsize=256)
+def _tag_closed(name: str) -> bytes:
+    return _tag(name) + b"}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _queue_id_marker(topic: str) -> bytes:
+    """A message's own queue id follows the first of these in it (see the module's doc)."""
+    return b'"topic":' + orjson.dumps(topic) + b',"queue_id":'
+
+
+@functools.lru_cache(maxsize=256)
+def _handle_prefix(name: str) -> bytes:
+    """What goes in front of a broker's receipt handle, as JSON string content."""
+    return orjson.dumps(prefix_handle(name, ""))[1:-1]
+
+
+@functools.lru_cache(maxsize=256)
+def _prefixed_handle(name: str) -> bytes:
+    return HANDLE + _handle_prefix(name)
+
+
+_CHANGED: dict[tuple[int, str], tuple[TopicRoute, dict[int, int]]] = {}
+
+
 def _changed_ids(route: TopicRoute, name: str) -> dict[int, int]:
-    """``name``'s local queue ids whose cluster-wide id differs (``TopicRoute.global_id``)."""
+    """``name``'s local queue ids whose cluster-wide id differs (``TopicRoute.global_id``):
+    found once per route (a route is immutable and replaced when it changes; the entry holds
+    it, so its id is not reused meanwhile). Read only."""
+    key = (id(route), name)
+    known = _CHANGED.get(key)
+    if known is not None and known[0] is route:
+        return known[1]
+    if len(_CHANGED) >= 4096:  # routes come and go with the route table: bounded
+        _CHANGED.clear()
+    changed = _CHANGED[key] = (route, _changed_in(route, name))
+    return changed[1]
+
+
+def _changed_in(route: TopicRoute, name: str) -> dict[int, int]:
     ids: dict[int, int] = {}
     for queue in route.queues:
         if queue.group == name:
@@ -187,9 +238,9 @@ class _Messages:
         self.start = start
         self.end = end
         self.name = name
-        self.tag = b',"broker_group":' + orjson.dumps(name)
+        self.tag = _tag(name)
         self.changed = changed
-        self.marker = b'"topic":' + orjson.dumps(topic) + b',"queue_id":'
+        self.topic = topic
 
     def pieces(self, *, handles: bool) -> tuple[list[Piece], int] | None:
         """The relabelled messages in pieces and how many; None when not as expected."""
@@ -228,23 +279,30 @@ class _Messages:
         goes in at every message boundary, and — when the answer holds one handle pattern
         per message, so none is a property's name — the prefix after every handle pattern.
         None when there are more handle patterns than messages (the per-message way)."""
-        content, tag = self.content, self.tag
+        content = self.content
         text = content
         if handles:
             split = content.rsplit(HANDLE)
-            text = (HANDLE + _handle_prefix(self.name)).join(split)
-        messages = text.rsplit(BOUNDARY)
-        count = len(messages)
+            text = _prefixed_handle(self.name).join(split)
+        parts: list[Piece] = list(text.rsplit(BOUNDARY))
+        count = len(parts)
         if handles and len(split) - 1 != count:
             return None
-        text = (tag + BOUNDARY).join(messages)
-        end = self.end + len(text) - len(content)  # the closing brace of the last message + 1
-        return [memoryview(text)[self.start : end - 1], tag + b"}"], count
+        # the first part is the answer's head and its first message, the last one its last
+        # message and the answer's end: they are cut to the messages
+        parts[0] = memoryview(parts[0])[self.start :]
+        tail = len(content) - self.end + 1  # the last message's closing brace and what follows
+        parts[-1] = memoryview(parts[-1])[: len(parts[-1]) - tail]
+        pieces: list[Piece] = [_tag_between(self.name)] * (2 * count)  # one copy: the answer's
+        pieces[::2] = parts
+        pieces[-1] = _tag_closed(self.name)
+        return pieces, count
 
     def _edited(self, start: int, cuts: list[int], handles: bool) -> list[Piece] | None:
         """Each message up to its closing brace with its queue id made cluster-wide, its
         handle prefixed (``handles``) and its tag; None unless each is of the topic."""
-        content, view, marker, changed = self.content, self.view, self.marker, self.changed
+        content, view, changed = self.content, self.view, self.changed
+        marker = _queue_id_marker(self.topic)
         prefix = _handle_prefix(self.name)
         pieces: list[Piece] = []
         resume = start
@@ -274,17 +332,12 @@ class _Messages:
         return pieces
 
 
-def _handle_prefix(name: str) -> bytes:
-    """What goes in front of a broker's receipt handle, as JSON string content."""
-    return orjson.dumps(prefix_handle(name, ""))[1:-1]
-
-
 def _queues(text: bytes, topic: str, name: str, changed: dict[int, int]) -> list[Piece] | None:
     """A pull's queues (a few hundred bytes) with ``broker_group`` and cluster-wide ids: items
     of another topic (a retry topic's) keep theirs."""
     if not text:
         return []
-    tag = b',"broker_group":' + orjson.dumps(name)
+    tag = _tag(name)
     tagged = text.replace(QUEUE_BOUNDARY, tag + QUEUE_BOUNDARY)
     count = (len(tagged) - len(text)) // len(tag) + 1
     if text[-1:] != b"}" or text.count(b'"queue_id":') != count:
