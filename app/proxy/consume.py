@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any
+from typing import Any, Final
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
@@ -20,7 +20,6 @@ from app.proxy.context import (
     int_param,
     params_without,
     query_items,
-    query_param,
 )
 from app.proxy.fanout import first_non_empty, share_out
 from app.proxy.forward import BrokerAnswer, PassedResponse, broker_path, long_poll_timeout
@@ -76,10 +75,7 @@ async def pull_group(group: str, topic: str, request: Request) -> Response:
     long-polls, all long-poll at once and the first answer with messages is taken."""
     view = cluster_view(request)
     route = topic_route(view, topic)
-    budget = int_param(request, "max_messages", DEFAULT_MAX_MESSAGES)
-    wait_ms = int_param(request, "wait_ms", 0)
-    auto_commit = (query_param(request, "auto_commit") or "").lower() in ("true", "1", "yes")
-    as_given = _asks_as_given(request, budget, wait_ms)
+    budget, wait_ms, auto_commit, as_given = _pull_query(request)
 
     async def ask(name: str, max_messages: int, wait: int, commit: bool = True) -> BrokerAnswer:
         members = [master_of(view, name)] if auto_commit else readers(view, name)
@@ -126,7 +122,35 @@ BROKER_MAX_MESSAGES: int = GroupPullQuery.model_fields["max_messages"].default
 BROKER_WAIT_MS: int = GroupPullQuery.model_fields["wait_ms"].default
 
 
-def _asks_as_given(request: Request, budget: int, wait_ms: int) -> bool:
+_READ: Final = frozenset(("max_messages", "wait_ms", "auto_commit"))
+
+
+def _pull_query(request: Request) -> tuple[int, int, bool, bool]:
+    """A group pull's ``max_messages``, ``wait_ms`` and ``auto_commit`` (each its first
+    value, as :func:`int_param` and :func:`query_param` read them), and whether the client's
+    query string may go to a broker group as it came (:func:`_asks_as_given`): one pass over
+    the parameters instead of one per name."""
+    given: dict[str, list[str]] = {}
+    for name, value in query_items(request):
+        if name in _READ:
+            given.setdefault(name, []).append(value)
+    budget = _number(request, given, "max_messages", DEFAULT_MAX_MESSAGES)
+    wait_ms = _number(request, given, "wait_ms", 0)
+    auto_commit = given.get("auto_commit", [""])[0].lower() in ("true", "1", "yes")
+    return budget, wait_ms, auto_commit, _asks_as_given(given, budget, wait_ms)
+
+
+def _number(request: Request, given: dict[str, list[str]], name: str, default: int) -> int:
+    values = given.get(name)
+    if values is None:
+        return default
+    try:
+        return int(values[0])
+    except ValueError:
+        return int_param(request, name, default)  # raises the proxy's own answer to it
+
+
+def _asks_as_given(given: dict[str, list[str]], budget: int, wait_ms: int) -> bool:
     """Whether the client's query string, passed on as it came, asks a broker group for
     ``budget`` messages and ``wait_ms`` exactly as the query :func:`_asked` builds would:
     each of the two named at most once (a broker reads the last of several, the proxy the
@@ -134,16 +158,15 @@ def _asks_as_given(request: Request, budget: int, wait_ms: int) -> bool:
     proxy read), or not at all when the broker's default is that number. The other parameters
     a broker reads the same either way (it parses the query string as the proxy does), so
     the common pull costs no encoding."""
-    return _given_as(request, "max_messages", budget, BROKER_MAX_MESSAGES) and _given_as(
-        request, "wait_ms", wait_ms, BROKER_WAIT_MS
+    return _given_as(given.get("max_messages"), budget, BROKER_MAX_MESSAGES) and _given_as(
+        given.get("wait_ms"), wait_ms, BROKER_WAIT_MS
     )
 
 
-def _given_as(request: Request, name: str, value: int, default: int) -> bool:
-    given = [v for k, v in query_items(request) if k == name]
-    if not given:
+def _given_as(values: list[str] | None, value: int, default: int) -> bool:
+    if values is None:
         return value == default
-    return len(given) == 1 and given[0] == str(value)
+    return len(values) == 1 and values[0] == str(value)
 
 
 def _asked(request: Request, max_messages: int, wait: int, commit: bool) -> list[tuple[str, str]]:

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from urllib.parse import urlencode
 
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.datastructures import QueryParams
@@ -89,11 +90,18 @@ def rebuilt(request: Request, wait_ms: int = 0, commit: bool = True) -> bytes:
 
 
 async def asked(query: bytes) -> list[bytes] | None:
-    """The query strings the broker group got; None when the proxy answered by itself."""
+    """The query strings the broker group got; None when the proxy answered by itself, as it
+    did before: the first number it cannot read, named as before."""
     recorder = _Recorder()
     try:
         await pull_group("G", TOPIC, request_for(query, recorder))
-    except ApiError:
+    except ApiError as exc:
+        with pytest.raises(ApiError) as before:
+            request = request_for(query, _Recorder())
+            for name in NUMBERS:
+                int_param(request, name, 0)
+        assert (exc.code, exc.detail) == (before.value.code, before.value.detail)
+        assert recorder.queries == []
         return None
     return recorder.queries
 
