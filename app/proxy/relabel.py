@@ -27,7 +27,8 @@ handles' prefixes when the answer holds no more handle patterns than messages, g
 steps per message cost more than the search itself.
 Anything else — another layout, a message of another topic or a retry message (``queue_topic``)
 where ids change — is decoded and encoded as before (:func:`decoded_pull`,
-:func:`decoded_receive`); both ways give the same bytes (tests/app/test_proxy_relabel.py).
+:func:`decoded_receive`); both ways give the same bytes (tests/app/test_proxy_relabel.py,
+tests/app/test_proxy_relabel_layouts.py).
 """
 
 from __future__ import annotations
