@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any
+from typing import Any, Final
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
@@ -19,12 +19,13 @@ from app.proxy.context import (
     forwarder,
     int_param,
     params_without,
-    query_param,
+    query_items,
 )
 from app.proxy.fanout import first_non_empty, share_out
 from app.proxy.forward import BrokerAnswer, PassedResponse, broker_path, long_poll_timeout
 from app.proxy.relabel import merged_pull, relabel_pull
 from app.responses import OrjsonResponse
+from app.schemas.messages import GroupPullQuery
 from services.cluster import (
     BrokerMember,
     NoMasterError,
@@ -74,21 +75,20 @@ async def pull_group(group: str, topic: str, request: Request) -> Response:
     long-polls, all long-poll at once and the first answer with messages is taken."""
     view = cluster_view(request)
     route = topic_route(view, topic)
-    budget = int_param(request, "max_messages", DEFAULT_MAX_MESSAGES)
-    wait_ms = int_param(request, "wait_ms", 0)
-    auto_commit = (query_param(request, "auto_commit") or "").lower() in ("true", "1", "yes")
-    params = params_without(request, "max_messages", "wait_ms")
+    budget, wait_ms, auto_commit, as_given = _pull_query(request)
 
     async def ask(name: str, max_messages: int, wait: int, commit: bool = True) -> BrokerAnswer:
         members = [master_of(view, name)] if auto_commit else readers(view, name)
-        query = [*params, ("max_messages", str(max_messages)), ("wait_ms", str(wait))]
-        if not commit:
-            query = [(k, v) for k, v in query if k != "auto_commit"]
+        if commit and as_given and max_messages == budget and wait == wait_ms:
+            query, params = request.scope["query_string"], None  # the client's, as it came
+        else:
+            query, params = b"", _asked(request, max_messages, wait, commit)
         _, answer = await forwarder(request).call_any(
             members,
             "GET",
             _group_pull_path(group, topic),
-            params=query,
+            query=query,
+            params=params,
             request=request,
             timeout_s=long_poll_timeout(wait),
         )
@@ -116,6 +116,70 @@ async def pull_group(group: str, topic: str, request: Request) -> Response:
                 await _commit_delivered(request, group, master, polled.json())
             answers = [polled]
     return PassedResponse(merged_pull(group, route, answers), media_type="application/json")
+
+
+BROKER_MAX_MESSAGES: int = GroupPullQuery.model_fields["max_messages"].default
+BROKER_WAIT_MS: int = GroupPullQuery.model_fields["wait_ms"].default
+
+
+_READ: Final = frozenset(("max_messages", "wait_ms", "auto_commit"))
+
+
+def _pull_query(request: Request) -> tuple[int, int, bool, bool]:
+    """A group pull's ``max_messages``, ``wait_ms`` and ``auto_commit`` (each its first
+    value, as :func:`int_param` and :func:`query_param` read them), and whether the client's
+    query string may go to a broker group as it came (:func:`_asks_as_given`): one pass over
+    the parameters instead of one per name."""
+    given: dict[str, list[str]] = {}
+    for name, value in query_items(request):
+        if name in _READ:
+            given.setdefault(name, []).append(value)
+    budget = _number(request, given, "max_messages", DEFAULT_MAX_MESSAGES)
+    wait_ms = _number(request, given, "wait_ms", 0)
+    auto_commit = given.get("auto_commit", [""])[0].lower() in ("true", "1", "yes")
+    return budget, wait_ms, auto_commit, _asks_as_given(given, budget, wait_ms)
+
+
+def _number(request: Request, given: dict[str, list[str]], name: str, default: int) -> int:
+    values = given.get(name)
+    if values is None:
+        return default
+    try:
+        return int(values[0])
+    except ValueError:
+        return int_param(request, name, default)  # raises the proxy's own answer to it
+
+
+def _asks_as_given(given: dict[str, list[str]], budget: int, wait_ms: int) -> bool:
+    """Whether the client's query string, passed on as it came, asks a broker group for
+    ``budget`` messages and ``wait_ms`` exactly as the query :func:`_asked` builds would:
+    each of the two named at most once (a broker reads the last of several, the proxy the
+    first), by the number itself (``032`` or ``+32`` are rebuilt, so the broker reads what the
+    proxy read), or not at all when the broker's default is that number. The other parameters
+    a broker reads the same either way (it parses the query string as the proxy does), so
+    the common pull costs no encoding."""
+    return _given_as(given.get("max_messages"), budget, BROKER_MAX_MESSAGES) and _given_as(
+        given.get("wait_ms"), wait_ms, BROKER_WAIT_MS
+    )
+
+
+def _given_as(values: list[str] | None, value: int, default: int) -> bool:
+    if values is None:
+        return value == default
+    return len(values) == 1 and values[0] == str(value)
+
+
+def _asked(request: Request, max_messages: int, wait: int, commit: bool) -> list[tuple[str, str]]:
+    """The query of a broker group's share: the client's parameters with its own share and
+    wait, and without ``auto_commit`` when what it finds must not be committed (``commit``)."""
+    query = [
+        *params_without(request, "max_messages", "wait_ms"),
+        ("max_messages", str(max_messages)),
+        ("wait_ms", str(wait)),
+    ]
+    if not commit:
+        query = [(k, v) for k, v in query if k != "auto_commit"]
+    return query
 
 
 @functools.lru_cache(maxsize=4096)

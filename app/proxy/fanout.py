@@ -47,14 +47,18 @@ async def each_group(
 ) -> list[tuple[str, _Answer | Unreachable]]:
     """Ask every group concurrently; an unreachable group is kept as its error."""
 
+    if len(groups) == 1:  # the common case of a shared-out pull: no tasks to make
+        try:
+            return [(groups[0], await ask(groups[0]))]
+        except (ProxyError, NoMasterError) as exc:
+            return [(groups[0], exc)]
+
     async def one(group: str) -> _Answer | Unreachable:
         try:
             return await ask(group)
         except (ProxyError, NoMasterError) as exc:  # unreachable, no replica, no master
             return exc
 
-    if len(groups) == 1:  # the common case of a shared-out pull: no tasks to make
-        return [(groups[0], await one(groups[0]))]
     answers = await asyncio.gather(*(one(g) for g in groups))
     return list(zip(groups, answers, strict=True))
 
@@ -126,13 +130,14 @@ class BudgetShares:
         probed = [g for g in groups if g in known.drained]
         if not likely:  # none filled its share last time: share evenly
             likely, probed = list(groups), []
-        now = time.monotonic()
-        last = known.probed_at
-        if probed and last is not None and now - last < self.probe_interval_s:
-            probed = []
-        elif probed:
-            known.probed_at = now
-            self._keep(key, known)
+        if probed:  # the clock is read only when there is a probe to time
+            now = time.monotonic()
+            last = known.probed_at
+            if last is not None and now - last < self.probe_interval_s:
+                probed = []
+            else:
+                known.probed_at = now
+                self._keep(key, known)
         shares = dict.fromkeys(groups, 0)
         if budget < len(likely) + len(probed):  # one each, for as many as the budget allows
             for name in (likely + probed)[:budget]:
@@ -190,7 +195,7 @@ async def share_out(
     groups got no share (a budget smaller than the groups), ask those too. Raises the error
     met when no group answered at all; a refusal is the caller's to pass on."""
     key = (kind, group, route.topic)
-    order = rotated(route.groups())
+    order = rotated(_groups(route))
 
     def read(name: str, answer: BrokerAnswer) -> Relabelled:
         return relabel(answer, route, name, group)
@@ -206,6 +211,21 @@ async def share_out(
     if result.refused is None and not result.answers and result.error is not None:
         raise result.error
     return result
+
+
+_GROUPS: dict[int, tuple[TopicRoute, list[str]]] = {}
+
+
+def _groups(route: TopicRoute) -> list[str]:
+    """``route.groups()``, found once per route (immutable, replaced when it changes; the
+    entry holds it, so its id is not reused meanwhile). Read only."""
+    known = _GROUPS.get(id(route))
+    if known is not None and known[0] is route:
+        return known[1]
+    if len(_GROUPS) >= 4096:  # routes come and go with the route table: bounded
+        _GROUPS.clear()
+    _GROUPS[id(route)] = (route, route.groups())
+    return _GROUPS[id(route)][1]
 
 
 async def _ask_shares(

@@ -21,13 +21,19 @@ answer's own structure:
   and ``~`` go in front of the handle.
 
 The answer is then joined from views of the broker's bytes and the pieces put in: one copy.
+In a group whose queue ids are the cluster-wide ones (no number to map) the tags, and the
+handles' prefixes when the answer holds no more handle patterns than messages, go in by
+``rsplit`` and ``join`` over the whole answer instead: C loops and a copy or two, where Python
+steps per message cost more than the search itself.
 Anything else — another layout, a message of another topic or a retry message (``queue_topic``)
 where ids change — is decoded and encoded as before (:func:`decoded_pull`,
-:func:`decoded_receive`); both ways give the same bytes (tests/app/test_proxy_relabel.py).
+:func:`decoded_receive`); both ways give the same bytes (tests/app/test_proxy_relabel.py,
+tests/app/test_proxy_relabel_layouts.py).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -153,12 +159,62 @@ def _joined(pieces: list[Piece], parts: list[list[Piece]]) -> None:
             first = False
 
 
+@functools.lru_cache(maxsize=4096)
 def _head(group: str, topic: str) -> bytes:
     return b'{"group":%s,"topic":%s,"messages":[' % (orjson.dumps(group), orjson.dumps(topic))
 
 
+@functools.lru_cache(maxsize=256)
+def _tag(name: str) -> bytes:
+    """What each message and queue of broker group ``name`` gets before its closing brace."""
+    return b',"broker_group":' + orjson.dumps(name)
+
+
+@functools.lru_cache(maxsize=256)
+def _tag_between(name: str) -> bytes:
+    return _tag(name) + BOUNDARY
+
+
+@functools.lru_cache(maxsize=256)
+def _tag_closed(name: str) -> bytes:
+    return _tag(name) + b"}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _queue_id_marker(topic: str) -> bytes:
+    """A message's own queue id follows the first of these in it (see the module's doc)."""
+    return b'"topic":' + orjson.dumps(topic) + b',"queue_id":'
+
+
+@functools.lru_cache(maxsize=256)
+def _handle_prefix(name: str) -> bytes:
+    """What goes in front of a broker's receipt handle, as JSON string content."""
+    return orjson.dumps(prefix_handle(name, ""))[1:-1]
+
+
+@functools.lru_cache(maxsize=256)
+def _prefixed_handle(name: str) -> bytes:
+    return HANDLE + _handle_prefix(name)
+
+
+_CHANGED: dict[tuple[int, str], tuple[TopicRoute, dict[int, int]]] = {}
+
+
 def _changed_ids(route: TopicRoute, name: str) -> dict[int, int]:
-    """``name``'s local queue ids whose cluster-wide id differs (``TopicRoute.global_id``)."""
+    """``name``'s local queue ids whose cluster-wide id differs (``TopicRoute.global_id``):
+    found once per route (a route is immutable and replaced when it changes; the entry holds
+    it, so its id is not reused meanwhile). Read only."""
+    key = (id(route), name)
+    known = _CHANGED.get(key)
+    if known is not None and known[0] is route:
+        return known[1]
+    if len(_CHANGED) >= 4096:  # routes come and go with the route table: bounded
+        _CHANGED.clear()
+    changed = _CHANGED[key] = (route, _changed_in(route, name))
+    return changed[1]
+
+
+def _changed_in(route: TopicRoute, name: str) -> dict[int, int]:
     ids: dict[int, int] = {}
     for queue in route.queues:
         if queue.group == name:
@@ -183,9 +239,9 @@ class _Messages:
         self.start = start
         self.end = end
         self.name = name
-        self.tag = b',"broker_group":' + orjson.dumps(name)
+        self.tag = _tag(name)
         self.changed = changed
-        self.marker = b'"topic":' + orjson.dumps(topic) + b',"queue_id":'
+        self.topic = topic
 
     def pieces(self, *, handles: bool) -> tuple[list[Piece], int] | None:
         """The relabelled messages in pieces and how many; None when not as expected."""
@@ -194,7 +250,11 @@ class _Messages:
             return [], 0
         if not content.startswith(FIRST, start) or content[end - 1] != ord("}"):
             return None
-        if self.changed and content.rfind(RETRY_MEMBER, start, end) >= 0:
+        if not self.changed:  # a group whose ids are the cluster-wide ones (the usual case)
+            joined = self._joined(handles)
+            if joined is not None:
+                return joined
+        elif content.rfind(RETRY_MEMBER, start, end) >= 0:
             return None  # a retry message keeps its broker's queue id: decoded
         cuts = [end - 1]  # each message's closing brace, found from the last one back
         at = end
@@ -214,11 +274,37 @@ class _Messages:
         pieces.append(view[cuts[-1] : end])
         return pieces, len(cuts)
 
+    def _joined(self, handles: bool) -> tuple[list[Piece], int] | None:
+        """:meth:`pieces` of a group whose ids need no change, by splits and joins (each one
+        C loop over the whole answer) instead of a few Python steps per message: the tag
+        goes in at every message boundary, and — when the answer holds one handle pattern
+        per message, so none is a property's name — the prefix after every handle pattern.
+        None when there are more handle patterns than messages (the per-message way)."""
+        content = self.content
+        text = content
+        if handles:
+            split = content.rsplit(HANDLE)
+            text = _prefixed_handle(self.name).join(split)
+        parts: list[Piece] = list(text.rsplit(BOUNDARY))
+        count = len(parts)
+        if handles and len(split) - 1 != count:
+            return None
+        # the first part is the answer's head and its first message, the last one its last
+        # message and the answer's end: they are cut to the messages
+        parts[0] = memoryview(parts[0])[self.start :]
+        tail = len(content) - self.end + 1  # the last message's closing brace and what follows
+        parts[-1] = memoryview(parts[-1])[: len(parts[-1]) - tail]
+        pieces: list[Piece] = [_tag_between(self.name)] * (2 * count)  # one copy: the answer's
+        pieces[::2] = parts
+        pieces[-1] = _tag_closed(self.name)
+        return pieces, count
+
     def _edited(self, start: int, cuts: list[int], handles: bool) -> list[Piece] | None:
         """Each message up to its closing brace with its queue id made cluster-wide, its
         handle prefixed (``handles``) and its tag; None unless each is of the topic."""
-        content, view, marker, changed = self.content, self.view, self.marker, self.changed
-        prefix = orjson.dumps(prefix_handle(self.name, ""))[1:-1]
+        content, view, changed = self.content, self.view, self.changed
+        marker = _queue_id_marker(self.topic)
+        prefix = _handle_prefix(self.name)
         pieces: list[Piece] = []
         resume = start
         for cut in cuts:
@@ -252,7 +338,7 @@ def _queues(text: bytes, topic: str, name: str, changed: dict[int, int]) -> list
     of another topic (a retry topic's) keep theirs."""
     if not text:
         return []
-    tag = b',"broker_group":' + orjson.dumps(name)
+    tag = _tag(name)
     tagged = text.replace(QUEUE_BOUNDARY, tag + QUEUE_BOUNDARY)
     count = (len(tagged) - len(text)) // len(tag) + 1
     if text[-1:] != b"}" or text.count(b'"queue_id":') != count:
