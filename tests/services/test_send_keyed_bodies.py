@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from services import Broker, OutgoingMessage
 from services.errors import IdempotencyKeyReusedError
-from tests.services.twin_brokers import commit_log_of, start_twin, stop_clocks
+from tests.services.twin_brokers import commit_log_of, running_twins, start_twin, stop_clocks
 
 KEYED_BATCHES = st.tuples(
     st.sampled_from(["T", "U", "T", "bad topic", "%RETRY%g"]),
@@ -61,9 +61,7 @@ def test_keyed_bodies_sent_as_columns_store_and_answer_what_general_keyed_sends_
 ) -> None:
     stop_clocks(monkeypatch)
     general_root, columns_root = tmp_path / "general", tmp_path / "columns"
-    with asyncio.Runner() as runner:
-        general = runner.run(start_twin(general_root / "store"))
-        columns = runner.run(start_twin(columns_root / "store"))
+    with running_twins(general_root, columns_root) as (runner, general, columns):
         answers: list[object] = []
 
         @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -75,17 +73,13 @@ def test_keyed_bodies_sent_as_columns_store_and_answer_what_general_keyed_sends_
             assert answer == expected
             assert runner.run(_columns(columns, send)) == runner.run(_general(general, send))
 
-        try:
-            same()
-            assert commit_log_of(columns_root) == commit_log_of(general_root)
-            remembered = [b.send._idempotency for b in (general, columns)]
-            assert remembered[0] is not None and remembered[1] is not None
-            assert remembered[0].unindexed_count == remembered[1].unindexed_count
-            assert any(isinstance(a, list) and not a[0].replayed for a in answers)
-            assert any(isinstance(a, tuple) for a in answers)
-        finally:
-            runner.run(general.stop())
-            runner.run(columns.stop())
+        same()
+        assert commit_log_of(columns_root) == commit_log_of(general_root)
+        remembered = [b.send._idempotency for b in (general, columns)]
+        assert remembered[0] is not None and remembered[1] is not None
+        assert remembered[0].unindexed_count == remembered[1].unindexed_count
+        assert any(isinstance(a, list) and not a[0].replayed for a in answers)
+        assert any(isinstance(a, tuple) for a in answers)
 
 
 def test_a_repeat_replays_the_receipts_and_another_payload_is_refused(tmp_path: Path) -> None:

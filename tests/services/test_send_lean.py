@@ -10,7 +10,6 @@ keyed send keeps the value an earlier version stored (a repeat after an upgrade 
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,7 +23,7 @@ import services.send
 import storage.message_store
 from services import Broker, OutgoingMessage
 from services.send import bodies_alone, fingerprint
-from tests.services.twin_brokers import commit_log_of, start_twin, stop_clocks
+from tests.services.twin_brokers import commit_log_of, running_twins, stop_clocks
 
 
 def _general_only(*_: object) -> Any:
@@ -74,9 +73,7 @@ def test_lean_sends_store_and_answer_what_general_sends_do(
 ) -> None:
     stop_clocks(monkeypatch)
     general_root, lean_root = tmp_path / "general", tmp_path / "lean"
-    with asyncio.Runner() as runner:
-        general = runner.run(start_twin(general_root / "store"))
-        lean = runner.run(start_twin(lean_root / "store"))
+    with running_twins(general_root, lean_root) as (runner, general, lean):
         lean_sends: list[bool] = []
 
         @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -89,13 +86,9 @@ def test_lean_sends_store_and_answer_what_general_sends_do(
             lean_sends.append(bodies_alone(send[1]))
             assert runner.run(_answer(lean, send)) == expected
 
-        try:
-            same()
-            assert commit_log_of(lean_root) == commit_log_of(general_root)
-            assert any(lean_sends) and not all(lean_sends)
-        finally:
-            runner.run(general.stop())
-            runner.run(lean.stop())
+        same()
+        assert commit_log_of(lean_root) == commit_log_of(general_root)
+        assert any(lean_sends) and not all(lean_sends)
 
 
 def _fingerprint_before(messages: Sequence[OutgoingMessage], delay_levels: Sequence[int]) -> str:
@@ -162,9 +155,7 @@ def test_bodies_sent_as_columns_store_and_answer_what_general_sends_do(
 ) -> None:
     stop_clocks(monkeypatch)
     general_root, columns_root = tmp_path / "general", tmp_path / "columns"
-    with asyncio.Runner() as runner:
-        general = runner.run(start_twin(general_root / "store"))
-        columns = runner.run(start_twin(columns_root / "store"))
+    with running_twins(general_root, columns_root) as (runner, general, columns):
         answers: list[object] = []
 
         @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -182,11 +173,7 @@ def test_bodies_sent_as_columns_store_and_answer_what_general_sends_do(
             answers.append(answer)
             assert answer == expected
 
-        try:
-            same()
-            assert commit_log_of(columns_root) == commit_log_of(general_root)
-            assert any(isinstance(a, list) for a in answers)
-            assert any(isinstance(a, tuple) for a in answers)
-        finally:
-            runner.run(general.stop())
-            runner.run(columns.stop())
+        same()
+        assert commit_log_of(columns_root) == commit_log_of(general_root)
+        assert any(isinstance(a, list) for a in answers)
+        assert any(isinstance(a, tuple) for a in answers)

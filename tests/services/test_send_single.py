@@ -14,7 +14,6 @@ must be the same.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from services import Broker, OutgoingMessage, SendReceipt
-from tests.services.twin_brokers import NOW_NS, commit_log_of, start_twin, stop_clocks
+from tests.services.twin_brokers import (
+    NOW_NS,
+    commit_log_of,
+    running_twins,
+    stop_clocks,
+)
 
 NOW_MS = NOW_NS // 1_000_000
 
@@ -86,10 +90,8 @@ def test_single_sends_store_and_answer_what_general_sends_do(
 ) -> None:
     stop_clocks(monkeypatch)
     general_root, single_root = tmp_path / "general", tmp_path / "single"
-    with asyncio.Runner() as runner:
-        general = runner.run(start_twin(general_root / "store"))
+    with running_twins(general_root, single_root) as (runner, general, single):
         general.send._single_path = False
-        single = runner.run(start_twin(single_root / "store"))
         taken: list[tuple[Any, ...]] = []
         monkeypatch.setattr(single.send, "_send_one", _counted(single.send._send_one, taken))
         answers: list[object] = []
@@ -107,25 +109,21 @@ def test_single_sends_store_and_answer_what_general_sends_do(
                 answers.append(answer)
                 assert answer == expected
 
-        try:
-            same()
-            once = ("T", [OutgoingMessage(b"once")], None, None, "key-once", ("10.1.2.3", 1))
-            for _ in range(2):  # stored, then replayed, on both paths
-                answer = runner.run(_answer(single, once))
-                assert answer == runner.run(_answer(general, once))
-                answers.append(answer)
-            assert isinstance(answer, list) and answer[0].replayed
-            assert commit_log_of(single_root) == commit_log_of(general_root)
-            assert single.metrics.messages_in == general.metrics.messages_in
-            assert single.metrics.bytes_in == general.metrics.bytes_in
-            assert taken, "the single path was taken"
-            assert any(args[3] is not None for args in taken), "keyed sends took it too"
-            assert single.metrics.sends_replayed == general.metrics.sends_replayed
-            assert any(isinstance(a, list) for a in answers), "some sends were stored"
-            assert any(isinstance(a, tuple) for a in answers), "some were refused"
-        finally:
-            runner.run(general.stop())
-            runner.run(single.stop())
+        same()
+        once = ("T", [OutgoingMessage(b"once")], None, None, "key-once", ("10.1.2.3", 1))
+        for _ in range(2):  # stored, then replayed, on both paths
+            answer = runner.run(_answer(single, once))
+            assert answer == runner.run(_answer(general, once))
+            answers.append(answer)
+        assert isinstance(answer, list) and answer[0].replayed
+        assert commit_log_of(single_root) == commit_log_of(general_root)
+        assert single.metrics.messages_in == general.metrics.messages_in
+        assert single.metrics.bytes_in == general.metrics.bytes_in
+        assert taken, "the single path was taken"
+        assert any(args[3] is not None for args in taken), "keyed sends took it too"
+        assert single.metrics.sends_replayed == general.metrics.sends_replayed
+        assert any(isinstance(a, list) for a in answers), "some sends were stored"
+        assert any(isinstance(a, tuple) for a in answers), "some were refused"
 
 
 async def test_a_single_send_goes_round_robin_over_the_write_queues(broker: Broker) -> None:

@@ -6,8 +6,11 @@ every answer and every byte of the two CommitLogs.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +66,23 @@ async def start_twin(root: Path) -> Broker:
     if idempotency is not None:  # the dedup window read on the stopped clock too: a repeat
         idempotency._clock = _stopped_seconds  # finds its first send however late it runs
     return broker
+
+
+@contextmanager
+def running_twins(first: Path, second: Path) -> Iterator[tuple[asyncio.Runner, Broker, Broker]]:
+    """Two twin brokers (their stores under ``first`` and ``second``) on one runner, for a
+    test that drives both from Hypothesis' synchronous examples; both stopped at the end
+    (the first also when the second fails to start)."""
+    with asyncio.Runner() as runner:
+        one = runner.run(start_twin(first / "store"))
+        try:
+            other = runner.run(start_twin(second / "store"))
+            try:
+                yield runner, one, other
+            finally:
+                runner.run(other.stop())
+        finally:
+            runner.run(one.stop())
 
 
 def _stopped_seconds() -> float:
