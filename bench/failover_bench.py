@@ -75,17 +75,37 @@ def start_etcd(root: Path) -> tuple[subprocess.Popen[bytes], str]:
     return process, url
 
 
-class Server:
+class HttpProcess:
+    """A server process on 127.0.0.1 started by a bench: its URL, whether it answers
+    ``ready_path``, and a stop that lets it shut down cleanly."""
+
+    port: int
+    process: subprocess.Popen[bytes] | None
+    ready_path = "/readyz"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def ready(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}{self.ready_path}", timeout=2).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            self.process.wait(timeout=30)
+
+
+class Server(HttpProcess):
     """One ``spoolmq serve`` process."""
 
     def __init__(self, name: str, store: Path, extra: list[str]) -> None:
         self.name, self.store, self.extra = name, store, extra
         self.port, self.ha_port = free_port(), free_port()
         self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> Server:
         args = [str(BIN / "spoolmq"), "serve", "--store-dir", str(self.store)]
@@ -96,12 +116,6 @@ class Server:
         wait_for(self.ready)
         return self
 
-    def ready(self) -> bool:
-        try:
-            return httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200
-        except httpx.TransportError:
-            return False
-
     def role(self) -> str:
         return str(httpx.get(f"{self.url}/v1/replication", timeout=5).json()["role"])
 
@@ -109,11 +123,6 @@ class Server:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait()
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            self.process.wait(timeout=30)
 
 
 def cluster_server(name: str, root: Path, etcd: str, ttl: int) -> Server:

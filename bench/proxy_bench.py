@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from failover_bench import Server, free_port, start_etcd, wait_for
+from failover_bench import HttpProcess, Server, free_port, start_etcd, wait_for
 from http_bench import Connection, percentile
 
 BIN = Path(sys.executable).parent
@@ -103,8 +103,10 @@ def broker(name: str, group: str, root: Path, etcd: str) -> Server:
 
 
 @dataclass
-class Proxy:
+class Proxy(HttpProcess):
     """One ``spoolmq proxy`` process, from this checkout or from ``root``."""
+
+    ready_path = "/healthz"
 
     etcd: str
     root: Path | None = None
@@ -112,10 +114,6 @@ class Proxy:
     process: subprocess.Popen[bytes] | None = None
     wrapper: list[str] = field(default_factory=list)
     """A command the proxy runs under (``valgrind --tool=callgrind ...``), or none."""
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> Proxy:
         self.launch()
@@ -134,29 +132,16 @@ class Proxy:
         )
         return self
 
-    def ready(self) -> bool:
-        try:
-            return httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            self.process.wait(timeout=30)
-
 
 @dataclass
-class Relay:
+class Relay(HttpProcess):
     """One ``bench/byte_relay.py`` process in front of one broker: the floor of a hop."""
+
+    ready_path = "/healthz"  # the broker's, through the relay
 
     upstream_port: int
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> Relay:
         script = Path(__file__).with_name("byte_relay.py")
@@ -168,19 +153,8 @@ class Relay:
         wait_for(self.ready)
         return self
 
-    def ready(self) -> bool:
-        try:
-            return httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200
-        except httpx.TransportError:
-            return False
 
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            self.process.wait(timeout=30)
-
-
-def pid_of(started: Server | Proxy | Relay) -> int:
+def pid_of(started: HttpProcess) -> int:
     assert started.process is not None
     return started.process.pid
 
