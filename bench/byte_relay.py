@@ -32,6 +32,9 @@ class _Side(asyncio.Protocol):
     """One end of a relayed connection; what it reads goes to ``peer``."""
 
     def __init__(self) -> None:
+        # The loop kept, not asked for per read: on Python 3.11 `get_running_loop()` makes a
+        # getpid system call, which the proxy does not pay per request either.
+        self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.peer: _Side | None = None
         self.pending: list[bytes] = []  # read before the peer was connected
@@ -46,7 +49,7 @@ class _Side(asyncio.Protocol):
             self.pending.append(data)
             return
         if not self.pending:  # what else is read in this turn of the loop goes in one write
-            asyncio.get_running_loop().call_soon(self._flush)
+            self.loop.call_soon(self._flush)
         self.pending.append(data)
 
     def _flush(self) -> None:
@@ -77,13 +80,13 @@ class _Client(_Side):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        asyncio.get_running_loop().create_task(self._connect())
+        self.loop.create_task(self._connect())
 
     async def _connect(self) -> None:
         upstream = _Side()
         upstream.peer = self
         try:
-            await asyncio.get_running_loop().create_connection(lambda: upstream, *self.upstream)
+            await self.loop.create_connection(lambda: upstream, *self.upstream)
         except OSError:
             if self.transport is not None:
                 self.transport.close()

@@ -234,7 +234,7 @@ def wrk(
 ) -> tuple[float, dict[str, float], int]:
     """Requests/s, latency percentiles (ms, keys "50" and "99") and requests of one wrk run."""
     path = workdir / "script.lua"
-    path.write_text(script)
+    path.write_text(script.replace(RUN_ID, os.urandom(6).hex()))
     taskset = ["taskset", "-c", str(cpu)] if cpu is not None and shutil.which("taskset") else []
     command = [*taskset, "wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency"]
     command += ["--timeout", "10s", "-s", str(path), url]
@@ -280,12 +280,20 @@ def pull_script(path: str, count: int) -> str:
     )
 
 
+RUN_ID = "@run@"
+"""Where a script names its run: every wrk run gets a new one, so no two runs share a key."""
+
+
 def keyed_script(path: str, body: str) -> str:
-    """A send with a new Idempotency-Key each time, as every send through the proxy has."""
+    """A send with a new Idempotency-Key each time, as every send through the proxy has.
+
+    The key's run part is new for every wrk run (:data:`RUN_ID`): a run that counted its keys
+    from 1 again under the same name would repeat the keys of the run before it, and the broker
+    would answer it with replays (each record read back) instead of storing new sends."""
     return post_script(path, body) + textwrap.dedent(
         f"""
         local n = 0
-        local run = "{os.urandom(6).hex()}"
+        local run = "{RUN_ID}"
         request = function()
             n = n + 1
             local headers = {{["Content-Type"] = "application/json"}}
