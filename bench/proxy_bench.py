@@ -23,6 +23,11 @@ Every part also runs its requests through ``bench/byte_relay.py`` in front of th
 ("relay", pinned where the proxy is): bytes copied both ways, nothing parsed — the least one
 more process on the path costs on this machine. Sends go through it with a new Idempotency-Key
 each, as the proxy sends them, so "after over the relay" is what the proxy's own work adds.
+They also run through ``bench/http_relay.py`` ("http", pinned there too): each request and
+answer parsed with httptools and given a new head (a send its key), from protocol callbacks
+alone, and nothing else done — the least a Python hop that reads HTTP costs, so "after over
+the http relay" is what the proxy does beyond reading HTTP: routing, keys, relabelling, and
+the layers they run in.
 
 Every run also gives the CPU time per request of the process that answered (the broker
 directly, else the proxy; ``/proc/<pid>/stat`` before and after): on a shared machine the
@@ -135,16 +140,18 @@ class Proxy(HttpProcess):
 
 @dataclass
 class Relay(HttpProcess):
-    """One ``bench/byte_relay.py`` process in front of one broker: the floor of a hop."""
+    """One relay process in front of one broker: ``bench/byte_relay.py``, the floor of a hop,
+    or ``bench/http_relay.py``, the floor of a hop that reads HTTP."""
 
     ready_path = "/healthz"  # the broker's, through the relay
 
     upstream_port: int
+    script: str = "byte_relay.py"
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Relay:
-        script = Path(__file__).with_name("byte_relay.py")
+        script = Path(__file__).with_name(self.script)
         command = [sys.executable, str(script), "--port", str(self.port)]
         command += ["--upstream", f"127.0.0.1:{self.upstream_port}"]
         self.process = subprocess.Popen(
@@ -165,10 +172,12 @@ class Deployment:
     brokers: list[Server]
     proxies: dict[str, Proxy]  # "after" (this checkout) and, with --before-root, "before"
     relay: Relay | None = None  # in front of the first broker
+    http_relay: Relay | None = None  # in front of the first broker
 
     def stop(self) -> None:
-        if self.relay is not None:
-            self.relay.stop()
+        for relay in (self.relay, self.http_relay):
+            if relay is not None:
+                relay.stop()
         for proxy in self.proxies.values():
             proxy.stop()
         for server in self.brokers:
@@ -190,11 +199,16 @@ def deployment(root: Path, groups: int, args: argparse.Namespace) -> Iterator[De
         if args.before_root:
             started.proxies["before"] = Proxy(etcd_url, Path(args.before_root)).start()
         started.relay = Relay(started.brokers[0].port).start()
+        started.http_relay = Relay(started.brokers[0].port, "http_relay.py").start()
         cpus = (0, 1) if args.pin and (os.cpu_count() or 1) > 1 else (None, None)
         for server in started.brokers:
             assert server.process is not None
             pin(server.process.pid, cpus[0])
-        hops: list[Proxy | Relay] = [*started.proxies.values(), started.relay]
+        hops: list[Proxy | Relay] = [
+            *started.proxies.values(),
+            started.relay,
+            started.http_relay,
+        ]
         for hop in hops:
             pin(pid_of(hop), cpus[1])
         url = started.proxies["after"].url
@@ -330,8 +344,9 @@ def one_group(args: argparse.Namespace, root: Path) -> dict[tuple[str, str, int]
         }
         pids = {side: pid_of(p) for side, p in running.proxies.items()}
         pids["direct"] = pids["keyed"] = pid_of(running.brokers[0])
-        assert running.relay is not None
+        assert running.relay is not None and running.http_relay is not None
         pids["relay"] = pid_of(running.relay)
+        pids["http"] = pid_of(running.http_relay)
         cpu = 1 if args.pin and (os.cpu_count() or 1) > 1 else None
         for name, script, units, keyed in WORKLOADS:
             targets: dict[str, tuple[str, str | None]] = {"direct": (direct, None)}
@@ -339,6 +354,8 @@ def one_group(args: argparse.Namespace, root: Path) -> dict[tuple[str, str, int]
                 targets["keyed"] = (direct, keyed)
             # the floor of a hop: the proxy's requests (a send with its key) through the relay
             targets["relay"] = (running.relay.url, keyed)
+            # the floor of a hop that reads HTTP (it gives a send its key itself)
+            targets["http"] = (running.http_relay.url, None)
             targets |= proxied
             for connections in args.connections:
                 for _ in range(args.repeat):
@@ -428,10 +445,11 @@ def two_groups(args: argparse.Namespace, root: Path) -> dict[tuple[str, str, int
             for url in (g1.url, via):
                 client.put(f"{url}/v1/groups/Fan", json={}).raise_for_status()
                 client.put(f"{url}/v1/groups/Popper", json={}).raise_for_status()
-        assert running.relay is not None
+        assert running.relay is not None and running.http_relay is not None
         targets = {
             "direct": (g1.port, pid_of(g1)),
             "relay": (running.relay.port, pid_of(running.relay)),
+            "http": (running.http_relay.port, pid_of(running.http_relay)),
         } | {k: (p.port, pid_of(p)) for k, p in running.proxies.items()}
         pull = ("GET", f"/v1/groups/Fan/topics/{FANNED}/messages?max_messages=32", b"")
         # Hidden for 10 minutes: no receipt expires and comes back (revived) during the run.
@@ -516,7 +534,9 @@ def report(figures: dict[tuple[str, str, int], list[Figure]], args: argparse.Nam
     adds — runs alternate, so a pair saw the same machine even when the machine was busy."""
     names = list(dict.fromkeys(name for name, _, _ in figures))
     sides = [
-        s for s in ("keyed", "relay", "before", "after") if any(side == s for _, side, _ in figures)
+        s
+        for s in ("keyed", "relay", "http", "before", "after")
+        if any(side == s for _, side, _ in figures)
     ]
     for name in names:
         for connections in args.connections:
@@ -547,13 +567,14 @@ def report(figures: dict[tuple[str, str, int], list[Figure]], args: argparse.Nam
                 if side == "after" and connections == 1:
                     verdicts.append(f"added <= {ADDED_P50_MS}: {met(added <= ADDED_P50_MS)}")
                 print(line + (f"  [{'; '.join(verdicts)}]" if verdicts else ""))
-            relayed = figures.get((name, "relay", connections))
             after = figures.get((name, "after", connections))
-            if relayed and after:  # what the proxy adds beyond any hop's cost
-                beyond = statistics.median(
-                    a.p50_ms - r.p50_ms for r, a in zip(relayed, after, strict=True)
-                )
-                print(f"  after over the relay: p50 {beyond:+.3f} ms")
+            for floor, label in (("relay", "the relay"), ("http", "the http relay")):
+                relayed = figures.get((name, floor, connections))
+                if relayed and after:  # what the proxy adds beyond that hop's cost
+                    beyond = statistics.median(
+                        a.p50_ms - r.p50_ms for r, a in zip(relayed, after, strict=True)
+                    )
+                    print(f"  after over {label}: p50 {beyond:+.3f} ms")
         for side in ("before", "after"):
             if min(args.connections) == max(args.connections) or name not in TARGETS:
                 continue  # the fan-out runs' Python client is their limit at 16
