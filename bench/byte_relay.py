@@ -18,11 +18,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import socket
+from collections.abc import Callable
 
 import uvloop
 
+Upstream = tuple[str, int]
+"""A broker's host and port."""
 
-def _no_delay(transport: asyncio.BaseTransport) -> None:
+
+def no_delay(transport: asyncio.BaseTransport) -> None:
     sock = transport.get_extra_info("socket")
     if sock is not None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -41,7 +45,7 @@ class _Side(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        _no_delay(transport)
+        no_delay(transport)
 
     def data_received(self, data: bytes) -> None:
         peer = self.peer
@@ -74,7 +78,7 @@ class _Side(asyncio.Protocol):
 class _Client(_Side):
     """A client's connection: connects its own upstream connection, then relays."""
 
-    def __init__(self, upstream: tuple[str, int]) -> None:
+    def __init__(self, upstream: Upstream) -> None:
         super().__init__()
         self.upstream = upstream
 
@@ -97,21 +101,23 @@ class _Client(_Side):
         self.pending = []
 
 
-async def serve(port: int, upstream: tuple[str, int]) -> None:
+async def serve(port: int, client: Callable[[], asyncio.Protocol]) -> None:
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: _Client(upstream), "127.0.0.1", port)
+    server = await loop.create_server(client, "127.0.0.1", port)
     async with server:
         await server.serve_forever()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run(description: str, client: Callable[[Upstream], asyncio.Protocol]) -> None:
+    """Parse ``--port`` and ``--upstream``, and serve ``client(upstream)`` per connection."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", required=True, help="HOST:PORT of the broker")
     args = parser.parse_args()
     host, _, port = args.upstream.rpartition(":")
-    uvloop.run(serve(args.port, (host, int(port))))
+    upstream = (host, int(port))
+    uvloop.run(serve(args.port, lambda: client(upstream)))
 
 
 if __name__ == "__main__":
-    main()
+    run(__doc__.splitlines()[0], _Client)

@@ -17,22 +17,14 @@ control, bodies with a Content-Length only.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import itertools
-import socket
 
 import httptools
-import uvloop
+from byte_relay import Upstream, no_delay, run
 
 _KEYS = itertools.count(1)
 _FORWARDED = (b"content-type",)
-
-
-def _no_delay(transport: asyncio.BaseTransport) -> None:
-    sock = transport.get_extra_info("socket")
-    if sock is not None:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 class _Upstream(asyncio.Protocol):
@@ -47,7 +39,7 @@ class _Upstream(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        _no_delay(transport)
+        no_delay(transport)
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -78,7 +70,7 @@ class _Upstream(asyncio.Protocol):
 class _Client(asyncio.Protocol):
     """A client's connection: each request parsed, passed on with a new head, answered."""
 
-    def __init__(self, upstream: tuple[str, int]) -> None:
+    def __init__(self, upstream: Upstream) -> None:
         self.loop = asyncio.get_running_loop()
         self.address = upstream
         self.transport: asyncio.Transport | None = None
@@ -91,7 +83,7 @@ class _Client(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        _no_delay(transport)
+        no_delay(transport)
         self.loop.create_task(self._connect())
 
     async def _connect(self) -> None:
@@ -151,21 +143,5 @@ class _Client(asyncio.Protocol):
             self.transport.close()
 
 
-async def serve(port: int, upstream: tuple[str, int]) -> None:
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: _Client(upstream), "127.0.0.1", port)
-    async with server:
-        await server.serve_forever()
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--upstream", required=True, help="HOST:PORT of the broker")
-    args = parser.parse_args()
-    host, _, port = args.upstream.rpartition(":")
-    uvloop.run(serve(args.port, (host, int(port))))
-
-
 if __name__ == "__main__":
-    main()
+    run(__doc__.splitlines()[0], _Client)
