@@ -438,7 +438,8 @@ def two_groups(args: argparse.Namespace, root: Path) -> dict[tuple[str, str, int
         assert {q["group"] for q in answer.json()["queues"]} == {"g1", "g2"}
         # Enough for every POP receive of the run to find 32 (a receive hides what it returns).
         per_side = 32 * (args.fanout_rounds + 40 * max(args.connections))
-        stock = per_side * (2 + len(running.proxies)) * len(args.connections) * args.repeat
+        sides = 3 + len(running.proxies)  # direct, the two relays, each proxy
+        stock = per_side * sides * len(args.connections) * args.repeat
         for queue in range(4):
             fill(g1.url, FANNED, stock // 4 + 100, {"queue_id": queue})
         with httpx.Client(timeout=10) as client:
