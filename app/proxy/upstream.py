@@ -142,7 +142,11 @@ class _Connection(asyncio.Protocol):
         self.transport.writelines(data)
         self.deadline = self.loop.time() + timeout_s
         self.timeout_s = timeout_s
-        if self.timer is None:
+        timer = self.timer
+        if timer is None or timer.when() > self.deadline:
+            # armed for a longer exchange before (a long-poll): it would fire too late
+            if timer is not None:
+                timer.cancel()
             self.timer = self.loop.call_at(self.deadline, self._check_deadline)
         try:
             return await waiter

@@ -225,3 +225,24 @@ async def test_a_request_that_gave_up_waiting_leaves_no_connection_taken() -> No
         assert (await busy).body == b"1"
         assert (await upstream.request(origin, head(body=b"3"), b"3", 5)).body == b"3"
     await upstream.aclose()
+
+
+async def test_a_shorter_wait_after_a_longer_one_on_the_same_connection_is_kept() -> None:
+    """A long-poll's long timeout must not stretch the next exchange's on the same connection:
+    a send's attempt (a few seconds) after a pull that waited up to a minute."""
+
+    async def once_then_stall(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        body = await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        await read_request(reader)
+        await reader.read()
+
+    upstream = Upstream()
+    async with serving(once_then_stall) as (origin, connections):
+        first = await upstream.request(origin, head(body=b"a"), b"a", 3600)
+        with pytest.raises(OutcomeUnknownError, match=r"no answer within 0\.2 s"):
+            # the guard only keeps a failing run from waiting out the first hour
+            await asyncio.wait_for(upstream.request(origin, head(body=b"b"), b"b", 0.2), 10)
+    await upstream.aclose()
+    assert (first.body, len(connections)) == (b"a", 1)
