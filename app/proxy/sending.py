@@ -210,9 +210,12 @@ async def _retry_after_refusal(
 ) -> bool:
     """Whether a broker's non-2xx answer is to be retried (False: it is the answer)."""
     code = answer.problem_code()
-    if code == "IDEMPOTENCY_UNAVAILABLE" and attempts.key and not attempts.target.client_key:
+    own_key = attempts.key and not attempts.target.client_key
+    if code == "IDEMPOTENCY_UNAVAILABLE" and own_key and attempts.pinned is None:
         attempts.key = None  # the broker keeps no keys: nothing written, send without one
         return True
+    # Once an attempt may have been written, a keyless repeat could store it twice: the
+    # refusal is one more unknown outcome (a 5xx), tried again with the key until the time is up.
     if code in NOTHING_WRITTEN or answer.status == 421:
         if attempts.pinned is not None:
             await attempts.settle()
