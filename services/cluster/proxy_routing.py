@@ -143,11 +143,7 @@ class SendPicker:
 
 def batch_queue_id(body: Mapping[str, Any]) -> int | None:
     """The one explicit cluster-wide queue id of a JSON send (single or batch), if any."""
-    ids = {body.get("queue_id")}
-    for message in body.get("messages") or ():
-        if isinstance(message, dict):
-            ids.add(message.get("queue_id"))
-    ids.discard(None)
+    ids = _named(body, "queue_id")
     if len(ids) > 1:
         raise SplitBatchError(
             "every message of a batch goes to one queue: give one queue_id or sharding_key"
@@ -161,11 +157,7 @@ def batch_queue_id(body: Mapping[str, Any]) -> int | None:
 
 
 def batch_sharding_key(body: Mapping[str, Any]) -> str | None:
-    keys = {body.get("sharding_key")}
-    for message in body.get("messages") or ():
-        if isinstance(message, dict):
-            keys.add(message.get("sharding_key"))
-    keys.discard(None)
+    keys = _named(body, "sharding_key")
     if len(keys) > 1:
         raise SplitBatchError(
             "every message of a batch goes to one queue: give one queue_id or sharding_key"
@@ -173,6 +165,20 @@ def batch_sharding_key(body: Mapping[str, Any]) -> str | None:
     found = keys.pop() if keys else None
     if found is not None and not isinstance(found, str):
         raise SendFieldError(f"sharding_key is a string, not {found!r}")
+    return found
+
+
+def _named(body: Mapping[str, Any], name: str) -> list[Any]:
+    """The distinct values of ``name`` a send and its batch's messages give: a list, not a
+    set, for a client may give a list or an object there (unhashable: its answer is a 422)."""
+    messages = body.get("messages")
+    given = [body.get(name)]
+    if isinstance(messages, list):  # anything else is the broker's to refuse
+        given += [m.get(name) for m in messages if isinstance(m, dict)]
+    found: list[Any] = []
+    for value in given:
+        if value is not None and value not in found:
+            found.append(value)
     return found
 
 

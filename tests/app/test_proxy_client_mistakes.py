@@ -1,0 +1,43 @@
+"""A client's mistake in what a send names is answered 4xx by the proxy, never 500: a queue id or
+sharding key of the wrong JSON type (a list, an object), a batch's ``messages`` that is no list.
+
+Real etcd, real brokers, the proxy on uvicorn."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.app.test_proxy import Cluster, create_topic, local_queue_counts, two_groups
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    yield from two_groups(tmp_path)
+
+
+MISTAKES: list[dict[str, Any]] = [
+    {"body": "x", "queue_id": [1]},
+    {"body": "x", "queue_id": {"a": 1}},
+    {"body": "x", "sharding_key": ["k"]},
+    {"body": "x", "sharding_key": {"k": 1}},
+    {"messages": [{"body": "a", "queue_id": [0]}]},
+    {"messages": [{"body": "a", "sharding_key": {}}]},
+    {"messages": 5, "queue_id": 1},
+    {"messages": True, "sharding_key": "k"},
+]
+
+
+def test_a_send_naming_its_queue_wrongly_is_a_client_error(cluster: Cluster) -> None:
+    http = cluster.http
+    create_topic(http, "Mistakes", 4)
+    for mistake in MISTAKES:
+        answer = http.post("/v1/topics/Mistakes/messages", json=mistake)
+        assert 400 <= answer.status_code < 500, (mistake, answer.status_code, answer.text)
+        assert answer.headers["content-type"].startswith("application/problem+json")
+    assert all(
+        max(local_queue_counts(live, "Mistakes").values()) == 0 for live in (cluster.a, cluster.b)
+    )
