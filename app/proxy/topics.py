@@ -167,7 +167,7 @@ async def list_topics(request: Request) -> Response:
 def _page_query(request: Request) -> tuple[int, str | None]:
     """``limit`` (1 to 1000, default 100) and ``after`` of a list request."""
     raw_limit = request.query_params.get("limit", "100")
-    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= _PAGE_MAX:
+    if not (raw_limit.isascii() and raw_limit.isdigit()) or not 1 <= int(raw_limit) <= _PAGE_MAX:
         raise ApiError("VALIDATION_FAILED", f"limit is a whole number from 1 to {_PAGE_MAX}")
     return int(raw_limit), request.query_params.get("after") or None
 

@@ -41,3 +41,10 @@ def test_a_send_naming_its_queue_wrongly_is_a_client_error(cluster: Cluster) -> 
     assert all(
         max(local_queue_counts(live, "Mistakes").values()) == 0 for live in (cluster.a, cluster.b)
     )
+
+
+def test_a_list_limit_that_is_no_whole_number_is_a_client_error(cluster: Cluster) -> None:
+    http = cluster.http
+    for limit in ("²", "1²", "x", "0", "-1"):  # "²".isdigit(), but int("²") fails
+        answer = http.get("/v1/topics", params={"limit": limit})
+        assert (answer.status_code, answer.json()["code"]) == (422, "VALIDATION_FAILED"), limit
