@@ -27,6 +27,8 @@ from app.responses import OrjsonResponse
 from services.cluster import (
     ClusterView,
     NoMasterError,
+    batch_queue_id,
+    batch_sharding_key,
     master_of,
     prefix_handle,
     split_handle,
@@ -41,16 +43,12 @@ async def send_half(topic: str, request: Request) -> Response:
     body = json_body(await request.body())
     message = body.get("message")
     message = message if isinstance(message, dict) else {}
-    queue_id = message.get("queue_id")
-    sharding_key = message.get("sharding_key")
+    # A queue id or sharding key of the wrong type is refused as a send's is (422), not
+    # replaced by the local queue id below (the half would be stored where nobody asked).
+    queue_id, sharding_key = batch_queue_id(message), batch_sharding_key(message)
     view = cluster_view(request)
     route = topic_route(view, topic)
-    queue = send_picker(request).pick(
-        view,
-        route,
-        queue_id if isinstance(queue_id, int) and not isinstance(queue_id, bool) else None,
-        sharding_key if isinstance(sharding_key, str) else None,
-    )
+    queue = send_picker(request).pick(view, route, queue_id, sharding_key)
     local = {**message, "queue_id": queue.local_queue_id}
     answer = await forwarder(request).call(
         master_of(view, queue.group),

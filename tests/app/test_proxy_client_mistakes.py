@@ -48,3 +48,19 @@ def test_a_list_limit_that_is_no_whole_number_is_a_client_error(cluster: Cluster
     for limit in ("²", "1²", "x", "0", "-1"):  # "²".isdigit(), but int("²") fails
         answer = http.get("/v1/topics", params={"limit": limit})
         assert (answer.status_code, answer.json()["code"]) == (422, "VALIDATION_FAILED"), limit
+
+
+def test_a_half_send_naming_its_queue_wrongly_is_refused_not_placed_elsewhere(
+    cluster: Cluster,
+) -> None:
+    """As a send's: the broker would refuse these, so the proxy must not replace them."""
+    http = cluster.http
+    create_topic(http, "HalfMistakes", 4)
+    for named in ({"queue_id": "2"}, {"queue_id": True}, {"queue_id": -1}, {"sharding_key": 5}):
+        message = {"body": "x", **named}
+        answer = http.post(
+            "/v1/topics/HalfMistakes/transactions",
+            json={"producer_group": "P", "message": message},
+        )
+        assert answer.status_code == 422, (named, answer.status_code, answer.text)
+        assert answer.headers["content-type"].startswith("application/problem+json")
