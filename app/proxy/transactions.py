@@ -22,7 +22,13 @@ from starlette.responses import Response
 
 from app.proxy.bodies import json_body
 from app.proxy.context import cluster_view, forwarder, send_picker
-from app.proxy.forward import BrokerAnswer, ProxyError, broker_path, long_poll_timeout
+from app.proxy.forward import (
+    BrokerAnswer,
+    BrokerNoAnswerError,
+    ProxyError,
+    broker_path,
+    long_poll_timeout,
+)
 from app.responses import OrjsonResponse
 from services.cluster import (
     ClusterView,
@@ -50,13 +56,19 @@ async def send_half(topic: str, request: Request) -> Response:
     route = topic_route(view, topic)
     queue = send_picker(request).pick(view, route, queue_id, sharding_key)
     local = {**message, "queue_id": queue.local_queue_id}
-    answer = await forwarder(request).call(
-        master_of(view, queue.group),
-        "POST",
-        broker_path("v1", "topics", topic, "transactions"),
-        json={**body, "message": local},
-        request=request,
-    )
+    try:
+        answer = await forwarder(request).call(
+            master_of(view, queue.group),
+            "POST",
+            broker_path("v1", "topics", topic, "transactions"),
+            json={**body, "message": local},
+            request=request,
+        )
+    except BrokerNoAnswerError as exc:  # not 503 + Retry-After: a retry is a second half
+        detail = f"the half send may or may not have been stored ({exc.detail}): if it was, "
+        raise ProxyError(
+            "OUTCOME_UNKNOWN", detail + "its check-back asks the producer group"
+        ) from None
     return _relabeled(answer, view, queue.group)
 
 
