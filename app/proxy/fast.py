@@ -43,7 +43,8 @@ def fast_route(
 
     def group(match: re.Match[str]) -> str:
         name = match.group(1)
-        return f"(?P<{name}>[0-9]+)" if name in converters else f"(?P<{name}>[^/]+)"
+        # at most 18 digits: int() refuses over 4300 (a 500), and a longer one is no queue
+        return f"(?P<{name}>[0-9]{{1,18}})" if name in converters else f"(?P<{name}>[^/]+)"
 
     pattern = re.compile("^" + re.sub(r"\{(\w+)\}", group, path) + "$")
     return FastRoute(method, pattern, endpoint, tuple(converters.items()))

@@ -64,3 +64,11 @@ def test_a_half_send_naming_its_queue_wrongly_is_refused_not_placed_elsewhere(
         )
         assert answer.status_code == 422, (named, answer.status_code, answer.text)
         assert answer.headers["content-type"].startswith("application/problem+json")
+
+
+def test_a_queue_id_too_long_for_a_number_is_a_client_error(cluster: Cluster) -> None:
+    """Python's int() refuses a string of more than 4300 digits (ValueError)."""
+    http = cluster.http
+    create_topic(http, "LongIds", 4)
+    answer = http.get(f"/v1/topics/LongIds/queues/{'9' * 5000}/messages")
+    assert 400 <= answer.status_code < 500, (answer.status_code, answer.text[:300])
