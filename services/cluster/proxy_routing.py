@@ -169,8 +169,9 @@ def batch_sharding_key(body: Mapping[str, Any]) -> str | None:
 
 
 def _named(body: Mapping[str, Any], name: str) -> list[Any]:
-    """The distinct values of ``name`` a send and its batch's messages give: a list, not a
-    set, for a client may give a list or an object there (unhashable: its answer is a 422)."""
+    """The distinct values of ``name`` a send and its batch's messages give, up to the second:
+    a list, not a set, for a client may give a list or an object there (unhashable: its answer
+    is a 422)."""
     messages = body.get("messages")
     given = [body.get(name)]
     if isinstance(messages, list):  # anything else is the broker's to refuse
@@ -179,6 +180,8 @@ def _named(body: Mapping[str, Any], name: str) -> list[Any]:
     for value in given:
         if value is not None and value not in found:
             found.append(value)
+            if len(found) > 1:
+                break  # two are already too many: no need to compare the rest with both
     return found
 
 
