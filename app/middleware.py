@@ -137,7 +137,7 @@ class _Exchange:
                 if self.too_large:
                     status, body = 413, _too_large_body(self.limit, None, self.path, request_id)
                 else:
-                    status, body = 408, _timeout_body(self.path, request_id)
+                    status, body = 408, stalled_body_problem(self.path, request_id)
                 await _send_problem(self._send, status, body, self.id_header, close=True)
                 return
             self.started = True
@@ -198,14 +198,15 @@ async def _send_too_large(
     await _send_problem(send, 413, body, id_header, close=True)
 
 
-def _timeout_body(path: str, request_id: str) -> bytes:
+def stalled_body_problem(path: str, request_id: str) -> bytes:
+    """The 408 problem for a request whose body stopped arriving (its connection is closed)."""
     return problem_body(
         408, "REQUEST_TIMEOUT", "the request body stopped arriving", path, request_id
     )
 
 
 async def _send_timeout(scope: Scope, send: Send, id_header: tuple[bytes, bytes]) -> None:
-    body = _timeout_body(scope["path"], id_header[1].decode())
+    body = stalled_body_problem(scope["path"], id_header[1].decode())
     await _send_problem(send, 408, body, id_header, close=True)
 
 

@@ -15,6 +15,11 @@ Everything else takes the ASGI way unchanged, and so does a hot request that the
 treat specially: a body without a Content-Length, or one over the cap (413), a path with a
 percent escape (encoded slashes), HTTP/1.0. Connections, keep-alive, pipelining, flow control
 and shutdown stay uvicorn's: only the exchange of one request is replaced.
+
+Slow or stalled clients are held to the brokers' limits
+(:class:`~app.server.GuardedHttpToolsProtocol`): headers within their deadline and size cap
+(408 / 431, closed), and a body that stops arriving answered 408 with the connection closed —
+on a hot request as the shell answers it on the ASGI way.
 """
 
 from __future__ import annotations
@@ -27,16 +32,13 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive
 from uvicorn.config import Config
-from uvicorn.protocols.http.httptools_impl import (
-    STATUS_LINE,
-    HttpToolsProtocol,
-    RequestResponseCycle,
-)
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
 from uvicorn.server import ServerState
 
 from app.errors import PROBLEM_MEDIA_TYPE, problem_body
-from app.middleware import request_id_of
+from app.middleware import BODY_STALLED, request_id_of, stalled_body_problem
 from app.proxy.fast import FastLane, FastRoute
+from app.server import GuardedHttpToolsProtocol
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +55,9 @@ def find_lane(app: Any) -> FastLane | None:
     return None
 
 
-class ProxyHttpProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol; the proxy's hot routes are answered in one write."""
+class ProxyHttpProtocol(GuardedHttpToolsProtocol):
+    """uvicorn's httptools protocol with the brokers' limits on slow clients; the proxy's hot
+    routes are answered in one write."""
 
     def __init__(
         self,
@@ -156,20 +159,26 @@ class ProxyHttpProtocol(HttpToolsProtocol):
         return lane.find(scope["method"], scope["path"])
 
 
+class BodyStalledError(Exception):
+    """The client stopped sending a hot request's body (the protocol's body deadline)."""
+
+
 class HotBody:
     """A hot request's cycle and its body so far, as the parser's pieces."""
 
-    __slots__ = ("cycle", "pieces")
+    __slots__ = ("cycle", "pieces", "stalled")
 
     def __init__(self, cycle: RequestResponseCycle) -> None:
         self.cycle = cycle
+        self.stalled = False
         # A pipelined request's body (or its start) is in the cycle already.
         self.pieces: list[bytes] = [bytes(cycle.body)] if cycle.body else []
         cycle.body = bytearray()
 
     async def read(self) -> bytes:
         """The whole body (joined if it came in pieces), as uvicorn's ``receive`` would have
-        given it: ClientDisconnect if the client went away first."""
+        given it: ClientDisconnect if the client went away first, BodyStalledError if it
+        stopped sending."""
         cycle = self.cycle
         if cycle.waiting_for_100_continue and not cycle.transport.is_closing():
             cycle.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -178,6 +187,9 @@ class HotBody:
             cycle.flow.resume_reading()
             await cycle.message_event.wait()
             cycle.message_event.clear()
+            if cycle.scope.get(BODY_STALLED):  # woken by the body deadline, not by the body
+                self.stalled = True
+                raise BodyStalledError()
         if cycle.disconnected or cycle.response_complete:
             raise ClientDisconnect()  # what Starlette raises on http.disconnect
         pieces, self.pieces = self.pieces, []
@@ -214,10 +226,17 @@ async def _serve(lane: FastLane, held: HotBody, route: FastRoute, match: Any) ->
         try:
             response = await lane.answer(route, match, request)
         except Exception:
-            log.exception(
-                "unhandled error in %s %s (request %s)", scope["method"], scope["path"], request_id
-            )
+            if not held.stalled:
+                log.exception(
+                    "unhandled error in %s %s (request %s)",
+                    scope["method"],
+                    scope["path"],
+                    request_id,
+                )
             response = _internal_error(scope["path"], request_id)
+        if held.stalled:  # whatever the endpoint made of the failed read: 408, and close
+            response = _stalled(scope["path"], request_id)
+            cycle.keep_alive = False
         await _write(cycle, response, id_header)
         if response.background is not None:
             await response.background()
@@ -227,6 +246,11 @@ async def _serve(lane: FastLane, held: HotBody, route: FastRoute, match: Any) ->
         raise
     finally:
         cycle.on_response = lambda: None
+
+
+def _stalled(path: str, request_id: str) -> Response:
+    body = stalled_body_problem(path, request_id)
+    return Response(body, 408, media_type=PROBLEM_MEDIA_TYPE)
 
 
 def _internal_error(path: str, request_id: str) -> Response:
