@@ -46,8 +46,10 @@ class _Phase(Enum):
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """httptools with deadlines for receiving a request and a size cap for its headers.
 
-    One timer per request, armed when it begins (or when the connection opens) and stopped
-    once the request is complete:
+    One deadline per request, set when it begins (or when the connection opens) and cleared
+    once the request is complete, kept by one timer per connection (armed when a deadline is
+    set and none is pending; when it fires it acts on the deadline then in force, waits on for a
+    later one, or stops when there is none), not one armed and cancelled per request:
 
     * headers: they must be complete within ``header_timeout_s`` — else 408 and close;
     * body: it may pause for at most ``body_timeout_s`` at a time — else the request's scope
@@ -66,6 +68,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     max_header_bytes: int = 64 * 1024
 
     _timer: asyncio.TimerHandle | None = None
+    _deadline_at: float | None = None  # when the current request's deadline falls, if any
     _phase: _Phase = _Phase.HEADERS
     _last_data: float = 0.0
     _received_bytes: int = 0  # chunks received while the headers are incomplete
@@ -78,7 +81,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._expect_headers()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._stop_timer()
+        self._deadline_at = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -138,25 +144,35 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def _expect_headers(self) -> None:
         self._phase = _Phase.HEADERS
         self._received_bytes = self._parsed_bytes = 0
-        self._stop_timer()
-        self._timer = self.loop.call_later(self.header_timeout_s, self._deadline)
+        self._set_deadline(self.loop.time() + self.header_timeout_s)
+
+    def _set_deadline(self, when: float) -> None:
+        self._deadline_at = when
+        timer = self._timer
+        if timer is None or timer.when() > when:
+            if timer is not None:
+                timer.cancel()
+            self._timer = self.loop.call_at(when, self._deadline)
 
     def _stop_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._deadline_at = None  # the timer, if pending, finds no deadline and stops
 
     def _deadline(self) -> None:
         self._timer = None
-        if self.transport.is_closing():
+        when = self._deadline_at
+        if when is None or self.transport.is_closing():
             return
+        if self.loop.time() < when:  # a later request's deadline: wait on for it
+            self._timer = self.loop.call_at(when, self._deadline)
+            return
+        self._deadline_at = None
         if self._phase is _Phase.HEADERS:
             self._refuse(408, b"Request Timeout")
         elif self._phase is _Phase.BODY:
             paused = self.loop.time() - self._last_data
             if paused < self.body_timeout_s or self.flow.read_paused:
                 wait = self.body_timeout_s - paused if paused < self.body_timeout_s else 1.0
-                self._timer = self.loop.call_later(wait, self._deadline)
+                self._set_deadline(self.loop.time() + wait)
             else:
                 self._body_stalled()
 

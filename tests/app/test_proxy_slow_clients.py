@@ -105,3 +105,28 @@ def test_headers_that_never_end_get_408_and_too_many_get_431(
     refused = _answer_then_close(http, big)
     assert refused.startswith(b"HTTP/1.1 431 "), refused[:200]
     assert http.get("/v1/topics").status_code == 200
+
+
+def test_a_keep_alive_connection_busy_past_the_deadlines_is_not_cut_off(
+    proxied: tuple[Cluster, httpx.Client],
+) -> None:
+    """Each request gets its own deadlines: one connection serving requests for longer than a
+    header or body deadline, with pauses between them, is never answered 408."""
+    _, http = proxied
+    create_topic(http, "Busy", 4)
+    url = http.base_url
+    assert url.port is not None
+    body = json.dumps({"body": "b", "queue_id": 1}).encode()
+    with socket.create_connection((url.host, url.port), timeout=10) as sock:
+        started = time.monotonic()
+        while time.monotonic() - started < 1.6:  # three times the deadlines
+            sock.sendall(_send_head("Busy", len(body)) + body)
+            answer = b""
+            while b"\r\n\r\n" not in answer:
+                answer += sock.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 201 "), answer[:200]
+            head, _, rest = answer.partition(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            while len(rest) < length:
+                rest += sock.recv(65536)
+            time.sleep(0.2)
