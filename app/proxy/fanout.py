@@ -195,7 +195,7 @@ async def share_out(
     groups got no share (a budget smaller than the groups), ask those too. Raises the error
     met when no group answered at all; a refusal is the caller's to pass on."""
     key = (kind, group, route.topic)
-    order = rotated(_groups(route))
+    order = rotated(route.groups())
 
     def read(name: str, answer: BrokerAnswer) -> Relabelled:
         return relabel(answer, route, name, group)
@@ -211,21 +211,6 @@ async def share_out(
     if result.refused is None and not result.answers and result.error is not None:
         raise result.error
     return result
-
-
-_GROUPS: dict[int, tuple[TopicRoute, list[str]]] = {}
-
-
-def _groups(route: TopicRoute) -> list[str]:
-    """``route.groups()``, found once per route (immutable, replaced when it changes; the
-    entry holds it, so its id is not reused meanwhile). Read only."""
-    known = _GROUPS.get(id(route))
-    if known is not None and known[0] is route:
-        return known[1]
-    if len(_GROUPS) >= 4096:  # routes come and go with the route table: bounded
-        _GROUPS.clear()
-    _GROUPS[id(route)] = (route, route.groups())
-    return _GROUPS[id(route)][1]
 
 
 async def _ask_shares(

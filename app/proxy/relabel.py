@@ -88,7 +88,7 @@ def pull_bytes(answer: BrokerAnswer, route: TopicRoute, name: str, group: str) -
     start, split = len(head), content.rfind(QUEUES)
     if split < start or not content.endswith(b"]}") or not content.startswith(head):
         return None
-    changed = _changed_ids(route, name)
+    changed = route.renumbered(name)
     messages = _Messages(content, start, split, route.topic, name, changed).pieces(handles=False)
     if messages is None:
         return None
@@ -106,7 +106,7 @@ def receive_bytes(
     head = _head(group, route.topic)
     if not content.endswith(b"]}") or not content.startswith(head):
         return None
-    changed = _changed_ids(route, name)
+    changed = route.renumbered(name)
     messages = _Messages(content, len(head), len(content) - 2, route.topic, name, changed)
     pieces = messages.pieces(handles=True)
     if pieces is None:
@@ -195,31 +195,6 @@ def _handle_prefix(name: str) -> bytes:
 @functools.lru_cache(maxsize=256)
 def _prefixed_handle(name: str) -> bytes:
     return HANDLE + _handle_prefix(name)
-
-
-_CHANGED: dict[tuple[int, str], tuple[TopicRoute, dict[int, int]]] = {}
-
-
-def _changed_ids(route: TopicRoute, name: str) -> dict[int, int]:
-    """``name``'s local queue ids whose cluster-wide id differs (``TopicRoute.global_id``):
-    found once per route (a route is immutable and replaced when it changes; the entry holds
-    it, so its id is not reused meanwhile). Read only."""
-    key = (id(route), name)
-    known = _CHANGED.get(key)
-    if known is not None and known[0] is route:
-        return known[1]
-    if len(_CHANGED) >= 4096:  # routes come and go with the route table: bounded
-        _CHANGED.clear()
-    changed = _CHANGED[key] = (route, _changed_in(route, name))
-    return changed[1]
-
-
-def _changed_in(route: TopicRoute, name: str) -> dict[int, int]:
-    ids: dict[int, int] = {}
-    for queue in route.queues:
-        if queue.group == name:
-            ids.setdefault(queue.local_queue_id, queue.queue_id)
-    return {local: cluster for local, cluster in ids.items() if local != cluster}
 
 
 class _Messages:

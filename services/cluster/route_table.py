@@ -115,10 +115,26 @@ class QueueRoute:
 
 @dataclass(frozen=True, slots=True)
 class TopicRoute:
-    """A topic's queues across broker groups."""
+    """A topic's queues across broker groups.
+
+    Immutable (a changed route is a new one), so what the proxy asks of it on every request —
+    its groups, each group's renumbered queue ids — is worked out once, when it is made."""
 
     topic: str
     queues: tuple[QueueRoute, ...]
+    _groups: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _renumbered: dict[str, dict[int, int]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_groups", tuple(sorted({q.group for q in self.queues})))
+        local_to_cluster: dict[str, dict[int, int]] = {}
+        for q in self.queues:
+            local_to_cluster.setdefault(q.group, {}).setdefault(q.local_queue_id, q.queue_id)
+        renumbered = {
+            group: {local: cluster for local, cluster in ids.items() if local != cluster}
+            for group, ids in local_to_cluster.items()
+        }
+        object.__setattr__(self, "_renumbered", renumbered)
 
     def queue(self, queue_id: int) -> QueueRoute | None:
         if 0 <= queue_id < len(self.queues) and self.queues[queue_id].queue_id == queue_id:
@@ -126,7 +142,12 @@ class TopicRoute:
         return next((q for q in self.queues if q.queue_id == queue_id), None)
 
     def groups(self) -> list[str]:
-        return sorted({q.group for q in self.queues})
+        return list(self._groups)
+
+    def renumbered(self, group: str) -> dict[int, int]:
+        """``group``'s local queue ids whose cluster-wide id differs, each mapped to that id
+        (as :meth:`global_id` finds it). Shared: read only."""
+        return self._renumbered.get(group, _NONE_RENUMBERED)
 
     def queues_of(self, group: str) -> list[QueueRoute]:
         return [q for q in self.queues if q.group == group]
@@ -149,6 +170,9 @@ class TopicRoute:
             for q in data["queues"]
         )
         return cls(str(data["topic"]), tuple(sorted(queues, key=lambda q: q.queue_id)))
+
+
+_NONE_RENUMBERED: dict[int, int] = {}
 
 
 def spread_queues(topic: str, queue_count: int, groups: Sequence[str]) -> TopicRoute:
