@@ -99,9 +99,7 @@ async def pull_group(group: str, topic: str, request: Request) -> Response:
 
     shares = budget_shares(request)
     found = await share_out(shares, "pull", group, route, budget, ask, relabel_pull)
-    if found.refused is not None and not found.found():
-        # a group's refusal is the answer only when no other delivered: what one delivered
-        # with auto_commit is committed there, and is lost unless it is answered
+    if found.refused is not None:
         return found.refused.response()
     answers = found.answers
     if not found.found() and wait_ms > 0:

@@ -169,7 +169,8 @@ class BudgetShares:
 @dataclass
 class Shared:
     """What a shared-out request found: each answering group's answer, relabelled
-    (:mod:`app.proxy.relabel`), in the order asked, and the first refusal or error met."""
+    (:mod:`app.proxy.relabel`), in the order asked, and the first refusal (when nothing was
+    found) or error met."""
 
     read: Read
     """How an answer was relabelled: for a long-poll that follows."""
@@ -193,7 +194,9 @@ async def share_out(
     """Ask the groups hosting ``route`` at once, each for its share of consumer group
     ``group``'s ``budget`` (``ask(name, share, wait_ms=0)``); when that finds nothing and some
     groups got no share (a budget smaller than the groups), ask those too. Raises the error
-    met when no group answered at all; a refusal is the caller's to pass on."""
+    met when no group answered at all; a refusal is the caller's to pass on when no group
+    delivered anything (else the groups that did are answered: with auto_commit or a POP,
+    what they delivered is committed or hidden there, and lost unless it is answered)."""
     key = (kind, group, route.topic)
     order = rotated(route.groups())
 
@@ -210,6 +213,8 @@ async def share_out(
         result = await _ask_shares(shares, key, shares.shares(key, left, budget), ask_now, read)
     if result.refused is None and not result.answers and result.error is not None:
         raise result.error
+    if result.found():  # what one group delivered (committed, or popped) is the answer
+        result.refused = None
     return result
 
 

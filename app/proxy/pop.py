@@ -59,7 +59,7 @@ async def receive(group: str, topic: str, request: Request) -> Response:
 
     shares = budget_shares(request)
     found = await share_out(shares, "pop", group, route, budget, ask, relabel_receive)
-    if found.refused is not None and not found.found():  # else what was popped is answered
+    if found.refused is not None:
         return found.refused.response()
     chosen = [answer for answer in found.answers if answer.count]
     if not chosen and isinstance(wait_ms, int) and wait_ms > 0:
