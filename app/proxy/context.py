@@ -80,20 +80,35 @@ def budget_shares(request: Request) -> BudgetShares:
 
 def query_items(request: Request) -> list[tuple[str, str]]:
     """The request's query parameters in order (parsed once: cheaper than a QueryParams)."""
-    items: list[tuple[str, str]] | None = request.scope.get(_QUERY)
+    return scope_query_items(request.scope)
+
+
+def scope_query_items(scope: Any) -> list[tuple[str, str]]:
+    """:func:`query_items` of a request's ASGI scope."""
+    items: list[tuple[str, str]] | None = scope.get(_QUERY)
     if items is None:
-        raw = request.scope["query_string"].decode("latin-1")
-        items = request.scope[_QUERY] = parse_qsl(raw, keep_blank_values=True) if raw else []
+        raw = scope["query_string"].decode("latin-1")
+        items = scope[_QUERY] = parse_qsl(raw, keep_blank_values=True) if raw else []
     return items
 
 
 def query_param(request: Request, name: str) -> str | None:
     """The first value of ``name``, as Starlette's ``query_params.get`` gives it."""
-    return next((v for k, v in query_items(request) if k == name), None)
+    return scope_query_param(request.scope, name)
+
+
+def scope_query_param(scope: Any, name: str) -> str | None:
+    """:func:`query_param` of a request's ASGI scope."""
+    return next((v for k, v in scope_query_items(scope) if k == name), None)
 
 
 def int_param(request: Request, name: str, default: int) -> int:
-    raw = query_param(request, name)
+    return scope_int_param(request.scope, name, default)
+
+
+def scope_int_param(scope: Any, name: str, default: int) -> int:
+    """:func:`int_param` of a request's ASGI scope."""
+    raw = scope_query_param(scope, name)
     if raw is None:
         return default
     try:

@@ -33,10 +33,17 @@ class FastRoute:
     pattern: re.Pattern[str]
     endpoint: Endpoint
     converters: tuple[tuple[str, Callable[[str], Any]], ...] = ()
+    lean: Callable[..., bool] | None = None
+    """Starts the request on the protocol's lean lane (:mod:`app.proxy.lean`) once its body is
+    complete, or says False for the endpoint's way."""
 
 
 def fast_route(
-    method: str, path: str, endpoint: Endpoint, **converters: Callable[[str], Any]
+    method: str,
+    path: str,
+    endpoint: Endpoint,
+    lean: Callable[..., bool] | None = None,
+    **converters: Callable[[str], Any],
 ) -> FastRoute:
     """``path`` in FastAPI's syntax (``/v1/topics/{topic}/messages``); a converted parameter
     matches digits only."""
@@ -47,7 +54,7 @@ def fast_route(
         return f"(?P<{name}>[0-9]{{1,18}})" if name in converters else f"(?P<{name}>[^/]+)"
 
     pattern = re.compile("^" + re.sub(r"\{(\w+)\}", group, path) + "$")
-    return FastRoute(method, pattern, endpoint, tuple(converters.items()))
+    return FastRoute(method, pattern, endpoint, tuple(converters.items()), lean)
 
 
 class FastLane:
@@ -84,6 +91,13 @@ class FastLane:
             for name, convert in route.converters:
                 params[name] = convert(params[name])
             return await route.endpoint(request=request, **params)
+        except Exception as exc:
+            return await self._handled(request, exc)
+
+    async def settle(self, request: Request, answer: Awaitable[Response]) -> Response:
+        """``answer``, or the FastAPI app's answer to what it raised."""
+        try:
+            return await answer
         except Exception as exc:
             return await self._handled(request, exc)
 

@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app.errors import PROBLEM_MEDIA_TYPE, ApiError
-from app.proxy.upstream import Body, NotSentError, Origin, Upstream
+from app.proxy.upstream import Body, NotSentError, Origin, Upstream, UpstreamAnswer
 from services.cluster import BrokerMember
 
 RETRY_AFTER_S = 1
@@ -179,14 +179,18 @@ class Forwarder:
         """``path`` is already encoded (see :func:`broker_path`); ``query`` a raw query string
         passed on as it came, or ``params`` to encode. The client's Content-Type and
         Authorization go along (``json`` sets its own Content-Type), with ``headers``."""
-        origin, line, host = self._line(member.http_url, method, path)
+        origin, line, host = self.line(member.http_url, method, path)
         body = content or b""
         if json is not None:
             body = orjson.dumps(json)
         if params:
             query = urlencode(params).encode()
         head = [line, b"?", query, host] if query else [line, host]
-        _forwarded(head, request, json is not None)
+        if request is not None:
+            scope = request.scope
+            forwarded(head, scope["headers"], scope.get("state", {}).get("request_id"), json)
+        elif json is not None:
+            head.append(b"content-type: application/json\r\n")
         for name, value in headers:
             head += (name, b": ", value, b"\r\n")
         if body or method in _BODY_METHODS:
@@ -200,16 +204,9 @@ class Forwarder:
             raise BrokerUnreachableError(member, exc.reason) from None
         except Exception as exc:  # OutcomeUnknownError, or anything else once written
             raise BrokerNoAnswerError(member, getattr(exc, "reason", repr(exc))) from None
-        kept: dict[str, str] = {}
-        content_type = "application/json"
-        for name, value in answer.headers:
-            if name == b"content-type":
-                content_type = value.decode("latin-1")
-            elif name in _KEPT_RESPONSE_HEADERS:
-                kept[name.decode()] = value.decode("latin-1")
-        return BrokerAnswer(answer.status, answer.body, content_type, kept)
+        return broker_answer(answer)
 
-    def _line(self, url: str, method: str, path: str) -> tuple[Origin, bytes, bytes]:
+    def line(self, url: str, method: str, path: str) -> tuple[Origin, bytes, bytes]:
         """The broker's address, the request line up to its query (``POST /v1/...``) and
         the rest of it with the Host header: made once per broker, method and path (a
         proxy's hot paths are few), not formatted per request."""
@@ -249,17 +246,30 @@ class Forwarder:
         )
 
 
-def _forwarded(head: list[bytes], request: Request | None, json: bool) -> None:
-    """The client's headers a broker gets and the request's id, as lines of ``head``; a JSON
-    body the proxy made (``json``) goes with its own Content-Type instead of the client's."""
-    if request is not None:
-        for name, value in request.scope["headers"]:
-            if name in FORWARDED_HEADERS and not (json and name == b"content-type"):
-                head += (name, b": ", value, b"\r\n")
-        request_id = request.scope.get("state", {}).get("request_id")
-        if request_id:
-            head += (b"x-request-id: ", request_id.encode(), b"\r\n")
-    if json:
+def broker_answer(answer: UpstreamAnswer) -> BrokerAnswer:
+    """An answer as the proxy passes it on: its Content-Type and the headers a client gets."""
+    kept: dict[str, str] = {}
+    content_type = "application/json"
+    for name, value in answer.headers:
+        if name == b"content-type":
+            content_type = value.decode("latin-1")
+        elif name in _KEPT_RESPONSE_HEADERS:
+            kept[name.decode()] = value.decode("latin-1")
+    return BrokerAnswer(answer.status, answer.body, content_type, kept)
+
+
+def forwarded(
+    head: list[bytes], headers: Sequence[tuple[bytes, bytes]], request_id: str | None, json: Any
+) -> None:
+    """The client's ``headers`` a broker gets and the request's id, as lines of ``head``; a
+    JSON body the proxy made (``json`` not None) goes with its own Content-Type instead of the
+    client's."""
+    for name, value in headers:
+        if name in FORWARDED_HEADERS and not (json is not None and name == b"content-type"):
+            head += (name, b": ", value, b"\r\n")
+    if request_id:
+        head += (b"x-request-id: ", request_id.encode(), b"\r\n")
+    if json is not None:
         head.append(b"content-type: application/json\r\n")
 
 

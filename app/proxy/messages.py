@@ -4,6 +4,7 @@ look messages up by id or key across groups."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlencode
 
@@ -19,13 +20,24 @@ from app.proxy.context import (
     int_param,
     params_without,
     query_param,
+    scope_int_param,
+    scope_query_param,
 )
 from app.proxy.fanout import all_unreachable, each_group
 from app.proxy.forward import BrokerAnswer, ProxyError, broker_path, long_poll_timeout
 from app.proxy.sending import SendTarget, forward_send
 from app.responses import OrjsonResponse
 from app.routes.idempotency import idempotency_key
-from services.cluster import NoMasterError, globalize, master_of, queue_route, readers, topic_route
+from services.cluster import (
+    BrokerMember,
+    ClusterView,
+    NoMasterError,
+    globalize,
+    master_of,
+    queue_route,
+    readers,
+    topic_route,
+)
 
 router = APIRouter()
 
@@ -38,14 +50,10 @@ async def send(topic: str, request: Request) -> Response:
     """Pick the cluster-wide queue, send to its group's master with the local id, at most
     once (:mod:`app.proxy.sending`)."""
     raw = await request.body()
-    content_type, keyed = _send_headers(request.scope["headers"])
+    content_type, keyed = send_headers(request.scope["headers"])
     client_key = idempotency_key(request) if keyed else None
     if is_json_media_type(content_type):  # the broker's own rule
-        plan = JsonSend(raw)
-        target = SendTarget(
-            topic, plan.queue_id, plan.sharding_key, client_key, plan.parts_for, _no_query
-        )
-        return await forward_send(request, target)
+        return await forward_send(request, json_target(topic, raw, client_key))
     explicit: int | None = int_param(request, "queue_id", -1)
     if query_param(request, "queue_id") is None:
         explicit = None
@@ -62,11 +70,19 @@ async def send(topic: str, request: Request) -> Response:
     return await forward_send(request, target)
 
 
+def json_target(topic: str, raw: bytes, client_key: str | None) -> SendTarget:
+    """What a JSON send asks for (MALFORMED_JSON or VALIDATION_FAILED if it is not one)."""
+    plan = JsonSend(raw)
+    return SendTarget(
+        topic, plan.queue_id, plan.sharding_key, client_key, plan.parts_for, _no_query
+    )
+
+
 def _no_query(local_queue_id: int) -> bytes:
     return b""
 
 
-def _send_headers(headers: list[tuple[bytes, bytes]]) -> tuple[str, bool]:
+def send_headers(headers: list[tuple[bytes, bytes]]) -> tuple[str, bool]:
     """The send's Content-Type (the first, as ``request.headers`` gives it) and whether it
     carries an Idempotency-Key: one pass over the raw headers, no header object made."""
     content_type: bytes | None = None
@@ -86,24 +102,50 @@ def _send_headers(headers: list[tuple[bytes, bytes]]) -> tuple[str, bool]:
 @router.get("/v1/topics/{topic}/queues/{queue_id}/messages")
 async def pull_queue(topic: str, queue_id: int, request: Request) -> Response:
     """Pull one cluster-wide queue from its group: the master, or a slave if it is down."""
-    view = cluster_view(request)
-    route = topic_route(view, topic)
-    queue = queue_route(route, queue_id)
-    raw = request.scope["query_string"]
-    writes = _may_name(raw, b"commit_offset") and query_param(request, "commit_offset") is not None
-    members = [master_of(view, queue.group)] if writes else readers(view, queue.group)
-    wait_ms = int_param(request, "wait_ms", 0) if _may_name(raw, b"wait_ms") else 0
-    _, answer = await forwarder(request).call_any(
-        members,
-        "GET",
-        _pull_path(topic, queue.local_queue_id),
-        query=request.scope["query_string"],
-        request=request,
-        timeout_s=long_poll_timeout(wait_ms),
-    )
-    if not answer.ok:
-        return answer.response()
-    return answer.response(relabel_queue_id(answer.content, queue.local_queue_id, queue_id))
+    plan = PullPlan(cluster_view(request), topic, queue_id, request.scope)
+    return await plan.pull(request, plan.members)
+
+
+class PullPlan:
+    """Where a pull of one cluster-wide queue goes: the group's members to ask in turn (the
+    master alone when the pull commits an offset), the broker's path and how long to wait."""
+
+    __slots__ = ("members", "path", "queue", "timeout_s", "topic")
+
+    def __init__(self, view: ClusterView, topic: str, queue_id: int, scope: Any) -> None:
+        self.topic = topic
+        self.queue = queue_route(topic_route(view, topic), queue_id)
+        raw = scope["query_string"]
+        writes = (
+            _may_name(raw, b"commit_offset")
+            and scope_query_param(scope, "commit_offset") is not None
+        )
+        group = self.queue.group
+        self.members = [master_of(view, group)] if writes else readers(view, group)
+        wait_ms = scope_int_param(scope, "wait_ms", 0) if _may_name(raw, b"wait_ms") else 0
+        self.path = _pull_path(topic, self.queue.local_queue_id)
+        self.timeout_s = long_poll_timeout(wait_ms)
+
+    async def pull(self, request: Request, members: Sequence[BrokerMember]) -> Response:
+        """Ask ``members`` in turn until one answers; its answer as the client gets it."""
+        _, answer = await forwarder(request).call_any(
+            members,
+            "GET",
+            self.path,
+            query=request.scope["query_string"],
+            request=request,
+            timeout_s=self.timeout_s,
+        )
+        return self.answer(answer)
+
+    def answer(self, answer: BrokerAnswer) -> Response:
+        """A broker's answer with the queue's cluster-wide id."""
+        if not answer.ok:
+            return answer.response()
+        queue = self.queue
+        return answer.response(
+            relabel_queue_id(answer.content, queue.local_queue_id, queue.queue_id)
+        )
 
 
 def _may_name(query: bytes, name: bytes) -> bool:

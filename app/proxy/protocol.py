@@ -25,7 +25,10 @@ on a hot request as the shell answers it on the ASGI way.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import re
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, cast
 
 from starlette.requests import ClientDisconnect, Request
@@ -74,12 +77,15 @@ class ProxyHttpProtocol(GuardedHttpToolsProtocol):
         self.idle_deadline: float | None = None
         self.idle_timer: asyncio.TimerHandle | None = None
         self.hot_body: HotBody | None = None
+        # A hot request with a lean lane (app.proxy.lean), its body still coming.
+        self.pending: tuple[HotBody, FastRoute, re.Match[str]] | None = None
 
     def _unset_keepalive_if_required(self) -> None:
         self.idle_deadline = None
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
+        self.pending = None  # nobody to answer
         if self.idle_timer is not None:
             self.idle_timer.cancel()
             self.idle_timer = None
@@ -118,7 +124,67 @@ class ProxyHttpProtocol(GuardedHttpToolsProtocol):
         # Its body is kept as the pieces the parser gives (uvicorn's cycle appends them to a
         # bytearray and copies that again for the app: two copies of a 100 KB batch).
         held = self.hot_body = HotBody(cycle)
-        task = self.loop.create_task(_serve(self.lane, held, *found))  # type: ignore[arg-type]
+        route, match = found
+        # A pipelined request (its body read while the one before it was answered) goes the
+        # endpoint's way: the lane would start it inside the answer to the one before.
+        if route.lean is not None and cycle.more_body and not cycle.waiting_for_100_continue:
+            self.pending = (held, route, match)  # on_message_complete starts it
+            return
+        self.serve(held, functools.partial(self.lane.answer, route, match))  # type: ignore[union-attr]
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        pending = self.pending
+        if pending is None or pending[0].cycle is not self.cycle or self.cycle.more_body:
+            return
+        self.pending = None
+        held, route, match = pending
+        assert route.lean is not None and self.lane is not None
+        try:
+            taken = route.lean(self, held, match)
+        except Exception:
+            log.exception(
+                "the lean lane failed to plan %s %s", route.method, held.cycle.scope["path"]
+            )
+            taken = False
+        if not taken:
+            self.serve(held, functools.partial(self.lane.answer, route, match))
+
+    def _body_stalled(self) -> None:
+        pending = self.pending
+        super()._body_stalled()
+        if pending is not None and pending[0].cycle is self.cycle:
+            # Its endpoint's way reads the body, finds it stalled, and answers 408.
+            self.pending = None
+            held, route, match = pending
+            self.serve(held, functools.partial(self.lane.answer, route, match))  # type: ignore[union-attr]
+
+    # ---------------------------------------------------------------- serving hot requests
+
+    def serve(self, held: HotBody, answer_of: Callable[[Request], Awaitable[Response]]) -> None:
+        """Answer a hot request with what ``answer_of`` makes of it, in a task."""
+        assert self.lane is not None
+        self._spawn(_serve(self.lane, held, answer_of))
+
+    def reply(self, cycle: RequestResponseCycle, response: Response, request_id: str) -> None:
+        """Write a lean request's answer now, or, while the client reads nothing, once it
+        reads again."""
+        id_header = (b"x-request-id", request_id.encode())
+        if cycle.flow.write_paused and not cycle.disconnected:
+            self._spawn(_write_later(cycle, response, id_header))
+            return
+        _write_now(cycle, response, id_header)
+        cycle.on_response = _nothing
+
+    def fail(self, cycle: RequestResponseCycle, request_id: str) -> None:
+        """A lean request met an unexpected error: 500, unless an answer was begun (close)."""
+        if cycle.response_started:
+            cycle.transport.close()
+            return
+        self.reply(cycle, _internal_error(cycle.scope["path"], request_id), request_id)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = self.loop.create_task(work)
         task.add_done_callback(self.tasks.discard)
         self.tasks.add(task)
 
@@ -175,6 +241,15 @@ class HotBody:
         self.pieces: list[bytes] = [bytes(cycle.body)] if cycle.body else []
         cycle.body = bytearray()
 
+    def whole(self) -> bytes:
+        """The body received (all of it, once the request is complete), joined."""
+        pieces = self.pieces
+        if len(pieces) == 1:
+            return pieces[0]
+        body = b"".join(pieces)
+        self.pieces = [body] if body else []
+        return body
+
     async def read(self) -> bytes:
         """The whole body (joined if it came in pieces), as uvicorn's ``receive`` would have
         given it: ClientDisconnect if the client went away first, BodyStalledError if it
@@ -213,18 +288,20 @@ class HotRequest(Request):
         return self._read
 
 
-async def _serve(lane: FastLane, held: HotBody, route: FastRoute, match: Any) -> None:
+async def _serve(
+    lane: FastLane, held: HotBody, answer_of: Callable[[Request], Awaitable[Response]]
+) -> None:
     """One hot request, from its scope to its answer on the wire."""
     cycle = held.cycle
     scope: Any = cycle.scope
-    request_id = request_id_of(scope)
+    request_id = scope["state"].get("request_id") or request_id_of(scope)
     scope["state"]["request_id"] = request_id
     scope["app"] = lane.app  # what request.app means in the endpoints
     id_header = (b"x-request-id", request_id.encode())
     try:
         request = HotRequest(held)
         try:
-            response = await lane.answer(route, match, request)
+            response = await answer_of(request)
         except Exception:
             if not held.stalled:
                 log.exception(
@@ -245,7 +322,24 @@ async def _serve(lane: FastLane, held: HotBody, route: FastRoute, match: Any) ->
             cycle.transport.close()  # nothing (whole) was written: the client sees the close
         raise
     finally:
-        cycle.on_response = lambda: None
+        cycle.on_response = _nothing
+
+
+async def _write_later(
+    cycle: RequestResponseCycle, response: Response, id_header: tuple[bytes, bytes]
+) -> None:
+    try:
+        await _write(cycle, response, id_header)
+    except BaseException:
+        if not cycle.response_complete:
+            cycle.transport.close()
+        raise
+    finally:
+        cycle.on_response = _nothing
+
+
+def _nothing() -> None:
+    """A cycle's ``on_response`` once its answer is written (it is called once)."""
 
 
 def _stalled(path: str, request_id: str) -> Response:
@@ -264,6 +358,12 @@ async def _write(
     """Status line, headers and body in one write, as uvicorn would have written them."""
     if cycle.flow.write_paused and not cycle.disconnected:
         await cycle.flow.drain()
+    _write_now(cycle, response, id_header)
+
+
+def _write_now(
+    cycle: RequestResponseCycle, response: Response, id_header: tuple[bytes, bytes]
+) -> None:
     if cycle.disconnected:
         return
     head = [STATUS_LINE[response.status_code]]

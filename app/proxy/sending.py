@@ -87,17 +87,37 @@ class SendTarget:
         return self.queue_id is not None or self.sharding_key is not None or bool(self.client_key)
 
 
+@dataclass(frozen=True, slots=True)
+class FirstAttempt:
+    """A send's first attempt, made by the proxy's lean lane (:mod:`app.proxy.lean`): its key,
+    when the send began (``time.monotonic()``), the queue it went to, and how it ended — a
+    broker's answer that is not a 2xx, or none (it may have been written)."""
+
+    key: str
+    started: float
+    queue: QueueRoute
+    outcome: BrokerAnswer | BrokerNoAnswerError
+
+
 class _Attempts:
     """The state of one proxied send across its attempts."""
 
-    def __init__(self, request: Request, target: SendTarget) -> None:
+    def __init__(
+        self,
+        request: Request,
+        target: SendTarget,
+        first: FirstAttempt | None = None,
+        chosen: QueueRoute | None = None,
+    ) -> None:
         self.request = request
         self.target = target
+        self.chosen = chosen  # picked already, for the first attempt
         self.limits = proxy_limits(request)
         # A clock of its own, not the loop's: on Python 3.11 every asyncio.get_running_loop()
         # makes a getpid system call (its check for a fork), one more per proxied send.
-        self.deadline = time.monotonic() + self.limits.send_timeout_s
-        self.key: str | None = target.client_key or own_key()
+        started = time.monotonic() if first is None else first.started
+        self.deadline = started + self.limits.send_timeout_s
+        self.key: str | None = first.key if first is not None else target.client_key or own_key()
         self.failed: list[str] = []  # groups a round-robin send skips: nothing reached them
         self.pinned: QueueRoute | None = None  # once a send may have been written: its queue
         self.refreshed = False
@@ -113,6 +133,9 @@ class _Attempts:
     def queue(self) -> QueueRoute:
         if self.pinned is not None:
             return self.pinned
+        if self.chosen is not None:
+            chosen, self.chosen = self.chosen, None
+            return chosen
         view = cluster_view(self.request)
         route = topic_route(view, self.target.topic)
         return send_picker(self.request).pick(
@@ -134,17 +157,39 @@ class _Attempts:
             pass  # the watch keeps the last view; the next pause tries again
 
 
-async def forward_send(request: Request, target: SendTarget) -> Response:
+async def forward_send(
+    request: Request, target: SendTarget, chosen: QueueRoute | None = None
+) -> Response:
     """Send to the right group's master; the receipts with cluster-wide queue ids and
-    ``broker_group``, a broker's refusal, 503 when nothing was sent, or 504 OUTCOME_UNKNOWN."""
-    attempts = _Attempts(request, target)
+    ``broker_group``, a broker's refusal, 503 when nothing was sent, or 504 OUTCOME_UNKNOWN.
+    ``chosen``: the queue picked for it already (a round robin's pick is made once)."""
+    return await _until_answered(_Attempts(request, target, chosen=chosen))
+
+
+async def resume_send(request: Request, target: SendTarget, first: FirstAttempt) -> Response:
+    """:func:`forward_send` for a send whose first attempt was made already (``first``): the
+    same rules from there on, with its key, its time and the queue it may be written to."""
+    attempts = _Attempts(request, target, first)
+    queue, outcome = first.queue, first.outcome
+    if isinstance(outcome, BrokerAnswer):
+        if outcome.ok:
+            return receipts(outcome, queue, target.client_key)
+        if not await _retry_after_refusal(attempts, queue, outcome):
+            return outcome.response()
+    else:
+        _maybe_written(attempts, queue, outcome.detail)
+        await attempts.settle()
+    return await _until_answered(attempts)
+
+
+async def _until_answered(attempts: _Attempts) -> Response:
     while attempts.remaining() > 0:
         queue = attempts.queue()
         answer = await _attempt(attempts, queue)
         if answer is None:
             continue
         if answer.ok:
-            return _receipts(answer, queue, attempts)
+            return receipts(answer, queue, attempts.target.client_key)
         if not await _retry_after_refusal(attempts, queue, answer):
             return answer.response()
     return _outcome_unknown(attempts)
@@ -163,7 +208,7 @@ async def _attempt(attempts: _Attempts, queue: QueueRoute) -> BrokerAnswer | Non
         return await forwarder(attempts.request).call(
             master,
             "POST",
-            _send_path(target.topic),
+            send_path(target.topic),
             request=attempts.request,
             query=target.query_for(queue.local_queue_id),
             content=target.body_for(queue.local_queue_id),
@@ -242,11 +287,12 @@ async def _retry_after_refusal(
     return False
 
 
-def _receipts(answer: BrokerAnswer, queue: QueueRoute, attempts: _Attempts) -> Response:
+def receipts(answer: BrokerAnswer, queue: QueueRoute, client_key: str | None) -> Response:
+    """A broker's receipts as the client gets them: cluster-wide queue ids, ``broker_group``."""
     content = relabel_queue_id(answer.content, queue.local_queue_id, queue.queue_id)
     content = with_members(content, {"broker_group": queue.group})
     headers = answer.headers
-    if not attempts.target.client_key:  # a replay of the proxy's own retry, not the client's
+    if not client_key:  # a replay of the proxy's own retry, not the client's
         headers = {k: v for k, v in headers.items() if k != "idempotent-replayed"}
     return PassedResponse(content, answer.status, headers, answer.content_type)
 
@@ -288,5 +334,5 @@ def _outcome_unknown(attempts: _Attempts) -> Response:
 
 
 @functools.lru_cache(maxsize=4096)
-def _send_path(topic: str) -> str:
+def send_path(topic: str) -> str:
     return broker_path("v1", "topics", topic, "messages")

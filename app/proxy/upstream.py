@@ -24,7 +24,7 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final, cast
+from typing import Final, Protocol, cast
 
 import httptools
 
@@ -69,7 +69,16 @@ class UpstreamAnswer:
         return None
 
 
-class _Connection(asyncio.Protocol):
+class Waiter(Protocol):
+    """What waits for an exchange's answer: a future, or a lane's own object that acts on the
+    answer in the connection's callback (no task to wake)."""
+
+    def done(self) -> bool: ...
+    def set_result(self, answer: UpstreamAnswer, /) -> None: ...
+    def set_exception(self, exc: BaseException, /) -> None: ...
+
+
+class Connection(asyncio.Protocol):
     """One keep-alive connection: at most one exchange at a time."""
 
     def __init__(self, origin: Origin, loop: asyncio.AbstractEventLoop) -> None:
@@ -77,7 +86,7 @@ class _Connection(asyncio.Protocol):
         self.loop = loop
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
-        self.waiter: asyncio.Future[UpstreamAnswer] | None = None
+        self.waiter: Waiter | None = None
         self.headers: list[tuple[bytes, bytes]] = []
         self.body: list[bytes] = []
         self.closed = False
@@ -134,10 +143,21 @@ class _Connection(asyncio.Protocol):
         self, data: Iterable[bytes | memoryview], timeout_s: float
     ) -> UpstreamAnswer:
         """Write one request, wait for its answer; OutcomeUnknownError on anything else."""
+        waiter: asyncio.Future[UpstreamAnswer] = self.loop.create_future()
+        if not self.start(data, timeout_s, waiter):
+            raise OutcomeUnknownError(self.origin, "connection closed before the write")
+        try:
+            return await waiter
+        finally:
+            if not waiter.done() or waiter.cancelled():  # the caller gave up: answer unread
+                self.close()
+
+    def start(self, data: Iterable[bytes | memoryview], timeout_s: float, waiter: Waiter) -> bool:
+        """Write one request; ``waiter`` gets its answer, or OutcomeUnknownError. False, with
+        nothing written, when the connection is closed."""
         assert self.transport is not None
         if self.closed or self.transport.is_closing():
-            raise OutcomeUnknownError(self.origin, "connection closed before the write")
-        waiter: asyncio.Future[UpstreamAnswer] = self.loop.create_future()
+            return False
         self.waiter = waiter
         self.transport.writelines(data)
         self.deadline = self.loop.time() + timeout_s
@@ -148,11 +168,7 @@ class _Connection(asyncio.Protocol):
             if timer is not None:
                 timer.cancel()
             self.timer = self.loop.call_at(self.deadline, self._check_deadline)
-        try:
-            return await waiter
-        finally:
-            if not waiter.done() or waiter.cancelled():  # the caller gave up: answer unread
-                self.close()
+        return True
 
     def _check_deadline(self) -> None:
         """The connection's timer: the exchange in progress times out at its deadline."""
@@ -250,7 +266,7 @@ class Upstream:
     def __init__(self, connect_timeout_s: float = 2.0, max_per_origin: int = 1024) -> None:
         self.connect_timeout_s = connect_timeout_s
         self.max_per_origin = max_per_origin
-        self._idle: dict[Origin, list[_Connection]] = {}
+        self._idle: dict[Origin, list[Connection]] = {}
         self._slots: dict[Origin, _Slots] = {}
 
     async def request(
@@ -275,7 +291,23 @@ class Upstream:
         finally:
             slots.give_back()
 
-    def _take(self, origin: Origin) -> _Connection | None:
+    def take_idle(self, origin: Origin) -> Connection | None:
+        """An idle connection to ``origin`` and a slot for it, taken now, or None (nothing
+        taken): for a request that must not wait. :meth:`release` gives both back."""
+        slots = self._slots.get(origin)
+        if slots is None or not slots.take_now():
+            return None
+        connection = self._take(origin)
+        if connection is None:
+            slots.give_back()
+        return connection
+
+    def release(self, connection: Connection) -> None:
+        """A connection from :meth:`take_idle` whose exchange ended, and its slot."""
+        self._give_back(connection)
+        self._slots[connection.origin].give_back()
+
+    def _take(self, origin: Origin) -> Connection | None:
         idle = self._idle.get(origin)
         if not idle:
             return None
@@ -287,18 +319,18 @@ class Upstream:
             connection.close()
         return None
 
-    def _give_back(self, connection: _Connection) -> None:
+    def _give_back(self, connection: Connection) -> None:
         if connection.closed or not connection.reusable:
             connection.close()
             return
         connection.idle_since = time.monotonic()
         self._idle.setdefault(connection.origin, []).append(connection)
 
-    async def _connect(self, origin: Origin) -> _Connection:
+    async def _connect(self, origin: Origin) -> Connection:
         loop = asyncio.get_running_loop()
         try:
             _, connection = await asyncio.wait_for(
-                loop.create_connection(lambda: _Connection(origin, loop), *origin),
+                loop.create_connection(lambda: Connection(origin, loop), *origin),
                 self.connect_timeout_s,
             )
         except TimeoutError:

@@ -78,7 +78,11 @@ def send_responses(problems: dict[int | str, dict[str, Any]]) -> dict[int | str,
 def idempotency_key(request: Request) -> str | None:
     """The request's Idempotency-Key, checked; None without one. 400 INVALID_IDEMPOTENCY_KEY
     for a malformed key or more than one."""
-    values = request.headers.getlist("idempotency-key")
+    return key_of(request.headers.getlist("idempotency-key"))
+
+
+def key_of(values: list[str]) -> str | None:
+    """:func:`idempotency_key` of the Idempotency-Key headers' values (decoded as latin-1)."""
     if not values:
         return None
     if len(values) > 1:

@@ -1,0 +1,283 @@
+"""The proxy's lean lane: a send, or a pull of one queue, served from protocol callbacks.
+
+The way through the endpoints cost a proxied request five times what reading its HTTP did: a
+task, a Starlette request, the endpoint's chain of coroutines, the attempt's state, the upstream
+pool's slots and future, each woken in a turn of the event loop of its own. On this lane the
+request is planned when its body is complete (in the protocol's ``on_message_complete``),
+written to an idle keep-alive connection of the broker it goes to, and answered when that
+connection has parsed the broker's answer (in its ``on_message_complete``): no task and no
+turn of the loop in between.
+
+The lane takes only what it can finish on the first broker's answer with the rules of the way
+through the endpoints; it hands everything else over, unchanged, to that way:
+
+* before anything is written (a request the lane does not plan: not JSON, an unusual key, no
+  route, no master, no idle connection), the request goes to its endpoint as it came;
+* a send answered with anything but a 2xx, or not answered (it may have been written), goes on
+  in :func:`~app.proxy.sending.resume_send` with its key, its time and the queue it went to —
+  the at-most-once rules in one place;
+* a pull not answered goes on to the group's next replica, as
+  :meth:`~app.proxy.messages.PullPlan.pull` would have.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from app.errors import ApiError, is_json_media_type
+from app.middleware import request_id_of
+from app.proxy.context import ProxyLimits
+from app.proxy.forward import BrokerNoAnswerError, broker_answer, forwarded
+from app.proxy.messages import PullPlan, json_target, send_headers
+from app.proxy.sending import (
+    FirstAttempt,
+    SendTarget,
+    forward_send,
+    own_key,
+    receipts,
+    resume_send,
+    send_path,
+)
+from app.proxy.upstream import Connection, Upstream, UpstreamAnswer
+from app.routes.idempotency import key_of
+from services.cluster import BrokerMember, ClusterView, QueueRoute, topic_route
+from services.errors import ServiceError
+
+if TYPE_CHECKING:
+    from app.proxy.protocol import HotBody, ProxyHttpProtocol
+
+log = logging.getLogger(__name__)
+
+_PLANNING_ERRORS = (ApiError, ServiceError)
+"""What planning a request may raise for a client's mistake or the cluster's state: the
+request goes its endpoint's way, which answers it."""
+
+
+def lean_send(protocol: ProxyHttpProtocol, held: HotBody, match: re.Match[str]) -> bool:
+    """Start a send on the lean lane; False (nothing done) for the endpoint's way."""
+    scope: Any = held.cycle.scope
+    headers = scope["headers"]
+    content_type, keyed = send_headers(headers)
+    if not is_json_media_type(content_type):
+        return False
+    topic = match.group("topic")
+    state = _state(protocol)
+    try:
+        client_key = _client_key(headers) if keyed else None
+        target = json_target(topic, held.whole(), client_key)
+        view: ClusterView = state.registry.view
+        queue = state.picker.pick(
+            view,
+            topic_route(view, topic),
+            target.queue_id,
+            target.sharding_key,
+            idempotency_key=client_key,
+        )
+    except _PLANNING_ERRORS:
+        return False
+    master = view.master_of(queue.group)
+    line, connection = (
+        _connection(state, master, "POST", send_path(topic)) if master else ((b"", b""), None)
+    )
+    if master is None or connection is None:
+        _send_the_full_way(protocol, held, target, queue)
+        return True
+    request_id = _request_id(scope)
+    key = client_key or own_key()
+    body = target.body_for(queue.local_queue_id)
+    head = [*line]
+    forwarded(head, headers, request_id, None)
+    length = sum(map(len, body)) if isinstance(body, tuple) else len(body)
+    head += (b"idempotency-key: ", key.encode(), b"\r\ncontent-length: %d\r\n\r\n" % length)
+    data = (b"".join(head), *body) if isinstance(body, tuple) else (b"".join(head), body)
+    limits: ProxyLimits = state.limits
+    exchange = _SendExchange(protocol, held, connection, master, request_id)
+    exchange.target, exchange.queue, exchange.key = target, queue, key
+    exchange.started = time.monotonic()
+    return exchange.start(data, min(limits.send_timeout_s, limits.send_attempt_timeout_s))
+
+
+def lean_pull(protocol: ProxyHttpProtocol, held: HotBody, match: re.Match[str]) -> bool:
+    """Start a pull of one queue on the lean lane; False (nothing done) for the endpoint's
+    way."""
+    scope: Any = held.cycle.scope
+    state = _state(protocol)
+    try:
+        plan = PullPlan(state.registry.view, match["topic"], int(match["queue_id"]), scope)
+    except _PLANNING_ERRORS:
+        return False
+    if not plan.members:
+        return False
+    member = plan.members[0]
+    line, connection = _connection(state, member, "GET", plan.path)
+    if connection is None:
+        return False
+    request_id = _request_id(scope)
+    query = scope["query_string"]
+    head = [line[0], b"?", query, line[1]] if query else [*line]
+    forwarded(head, scope["headers"], request_id, None)
+    head.append(b"\r\n")
+    exchange = _PullExchange(protocol, held, connection, member, request_id)
+    exchange.plan = plan
+    return exchange.start((b"".join(head),), plan.timeout_s)
+
+
+def _send_the_full_way(
+    protocol: ProxyHttpProtocol, held: HotBody, target: SendTarget, queue: QueueRoute
+) -> None:
+    """A send planned here goes to the queue picked for it, the endpoint's way (a round
+    robin's pick is made once)."""
+    lane = protocol.lane
+    assert lane is not None
+    protocol.serve(held, lambda request: lane.settle(request, forward_send(request, target, queue)))
+
+
+def _state(protocol: ProxyHttpProtocol) -> Any:
+    assert protocol.lane is not None
+    return protocol.lane.app.state
+
+
+def _client_key(headers: list[tuple[bytes, bytes]]) -> str | None:
+    return key_of(
+        [value.decode("latin-1") for name, value in headers if name == b"idempotency-key"]
+    )
+
+
+def _request_id(scope: Any) -> str:
+    request_id = request_id_of(scope)
+    scope["state"]["request_id"] = request_id
+    return request_id
+
+
+def _connection(
+    state: Any, member: BrokerMember, method: str, path: str
+) -> tuple[tuple[bytes, bytes], Connection | None]:
+    """The request line up to its query and the rest with the Host header, and an idle
+    connection to ``member`` (None: none is idle, or no slot is free)."""
+    origin, line, host = state.forwarder.line(member.http_url, method, path)
+    upstream: Upstream = state.forwarder.upstream
+    return (line, host), upstream.take_idle(origin)
+
+
+class _Exchange:
+    """One lean request's exchange with a broker: the waiter its connection answers."""
+
+    def __init__(
+        self,
+        protocol: ProxyHttpProtocol,
+        held: HotBody,
+        connection: Connection,
+        member: BrokerMember,
+        request_id: str,
+    ) -> None:
+        self.protocol = protocol
+        self.held = held
+        self.connection = connection
+        self.member = member
+        self.request_id = request_id
+        self.finished = False
+
+    def start(self, data: tuple[bytes | memoryview, ...], timeout_s: float) -> bool:
+        if self.connection.start(data, timeout_s, self):
+            return True
+        self._release()
+        return False
+
+    # ---------------------------------------------------------------- the connection's waiter
+
+    def done(self) -> bool:
+        return self.finished
+
+    def set_result(self, answer: UpstreamAnswer, /) -> None:
+        self.finished = True
+        self._release()
+        try:
+            self.answered(answer)
+        except Exception:
+            self._failed()
+
+    def set_exception(self, exc: BaseException, /) -> None:
+        self.finished = True
+        self._release()
+        reason = getattr(exc, "reason", None) or repr(exc)
+        try:
+            self.not_answered(BrokerNoAnswerError(self.member, reason))
+        except Exception:
+            self._failed()
+
+    # ---------------------------------------------------------------- what comes of it
+
+    def answered(self, answer: UpstreamAnswer) -> None:
+        raise NotImplementedError
+
+    def not_answered(self, error: BrokerNoAnswerError) -> None:
+        raise NotImplementedError
+
+    def reply(self, response: Response) -> None:
+        self.protocol.reply(self.held.cycle, response, self.request_id)
+
+    def hand_over(self, answer_of: Callable[[Request], Awaitable[Response]]) -> None:
+        """The rest of the request goes the endpoint's way, in a task."""
+        self.protocol.serve(self.held, answer_of)
+
+    def _release(self) -> None:
+        upstream: Upstream = _state(self.protocol).forwarder.upstream
+        upstream.release(self.connection)
+
+    def _failed(self) -> None:
+        scope = self.held.cycle.scope
+        log.exception(
+            "unhandled error in %s %s (request %s)", scope["method"], scope["path"], self.request_id
+        )
+        self.protocol.fail(self.held.cycle, self.request_id)
+
+
+class _SendExchange(_Exchange):
+    target: SendTarget
+    queue: QueueRoute
+    key: str
+    started: float
+
+    def answered(self, answer: UpstreamAnswer) -> None:
+        passed = broker_answer(answer)
+        if passed.ok:
+            self.reply(receipts(passed, self.queue, self.target.client_key))
+        else:
+            self._resume(passed)
+
+    def not_answered(self, error: BrokerNoAnswerError) -> None:
+        self._resume(error)
+
+    def _resume(self, outcome: Any) -> None:
+        first = FirstAttempt(self.key, self.started, self.queue, outcome)
+        target = self.target
+        lane = self.protocol.lane
+        assert lane is not None
+        self.hand_over(lambda request: lane.settle(request, resume_send(request, target, first)))
+
+
+class _PullExchange(_Exchange):
+    plan: PullPlan
+
+    def answered(self, answer: UpstreamAnswer) -> None:
+        self.reply(self.plan.answer(broker_answer(answer)))
+
+    def not_answered(self, error: BrokerNoAnswerError) -> None:
+        plan = self.plan
+        lane = self.protocol.lane
+        assert lane is not None
+        rest = plan.members[1:]
+
+        async def next_replicas(request: Request) -> Response:
+            if not rest:
+                raise error
+            return await plan.pull(request, rest)
+
+        self.hand_over(lambda request: lane.settle(request, next_replicas(request)))
