@@ -205,6 +205,7 @@ class _Exchange:
 
     def set_exception(self, exc: BaseException, /) -> None:
         self.finished = True
+        self.connection.close()  # it is being closed: not to be pooled meanwhile
         self._release()
         reason = getattr(exc, "reason", None) or repr(exc)
         try:
