@@ -17,11 +17,10 @@ from app.proxy.context import (
     budget_shares,
     cluster_view,
     forwarder,
-    int_param,
-    params_without,
-    query_items,
+    scope_int_param,
+    scope_query_items,
 )
-from app.proxy.fanout import first_non_empty, share_out
+from app.proxy.fanout import FirstRound, first_non_empty, share_out
 from app.proxy.forward import BrokerAnswer, PassedResponse, broker_path, long_poll_timeout
 from app.proxy.relabel import merged_pull, relabel_pull
 from app.responses import OrjsonResponse
@@ -73,20 +72,26 @@ async def pull_group(group: str, topic: str, request: Request) -> Response:
     """Pull from every group hosting the topic at once, each for its share of
     ``max_messages`` (:mod:`app.proxy.fanout`); when none has anything and the pull
     long-polls, all long-poll at once and the first answer with messages is taken."""
+    return await group_pull(group, topic, request)
+
+
+async def group_pull(
+    group: str, topic: str, request: Request, first: FirstRound | None = None
+) -> Response:
+    """:func:`pull_group`; ``first``: its first round, asked already (the lean lane's)."""
     view = cluster_view(request)
     route = topic_route(view, topic)
-    budget, wait_ms, auto_commit, as_given = _pull_query(request)
+    budget, wait_ms, auto_commit, as_given = pull_query(request.scope)
 
     async def ask(name: str, max_messages: int, wait: int, commit: bool = True) -> BrokerAnswer:
         members = [master_of(view, name)] if auto_commit else readers(view, name)
-        if commit and as_given and max_messages == budget and wait == wait_ms:
-            query, params = request.scope["query_string"], None  # the client's, as it came
-        else:
-            query, params = b"", _asked(request, max_messages, wait, commit)
+        query, params = share_query(
+            request.scope, as_given, budget, wait_ms, max_messages, wait, commit
+        )
         _, answer = await forwarder(request).call_any(
             members,
             "GET",
-            _group_pull_path(group, topic),
+            group_pull_path(group, topic),
             query=query,
             params=params,
             request=request,
@@ -98,7 +103,7 @@ async def pull_group(group: str, topic: str, request: Request) -> Response:
         return (await ask(route.groups()[0], budget, wait_ms)).response()
 
     shares = budget_shares(request)
-    found = await share_out(shares, "pull", group, route, budget, ask, relabel_pull)
+    found = await share_out(shares, "pull", group, route, budget, ask, relabel_pull, first)
     if found.refused is not None:
         return found.refused.response()
     answers = found.answers
@@ -118,6 +123,22 @@ async def pull_group(group: str, topic: str, request: Request) -> Response:
     return PassedResponse(merged_pull(group, route, answers), media_type="application/json")
 
 
+def share_query(
+    scope: Any,
+    as_given: bool,
+    budget: int,
+    wait_ms: int,
+    max_messages: int,
+    wait: int,
+    commit: bool,
+) -> tuple[bytes, list[tuple[str, str]] | None]:
+    """The query of a broker group's share of a group pull: the client's as it came when it
+    asks the same (:func:`_asks_as_given`), else one to encode (:func:`_asked`)."""
+    if commit and as_given and max_messages == budget and wait == wait_ms:
+        return scope["query_string"], None
+    return b"", _asked(scope, max_messages, wait, commit)
+
+
 BROKER_MAX_MESSAGES: int = GroupPullQuery.model_fields["max_messages"].default
 BROKER_WAIT_MS: int = GroupPullQuery.model_fields["wait_ms"].default
 
@@ -125,29 +146,29 @@ BROKER_WAIT_MS: int = GroupPullQuery.model_fields["wait_ms"].default
 _READ: Final = frozenset(("max_messages", "wait_ms", "auto_commit"))
 
 
-def _pull_query(request: Request) -> tuple[int, int, bool, bool]:
+def pull_query(scope: Any) -> tuple[int, int, bool, bool]:
     """A group pull's ``max_messages``, ``wait_ms`` and ``auto_commit`` (each its first
     value, as :func:`int_param` and :func:`query_param` read them), and whether the client's
     query string may go to a broker group as it came (:func:`_asks_as_given`): one pass over
     the parameters instead of one per name."""
     given: dict[str, list[str]] = {}
-    for name, value in query_items(request):
+    for name, value in scope_query_items(scope):
         if name in _READ:
             given.setdefault(name, []).append(value)
-    budget = _number(request, given, "max_messages", DEFAULT_MAX_MESSAGES)
-    wait_ms = _number(request, given, "wait_ms", 0)
+    budget = _number(scope, given, "max_messages", DEFAULT_MAX_MESSAGES)
+    wait_ms = _number(scope, given, "wait_ms", 0)
     auto_commit = given.get("auto_commit", [""])[0].lower() in ("true", "1", "yes")
     return budget, wait_ms, auto_commit, _asks_as_given(given, budget, wait_ms)
 
 
-def _number(request: Request, given: dict[str, list[str]], name: str, default: int) -> int:
+def _number(scope: Any, given: dict[str, list[str]], name: str, default: int) -> int:
     values = given.get(name)
     if values is None:
         return default
     try:
         return int(values[0])
     except ValueError:
-        return int_param(request, name, default)  # raises the proxy's own answer to it
+        return scope_int_param(scope, name, default)  # raises the proxy's own answer to it
 
 
 def _asks_as_given(given: dict[str, list[str]], budget: int, wait_ms: int) -> bool:
@@ -169,11 +190,11 @@ def _given_as(values: list[str] | None, value: int, default: int) -> bool:
     return len(values) == 1 and values[0] == str(value)
 
 
-def _asked(request: Request, max_messages: int, wait: int, commit: bool) -> list[tuple[str, str]]:
+def _asked(scope: Any, max_messages: int, wait: int, commit: bool) -> list[tuple[str, str]]:
     """The query of a broker group's share: the client's parameters with its own share and
     wait, and without ``auto_commit`` when what it finds must not be committed (``commit``)."""
     query = [
-        *params_without(request, "max_messages", "wait_ms"),
+        *((k, v) for k, v in scope_query_items(scope) if k not in ("max_messages", "wait_ms")),
         ("max_messages", str(max_messages)),
         ("wait_ms", str(wait)),
     ]
@@ -183,7 +204,7 @@ def _asked(request: Request, max_messages: int, wait: int, commit: bool) -> list
 
 
 @functools.lru_cache(maxsize=4096)
-def _group_pull_path(group: str, topic: str) -> str:
+def group_pull_path(group: str, topic: str) -> str:
     return broker_path("v1", "groups", group, "topics", topic, "messages")
 
 

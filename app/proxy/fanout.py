@@ -125,30 +125,43 @@ class BudgetShares:
         Drained groups get one message each, at most every :data:`PROBE_INTERVAL_S`, else
         nothing (asked only when the others come back empty, see :func:`share_out`).
         """
+        given, probing = self.plan(key, groups, budget)
+        if probing:
+            self.probing(key)
+        return given
+
+    def plan(
+        self, key: tuple[str, ...], groups: Sequence[str], budget: int
+    ) -> tuple[dict[str, int], bool]:
+        """:meth:`shares` without keeping anything: the shares, and whether they hold the
+        drained groups' probe (then :meth:`probing` is to be called if they are asked)."""
         known = self._known.get(key) or _Known()
         likely = [g for g in groups if g not in known.drained]
         probed = [g for g in groups if g in known.drained]
         if not likely:  # none filled its share last time: share evenly
             likely, probed = list(groups), []
         if probed:  # the clock is read only when there is a probe to time
-            now = time.monotonic()
             last = known.probed_at
-            if last is not None and now - last < self.probe_interval_s:
+            if last is not None and time.monotonic() - last < self.probe_interval_s:
                 probed = []
-            else:
-                known.probed_at = now
-                self._keep(key, known)
         shares = dict.fromkeys(groups, 0)
+        probing = bool(probed)
         if budget < len(likely) + len(probed):  # one each, for as many as the budget allows
             for name in (likely + probed)[:budget]:
                 shares[name] = 1
-            return shares
+            return shares, probing
         for name in probed:
             shares[name] = 1
         each, extra = divmod(budget - len(probed), len(likely))
         for index, name in enumerate(likely):
             shares[name] = each + (1 if index < extra else 0)
-        return shares
+        return shares, probing
+
+    def probing(self, key: tuple[str, ...]) -> None:
+        """The drained groups of ``key`` are probed now."""
+        known = self._known.get(key) or _Known()
+        known.probed_at = time.monotonic()
+        self._keep(key, known)
 
     def record(
         self, key: tuple[str, ...], asked: Mapping[str, int], got: Mapping[str, int]
@@ -182,6 +195,16 @@ class Shared:
         return sum(answer.count for answer in self.answers)
 
 
+@dataclass(frozen=True, slots=True)
+class FirstRound:
+    """A shared-out request's first round, asked by the proxy's lean lane: the groups in the
+    order they were shared among, their shares, and what came of it (recorded already)."""
+
+    order: list[str]
+    given: dict[str, int]
+    result: Shared
+
+
 async def share_out(
     shares: BudgetShares,
     kind: str,
@@ -190,15 +213,16 @@ async def share_out(
     budget: int,
     ask: Callable[[str, int, int], Awaitable[BrokerAnswer]],
     relabel: Callable[[BrokerAnswer, TopicRoute, str, str], Relabelled],
+    first: FirstRound | None = None,
 ) -> Shared:
     """Ask the groups hosting ``route`` at once, each for its share of consumer group
     ``group``'s ``budget`` (``ask(name, share, wait_ms=0)``); when that finds nothing and some
     groups got no share (a budget smaller than the groups), ask those too. Raises the error
     met when no group answered at all; a refusal is the caller's to pass on when no group
     delivered anything (else the groups that did are answered: with auto_commit or a POP,
-    what they delivered is committed or hidden there, and lost unless it is answered)."""
+    what they delivered is committed or hidden there, and lost unless it is answered).
+    ``first``: the first round, asked already."""
     key = (kind, group, route.topic)
-    order = rotated(route.groups())
 
     def read(name: str, answer: BrokerAnswer) -> Relabelled:
         return relabel(answer, route, name, group)
@@ -206,8 +230,12 @@ async def share_out(
     def ask_now(name: str, share: int) -> Awaitable[BrokerAnswer]:
         return ask(name, share, 0)
 
-    given = shares.shares(key, order, budget)
-    result = await _ask_shares(shares, key, given, ask_now, read)
+    if first is None:
+        order = rotated(route.groups())
+        given = shares.shares(key, order, budget)
+        result = await _ask_shares(shares, key, given, ask_now, read)
+    else:
+        order, given, result = first.order, first.given, first.result
     left = [name for name in order if given[name] == 0]
     if left and result.refused is None and not result.found():
         result = await _ask_shares(shares, key, shares.shares(key, left, budget), ask_now, read)

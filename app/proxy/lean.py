@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_PLANNING_ERRORS = (ApiError, ServiceError)
+PLANNING_ERRORS = (ApiError, ServiceError)
 """What planning a request may raise for a client's mistake or the cluster's state: the
 request goes its endpoint's way, which answers it."""
 
@@ -68,7 +68,7 @@ def lean_send(protocol: ProxyHttpProtocol, held: HotBody, match: re.Match[str]) 
     if not is_json_media_type(content_type):
         return False
     topic = match.group("topic")
-    state = _state(protocol)
+    state = state_of(protocol)
     try:
         client_key = _client_key(headers) if keyed else None
         target = json_target(topic, held.whole(), client_key)
@@ -80,16 +80,16 @@ def lean_send(protocol: ProxyHttpProtocol, held: HotBody, match: re.Match[str]) 
             target.sharding_key,
             idempotency_key=client_key,
         )
-    except _PLANNING_ERRORS:
+    except PLANNING_ERRORS:
         return False
     master = view.master_of(queue.group)
     line, connection = (
-        _connection(state, master, "POST", send_path(topic)) if master else ((b"", b""), None)
+        connection_to(state, master, "POST", send_path(topic)) if master else ((b"", b""), None)
     )
     if master is None or connection is None:
         _send_the_full_way(protocol, held, target, queue)
         return True
-    request_id = _request_id(scope)
+    request_id = request_id_for(scope)
     key = client_key or own_key()
     body = target.body_for(queue.local_queue_id)
     head = [*line]
@@ -108,18 +108,18 @@ def lean_pull(protocol: ProxyHttpProtocol, held: HotBody, match: re.Match[str]) 
     """Start a pull of one queue on the lean lane; False (nothing done) for the endpoint's
     way."""
     scope: Any = held.cycle.scope
-    state = _state(protocol)
+    state = state_of(protocol)
     try:
         plan = PullPlan(state.registry.view, match["topic"], int(match["queue_id"]), scope)
-    except _PLANNING_ERRORS:
+    except PLANNING_ERRORS:
         return False
     if not plan.members:
         return False
     member = plan.members[0]
-    line, connection = _connection(state, member, "GET", plan.path)
+    line, connection = connection_to(state, member, "GET", plan.path)
     if connection is None:
         return False
-    request_id = _request_id(scope)
+    request_id = request_id_for(scope)
     query = scope["query_string"]
     head = [line[0], b"?", query, line[1]] if query else [*line]
     forwarded(head, scope["headers"], request_id, None)
@@ -139,7 +139,7 @@ def _send_the_full_way(
     protocol.serve(held, lambda request: lane.settle(request, forward_send(request, target, queue)))
 
 
-def _state(protocol: ProxyHttpProtocol) -> Any:
+def state_of(protocol: ProxyHttpProtocol) -> Any:
     assert protocol.lane is not None
     return protocol.lane.app.state
 
@@ -150,13 +150,13 @@ def _client_key(headers: list[tuple[bytes, bytes]]) -> str | None:
     )
 
 
-def _request_id(scope: Any) -> str:
+def request_id_for(scope: Any) -> str:
     request_id = request_id_of(scope)
     scope["state"]["request_id"] = request_id
     return request_id
 
 
-def _connection(
+def connection_to(
     state: Any, member: BrokerMember, method: str, path: str
 ) -> tuple[tuple[bytes, bytes], Connection | None]:
     """The request line up to its query and the rest with the Host header, and an idle
@@ -166,7 +166,7 @@ def _connection(
     return (line, host), upstream.take_idle(origin)
 
 
-class _Exchange:
+class Exchange:
     """One lean request's exchange with a broker: the waiter its connection answers."""
 
     def __init__(
@@ -229,7 +229,7 @@ class _Exchange:
         self.protocol.serve(self.held, answer_of)
 
     def _release(self) -> None:
-        upstream: Upstream = _state(self.protocol).forwarder.upstream
+        upstream: Upstream = state_of(self.protocol).forwarder.upstream
         upstream.release(self.connection)
 
     def _failed(self) -> None:
@@ -240,7 +240,7 @@ class _Exchange:
         self.protocol.fail(self.held.cycle, self.request_id)
 
 
-class _SendExchange(_Exchange):
+class _SendExchange(Exchange):
     target: SendTarget
     queue: QueueRoute
     key: str
@@ -264,7 +264,7 @@ class _SendExchange(_Exchange):
         self.hand_over(lambda request: lane.settle(request, resume_send(request, target, first)))
 
 
-class _PullExchange(_Exchange):
+class _PullExchange(Exchange):
     plan: PullPlan
 
     def answered(self, answer: UpstreamAnswer) -> None:

@@ -20,6 +20,7 @@ from app.proxy.fanout import BudgetShares
 from app.proxy.fast import FastLane, fast_route
 from app.proxy.forward import Forwarder
 from app.proxy.lean import lean_pull, lean_send
+from app.proxy.lean_fanout import lean_group_pull, lean_receive
 from app.proxy.upstream import Upstream
 from services.cluster import EtcdClient, EtcdError, EtcdUnavailableError, RouteRegistry, SendPicker
 
@@ -75,8 +76,10 @@ def create_proxy_app(
             lean_pull,
             queue_id=int,
         ),
-        fast_route("GET", "/v1/groups/{group}/topics/{topic}/messages", consume.pull_group),
-        fast_route("POST", "/v1/groups/{group}/topics/{topic}/receive", pop.receive),
+        fast_route(
+            "GET", "/v1/groups/{group}/topics/{topic}/messages", consume.pull_group, lean_group_pull
+        ),
+        fast_route("POST", "/v1/groups/{group}/topics/{topic}/receive", pop.receive, lean_receive),
     ]
     return HttpShellMiddleware(FastLane(app, hot), max_request_bytes=limits.max_request_bytes)
 

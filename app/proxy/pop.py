@@ -12,7 +12,7 @@ from starlette.responses import Response
 from app.errors import ApiError
 from app.proxy.bodies import json_body
 from app.proxy.context import budget_shares, cluster_view, forwarder
-from app.proxy.fanout import first_non_empty, share_out
+from app.proxy.fanout import FirstRound, first_non_empty, share_out
 from app.proxy.forward import (
     BrokerAnswer,
     PassedResponse,
@@ -37,6 +37,13 @@ RECEIVE_DEFAULT: int = ReceiveIn.model_fields["max_messages"].default
 async def receive(group: str, topic: str, request: Request) -> Response:
     """Receive from every group hosting the topic at once, each for its share of
     ``max_messages`` (:mod:`app.proxy.fanout`); long-poll all at once when none has anything."""
+    return await pop_receive(group, topic, request)
+
+
+async def pop_receive(
+    group: str, topic: str, request: Request, first: FirstRound | None = None
+) -> Response:
+    """:func:`receive`; ``first``: its first round, asked already (the lean lane's)."""
     body = json_body(await request.body())
     view = cluster_view(request)
     route = topic_route(view, topic)
@@ -47,7 +54,7 @@ async def receive(group: str, topic: str, request: Request) -> Response:
         answer = await forwarder(request).call(
             master_of(view, name),
             "POST",
-            _receive_path(group, topic),
+            receive_path(group, topic),
             json={**body, "max_messages": max_messages, "wait_ms": wait},
             request=request,
             timeout_s=long_poll_timeout(wait),
@@ -58,7 +65,7 @@ async def receive(group: str, topic: str, request: Request) -> Response:
         return (await ask(route.groups()[0], budget, wait_ms)).response()  # the broker says why
 
     shares = budget_shares(request)
-    found = await share_out(shares, "pop", group, route, budget, ask, relabel_receive)
+    found = await share_out(shares, "pop", group, route, budget, ask, relabel_receive, first)
     if found.refused is not None:
         return found.refused.response()
     chosen = [answer for answer in found.answers if answer.count]
@@ -71,7 +78,7 @@ async def receive(group: str, topic: str, request: Request) -> Response:
 
 
 @functools.lru_cache(maxsize=4096)
-def _receive_path(group: str, topic: str) -> str:
+def receive_path(group: str, topic: str) -> str:
     return broker_path("v1", "groups", group, "topics", topic, "receive")
 
 

@@ -130,6 +130,18 @@ def test_drained_groups_are_probed_at_most_once_per_interval() -> None:
     assert shares.shares(key, ["g1", "g2"], 32) == {"g1": 32, "g2": 0}
 
 
+def test_a_planned_round_keeps_nothing_until_its_probe_is_made() -> None:
+    shares = BudgetShares(probe_interval_s=3600)
+    key = ("pull", "G", "T")
+    shares.record(key, {"g1": 16, "g2": 16}, {"g1": 16, "g2": 0})
+    planned = ({"g1": 31, "g2": 1}, True)
+    assert shares.plan(key, ["g1", "g2"], 32) == planned
+    assert shares.plan(key, ["g1", "g2"], 32) == planned  # still due: nothing was kept
+    shares.probing(key)
+    assert shares.plan(key, ["g1", "g2"], 32) == ({"g1": 32, "g2": 0}, False)
+    assert shares.shares(key, ["g1", "g2"], 32) == {"g1": 32, "g2": 0}
+
+
 def test_budget_shares_forget_the_least_recent_key_first() -> None:
     shares = BudgetShares(capacity=2, probe_interval_s=0)
     for topic in ("A", "B", "C"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app.proxy.protocol import find_lane
 from services.cluster import BrokerMember
 from tests.app.test_proxy import (
     Cluster,
@@ -250,3 +252,107 @@ def test_a_warm_pull_not_answered_by_the_only_replica_is_503(
     assert problem["request_id"] == "r-9" == pulled.headers["x-request-id"]
     # The proxy serves on: the next pull opens a new connection through the hop.
     assert pull(http).status_code == 200
+
+
+# ================================================================ group pulls and receives
+
+
+def probe_rarely(cluster: Cluster) -> None:
+    """The proxy probes a drained group once, then not again during the test: which groups a
+    round asks is then known (the lean lane takes the rounds that ask one group)."""
+    lane = find_lane(cluster.proxy.server.config.loaded_app)
+    assert lane is not None
+    lane.app.state.budget_shares.probe_interval_s = 3600
+
+
+def group_pull(http: httpx.Client, max_messages: int, **params: Any) -> list[str]:
+    answer = http.get(
+        "/v1/groups/G/topics/Fan/messages",
+        params={"max_messages": max_messages, "auto_commit": "true", **params},
+    )
+    assert answer.status_code == 200, answer.text
+    return [m["body"] for m in answer.json()["messages"]]
+
+
+def fill_g1_in_full_shares(http: httpx.Client) -> None:
+    """Topic Fan with 13 messages in g1, pulled in four rounds each filled to its share: two
+    evenly shared (g2, with nothing, is drained), one with g2's probe, two of g1 alone. The
+    next round asks g1 alone (the lean lane's) and finds it empty."""
+    create_topic(http, "Fan", 4)  # g1 hosts 0, 1; g2 hosts 2, 3
+    for i in range(13):
+        sent = http.post("/v1/topics/Fan/messages", json={"body": f"a{i}", "queue_id": 0})
+        assert sent.status_code == 201
+    delivered = group_pull(http, 4) + group_pull(http, 4)  # 2 of g1's (of 2), 3 (of 3)
+    delivered += group_pull(http, 4) + group_pull(http, 4)  # g1 alone: 4 of 4, twice
+    assert sorted(delivered) == sorted(f"a{i}" for i in range(13))
+
+
+def test_a_first_round_that_finds_nothing_goes_on_to_the_group_left(cluster: Cluster) -> None:
+    http = cluster.http
+    probe_rarely(cluster)
+    fill_g1_in_full_shares(http)
+    for i in range(3):
+        sent = http.post("/v1/topics/Fan/messages", json={"body": f"b{i}", "queue_id": 2})
+        assert sent.status_code == 201
+
+    got = group_pull(http, 4)  # g1 has nothing: the round goes on to g2, in the same pull
+
+    assert got and all(body.startswith("b") for body in got)
+    while rest := group_pull(http, 4):
+        got += rest
+    assert sorted(got) == ["b0", "b1", "b2"]
+
+
+def test_a_long_poll_after_an_empty_first_round_gets_what_arrives(cluster: Cluster) -> None:
+    http = cluster.http
+    probe_rarely(cluster)
+    fill_g1_in_full_shares(http)
+    late = threading.Timer(
+        0.3, lambda: httpx.post(f"{cluster.b.url}/v1/topics/Fan/messages", json={"body": "late"})
+    )
+    late.start()
+    try:
+        started = time.monotonic()
+        assert group_pull(http, 4, wait_ms=20_000) == ["late"]
+        assert time.monotonic() - started < 15  # answered when it arrived, not at the wait's end
+    finally:
+        late.join()
+
+
+def receive(http: httpx.Client, max_messages: int) -> httpx.Response:
+    return http.post(
+        "/v1/groups/P/topics/Warm/receive",
+        json={"max_messages": max_messages, "invisible_ms": 1500},
+    )
+
+
+def test_a_warm_receive_not_answered_asks_only_the_groups_left(
+    cluster: Cluster, hop: FaultyHop
+) -> None:
+    http = cluster.http
+    probe_rarely(cluster)
+    for i in range(6):
+        assert send_to_g2(http, f"p{i}").status_code == 201
+    first = receive(http, 2)  # shared evenly: g1 has nothing and is drained
+    second = receive(http, 2)  # g1's one probe
+    third = receive(http, 2)  # g2 alone: the lean lane
+    bodies = [m["body"] for a in (first, second, third) for m in a.json()["messages"]]
+    assert len(bodies) == 4 and all(a.status_code == 200 for a in (first, second, third))
+    asked = hop.requests
+    hop.plan.append("lose")  # g2 pops the last two; its answer never reaches the proxy
+
+    lost = receive(http, 2)
+
+    assert lost.status_code == 200, lost.text
+    assert lost.json()["messages"] == []  # g1, the group left, had nothing
+    assert hop.requests == asked + 1  # g2 was not asked again: its pop is hidden, not doubled
+
+    # The two popped and lost come back once their invisibility ends.
+    seen = set(bodies)
+
+    def redelivered() -> bool:
+        seen.update(m["body"] for m in receive(http, 2).json()["messages"])
+        return len(seen) == 6
+
+    wait_until(redelivered, timeout=60)
+    assert seen == {f"p{i}" for i in range(6)}
