@@ -62,7 +62,12 @@ class JsonSend:
         """:meth:`for_queue` as buffers to write one after the other: an undecoded body is
         not copied (a 100 KB batch was copied twice, by a slice and by a format)."""
         if self.decoded is not None:
-            return (orjson.dumps(localize_send(self.decoded, local_queue_id)),)
+            try:
+                return (orjson.dumps(localize_send(self.decoded, local_queue_id)),)
+            except orjson.JSONEncodeError as exc:  # orjson writes fewer levels than it reads
+                raise ApiError(
+                    "VALIDATION_FAILED", f"the request body cannot be passed on: {exc}"
+                ) from None
         first = _FIRST_MEMBER.match(self.raw, 1)
         comma = b"" if first is not None and first.group(1) == b"}" else b","
         return (b'{"queue_id":%d%s' % (local_queue_id, comma), memoryview(self.raw)[1:])

@@ -22,6 +22,7 @@ through the endpoints; it hands everything else over, unchanged, to that way:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
@@ -80,6 +81,9 @@ def lean_send(protocol: ProxyHttpProtocol, held: HotBody, match: re.Match[str]) 
             target.sharding_key,
             idempotency_key=client_key,
         )
+        # Made before a connection is taken: a connection taken is given back only by the
+        # exchange (a body too deep to encode again is a client's mistake).
+        body = target.body_for(queue.local_queue_id)
     except PLANNING_ERRORS:
         return False
     master = view.master_of(queue.group)
@@ -91,7 +95,6 @@ def lean_send(protocol: ProxyHttpProtocol, held: HotBody, match: re.Match[str]) 
         return True
     request_id = request_id_for(scope)
     key = client_key or own_key()
-    body = target.body_for(queue.local_queue_id)
     head = [*line]
     forwarded(head, headers, request_id, None)
     length = sum(map(len, body)) if isinstance(body, tuple) else len(body)
@@ -101,7 +104,9 @@ def lean_send(protocol: ProxyHttpProtocol, held: HotBody, match: re.Match[str]) 
     exchange = _SendExchange(protocol, held, connection, master, request_id)
     exchange.target, exchange.queue, exchange.key = target, queue, key
     exchange.started = time.monotonic()
-    return exchange.start(data, min(limits.send_timeout_s, limits.send_attempt_timeout_s))
+    if not exchange.start(data, min(limits.send_timeout_s, limits.send_attempt_timeout_s)):
+        _send_the_full_way(protocol, held, target, queue)  # nothing written; picked once
+    return True
 
 
 def lean_pull(protocol: ProxyHttpProtocol, held: HotBody, match: re.Match[str]) -> bool:
@@ -183,9 +188,11 @@ class Exchange:
         self.member = member
         self.request_id = request_id
         self.finished = False
+        self.ended: asyncio.Future[None] | None = None  # set when its client left meanwhile
 
     def start(self, data: tuple[bytes | memoryview, ...], timeout_s: float) -> bool:
         if self.connection.start(data, timeout_s, self):
+            self.protocol.in_flight = self
             return True
         self._release()
         return False
@@ -198,20 +205,52 @@ class Exchange:
     def set_result(self, answer: UpstreamAnswer, /) -> None:
         self.finished = True
         self._release()
+        if self.cut_off():
+            return
         try:
             self.answered(answer)
         except Exception:
             self._failed()
+        finally:
+            self._ended()
 
     def set_exception(self, exc: BaseException, /) -> None:
         self.finished = True
         self.connection.close()  # it is being closed: not to be pooled meanwhile
         self._release()
+        if self.cut_off():
+            return
         reason = getattr(exc, "reason", None) or repr(exc)
         try:
             self.not_answered(BrokerNoAnswerError(self.member, reason))
         except Exception:
             self._failed()
+        finally:
+            self._ended()
+
+    def client_left(self, tasks: set[Any]) -> None:
+        """Its client went away: the exchange is still the server's work, as a task would be
+        on the endpoint's way — a graceful shutdown waits for it (uvicorn waits for the server's
+        tasks) and, when that wait runs out, cancels it: the connection is closed."""
+        ended: asyncio.Future[None] = self.protocol.loop.create_future()
+        ended.add_done_callback(tasks.discard)
+        ended.add_done_callback(self._cancelled)
+        tasks.add(ended)
+        self.ended = ended
+
+    def cut_off(self) -> bool:
+        """Whether the exchange was cancelled (nothing more is done for it)."""
+        return self.ended is not None and self.ended.cancelled()
+
+    def _cancelled(self, ended: asyncio.Future[None]) -> None:
+        if ended.cancelled():
+            self.connection.close()
+
+    def _ended(self) -> None:
+        if self.protocol.in_flight is self:
+            self.protocol.in_flight = None
+        if self.ended is not None and not self.ended.done():
+            self.ended.set_result(None)
 
     # ---------------------------------------------------------------- what comes of it
 

@@ -79,6 +79,8 @@ class ProxyHttpProtocol(GuardedHttpToolsProtocol):
         self.hot_body: HotBody | None = None
         # A hot request with a lean lane (app.proxy.lean), its body still coming.
         self.pending: tuple[HotBody, FastRoute, re.Match[str]] | None = None
+        # The lean lane's exchange with a broker for this connection's request, if one is on.
+        self.in_flight: Any = None
 
     def _unset_keepalive_if_required(self) -> None:
         self.idle_deadline = None
@@ -86,6 +88,8 @@ class ProxyHttpProtocol(GuardedHttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
         self.pending = None  # nobody to answer
+        if self.in_flight is not None:
+            self.in_flight.client_left(self.tasks)
         if self.idle_timer is not None:
             self.idle_timer.cancel()
             self.idle_timer = None
@@ -128,7 +132,10 @@ class ProxyHttpProtocol(GuardedHttpToolsProtocol):
         # A pipelined request (its body read while the one before it was answered) goes the
         # endpoint's way: the lane would start it inside the answer to the one before.
         if route.lean is not None and cycle.more_body and not cycle.waiting_for_100_continue:
-            self.pending = (held, route, match)  # on_message_complete starts it
+            if route.method == "GET":  # a pull reads no body: it goes now, as on the other ways
+                self._go_lean(held, route, match)
+            else:
+                self.pending = (held, route, match)  # on_message_complete starts it
             return
         self.serve(held, functools.partial(self.lane.answer, route, match))  # type: ignore[union-attr]
 
@@ -138,7 +145,11 @@ class ProxyHttpProtocol(GuardedHttpToolsProtocol):
         if pending is None or pending[0].cycle is not self.cycle or self.cycle.more_body:
             return
         self.pending = None
-        held, route, match = pending
+        self._go_lean(*pending)
+
+    def _go_lean(self, held: HotBody, route: FastRoute, match: re.Match[str]) -> None:
+        """The request on its route's lean lane, or, when the lane does not take it, the
+        endpoint's way."""
         assert route.lean is not None and self.lane is not None
         try:
             taken = route.lean(self, held, match)

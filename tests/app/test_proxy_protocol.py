@@ -95,6 +95,12 @@ def test_pulls_and_errors_answer_byte_for_byte_as_the_asgi_way(both: Both) -> No
         ("POST", "/v1/topics/Same/messages", {"content": b"{not json"}),
         ("POST", "/v1/topics/Same/messages", {"json": {"body": "x", "queue_id": 99}}),
         ("POST", "/v1/topics/Same/messages", {"json": {"body": "x", "queue_id": -1}}),
+        # nested deeper than the proxy can encode again (it reads 1024 levels, writes 254)
+        (
+            "POST",
+            "/v1/topics/Same/messages",
+            {"content": b'{"queue_id":2,"tags":%s%s}' % (b"[" * 300, b"]" * 300)},
+        ),
         ("POST", "/v1/groups/G/topics/Same/receive", {"content": b"[1]"}),
         ("POST", "/v1/groups/G/topics/Nope/receive", {"json": {}}),
         ("POST", "/v1/groups/G/topics/Same/receive", {"json": {"max_messages": 0}}),
