@@ -429,7 +429,11 @@ class IdempotencyService:
         end_offset: int,
         store_timestamp: int,
     ) -> None:
-        """Hold a keyed append until the index covers it (see :meth:`find`)."""
+        """Hold a keyed append until the index covers it (see :meth:`find`): not at all when
+        it does already (ASYNC_FLUSH dispatches in the append), as :meth:`_forget_indexed`
+        would drop it first thing in the next look-up."""
+        if self._store.keyed.covers(end_offset):
+            return
         entry = _Unindexed(
             topic, key, fingerprint, first_offset, records, end_offset, store_timestamp
         )
