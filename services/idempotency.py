@@ -225,7 +225,11 @@ class IdempotencyService:
 
         ``fingerprint`` None: any earlier put with the key counts as this one (re-puts).
         """
-        earlier = await self._earlier_put(topic, key, fingerprint, since_ms, ready_wait_s)
+        if self._store.keyed.covers(self._ready_at):  # = _earlier_put, one coroutine less
+            since = self.since_ms() if since_ms is None else since_ms
+            earlier = self.find(topic, key, fingerprint, since)
+        else:
+            earlier = await self._earlier_put(topic, key, fingerprint, since_ms, ready_wait_s)
         # From the look-up to the append nothing awaits: no other put runs in between.
         if earlier is not None:
             return await self._replay(earlier)
@@ -255,7 +259,10 @@ class IdempotencyService:
         """:meth:`put_once` of a batch of bodies alone (``first``, then messages like it, as
         :meth:`MessageStore.put_bodies` takes them): the same look-up, the same records, the
         same bookkeeping; a new put is answered as columns and the one status of the batch."""
-        earlier = await self._earlier_put(topic, key, fingerprint, None, READY_WAIT_S)
+        if self._store.keyed.covers(self._ready_at):  # = _earlier_put, one coroutine less
+            earlier = self.find(topic, key, fingerprint, self.since_ms())
+        else:
+            earlier = await self._earlier_put(topic, key, fingerprint, None, READY_WAIT_S)
         # From the look-up to the append nothing awaits: no other put runs in between.
         if earlier is not None:
             return await self._replay(earlier)
@@ -277,7 +284,8 @@ class IdempotencyService:
     ) -> list[StoredMessage] | None:
         """The records of the earlier put with ``key`` (:meth:`find`) once this broker may
         decide, or None. It awaits only while the index catches up, before the look-up: a
-        caller that appends right after it has nothing run in between."""
+        caller that appends right after it has nothing run in between. (When the index
+        covers what it must, the puts call :meth:`find` at once.)"""
         if not self._store.keyed.enabled:
             raise IdempotencyUnavailableError(
                 "this broker runs without the message index: it cannot take an "
