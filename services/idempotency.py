@@ -400,10 +400,11 @@ class IdempotencyService:
     ) -> list[StoredMessage] | None:
         """The records of the put with ``key`` in ``topic`` stored at ``since_ms`` or later,
         or None. IdempotencyKeyReusedError when its fingerprint is not ``fingerprint``."""
-        self._forget_indexed(since_ms)
+        if self._order:  # none is held when dispatch indexes in the append (ASYNC_FLUSH)
+            self._forget_indexed(since_ms)
         store = self._store
         first: StoredMessage | None = None
-        pending = self._unindexed.get((topic, key))
+        pending = self._unindexed.get((topic, key)) if self._unindexed else None
         if pending is not None and pending.store_timestamp >= since_ms:
             first = store.look_message_by_offset(pending.first_offset)
             stored_fingerprint, count = pending.fingerprint, pending.records

@@ -61,19 +61,16 @@ def idempotency_key_hash(scope: str, key: str) -> int:
     """``index_key_hash(idempotency_index_key(scope, key))`` from the remembered hashes of
     its head (``scope#\x01``, one per topic) and of the key, which a keyed send that names
     no queue has just hashed to choose one: a look-up and its dispatch hash nothing anew."""
-    return _index_hash(java_string_hash_of_parts(f"{scope}#{IDEMPOTENCY_MARK}", key))
+    value = java_string_hash_of_parts(f"{scope}#{IDEMPOTENCY_MARK}", key)
+    return 0 if value == -0x80000000 else abs(value)  # = index_key_hash's rule
 
 
 def _idempotency_hash_of(index_key: str) -> int:
     """:func:`idempotency_key_hash` of an :func:`idempotency_index_key` (split after its
     mark, the first ``\x01``: a topic never holds one)."""
     split = index_key.index(IDEMPOTENCY_MARK) + 1
-    return _index_hash(java_string_hash_of_parts(index_key[:split], index_key[split:]))
-
-
-def _index_hash(value: int) -> int:
-    """:func:`~storage.index_file.index_key_hash` of a string whose Java hash is ``value``."""
-    return 0 if value == -0x80000000 else abs(value)
+    value = java_string_hash_of_parts(index_key[:split], index_key[split:])
+    return 0 if value == -0x80000000 else abs(value)  # = index_key_hash's rule
 
 
 def index_file_name(timestamp_ms: int) -> str:
