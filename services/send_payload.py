@@ -70,14 +70,20 @@ def one_fingerprint(message: OutgoingMessage, delay_level: int) -> str:
 
 def bodies_fingerprint(bodies: list[bytes], delay_levels: Sequence[int]) -> str:
     """:func:`fingerprint` of messages that are bodies alone, from their bodies."""
-    described = f"({_ints_repr(list(map(len, bodies)))}, {_ints_repr(list(delay_levels))}, [])"
+    lengths = _ints_repr(list(map(len, bodies)), of_ints=True)
+    described = f"({lengths}, {_ints_repr(list(delay_levels))}, [])"
     return _hex_digest(bodies, described)  # = _digest(bodies, (lengths, levels, []))
 
 
-def _ints_repr(values: list[int]) -> str:
+def _ints_repr(values: list[int], *, of_ints: bool = False) -> str:
     """``repr(values)``; at once for a list of one int repeated (a batch's equal bodies, its
-    zero delay levels), which ``repr`` would write number by number."""
-    if values and values.count(values[0]) == len(values) and set(map(type, values)) == {int}:
+    zero delay levels), which ``repr`` would write number by number. ``of_ints``: the values
+    are known to be ints (lengths), not bools (equal to 0 and 1, but written otherwise)."""
+    if (
+        values
+        and values.count(values[0]) == len(values)
+        and (of_ints or set(map(type, values)) == {int})
+    ):
         return f"[{', '.join([repr(values[0])] * len(values))}]"
     return repr(values)
 
