@@ -225,7 +225,11 @@ class IdempotencyService:
 
         ``fingerprint`` None: any earlier put with the key counts as this one (re-puts).
         """
-        earlier = await self._earlier_put(topic, key, fingerprint, since_ms, ready_wait_s)
+        if self._store.keyed.covers(self._ready_at):  # = _earlier_put, one coroutine less
+            since = self.since_ms() if since_ms is None else since_ms
+            earlier = self.find(topic, key, fingerprint, since)
+        else:
+            earlier = await self._earlier_put(topic, key, fingerprint, since_ms, ready_wait_s)
         # From the look-up to the append nothing awaits: no other put runs in between.
         if earlier is not None:
             return await self._replay(earlier)
@@ -255,7 +259,10 @@ class IdempotencyService:
         """:meth:`put_once` of a batch of bodies alone (``first``, then messages like it, as
         :meth:`MessageStore.put_bodies` takes them): the same look-up, the same records, the
         same bookkeeping; a new put is answered as columns and the one status of the batch."""
-        earlier = await self._earlier_put(topic, key, fingerprint, None, READY_WAIT_S)
+        if self._store.keyed.covers(self._ready_at):  # = _earlier_put, one coroutine less
+            earlier = self.find(topic, key, fingerprint, self.since_ms())
+        else:
+            earlier = await self._earlier_put(topic, key, fingerprint, None, READY_WAIT_S)
         # From the look-up to the append nothing awaits: no other put runs in between.
         if earlier is not None:
             return await self._replay(earlier)
@@ -277,7 +284,8 @@ class IdempotencyService:
     ) -> list[StoredMessage] | None:
         """The records of the earlier put with ``key`` (:meth:`find`) once this broker may
         decide, or None. It awaits only while the index catches up, before the look-up: a
-        caller that appends right after it has nothing run in between."""
+        caller that appends right after it has nothing run in between. (When the index
+        covers what it must, the puts call :meth:`find` at once.)"""
         if not self._store.keyed.enabled:
             raise IdempotencyUnavailableError(
                 "this broker runs without the message index: it cannot take an "
@@ -392,10 +400,11 @@ class IdempotencyService:
     ) -> list[StoredMessage] | None:
         """The records of the put with ``key`` in ``topic`` stored at ``since_ms`` or later,
         or None. IdempotencyKeyReusedError when its fingerprint is not ``fingerprint``."""
-        self._forget_indexed(since_ms)
+        if self._order:  # none is held when dispatch indexes in the append (ASYNC_FLUSH)
+            self._forget_indexed(since_ms)
         store = self._store
         first: StoredMessage | None = None
-        pending = self._unindexed.get((topic, key))
+        pending = self._unindexed.get((topic, key)) if self._unindexed else None
         if pending is not None and pending.store_timestamp >= since_ms:
             first = store.look_message_by_offset(pending.first_offset)
             stored_fingerprint, count = pending.fingerprint, pending.records
@@ -429,7 +438,11 @@ class IdempotencyService:
         end_offset: int,
         store_timestamp: int,
     ) -> None:
-        """Hold a keyed append until the index covers it (see :meth:`find`)."""
+        """Hold a keyed append until the index covers it (see :meth:`find`): not at all when
+        it does already (ASYNC_FLUSH dispatches in the append), as :meth:`_forget_indexed`
+        would drop it first thing in the next look-up."""
+        if self._store.keyed.covers(end_offset):
+            return
         entry = _Unindexed(
             topic, key, fingerprint, first_offset, records, end_offset, store_timestamp
         )

@@ -32,7 +32,7 @@ from services.idempotency import IdempotencyService, Written
 from services.metrics import Metrics
 from services.outgoing import OutgoingMessage, check_message, deliver_time_of
 from services.send_payload import bodies_alone as bodies_alone  # re-exported
-from services.send_payload import bodies_fingerprint
+from services.send_payload import bodies_fingerprint, one_fingerprint
 from services.send_payload import fingerprint as fingerprint  # re-exported
 from services.send_receipts import SendReceipt as SendReceipt  # re-exported
 from services.send_receipts import SentBodies
@@ -159,9 +159,8 @@ class SendService:
         if idempotency_key is None:
             results = await self._put(stored)
         else:
-            written = await self._put_once(
-                topic, idempotency_key, messages, levels, stored, alone=lean
-            )
+            payload = fingerprint(messages, levels, lean)
+            written = await self._put_once(topic, idempotency_key, payload, stored)
             if written.earlier is not None:
                 return self._replayed(topic, written.earlier, written)
             results = written.results
@@ -221,9 +220,8 @@ class SendService:
         if idempotency_key is None:
             [result] = await self._put([stored])
         else:
-            written = await self._put_once(
-                topic, idempotency_key, [message], [level], [stored], alone=None
-            )
+            payload = one_fingerprint(message, level)
+            written = await self._put_once(topic, idempotency_key, payload, [stored])
             if written.earlier is not None:
                 return self._replayed(topic, written.earlier, written)
             [result] = written.results
@@ -343,20 +341,11 @@ class SendService:
         uniq_key = self._uniq_keys.next()
         return self._to_store(topic, queue_id, message, born_timestamp, host, level, uniq_key)
 
-    async def _put_once(
-        self,
-        topic: str,
-        key: str,
-        messages: Sequence[OutgoingMessage],
-        levels: list[int],
-        stored: list[Message],
-        *,
-        alone: bool | None,
-    ) -> Written:
+    async def _put_once(self, topic: str, key: str, payload: str, stored: list[Message]) -> Written:
+        """Put ``stored`` once under ``key``; ``payload``: the send's :func:`fingerprint`."""
         idempotency = self._idempotency
         if idempotency is None:
             raise IdempotencyUnavailableError("this broker takes no idempotency keys")
-        payload = fingerprint(messages, levels, alone)
         return await idempotency.put_once(topic, key, payload, stored)
 
     def _replayed(

@@ -50,12 +50,49 @@ def fingerprint(
     return _digest(bodies, described)
 
 
+def one_fingerprint(message: OutgoingMessage, delay_level: int) -> str:
+    """:func:`fingerprint` of a send of one message: for a body alone (perhaps delayed) the
+    same digest with its described part written out, as a keyed single send needs it, without
+    the lists and walks of a batch."""
+    if (
+        message.tags is None
+        and not message.keys
+        and not message.properties
+        and message.deliver_at is None
+        and message.deliver_after_ms is None
+    ):
+        body = message.body
+        digest = hashlib.sha256(body)
+        digest.update(f"([{len(body)!r}], [{delay_level!r}], [])".encode())  # = repr(described)
+        return digest.hexdigest()[:32]
+    return fingerprint([message], [delay_level])
+
+
 def bodies_fingerprint(bodies: list[bytes], delay_levels: Sequence[int]) -> str:
     """:func:`fingerprint` of messages that are bodies alone, from their bodies."""
-    return _digest(bodies, (list(map(len, bodies)), list(delay_levels), []))
+    lengths = _ints_repr(list(map(len, bodies)), of_ints=True)
+    described = f"({lengths}, {_ints_repr(list(delay_levels))}, [])"
+    return _hex_digest(bodies, described)  # = _digest(bodies, (lengths, levels, []))
+
+
+def _ints_repr(values: list[int], *, of_ints: bool = False) -> str:
+    """``repr(values)``; at once for a list of one int repeated (a batch's equal bodies, its
+    zero delay levels), which ``repr`` would write number by number. ``of_ints``: the values
+    are known to be ints (lengths), not bools (equal to 0 and 1, but written otherwise)."""
+    if (
+        values
+        and values.count(values[0]) == len(values)
+        and (of_ints or set(map(type, values)) == {int})
+    ):
+        return f"[{', '.join([repr(values[0])] * len(values))}]"
+    return repr(values)
 
 
 def _digest(bodies: list[bytes], described: tuple[object, ...]) -> str:
+    return _hex_digest(bodies, repr(described))
+
+
+def _hex_digest(bodies: list[bytes], described: str) -> str:
     digest = hashlib.sha256(b"".join(bodies))  # = one update per body
-    digest.update(repr(described).encode())
+    digest.update(described.encode())
     return digest.hexdigest()[:32]

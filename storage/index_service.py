@@ -24,8 +24,8 @@ from storage.index_file import (
     KeyHasher,
     UniqKeyHasher,
     index_geometry,
-    index_key_hash,
 )
+from storage.record.java_hash import java_string_hash_of_parts
 from storage.record.message import StoredMessage
 from storage.record.properties import KEY_SEPARATOR, PROPERTY_REAL_TOPIC
 from storage.timer.transform import TIMER_TOPIC
@@ -55,6 +55,22 @@ def _offset_of(entry: tuple[int, int]) -> int:
 def idempotency_index_key(scope: str, key: str) -> str:
     """The index key of idempotency key ``key`` in topic ``scope``."""
     return f"{scope}#{IDEMPOTENCY_MARK}{key}"
+
+
+def idempotency_key_hash(scope: str, key: str) -> int:
+    """``index_key_hash(idempotency_index_key(scope, key))`` from the remembered hashes of
+    its head (``scope#\x01``, one per topic) and of the key, which a keyed send that names
+    no queue has just hashed to choose one: a look-up and its dispatch hash nothing anew."""
+    value = java_string_hash_of_parts(f"{scope}#{IDEMPOTENCY_MARK}", key)
+    return 0 if value == -0x80000000 else abs(value)  # = index_key_hash's rule
+
+
+def _idempotency_hash_of(index_key: str) -> int:
+    """:func:`idempotency_key_hash` of an :func:`idempotency_index_key` (split after its
+    mark, the first ``\x01``: a topic never holds one)."""
+    split = index_key.index(IDEMPOTENCY_MARK) + 1
+    value = java_string_hash_of_parts(index_key[:split], index_key[split:])
+    return 0 if value == -0x80000000 else abs(value)  # = index_key_hash's rule
 
 
 def index_file_name(timestamp_ms: int) -> str:
@@ -150,7 +166,7 @@ class IndexService:
                     put = self._put
                     put(hashed, physical_offset, store_timestamp)
         if idempotency_key:
-            hashed = index_key_hash(idempotency_key)
+            hashed = _idempotency_hash_of(idempotency_key)
             if not put(hashed, physical_offset, store_timestamp):
                 self._put(hashed, physical_offset, store_timestamp)
 
@@ -177,12 +193,7 @@ class IndexService:
         add = entries.append
         if idempotency_keys and idempotency_keys[0][0] == 0:  # a keyed batch: on its first
             if offsets[0] > done_to:
-                add(
-                    (
-                        index_key_hash(idempotency_index_key(topic, idempotency_keys[0][1])),
-                        offsets[0],
-                    )
-                )
+                add((idempotency_key_hash(topic, idempotency_keys[0][1]), offsets[0]))
             idempotency_keys = idempotency_keys[1:]
         if offsets[0] > done_to and not any(keys) and all(uniq_keys):
             # Bodies alone (the common batch): a UNIQ_KEY each, hashed in one go.
@@ -201,7 +212,7 @@ class IndexService:
         if idempotency_keys:  # keys on later records (not made by sends): rare
             for number, idempotency_key in idempotency_keys:
                 if offsets[number] > done_to:
-                    hashed = index_key_hash(idempotency_index_key(topic, idempotency_key))
+                    hashed = idempotency_key_hash(topic, idempotency_key)
                     add((hashed, offsets[number]))
             entries.sort(key=_offset_of)  # stable: offsets rise, as the files need
         done = last.put_hashes(entries, store_timestamp) if last is not None else 0
@@ -283,11 +294,11 @@ class IndexService:
                 found.append(message)
         return found
 
-    def lookup(self, index_key: str, since: int) -> list[int]:
-        """Physical offsets of entries whose hash matches ``index_key`` stored at ``since``
-        or later (to the second: the caller re-checks the records), newest first, at most
+    def lookup(self, key_hash: int, since: int) -> list[int]:
+        """Physical offsets of entries with hash ``key_hash`` (an index key's
+        :func:`~storage.index_file.index_key_hash`) stored at ``since`` or later (to the
+        second: the caller re-checks the records), newest first, at most
         :data:`MAX_MSGS_NUM_BATCH`. Walks only the files that reach back to ``since``."""
-        key_hash = index_key_hash(index_key)
         found: list[int] = []
         # An entry keeps its time in whole seconds after its file's begin: one second earlier.
         begin = since - 1000

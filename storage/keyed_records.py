@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from storage.commit_log import CommitLog
 from storage.dispatcher import Dispatcher
-from storage.index_service import IndexService, idempotency_index_key, idempotency_scope
+from storage.index_service import IndexService, idempotency_key_hash, idempotency_scope
 from storage.record.message import StoredMessage
 from storage.record.properties import PROPERTY_IDEMPOTENCY_KEY
 
@@ -46,7 +46,7 @@ class KeyedRecords:
         ``since`` (ms) or later; None when there is none, or its file has expired."""
         if self._index is None:
             return None
-        offsets = self._index.lookup(idempotency_index_key(topic, key), since)
+        offsets = self._index.lookup(idempotency_key_hash(topic, key), since)
         if not offsets:  # the common case: a new key
             return None
         commit_log = self._commit_log

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.outgoing import OutgoingMessage
-from services.send_payload import bodies_alone, bodies_fingerprint, fingerprint
+from services.send_payload import bodies_alone, bodies_fingerprint, fingerprint, one_fingerprint
 
 BODIES = st.lists(st.binary(max_size=64), min_size=1, max_size=8)
 
@@ -38,6 +38,50 @@ def test_the_fingerprint_is_the_documented_digest() -> None:
         bodies_fingerprint([b"x"], [3])
         == hashlib.sha256(b"x" + repr(plain).encode()).hexdigest()[:32]
     )
+
+
+@given(BODIES, st.data())
+def test_the_fingerprint_of_bodies_is_the_documented_digest(
+    bodies: list[bytes], data: st.DataObject
+) -> None:
+    """Written out at once for equal lengths or levels, it is still the repr's digest."""
+    count = len(bodies)
+    levels = data.draw(
+        st.one_of(
+            st.lists(st.integers(0, 18), min_size=count, max_size=count),
+            st.integers(0, 18).map(lambda level: [level] * count),
+        )
+    )
+    if data.draw(st.booleans()):
+        bodies = [bodies[0]] * count  # one length
+    described = repr((list(map(len, bodies)), levels, []))
+    expected = hashlib.sha256(b"".join(bodies) + described.encode()).hexdigest()[:32]
+    assert bodies_fingerprint(bodies, levels) == expected
+
+
+EXTRAS = st.fixed_dictionaries(
+    {},
+    optional={
+        "tags": st.text(max_size=3),
+        "keys": st.lists(st.text(min_size=1, max_size=3), max_size=2).map(tuple),
+        "properties": st.dictionaries(st.text(max_size=2), st.text(max_size=2), max_size=2),
+        "deliver_after_ms": st.integers(0, 10),
+        "deliver_at": st.integers(0, 10),
+        "queue_id": st.integers(0, 7),
+    },
+)
+
+
+@given(st.binary(max_size=64), st.integers(0, 18), EXTRAS)
+def test_the_fingerprint_of_one_message_is_that_of_a_send_of_it(
+    body: bytes, level: int, extras: dict[str, object]
+) -> None:
+    message = OutgoingMessage(body, **extras)  # type: ignore[arg-type]
+    assert one_fingerprint(message, level) == fingerprint([message], [level])
+    if not (extras.keys() - {"queue_id"}):
+        described = repr(([len(body)], [level], []))
+        expected = hashlib.sha256(body + described.encode()).hexdigest()[:32]
+        assert one_fingerprint(message, level) == expected
 
 
 def test_a_timed_send_adds_its_times_and_an_untimed_one_does_not() -> None:

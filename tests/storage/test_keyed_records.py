@@ -6,7 +6,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from storage import Message, MessageStore, StoreConfig
+from storage.index_file import index_key_hash
+from storage.index_service import idempotency_index_key, idempotency_key_hash
 from storage.record.properties import (
     PROPERTY_IDEMPOTENCY_BATCH,
     PROPERTY_IDEMPOTENCY_KEY,
@@ -91,3 +95,11 @@ def test_after_an_unclean_exit_the_index_covers_the_log_once_caught_up(tmp_path:
         assert store.keyed.covers(end)
         found = store.keyed.find("T", "key-140", int(time.time() * 1000) - 60_000)
         assert found is not None and found.body == b"140"
+
+
+@pytest.mark.parametrize(
+    ("scope", "key"),
+    [("T", "k-1"), ("Orders", "re-put 4096"), ("%RETRY%g", "~" * 128), ("T", "")],
+)
+def test_the_index_hash_of_a_key_is_that_of_its_index_key(scope: str, key: str) -> None:
+    assert idempotency_key_hash(scope, key) == index_key_hash(idempotency_index_key(scope, key))

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from storage.record.java_hash import java_string_hash, tags_code, to_int32
+from storage.record.java_hash import (
+    java_string_hash,
+    java_string_hash_of_parts,
+    tags_code,
+    to_int32,
+)
 
 JAVA_HASHES = [
     pytest.param("TAG1", 2567159, id="TAG1"),
@@ -47,6 +52,23 @@ def _reference_java_hash(text: str) -> int:
 )
 def test_java_string_hash_of_long_and_mixed_strings(text: str) -> None:
     assert java_string_hash(text) == _reference_java_hash(text)
+
+
+@pytest.mark.parametrize(
+    ("head", "tail"),
+    [
+        pytest.param("Orders#\x01", "order-42-paid", id="idempotency-key"),
+        pytest.param("", "", id="empty"),
+        pytest.param("T#\x01", "", id="empty-tail"),
+        pytest.param("", "polygenelubricants", id="empty-head"),
+        pytest.param("日本#\x01", "é\U0001f600", id="astral-tail"),
+        pytest.param("T#\x01", "a" * 1024, id="1024-tail"),
+        pytest.param("T#\x01", "k" * 1025, id="1025-tail"),
+        pytest.param("T#\x01", "x\U0001f600" * 600, id="long-astral-tail"),
+    ],
+)
+def test_the_hash_of_parts_is_the_hash_of_the_whole(head: str, tail: str) -> None:
+    assert java_string_hash_of_parts(head, tail) == _reference_java_hash(head + tail)
 
 
 def test_tags_code_is_zero_without_a_tag_and_the_java_hash_otherwise() -> None:
