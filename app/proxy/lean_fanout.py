@@ -57,6 +57,8 @@ def lean_group_pull(protocol: ProxyHttpProtocol, held: HotBody, match: re.Match[
     try:
         route = topic_route(view, topic)
         budget, wait_ms, auto_commit, as_given = pull_query(scope)
+        if budget < 1:
+            return False  # the broker says why, the endpoint's way (no shares of it)
         round_ = _one_group_round(state.budget_shares, ("pull", group, topic), route, budget)
         if round_ is None:
             return False
