@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
+from app.proxy.protocol import find_lane
+from app.proxy.upstream import Upstream
 from tests.app.test_proxy import Cluster, create_topic, two_groups
+from tests.conftest import LiveServer, wait_until
 
 
 @pytest.fixture
@@ -46,3 +50,51 @@ def test_a_group_pull_of_a_negative_max_messages_is_the_brokers_refusal(cluster:
 
     assert answer.status_code == 422, answer.text
     assert answer.headers["content-type"].startswith("application/problem+json")
+
+
+def upstream_of(cluster: Cluster) -> Upstream:
+    lane = find_lane(cluster.proxy.server.config.loaded_app)
+    assert lane is not None
+    upstream: Upstream = lane.app.state.forwarder.upstream
+    return upstream
+
+
+def origin_of(url: str) -> tuple[str, int]:
+    split = urlsplit(url)
+    assert split.hostname is not None and split.port is not None
+    return split.hostname, split.port
+
+
+def slots_free(upstream: Upstream, live: LiveServer) -> bool:
+    slots = upstream._slots.get(origin_of(live.url))
+    return slots is not None and slots.free == upstream.max_per_origin
+
+
+def deep_receive(depth: int) -> bytes:
+    """A receive whose body holds a member nested deeper than the proxy can encode again
+    (orjson reads 1024 levels but writes 254)."""
+    return b'{"max_messages":1,"invisible_ms":1500,"x":' + b"[" * depth + b"]" * depth + b"}"
+
+
+def test_a_receive_too_deep_to_encode_again_gives_its_connection_and_slot_back(
+    cluster: Cluster,
+) -> None:
+    http = cluster.http
+    fill_both_groups(http, "DeepPop", 1)
+    upstream = upstream_of(cluster)
+    for _ in range(2):  # both brokers' connections warm, idle
+        warm = http.post("/v1/groups/W/topics/DeepPop/receive", json={"max_messages": 4})
+        assert warm.status_code == 200, warm.text
+    wait_until(lambda: slots_free(upstream, cluster.a) and slots_free(upstream, cluster.b))
+
+    # A budget of 1 among two groups: one group asked, the lean lane's round.
+    failed = http.post(
+        "/v1/groups/D/topics/DeepPop/receive",
+        content=deep_receive(300),
+        headers={"content-type": "application/json"},
+    )
+
+    assert failed.status_code == 500, failed.text  # the endpoint's way cannot encode it either
+    # What the lane took (nothing was written on it) is back: a slot kept is kept for good,
+    # and with max_per_origin of them kept every request to that broker gets 503.
+    wait_until(lambda: slots_free(upstream, cluster.a) and slots_free(upstream, cluster.b), 2)
