@@ -28,7 +28,7 @@ import orjson
 
 from app.proxy.bodies import json_body
 from app.proxy.consume import group_pull, group_pull_path, pull_query, share_query
-from app.proxy.fanout import BudgetShares, FirstRound, Shared, rotated
+from app.proxy.fanout import BudgetShares, FirstRound, Shared, rotated, turned
 from app.proxy.forward import (
     BrokerAnswer,
     BrokerNoAnswerError,
@@ -83,7 +83,7 @@ def lean_group_pull(protocol: ProxyHttpProtocol, held: HotBody, match: re.Match[
     exchange = _PullRound(protocol, held, connection, member, request_id)
     exchange.round, exchange.shares, exchange.route = round_, state.budget_shares, route
     exchange.group, exchange.wait_ms = group, wait_ms
-    return exchange.start((b"".join(head),), long_poll_timeout(0))
+    return _started(exchange.start((b"".join(head),), long_poll_timeout(0)))
 
 
 def lean_receive(protocol: ProxyHttpProtocol, held: HotBody, match: re.Match[str]) -> bool:
@@ -118,7 +118,15 @@ def lean_receive(protocol: ProxyHttpProtocol, held: HotBody, match: re.Match[str
     exchange = _ReceiveRound(protocol, held, connection, member, request_id)
     exchange.round, exchange.shares, exchange.route = round_, state.budget_shares, route
     exchange.group, exchange.wait_ms = group, body.get("wait_ms", 0)
-    return exchange.start((b"".join(head), content), long_poll_timeout(0))
+    return _started(exchange.start((b"".join(head), content), long_poll_timeout(0)))
+
+
+def _started(taken: bool) -> bool:
+    """The round's order is the rotation's once it is asked (not asked: its endpoint's way
+    rotates)."""
+    if taken:
+        turned()
+    return taken
 
 
 class _Round:
@@ -141,7 +149,7 @@ def _one_group_round(
 ) -> _Round | None:
     """The first round's shares when they ask one group and probe none, else None (nothing
     kept: the endpoint's way shares out as it would have)."""
-    order = rotated(route.groups())
+    order = rotated(route.groups(), turn=False)
     given, probing = shares.plan(key, order, budget)
     asked = [name for name, share in given.items() if share > 0]
     if probing or len(asked) != 1:

@@ -52,6 +52,26 @@ def test_a_group_pull_of_a_negative_max_messages_is_the_brokers_refusal(cluster:
     assert answer.headers["content-type"].startswith("application/problem+json")
 
 
+def test_a_round_the_lean_lane_does_not_take_turns_the_groups_once(cluster: Cluster) -> None:
+    """Every shared-out request starts its groups one further on (fanout.rotated), so the
+    group given the odd message of a budget — and listed first — changes from one pull to the
+    next; a round that asks both groups goes the endpoint's way, and must not turn twice."""
+    http = cluster.http
+    fill_both_groups(http, "Turn", 4)
+
+    def first_group() -> str:
+        answer = http.get("/v1/groups/T/topics/Turn/messages", params={"max_messages": 3})
+        assert answer.status_code == 200, answer.text
+        groups = [m["broker_group"] for m in answer.json()["messages"]]
+        assert len(groups) == 3
+        assert groups.count(groups[0]) == 2  # the first group asked has the odd message
+        return str(groups[0])
+
+    firsts = [first_group() for _ in range(4)]
+
+    assert firsts[0] != firsts[1] and firsts[1] != firsts[2] and firsts[2] != firsts[3], firsts
+
+
 def upstream_of(cluster: Cluster) -> Upstream:
     lane = find_lane(cluster.proxy.server.config.loaded_app)
     assert lane is not None
