@@ -13,8 +13,9 @@ long-poll to make.
 
 Anything else goes on the endpoint's way with the round (:class:`~app.proxy.fanout.FirstRound`):
 the groups left, the long-poll race, the commit of a race's winner — one implementation of
-them. A group pull that got no answer starts over there (it asks the group's next replica, as
-the endpoint's first round would have); a POP receive does not ask that group again.
+them. A group pull that got no answer from a group with more readers starts over there (it
+asks the group's replicas, as the endpoint's first round would have); otherwise (auto_commit:
+its master only), as a POP receive, it does not ask that group again.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def lean_group_pull(protocol: ProxyHttpProtocol, held: HotBody, match: re.Match[
     head.append(b"\r\n")
     exchange = _PullRound(protocol, held, connection, member, request_id)
     exchange.round, exchange.shares, exchange.route = round_, state.budget_shares, route
-    exchange.group, exchange.wait_ms = group, wait_ms
+    exchange.group, exchange.wait_ms, exchange.readers = group, wait_ms, len(members)
     return _started(exchange.start((b"".join(head),), long_poll_timeout(0)))
 
 
@@ -190,6 +191,14 @@ class _FanRound(Exchange):
         else:
             self.go_on(FirstRound(round_.order, round_.given, result))
 
+    def failed(self, error: BrokerNoAnswerError) -> None:
+        """The group gave no answer: the round's error, recorded, and the round goes on."""
+        round_ = self.round
+        result = Shared(self.read)
+        result.error = error
+        self.shares.record(round_.key, {round_.name: round_.given[round_.name]}, {})
+        self.go_on(FirstRound(round_.order, round_.given, result))
+
     def _long_polls(self) -> bool:
         return isinstance(self.wait_ms, int) and self.wait_ms > 0
 
@@ -202,12 +211,16 @@ class _FanRound(Exchange):
 
 class _PullRound(_FanRound):
     relabel = staticmethod(relabel_pull)
+    readers: int
 
     def merged(self, answers: list[Relabelled]) -> bytes:
         return merged_pull(self.group, self.route, answers)
 
     def not_answered(self, error: BrokerNoAnswerError) -> None:
-        self.go_on(None)  # from the start: the group's next replica is asked there
+        if self.readers > 1:
+            self.go_on(None)  # from the start: the group's next replica is asked there
+        else:  # none left to ask (auto_commit: the master): the round's error, as there
+            self.failed(error)
 
     def go_on(self, first: FirstRound | None) -> None:
         lane, group, topic = self.protocol.lane, self.group, self.route.topic
@@ -225,11 +238,7 @@ class _ReceiveRound(_FanRound):
         return merged_receive(self.group, self.route.topic, chosen)
 
     def not_answered(self, error: BrokerNoAnswerError) -> None:
-        round_ = self.round
-        result = Shared(self.read)
-        result.error = error
-        self.shares.record(round_.key, {round_.name: round_.given[round_.name]}, {})
-        self.go_on(FirstRound(round_.order, round_.given, result))
+        self.failed(error)
 
     def go_on(self, first: FirstRound | None) -> None:
         lane, group, topic = self.protocol.lane, self.group, self.route.topic

@@ -16,7 +16,9 @@ import pytest
 
 from app.proxy.protocol import find_lane
 from app.proxy.upstream import Upstream
-from tests.app.test_proxy import Cluster, create_topic, two_groups
+from services.cluster import BrokerMember
+from tests.app.test_proxy import Cluster, create_topic, member, put_members, two_groups
+from tests.app.test_proxy_lean import FaultyHop, probe_rarely
 from tests.conftest import LiveServer, wait_until
 
 
@@ -118,3 +120,56 @@ def test_a_receive_too_deep_to_encode_again_gives_its_connection_and_slot_back(
     # What the lane took (nothing was written on it) is back: a slot kept is kept for good,
     # and with max_per_origin of them kept every request to that broker gets 503.
     wait_until(lambda: slots_free(upstream, cluster.a) and slots_free(upstream, cluster.b), 2)
+
+
+@pytest.fixture
+def hop(cluster: Cluster) -> Iterator[FaultyHop]:
+    """g2's master is reached through a FaultyHop, for topic Warm: queues 0, 1 on g1; 2, 3
+    on g2."""
+    create_topic(cluster.http, "Warm", 4)
+    hop = FaultyHop(cluster.b.url)
+    put_members(cluster.etcd.url, {"g2": BrokerMember("b", "g2", hop.url, "127.0.0.1:1")})
+    wait_until(
+        lambda: (
+            cluster.http.get("/v1/topics/Warm/queues/2/messages").status_code == 200
+            and hop.requests > 0
+        )
+    )
+    try:
+        yield hop
+    finally:
+        put_members(cluster.etcd.url, {"g2": member("b", "g2", cluster.b)})
+        hop.stop()
+
+
+def test_a_warm_group_pull_not_answered_goes_on_to_the_group_left_not_to_the_same_broker(
+    cluster: Cluster, hop: FaultyHop
+) -> None:
+    """On the endpoint's way a group whose only reader (auto_commit: its master) gives no
+    answer is an error of the round, and the round goes on to the groups left; the lean lane
+    must not ask that broker again (with auto_commit, a second pull that commits)."""
+    http = cluster.http
+    probe_rarely(cluster)
+    for i in range(8):
+        sent = http.post("/v1/topics/Warm/messages", json={"body": f"m{i}", "queue_id": 2})
+        assert sent.status_code == 201, sent.text
+
+    def group_pull() -> httpx.Response:
+        return http.get(
+            "/v1/groups/G/topics/Warm/messages",
+            params={"max_messages": 2, "auto_commit": "true"},
+        )
+
+    first = group_pull()  # shared evenly: g1 has nothing and is drained
+    second = group_pull()  # g1's one probe
+    third = group_pull()  # g2 alone: the lean lane
+    assert all(a.status_code == 200 for a in (first, second, third))
+    assert sum(len(a.json()["messages"]) for a in (first, second, third)) == 4
+    asked = hop.requests
+    hop.plan.append("lose")  # g2 commits two more; its answer never reaches the proxy
+
+    lost = group_pull()
+
+    assert lost.status_code == 200, lost.text
+    assert lost.json()["messages"] == []  # g1, the group left, had nothing
+    assert hop.requests == asked + 1  # g2 was not asked again
