@@ -14,7 +14,6 @@ not delivered, so nothing pulled is dropped and no POP message is hidden for not
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -25,7 +24,8 @@ from app.proxy.forward import BrokerAnswer, ProxyError
 from app.proxy.relabel import Relabelled
 from services.cluster import NoMasterError, TopicRoute
 
-ROTATION = itertools.count()
+ROTATION = [0]
+"""Where the next shared-out request starts its groups: one on for every request."""
 
 Unreachable = ProxyError | NoMasterError
 Read = Callable[[str, BrokerAnswer], Relabelled]
@@ -33,12 +33,21 @@ Read = Callable[[str, BrokerAnswer], Relabelled]
 _Answer = TypeVar("_Answer")
 
 
-def rotated(items: Sequence[str]) -> list[str]:
-    """``items`` from a start that moves on with every call, so no group always comes last."""
+def rotated(items: Sequence[str], turn: bool = True) -> list[str]:
+    """``items`` from a start that moves on with every call, so no group always comes last;
+    ``turn=False``: where the next call starts, not moved on (:func:`turned` does it)."""
     if not items:
         return []
-    start = next(ROTATION) % len(items)
+    start = ROTATION[0] % len(items)
+    if turn:
+        turned()
     return list(items[start:]) + list(items[:start])
+
+
+def turned() -> None:
+    """A request started from where :func:`rotated` (``turn=False``) said: the next starts one
+    on (a round planned but not asked moves nothing, as its endpoint's way moves it)."""
+    ROTATION[0] += 1
 
 
 async def each_group(

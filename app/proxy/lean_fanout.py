@@ -13,8 +13,9 @@ long-poll to make.
 
 Anything else goes on the endpoint's way with the round (:class:`~app.proxy.fanout.FirstRound`):
 the groups left, the long-poll race, the commit of a race's winner — one implementation of
-them. A group pull that got no answer starts over there (it asks the group's next replica, as
-the endpoint's first round would have); a POP receive does not ask that group again.
+them. A group pull that got no answer from a group with more readers starts over there (it
+asks the group's replicas, as the endpoint's first round would have); otherwise (auto_commit:
+its master only), as a POP receive, it does not ask that group again.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import orjson
 
 from app.proxy.bodies import json_body
 from app.proxy.consume import group_pull, group_pull_path, pull_query, share_query
-from app.proxy.fanout import BudgetShares, FirstRound, Shared, rotated
+from app.proxy.fanout import BudgetShares, FirstRound, Shared, rotated, turned
 from app.proxy.forward import (
     BrokerAnswer,
     BrokerNoAnswerError,
@@ -57,6 +58,8 @@ def lean_group_pull(protocol: ProxyHttpProtocol, held: HotBody, match: re.Match[
     try:
         route = topic_route(view, topic)
         budget, wait_ms, auto_commit, as_given = pull_query(scope)
+        if budget < 1:
+            return False  # the broker says why, the endpoint's way (no shares of it)
         round_ = _one_group_round(state.budget_shares, ("pull", group, topic), route, budget)
         if round_ is None:
             return False
@@ -80,8 +83,8 @@ def lean_group_pull(protocol: ProxyHttpProtocol, held: HotBody, match: re.Match[
     head.append(b"\r\n")
     exchange = _PullRound(protocol, held, connection, member, request_id)
     exchange.round, exchange.shares, exchange.route = round_, state.budget_shares, route
-    exchange.group, exchange.wait_ms = group, wait_ms
-    return exchange.start((b"".join(head),), long_poll_timeout(0))
+    exchange.group, exchange.wait_ms, exchange.readers = group, wait_ms, len(members)
+    return _started(exchange.start((b"".join(head),), long_poll_timeout(0)))
 
 
 def lean_receive(protocol: ProxyHttpProtocol, held: HotBody, match: re.Match[str]) -> bool:
@@ -101,20 +104,30 @@ def lean_receive(protocol: ProxyHttpProtocol, held: HotBody, match: re.Match[str
         if round_ is None:
             return False
         member = master_of(view, round_.name)
-    except PLANNING_ERRORS:
+        # Made before a connection is taken: a connection taken is given back only by the
+        # exchange (orjson writes fewer levels than it reads: the endpoint's way fails on it).
+        content = orjson.dumps({**body, "max_messages": round_.given[round_.name], "wait_ms": 0})
+    except (*PLANNING_ERRORS, orjson.JSONEncodeError):
         return False
     line, connection = connection_to(state, member, "POST", receive_path(group, topic))
     if connection is None:
         return False
     request_id = request_id_for(scope)
-    content = orjson.dumps({**body, "max_messages": round_.given[round_.name], "wait_ms": 0})
     head = [*line]
     forwarded(head, scope["headers"], request_id, True)
     head.append(b"content-length: %d\r\n\r\n" % len(content))
     exchange = _ReceiveRound(protocol, held, connection, member, request_id)
     exchange.round, exchange.shares, exchange.route = round_, state.budget_shares, route
     exchange.group, exchange.wait_ms = group, body.get("wait_ms", 0)
-    return exchange.start((b"".join(head), content), long_poll_timeout(0))
+    return _started(exchange.start((b"".join(head), content), long_poll_timeout(0)))
+
+
+def _started(taken: bool) -> bool:
+    """The round's order is the rotation's once it is asked (not asked: its endpoint's way
+    rotates)."""
+    if taken:
+        turned()
+    return taken
 
 
 class _Round:
@@ -137,7 +150,7 @@ def _one_group_round(
 ) -> _Round | None:
     """The first round's shares when they ask one group and probe none, else None (nothing
     kept: the endpoint's way shares out as it would have)."""
-    order = rotated(route.groups())
+    order = rotated(route.groups(), turn=False)
     given, probing = shares.plan(key, order, budget)
     asked = [name for name, share in given.items() if share > 0]
     if probing or len(asked) != 1:
@@ -178,6 +191,14 @@ class _FanRound(Exchange):
         else:
             self.go_on(FirstRound(round_.order, round_.given, result))
 
+    def failed(self, error: BrokerNoAnswerError) -> None:
+        """The group gave no answer: the round's error, recorded, and the round goes on."""
+        round_ = self.round
+        result = Shared(self.read)
+        result.error = error
+        self.shares.record(round_.key, {round_.name: round_.given[round_.name]}, {})
+        self.go_on(FirstRound(round_.order, round_.given, result))
+
     def _long_polls(self) -> bool:
         return isinstance(self.wait_ms, int) and self.wait_ms > 0
 
@@ -190,12 +211,16 @@ class _FanRound(Exchange):
 
 class _PullRound(_FanRound):
     relabel = staticmethod(relabel_pull)
+    readers: int
 
     def merged(self, answers: list[Relabelled]) -> bytes:
         return merged_pull(self.group, self.route, answers)
 
     def not_answered(self, error: BrokerNoAnswerError) -> None:
-        self.go_on(None)  # from the start: the group's next replica is asked there
+        if self.readers > 1:
+            self.go_on(None)  # from the start: the group's next replica is asked there
+        else:  # none left to ask (auto_commit: the master): the round's error, as there
+            self.failed(error)
 
     def go_on(self, first: FirstRound | None) -> None:
         lane, group, topic = self.protocol.lane, self.group, self.route.topic
@@ -213,11 +238,7 @@ class _ReceiveRound(_FanRound):
         return merged_receive(self.group, self.route.topic, chosen)
 
     def not_answered(self, error: BrokerNoAnswerError) -> None:
-        round_ = self.round
-        result = Shared(self.read)
-        result.error = error
-        self.shares.record(round_.key, {round_.name: round_.given[round_.name]}, {})
-        self.go_on(FirstRound(round_.order, round_.given, result))
+        self.failed(error)
 
     def go_on(self, first: FirstRound | None) -> None:
         lane, group, topic = self.protocol.lane, self.group, self.route.topic
