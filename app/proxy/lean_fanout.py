@@ -26,14 +26,18 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 import orjson
+from starlette.requests import Request
+from starlette.responses import Response
 
 from app.proxy.bodies import json_body
 from app.proxy.consume import group_pull, group_pull_path, pull_query, share_query
-from app.proxy.fanout import BudgetShares, FirstRound, Shared, rotated, turned
+from app.proxy.context import forwarder
+from app.proxy.fanout import BudgetShares, FirstRound, Shared, Unreachable, rotated, turned
 from app.proxy.forward import (
     BrokerAnswer,
     BrokerNoAnswerError,
     PassedResponse,
+    ProxyError,
     broker_answer,
     forwarded,
     long_poll_timeout,
@@ -42,7 +46,14 @@ from app.proxy.lean import PLANNING_ERRORS, Exchange, connection_to, request_id_
 from app.proxy.pop import RECEIVE_DEFAULT, pop_receive, receive_path
 from app.proxy.relabel import Relabelled, merged_pull, merged_receive, relabel_pull, relabel_receive
 from app.proxy.upstream import UpstreamAnswer
-from services.cluster import TopicRoute, master_of, readers, topic_route
+from services.cluster import (
+    BrokerMember,
+    NoMasterError,
+    TopicRoute,
+    master_of,
+    readers,
+    topic_route,
+)
 
 if TYPE_CHECKING:
     from app.proxy.protocol import HotBody, ProxyHttpProtocol
@@ -83,7 +94,8 @@ def lean_group_pull(protocol: ProxyHttpProtocol, held: HotBody, match: re.Match[
     head.append(b"\r\n")
     exchange = _PullRound(protocol, held, connection, member, request_id)
     exchange.round, exchange.shares, exchange.route = round_, state.budget_shares, route
-    exchange.group, exchange.wait_ms, exchange.readers = group, wait_ms, len(members)
+    exchange.group, exchange.wait_ms = group, wait_ms
+    exchange.members, exchange.query = members, query
     return _started(exchange.start((b"".join(head),), long_poll_timeout(0)))
 
 
@@ -172,32 +184,34 @@ class _FanRound(Exchange):
         return self.relabel(answer, self.route, name, self.group)
 
     def answered(self, answer: UpstreamAnswer) -> None:
+        step = self.settled(broker_answer(answer))
+        if isinstance(step, FirstRound):
+            self.go_on(step)
+        else:
+            self.reply(step)
+
+    def settled(self, outcome: BrokerAnswer | Unreachable) -> Response | FirstRound:
+        """The group's answer (or the error it met) recorded in the shares as the endpoint's
+        way records it; the client's answer when nothing more is to be asked, else the round
+        for the endpoint's way to go on with."""
         round_ = self.round
         name = round_.name
-        passed = broker_answer(answer)
         result = Shared(self.read)
-        if passed.ok:
-            found = self.read(name, passed)
+        got: dict[str, int] = {}
+        if not isinstance(outcome, BrokerAnswer):
+            result.error = outcome
+        elif outcome.ok:
+            found = self.read(name, outcome)
             result.answers.append(found)
-            got = {name: found.count}
+            got[name] = found.count
         else:
-            result.refused = passed
-            got = {}
+            result.refused = outcome
         self.shares.record(round_.key, {name: round_.given[name]}, got)
         if result.refused is not None:
-            self.reply(passed.response())  # what the endpoint's way answers with nothing found
-        elif result.found() or not (round_.left() or self._long_polls()):
-            self.reply(PassedResponse(self.merged(result.answers), media_type="application/json"))
-        else:
-            self.go_on(FirstRound(round_.order, round_.given, result))
-
-    def failed(self, error: BrokerNoAnswerError) -> None:
-        """The group gave no answer: the round's error, recorded, and the round goes on."""
-        round_ = self.round
-        result = Shared(self.read)
-        result.error = error
-        self.shares.record(round_.key, {round_.name: round_.given[round_.name]}, {})
-        self.go_on(FirstRound(round_.order, round_.given, result))
+            return result.refused.response()  # what the endpoint's way answers, nothing found
+        if result.error is None and (result.found() or not (round_.left() or self._long_polls())):
+            return PassedResponse(self.merged(result.answers), media_type="application/json")
+        return FirstRound(round_.order, round_.given, result)
 
     def _long_polls(self) -> bool:
         return isinstance(self.wait_ms, int) and self.wait_ms > 0
@@ -211,16 +225,37 @@ class _FanRound(Exchange):
 
 class _PullRound(_FanRound):
     relabel = staticmethod(relabel_pull)
-    readers: int
+    members: list[BrokerMember]
+    query: bytes
 
     def merged(self, answers: list[Relabelled]) -> bytes:
         return merged_pull(self.group, self.route, answers)
 
     def not_answered(self, error: BrokerNoAnswerError) -> None:
-        if self.readers > 1:
-            self.go_on(None)  # from the start: the group's next replica is asked there
-        else:  # none left to ask (auto_commit: the master): the round's error, as there
-            self.failed(error)
+        rest = self.members[1:]
+        if not rest:  # none left to ask (auto_commit: the master): the round's error
+            step = self.settled(error)
+            assert isinstance(step, FirstRound)
+            self.go_on(step)
+            return
+        lane, group, topic = self.protocol.lane, self.group, self.route.topic
+        assert lane is not None
+        path, query = group_pull_path(group, topic), self.query
+
+        async def next_readers(request: Request) -> Response:
+            """The group's other readers in turn, as the endpoint's first round asks them."""
+            try:
+                _, answer = await forwarder(request).call_any(
+                    rest, "GET", path, query=query, request=request, timeout_s=long_poll_timeout(0)
+                )
+                step = self.settled(answer)
+            except (ProxyError, NoMasterError) as exc:
+                step = self.settled(exc)
+            if isinstance(step, FirstRound):
+                return await group_pull(group, topic, request, step)
+            return step
+
+        self.hand_over(lambda request: lane.settle(request, next_readers(request)))
 
     def go_on(self, first: FirstRound | None) -> None:
         lane, group, topic = self.protocol.lane, self.group, self.route.topic
@@ -238,7 +273,9 @@ class _ReceiveRound(_FanRound):
         return merged_receive(self.group, self.route.topic, chosen)
 
     def not_answered(self, error: BrokerNoAnswerError) -> None:
-        self.failed(error)
+        step = self.settled(error)  # its group is not asked again: it may have popped
+        assert isinstance(step, FirstRound)
+        self.go_on(step)
 
     def go_on(self, first: FirstRound | None) -> None:
         lane, group, topic = self.protocol.lane, self.group, self.route.topic

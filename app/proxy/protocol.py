@@ -313,8 +313,10 @@ async def _serve(
         request = HotRequest(held)
         try:
             response = await answer_of(request)
-        except Exception:
-            if not held.stalled:
+        except Exception as exc:
+            # A client gone (a request handed on by the lean lane reads its body late) or a
+            # stalled body is no error of the server's.
+            if not (held.stalled or isinstance(exc, ClientDisconnect)):
                 log.exception(
                     "unhandled error in %s %s (request %s)",
                     scope["method"],

@@ -173,3 +173,33 @@ def test_a_warm_group_pull_not_answered_goes_on_to_the_group_left_not_to_the_sam
     assert lost.status_code == 200, lost.text
     assert lost.json()["messages"] == []  # g1, the group left, had nothing
     assert hop.requests == asked + 1  # g2 was not asked again
+
+
+def test_a_warm_group_pull_not_answered_asks_the_groups_other_readers_not_the_same_again(
+    cluster: Cluster, hop: FaultyHop
+) -> None:
+    """On the endpoint's way a group's reader that gives no answer is followed, in the same
+    round, by the group's next reader (a slave); the broker that did not answer is not asked
+    again (a hung one would cost the client its timeout twice)."""
+    http = cluster.http
+    probe_rarely(cluster)
+    for i in range(4):
+        sent = http.post("/v1/topics/Warm/messages", json={"body": f"m{i}", "queue_id": 2})
+        assert sent.status_code == 201, sent.text
+    # b itself, as g2's slave (etcd's word is all the proxy has): the reader after the master.
+    put_members(cluster.etcd.url, {}, member("b-replica", "g2", cluster.b, "slave"))
+    wait_until(lambda: http.get("/healthz").json()["slaves"].get("g2") == ["b-replica"])
+
+    def group_pull() -> httpx.Response:
+        return http.get("/v1/groups/G/topics/Warm/messages", params={"max_messages": 2})
+
+    for _ in range(3):  # shared evenly (g1 drained), g1's probe, g2 alone: the lean lane
+        assert group_pull().status_code == 200
+    asked = hop.requests
+    hop.plan.append("lose")
+
+    read = group_pull()
+
+    assert read.status_code == 200, read.text
+    assert [m["body"] for m in read.json()["messages"]] == ["m0", "m1"]  # from the slave
+    assert hop.requests == asked + 1  # the master was not asked again
