@@ -13,9 +13,9 @@ long-poll to make.
 
 Anything else goes on the endpoint's way with the round (:class:`~app.proxy.fanout.FirstRound`):
 the groups left, the long-poll race, the commit of a race's winner — one implementation of
-them. A group pull that got no answer from a group with more readers starts over there (it
-asks the group's replicas, as the endpoint's first round would have); otherwise (auto_commit:
-its master only), as a POP receive, it does not ask that group again.
+them. A group pull that got no answer asks the group's other readers first (its slaves, as
+the endpoint's first round would have); with none (auto_commit: its master only), as a POP
+receive, it does not ask that group again.
 """
 
 from __future__ import annotations
