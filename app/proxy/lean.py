@@ -2,11 +2,12 @@
 
 The way through the endpoints cost a proxied request five times what reading its HTTP did: a
 task, a Starlette request, the endpoint's chain of coroutines, the attempt's state, the upstream
-pool's slots and future, each woken in a turn of the event loop of its own. On this lane the
-request is planned when its body is complete (in the protocol's ``on_message_complete``),
-written to an idle keep-alive connection of the broker it goes to, and answered when that
-connection has parsed the broker's answer (in its ``on_message_complete``): no task and no
-turn of the loop in between.
+pool's slots and future, each woken in a turn of the event loop of its own. On this lane a
+send is planned when its body is complete (in the protocol's ``on_message_complete``), a pull at
+its headers (it reads no body); it is written to an idle keep-alive connection of the broker it
+goes to, and answered when that connection has parsed the broker's answer (in its
+``on_message_complete``): no task and no turn of the loop in between. Group pulls and POP
+receives take it for a first round that asks one group (:mod:`app.proxy.lean_fanout`).
 
 The lane takes only what it can finish on the first broker's answer with the rules of the way
 through the endpoints; it hands everything else over, unchanged, to that way:

@@ -9,7 +9,9 @@ receive), :class:`ProxyHttpProtocol` calls the same endpoint with the same reque
 writes the answer — status line, headers, the request's ``X-Request-Id`` and body — in one
 write. What the HTTP shell (:class:`~app.middleware.HttpShellMiddleware`) does is done here the
 same way: the client's request id or a new one, the FastAPI app's handlers for errors, a 500
-problem with the request id for anything unexpected.
+problem with the request id for anything unexpected. A hot route with a lean lane
+(:mod:`app.proxy.lean`) is served from callbacks instead — no task, no endpoint — and hands
+whatever it does not finish to the endpoint's way (:meth:`ProxyHttpProtocol.serve`).
 
 Everything else takes the ASGI way unchanged, and so does a hot request that the shell would
 treat specially: a body without a Content-Length, or one over the cap (413), a path with a
