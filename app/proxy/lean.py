@@ -126,13 +126,21 @@ def lean_pull(protocol: ProxyHttpProtocol, held: HotBody, match: re.Match[str]) 
     if connection is None:
         return False
     request_id = request_id_for(scope)
-    query = scope["query_string"]
-    head = [line[0], b"?", query, line[1]] if query else [*line]
-    forwarded(head, scope["headers"], request_id, None)
-    head.append(b"\r\n")
+    head = get_head(line, scope["query_string"], scope["headers"], request_id)
     exchange = _PullExchange(protocol, held, connection, member, request_id)
     exchange.plan = plan
-    return exchange.start((b"".join(head),), plan.timeout_s)
+    return exchange.start((head,), plan.timeout_s)
+
+
+def get_head(
+    line: tuple[bytes, bytes], query: bytes, headers: list[tuple[bytes, bytes]], request_id: str
+) -> bytes:
+    """The head of a GET to a broker: the request line (``line``: up to its query, and the
+    rest with the Host header), the client's headers a broker gets, the request's id."""
+    head = [line[0], b"?", query, line[1]] if query else [*line]
+    forwarded(head, headers, request_id, None)
+    head.append(b"\r\n")
+    return b"".join(head)
 
 
 def _send_the_full_way(

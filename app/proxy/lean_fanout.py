@@ -42,7 +42,14 @@ from app.proxy.forward import (
     forwarded,
     long_poll_timeout,
 )
-from app.proxy.lean import PLANNING_ERRORS, Exchange, connection_to, request_id_for, state_of
+from app.proxy.lean import (
+    PLANNING_ERRORS,
+    Exchange,
+    connection_to,
+    get_head,
+    request_id_for,
+    state_of,
+)
 from app.proxy.pop import RECEIVE_DEFAULT, pop_receive, receive_path
 from app.proxy.relabel import Relabelled, merged_pull, merged_receive, relabel_pull, relabel_receive
 from app.proxy.upstream import UpstreamAnswer
@@ -89,14 +96,12 @@ def lean_group_pull(protocol: ProxyHttpProtocol, held: HotBody, match: re.Match[
     if connection is None:
         return False
     request_id = request_id_for(scope)
-    head = [line[0], b"?", query, line[1]] if query else [*line]
-    forwarded(head, scope["headers"], request_id, None)
-    head.append(b"\r\n")
+    head = get_head(line, query, scope["headers"], request_id)
     exchange = _PullRound(protocol, held, connection, member, request_id)
     exchange.round, exchange.shares, exchange.route = round_, state.budget_shares, route
     exchange.group, exchange.wait_ms = group, wait_ms
     exchange.members, exchange.query = members, query
-    return _started(exchange.start((b"".join(head),), long_poll_timeout(0)))
+    return _started(exchange.start((head,), long_poll_timeout(0)))
 
 
 def lean_receive(protocol: ProxyHttpProtocol, held: HotBody, match: re.Match[str]) -> bool:

@@ -14,11 +14,11 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from app.proxy.protocol import find_lane
 from app.proxy.upstream import Upstream
 from services.cluster import BrokerMember
 from tests.app.test_proxy import Cluster, create_topic, member, put_members, two_groups
 from tests.app.test_proxy_lean import FaultyHop, probe_rarely
+from tests.app.test_proxy_lean_review import upstream_of
 from tests.conftest import LiveServer, wait_until
 
 
@@ -72,13 +72,6 @@ def test_a_round_the_lean_lane_does_not_take_turns_the_groups_once(cluster: Clus
     firsts = [first_group() for _ in range(4)]
 
     assert firsts[0] != firsts[1] and firsts[1] != firsts[2] and firsts[2] != firsts[3], firsts
-
-
-def upstream_of(cluster: Cluster) -> Upstream:
-    lane = find_lane(cluster.proxy.server.config.loaded_app)
-    assert lane is not None
-    upstream: Upstream = lane.app.state.forwarder.upstream
-    return upstream
 
 
 def origin_of(url: str) -> tuple[str, int]:
