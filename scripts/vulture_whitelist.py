@@ -29,6 +29,11 @@ _.capture_signals  # app/server.py: overrides uvicorn's Server.capture_signals
 _._unset_keepalive_if_required  # app/proxy/protocol.py: overrides uvicorn's HttpToolsProtocol's
 _.on_response_complete  # app/proxy/protocol.py: uvicorn's cycle calls it when answered
 _.total_requests  # app/proxy/protocol.py: uvicorn's server counts requests with it
+_.expect_100_continue  # app/server.py: uvicorn's protocol reads it when the headers end
+
+# ---- httptools calls a parser's callbacks (app/server.py, app/proxy/upstream.py, bench)
+_.on_url
+_.on_header
 
 # ---- asyncio calls a protocol's flow control (bench/byte_relay.py)
 _.pause_writing
