@@ -100,11 +100,30 @@ def with_members(content: bytes, members: Mapping[str, Any]) -> bytes:
     """A JSON object's text with ``members`` put in front of its own (it has none of them)."""
     if not members:
         return content
+    return _in_front(content, memoryview(orjson.dumps(members))[:-1])
+
+
+def with_group(content: bytes, group: str) -> bytes:
+    """:func:`with_members` of ``{"broker_group": group}``, its text made once per group (a
+    send's receipts get it on every answer)."""
+    added = _GROUP_MEMBERS.get(group)
+    if added is None:
+        if len(_GROUP_MEMBERS) >= 4096:
+            _GROUP_MEMBERS.clear()
+        added = _GROUP_MEMBERS[group] = orjson.dumps({"broker_group": group})[:-1]
+    return _in_front(content, added)
+
+
+_GROUP_MEMBERS: dict[str, bytes] = {}
+"""``{"broker_group":"<group>"`` by group: the members' text up to the object's rest."""
+
+
+def _in_front(content: bytes, added: bytes | memoryview) -> bytes:
+    """``added`` (an object's ``{`` and members) in front of the members of ``content``."""
     rest = _BLANKS.match(content).end() + 1  # type: ignore[union-attr]  # past the `{`
     first = _FIRST_MEMBER.match(content, rest)
     comma = b"" if first is not None and first.group(1) == b"}" else b","
     # One copy: the members' `{...` and the object's rest joined through views, no slices.
-    added = memoryview(orjson.dumps(members))[:-1]
     return b"".join((added, comma, memoryview(content)[rest:]))
 
 

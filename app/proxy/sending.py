@@ -38,7 +38,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app.errors import PROBLEM_MEDIA_TYPE, STATUS_BY_CODE, problem_body
-from app.proxy.bodies import relabel_queue_id, with_members
+from app.proxy.bodies import relabel_queue_id, with_group
 from app.proxy.context import cluster_view, forwarder, proxy_limits, route_registry, send_picker
 from app.proxy.forward import (
     RETRY_AFTER_S,
@@ -68,9 +68,12 @@ def own_key() -> str:
     return f"{_KEY_PREFIX}{next(_KEY_COUNTER):x}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SendTarget:
-    """What a send asks for: its topic, where it goes, its key, and its body for a queue."""
+    """What a send asks for: its topic, where it goes, its key, and its body for a queue.
+
+    Not changed once made; not frozen either, as one is made for every send and a frozen
+    class's ``__init__`` costs four times a plain one's."""
 
     topic: str
     queue_id: int | None
@@ -290,7 +293,7 @@ async def _retry_after_refusal(
 def receipts(answer: BrokerAnswer, queue: QueueRoute, client_key: str | None) -> Response:
     """A broker's receipts as the client gets them: cluster-wide queue ids, ``broker_group``."""
     content = relabel_queue_id(answer.content, queue.local_queue_id, queue.queue_id)
-    content = with_members(content, {"broker_group": queue.group})
+    content = with_group(content, queue.group)
     headers = answer.headers
     if not client_key:  # a replay of the proxy's own retry, not the client's
         headers = {k: v for k, v in headers.items() if k != "idempotent-replayed"}

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from app.errors import ApiError
-from app.proxy.bodies import JsonSend, relabel_queue_id, with_members
+from app.proxy.bodies import JsonSend, relabel_queue_id, with_group, with_members
 from app.proxy.fanout import BudgetShares
 from services.cluster.proxy_routing import SplitBatchError
 
@@ -172,3 +172,6 @@ def _members_in_front(content: bytes, members: Mapping[str, object]) -> bytes:
 def test_members_are_put_in_front_as_by_concatenation(content: bytes) -> None:
     for members in ({"broker_group": "g1"}, {"x": [1], "y": "é"}):
         assert with_members(content, members) == _members_in_front(content, members)
+    for group in ("g1", "groupé", 'g"\\', "g1"):  # the last: the group's text made before
+        expected = _members_in_front(content, {"broker_group": group})
+        assert with_group(content, group) == expected
