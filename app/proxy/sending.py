@@ -295,7 +295,7 @@ def receipts(answer: BrokerAnswer, queue: QueueRoute, client_key: str | None) ->
     content = relabel_queue_id(answer.content, queue.local_queue_id, queue.queue_id)
     content = with_group(content, queue.group)
     headers = answer.headers
-    if not client_key:  # a replay of the proxy's own retry, not the client's
+    if not client_key and "idempotent-replayed" in headers:  # a replay of the proxy's retry
         headers = {k: v for k, v in headers.items() if k != "idempotent-replayed"}
     return PassedResponse(content, answer.status, headers, answer.content_type)
 
