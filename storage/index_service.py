@@ -26,7 +26,7 @@ from storage.index_file import (
     UniqKeyHasher,
     index_geometry,
 )
-from storage.record.java_hash import java_string_hash_of_parts
+from storage.record.java_hash import java_string_hash, java_string_hash_after
 from storage.record.message import StoredMessage
 from storage.record.properties import KEY_SEPARATOR, PROPERTY_REAL_TOPIC
 from storage.timer.transform import TIMER_TOPIC
@@ -58,13 +58,20 @@ def idempotency_index_key(scope: str, key: str) -> str:
     return f"{scope}#{IDEMPOTENCY_MARK}{key}"
 
 
+@lru_cache(maxsize=256)
+def _idempotency_head_hash(scope: str) -> int:
+    """The Java hash of ``scope#\x01``, the head of every idempotency index key of a topic."""
+    return java_string_hash(f"{scope}#{IDEMPOTENCY_MARK}") & 0xFFFFFFFF
+
+
 @lru_cache(maxsize=1024)
 def idempotency_key_hash(scope: str, key: str) -> int:
-    """``index_key_hash(idempotency_index_key(scope, key))`` from the remembered hashes of
-    its head (``scope#\x01``, one per topic) and of the key, which a keyed send that names
-    no queue has just hashed to choose one. Remembered for the last keys: a keyed put's
-    look-up and its dispatch right after hash the same key, and the dispatch finds it here."""
-    value = java_string_hash_of_parts(f"{scope}#{IDEMPOTENCY_MARK}", key)
+    """``index_key_hash(idempotency_index_key(scope, key))``: the remembered hash of its head
+    (one per topic), then the key's characters, without joining the two (Java's hash is
+    linear) or keeping the key in a cache of strings. Remembered for the last keys: a keyed
+    put's look-up and its dispatch right after hash the same key, and the dispatch finds it
+    here."""
+    value = java_string_hash_after(_idempotency_head_hash(scope), key)
     return 0 if value == -0x80000000 else abs(value)  # = index_key_hash's rule
 
 
