@@ -53,15 +53,34 @@ def java_string_hash(value: str) -> int:
 _POWERS_OF_31: Final = tuple(pow(31, n, 1 << 32) for n in range(_MAX_FAST_HASH_LENGTH + 1))
 
 
+_MAX_BASE_31_LENGTH: Final = 600
+"""Longest value hashed by parsing base-31 digits: under the smallest limit Python can be set
+to for parsing a number in a base other than a power of two (640 digits)."""
+_BASE_31_DIGITS: Final = b"0123456789abcdefghijklmnopqrstu"
+_LOW_DIGITS: Final = bytes(_BASE_31_DIGITS[unit % 31] for unit in range(256))
+_HIGH_DIGITS: Final = bytes(_BASE_31_DIGITS[unit // 31] for unit in range(256))
+
+
 def java_string_hash_after(prefix_hash: int, value: str) -> int:
     """``java_string_hash(prefix + value)`` from the prefix's hash, hashing ``value`` only.
 
     Java's hash is linear: ``h(p + v) = h(p) * 31**len(v) + h(v)`` (mod 2**32), so a
     remembered prefix (an index key's ``topic#``) is not hashed again. Uncached: the
     values (index keys) are nearly always new.
+
+    ``h(v)`` of an ASCII value is ``sum(c[i] * 31**(n-1-i))`` exactly before it wraps: with
+    ``c = 31*q + r`` per character that is the number the ``r`` digits write in base 31, plus
+    the one the ``q`` digits and a 0 write. ``int`` parses both in C: no product per character.
     """
     if not value.isascii() or len(value) > _MAX_FAST_HASH_LENGTH:
         h = prefix_hash * pow(31, _utf16_length(value), 1 << 32) + java_string_hash(value)
+    elif value and len(value) <= _MAX_BASE_31_LENGTH:
+        units = value.encode()
+        h = (
+            prefix_hash * _POWERS_OF_31[len(units)]
+            + int(units.translate(_LOW_DIGITS), 31)
+            + int(units.translate(_HIGH_DIGITS) + b"0", 31)
+        )
     else:
         units = value.encode()
         length = len(units)
