@@ -28,8 +28,9 @@ def _hash_powers(length: int) -> tuple[int, ...]:
 def java_string_hash(value: str) -> int:
     """Java ``String.hashCode``: ``h = 31*h + c`` over UTF-16 code units, as a signed int32.
 
-    Computed as ``sum(c[i] * 31**(n-1-i)) mod 2**32`` so the loop runs in C: index keys
-    are unique per message, so the cache rarely helps them.
+    Computed as ``sum(c[i] * 31**(n-1-i)) mod 2**32`` so the loop runs in C (for ASCII by
+    parsing base-31 digits, see :func:`java_string_hash_after`): index keys are unique per
+    message, so the cache rarely helps them.
 
     >>> java_string_hash("TAG1"), java_string_hash("TagA")
     (2567159, 2598919)
@@ -37,6 +38,12 @@ def java_string_hash(value: str) -> int:
     units: bytes | array.array[int]
     if value.isascii():
         units = value.encode()
+        if 0 < len(units) <= _MAX_BASE_31_LENGTH:
+            h = int(units.translate(_LOW_DIGITS), 31) + int(
+                units.translate(_HIGH_DIGITS) + b"0", 31
+            )
+            h &= _UINT32_MASK
+            return h - 0x100000000 if h & _SIGN_BIT else h
     else:
         units = array.array(
             "H", value.encode("utf-16-le" if sys.byteorder == "little" else "utf-16-be")

@@ -110,3 +110,9 @@ def test_the_hash_after_a_prefix_at_each_length_edge(length: int) -> None:
     assert java_string_hash_after(java_string_hash(prefix), value) == _reference_java_hash(
         prefix + value
     )
+
+
+@given(st.text(st.characters(max_codepoint=127), max_size=700))
+def test_an_ascii_string_hashes_as_the_textbook_loop(value: str) -> None:
+    """Base-31 digits up to 600 characters, products past it: the same hash."""
+    assert java_string_hash(value) == _reference_java_hash(value)
