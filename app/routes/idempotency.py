@@ -89,7 +89,7 @@ def idempotency_key(request: Request) -> str | None:
             if found is not None:
                 raise ApiError("INVALID_IDEMPOTENCY_KEY", _SEVERAL)
             found = value
-    return None if found is None else key_of([found.decode("latin-1")])
+    return None if found is None else _key_in(found.decode("latin-1"))
 
 
 def key_of(values: list[str]) -> str | None:
@@ -98,7 +98,12 @@ def key_of(values: list[str]) -> str | None:
         return None
     if len(values) > 1:
         raise ApiError("INVALID_IDEMPOTENCY_KEY", _SEVERAL)
-    value = values[0].strip()
+    return _key_in(values[0])
+
+
+def _key_in(value: str) -> str:
+    """The key one header value gives, bare or quoted, checked."""
+    value = value.strip()
     if len(value) >= 2 and value[0] == value[-1] == '"':
         value = _unquote(value)
     return check_key(value)
