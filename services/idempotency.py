@@ -119,7 +119,7 @@ class Appends(Protocol):
     async def durable_status(self, end_offset: int) -> PutStatus: ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen init sets each field through object.__setattr__
 class Written:
     """What a keyed put did: its results, and the earlier records when it repeated a put."""
 
@@ -235,16 +235,18 @@ class IdempotencyService:
             return await self._replay(earlier)
         _stamp(messages[0].properties, key, fingerprint, len(messages))
         results = self._appends.append(messages)
-        first = results[0]
-        self._remember(
-            topic,
-            key,
-            fingerprint,
-            first.physical_offset,
-            len(results),
-            results[-1].end_offset,
-            first.store_timestamp,
-        )
+        end_offset = results[-1].end_offset
+        if not self._store.keyed.covers(end_offset):  # = _remember's own check, one call less
+            first = results[0]
+            self._remember(
+                topic,
+                key,
+                fingerprint,
+                first.physical_offset,
+                len(results),
+                end_offset,
+                first.store_timestamp,
+            )
         return Written(await self._appends.settle(results))
 
     async def put_bodies_once(

@@ -20,7 +20,7 @@ import functools
 import ipaddress
 import itertools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Final
@@ -341,12 +341,15 @@ class SendService:
         uniq_key = self._uniq_keys.next()
         return self._to_store(topic, queue_id, message, born_timestamp, host, level, uniq_key)
 
-    async def _put_once(self, topic: str, key: str, payload: str, stored: list[Message]) -> Written:
-        """Put ``stored`` once under ``key``; ``payload``: the send's :func:`fingerprint`."""
+    def _put_once(
+        self, topic: str, key: str, payload: str, stored: list[Message]
+    ) -> Awaitable[Written]:
+        """Put ``stored`` once under ``key``; ``payload``: the send's :func:`fingerprint`.
+        The put's coroutine is handed back to be awaited, not awaited in one more."""
         idempotency = self._idempotency
         if idempotency is None:
             raise IdempotencyUnavailableError("this broker takes no idempotency keys")
-        return await idempotency.put_once(topic, key, payload, stored)
+        return idempotency.put_once(topic, key, payload, stored)
 
     def _replayed(
         self, topic: str, earlier: list[StoredMessage], written: Written

@@ -27,7 +27,7 @@ from storage.checkpoint import StoreCheckpoint
 from storage.commit_log import AppendedBatch, AppendResult, CommitLog
 from storage.consume_queue_table import ConsumeQueueTable
 from storage.delay_levels import SCHEDULE_TOPIC, deliver_timestamp
-from storage.index_service import IndexService, idempotency_index_key, idempotency_scope
+from storage.index_service import IndexService, idempotency_key_hash, idempotency_scope
 from storage.record.decode import RecordKind, decode_record
 from storage.record.encode import EncodedMessage
 from storage.record.java_hash import tags_code
@@ -100,7 +100,7 @@ class Dispatcher:
             properties.get(PROPERTY_KEYS),
             properties.get(PROPERTY_UNIQ_KEY),
             record.sys_flag,
-            _idempotency_index_key(record.topic, properties),
+            _idempotency_hash(record.topic, properties),
         )
 
     def tags_code_of(self, topic: str, properties: dict[str, str], store_timestamp: int) -> int:
@@ -123,13 +123,15 @@ class Dispatcher:
         """
         topic = encoded.topic
         store_timestamp = result.store_timestamp
+        plain = topic != SCHEDULE_TOPIC and topic != TIMER_TOPIC
+        key = encoded.idempotency_key
         request = DispatchRequest(
             topic,
             encoded.queue_id,
             result.physical_offset,
             result.size,
             encoded.tags_code
-            if topic != SCHEDULE_TOPIC and topic != TIMER_TOPIC
+            if plain
             else self.tags_code_of(topic, encoded.properties, store_timestamp),
             store_timestamp,
             result.queue_offset,
@@ -137,10 +139,10 @@ class Dispatcher:
             encoded.uniq_key,
             encoded.sys_flag,
             None
-            if encoded.idempotency_key is None
-            else idempotency_index_key(
-                idempotency_scope(topic, encoded.properties), encoded.idempotency_key
-            ),
+            if key is None
+            else idempotency_key_hash(
+                topic if plain else idempotency_scope(topic, encoded.properties), key
+            ),  # = _idempotency_hash: a plain topic is its key's scope
         )
         if self.sync_flush:
             self.pending.append(request)
@@ -322,7 +324,7 @@ class Dispatcher:
                 request.store_timestamp,
                 request.keys,
                 request.uniq_key,
-                request.idempotency_key,
+                request.idempotency_hash,
             )
         self.index_reput_offset = request.end_offset
 
@@ -365,8 +367,10 @@ class Dispatcher:
         return True
 
 
-def _idempotency_index_key(topic: str, properties: dict[str, str]) -> str | None:
+def _idempotency_hash(topic: str, properties: dict[str, str]) -> int | None:
+    """The index hash of a record's idempotency key (:func:`idempotency_key_hash` in its
+    scope), None when it has none."""
     key = properties.get(PROPERTY_IDEMPOTENCY_KEY)
     if key is None:
         return None
-    return idempotency_index_key(idempotency_scope(topic, properties), key)
+    return idempotency_key_hash(idempotency_scope(topic, properties), key)

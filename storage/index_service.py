@@ -13,6 +13,7 @@ new files get the configured one.
 from __future__ import annotations
 
 import time
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, cast
 
@@ -25,7 +26,7 @@ from storage.index_file import (
     UniqKeyHasher,
     index_geometry,
 )
-from storage.record.java_hash import java_string_hash_of_parts
+from storage.record.java_hash import java_string_hash, java_string_hash_after
 from storage.record.message import StoredMessage
 from storage.record.properties import KEY_SEPARATOR, PROPERTY_REAL_TOPIC
 from storage.timer.transform import TIMER_TOPIC
@@ -57,19 +58,20 @@ def idempotency_index_key(scope: str, key: str) -> str:
     return f"{scope}#{IDEMPOTENCY_MARK}{key}"
 
 
+@lru_cache(maxsize=256)
+def _idempotency_head_hash(scope: str) -> int:
+    """The Java hash of ``scope#\x01``, the head of every idempotency index key of a topic."""
+    return java_string_hash(f"{scope}#{IDEMPOTENCY_MARK}") & 0xFFFFFFFF
+
+
+@lru_cache(maxsize=1024)
 def idempotency_key_hash(scope: str, key: str) -> int:
-    """``index_key_hash(idempotency_index_key(scope, key))`` from the remembered hashes of
-    its head (``scope#\x01``, one per topic) and of the key, which a keyed send that names
-    no queue has just hashed to choose one: a look-up and its dispatch hash nothing anew."""
-    value = java_string_hash_of_parts(f"{scope}#{IDEMPOTENCY_MARK}", key)
-    return 0 if value == -0x80000000 else abs(value)  # = index_key_hash's rule
-
-
-def _idempotency_hash_of(index_key: str) -> int:
-    """:func:`idempotency_key_hash` of an :func:`idempotency_index_key` (split after its
-    mark, the first ``\x01``: a topic never holds one)."""
-    split = index_key.index(IDEMPOTENCY_MARK) + 1
-    value = java_string_hash_of_parts(index_key[:split], index_key[split:])
+    """``index_key_hash(idempotency_index_key(scope, key))``: the remembered hash of its head
+    (one per topic), then the key's characters, without joining the two (Java's hash is
+    linear) or keeping the key in a cache of strings. Remembered for the last keys: a keyed
+    put's look-up and its dispatch right after hash the same key, and the dispatch finds it
+    here."""
+    value = java_string_hash_after(_idempotency_head_hash(scope), key)
     return 0 if value == -0x80000000 else abs(value)  # = index_key_hash's rule
 
 
@@ -138,10 +140,10 @@ class IndexService:
         store_timestamp: int,
         keys: str | None,
         uniq_key: str | None,
-        idempotency_key: str | None = None,
+        idempotency_hash: int | None = None,
     ) -> None:
-        """Index one message unless an earlier dispatch already did; ``idempotency_key`` is
-        its :func:`idempotency_index_key`, if it was sent with one."""
+        """Index one message unless an earlier dispatch already did; ``idempotency_hash`` is
+        the :func:`idempotency_key_hash` of its idempotency key, if it was sent with one."""
         files = self.files
         last = files[-1] if files else None
         # A file started after a full one inherits its end, so that check holds there too.
@@ -165,10 +167,10 @@ class IndexService:
                 if not put(hashed, physical_offset, store_timestamp):
                     put = self._put
                     put(hashed, physical_offset, store_timestamp)
-        if idempotency_key:
-            hashed = _idempotency_hash_of(idempotency_key)
-            if not put(hashed, physical_offset, store_timestamp):
-                self._put(hashed, physical_offset, store_timestamp)
+        if idempotency_hash is not None and not put(
+            idempotency_hash, physical_offset, store_timestamp
+        ):
+            self._put(idempotency_hash, physical_offset, store_timestamp)
 
     def build_index_batch(
         self,

@@ -90,7 +90,7 @@ class DispatchRequest:
     keys: str | None
     uniq_key: str | None
     sys_flag: int
-    idempotency_key: str | None = None  # the index key of a keyed send (idempotency_index_key)
+    idempotency_hash: int | None = None  # a keyed send's index hash (idempotency_key_hash)
 
     @property
     def end_offset(self) -> int:

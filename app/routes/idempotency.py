@@ -16,6 +16,8 @@ from app.errors import ApiError
 from services import KEY_PATTERN, MAX_KEY_LENGTH, check_key
 
 REPLAYED_HEADERS: Final = {"Idempotent-Replayed": "true"}
+_HEADER: Final = b"idempotency-key"
+_SEVERAL: Final = "give one Idempotency-Key header, not several"
 
 IDEMPOTENCY_KEY_PARAMETER: Final[dict[str, Any]] = {
     "name": "Idempotency-Key",
@@ -77,8 +79,17 @@ def send_responses(problems: dict[int | str, dict[str, Any]]) -> dict[int | str,
 
 def idempotency_key(request: Request) -> str | None:
     """The request's Idempotency-Key, checked; None without one. 400 INVALID_IDEMPOTENCY_KEY
-    for a malformed key or more than one."""
-    return key_of(request.headers.getlist("idempotency-key"))
+    for a malformed key or more than one.
+
+    Read from the scope's raw headers (lower-case names, as ``request.headers`` compares
+    them) in one loop: every send asks, and ``getlist`` builds a list in a comprehension."""
+    found: bytes | None = None
+    for name, value in request.scope["headers"]:
+        if name == _HEADER:
+            if found is not None:
+                raise ApiError("INVALID_IDEMPOTENCY_KEY", _SEVERAL)
+            found = value
+    return None if found is None else _key_in(found.decode("latin-1"))
 
 
 def key_of(values: list[str]) -> str | None:
@@ -86,8 +97,13 @@ def key_of(values: list[str]) -> str | None:
     if not values:
         return None
     if len(values) > 1:
-        raise ApiError("INVALID_IDEMPOTENCY_KEY", "give one Idempotency-Key header, not several")
-    value = values[0].strip()
+        raise ApiError("INVALID_IDEMPOTENCY_KEY", _SEVERAL)
+    return _key_in(values[0])
+
+
+def _key_in(value: str) -> str:
+    """The key one header value gives, bare or quoted, checked."""
+    value = value.strip()
     if len(value) >= 2 and value[0] == value[-1] == '"':
         value = _unquote(value)
     return check_key(value)

@@ -28,8 +28,9 @@ def _hash_powers(length: int) -> tuple[int, ...]:
 def java_string_hash(value: str) -> int:
     """Java ``String.hashCode``: ``h = 31*h + c`` over UTF-16 code units, as a signed int32.
 
-    Computed as ``sum(c[i] * 31**(n-1-i)) mod 2**32`` so the loop runs in C: index keys
-    are unique per message, so the cache rarely helps them.
+    Computed as ``sum(c[i] * 31**(n-1-i)) mod 2**32`` so the loop runs in C (for ASCII by
+    parsing base-31 digits, see :func:`java_string_hash_after`): index keys are unique per
+    message, so the cache rarely helps them.
 
     >>> java_string_hash("TAG1"), java_string_hash("TagA")
     (2567159, 2598919)
@@ -37,6 +38,12 @@ def java_string_hash(value: str) -> int:
     units: bytes | array.array[int]
     if value.isascii():
         units = value.encode()
+        if 0 < len(units) <= _MAX_BASE_31_LENGTH:
+            h = int(units.translate(_LOW_DIGITS), 31) + int(
+                units.translate(_HIGH_DIGITS) + b"0", 31
+            )
+            h &= _UINT32_MASK
+            return h - 0x100000000 if h & _SIGN_BIT else h
     else:
         units = array.array(
             "H", value.encode("utf-16-le" if sys.byteorder == "little" else "utf-16-be")
@@ -53,15 +60,34 @@ def java_string_hash(value: str) -> int:
 _POWERS_OF_31: Final = tuple(pow(31, n, 1 << 32) for n in range(_MAX_FAST_HASH_LENGTH + 1))
 
 
+_MAX_BASE_31_LENGTH: Final = 600
+"""Longest value hashed by parsing base-31 digits: under the smallest limit Python can be set
+to for parsing a number in a base other than a power of two (640 digits)."""
+_BASE_31_DIGITS: Final = b"0123456789abcdefghijklmnopqrstu"
+_LOW_DIGITS: Final = bytes(_BASE_31_DIGITS[unit % 31] for unit in range(256))
+_HIGH_DIGITS: Final = bytes(_BASE_31_DIGITS[unit // 31] for unit in range(256))
+
+
 def java_string_hash_after(prefix_hash: int, value: str) -> int:
     """``java_string_hash(prefix + value)`` from the prefix's hash, hashing ``value`` only.
 
     Java's hash is linear: ``h(p + v) = h(p) * 31**len(v) + h(v)`` (mod 2**32), so a
     remembered prefix (an index key's ``topic#``) is not hashed again. Uncached: the
     values (index keys) are nearly always new.
+
+    ``h(v)`` of an ASCII value is ``sum(c[i] * 31**(n-1-i))`` exactly before it wraps: with
+    ``c = 31*q + r`` per character that is the number the ``r`` digits write in base 31, plus
+    the one the ``q`` digits and a 0 write. ``int`` parses both in C: no product per character.
     """
     if not value.isascii() or len(value) > _MAX_FAST_HASH_LENGTH:
         h = prefix_hash * pow(31, _utf16_length(value), 1 << 32) + java_string_hash(value)
+    elif value and len(value) <= _MAX_BASE_31_LENGTH:
+        units = value.encode()
+        h = (
+            prefix_hash * _POWERS_OF_31[len(units)]
+            + int(units.translate(_LOW_DIGITS), 31)
+            + int(units.translate(_HIGH_DIGITS) + b"0", 31)
+        )
     else:
         units = value.encode()
         length = len(units)
@@ -75,8 +101,8 @@ def java_string_hash_after(prefix_hash: int, value: str) -> int:
 def java_string_hash_of_parts(head: str, tail: str) -> int:
     """``java_string_hash(head + tail)`` from the hashes of its parts, each remembered by
     :func:`java_string_hash`'s cache: for a string made of a part that repeats and one that
-    was just hashed on its own (an idempotency index key: ``topic#\x01`` and the key, which
-    chose the send's queue), nothing is hashed again."""
+    was just hashed on its own, nothing is hashed again. (An idempotency index key hashes
+    its key after its head's hash instead: :func:`java_string_hash_after`.)"""
     length = len(tail) if tail.isascii() else _utf16_length(tail)
     power = _POWERS_OF_31[length] if length <= _MAX_FAST_HASH_LENGTH else pow(31, length, 1 << 32)
     h = (java_string_hash(head) * power + java_string_hash(tail)) & _UINT32_MASK

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from starlette.requests import Request
 
+from app.errors import ApiError
+from app.routes.idempotency import idempotency_key, key_of
+from services.errors import InvalidIdempotencyKeyError
 from services.send import shard_queue
 from tests.conftest import LiveServer, start_server
 
@@ -288,3 +293,39 @@ def test_a_repeated_batch_of_bodies_alone_replays_every_receipt(
     metrics = client.get("/metrics").text
     assert f'spoolmq_sends_replayed_total{{topic="{topic}"}} 1' in metrics
     assert f'spoolmq_messages_in_total{{topic="{topic}"}} 3' in metrics
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [],
+        [b"order-42-paid"],
+        [b"  order-42-paid\t"],
+        [b'"order-42-paid"'],
+        [b'"a\\"b\\\\c"'],
+        [b"cl\xe9"],
+        [b""],
+        [b"two words"],
+        [b"a", b"b"],
+        [b"a", b"a"],
+        [b"bad key", b"b"],
+    ],
+)
+def test_the_key_read_from_raw_headers_is_the_one_request_headers_give(
+    values: list[bytes],
+) -> None:
+    """The route reads the scope's raw headers itself: the same key, or the same refusal,
+    as ``request.headers.getlist``; other headers around it change nothing."""
+    raw = [(b"host", b"h"), (b"x-idempotency-key", b"other")]
+    for value in values:
+        raw += [(b"idempotency-key", value), (b"content-type", b"application/json")]
+    request = Request({"type": "http", "headers": raw})
+
+    def answer(read: Callable[[], str | None]) -> tuple[str, str | None]:
+        try:
+            return ("key", read())
+        except (ApiError, InvalidIdempotencyKeyError) as exc:
+            return (type(exc).__name__, str(exc))
+
+    expected = answer(lambda: key_of(request.headers.getlist("idempotency-key")))
+    assert answer(lambda: idempotency_key(request)) == expected

@@ -8,6 +8,7 @@ import pytest
 from services import Broker, OutgoingMessage
 from services.errors import (
     BatchRejectedError,
+    IdempotencyUnavailableError,
     InvalidPropertyError,
     QueueNotFoundError,
     SystemTopicError,
@@ -85,3 +86,15 @@ async def test_a_timed_send_answers_its_time_and_a_cancel_handle(broker: Broker)
     )
     assert [r.queue_offset for r in batch] == [-1, -1]
     assert len({r.timer_handle for r in batch}) == 2
+
+
+async def test_a_keyed_send_without_idempotency_is_refused_and_stores_nothing(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(broker.send, "_idempotency", None)
+    end = broker.replica.status().max_physical_offset
+    for messages in ([OutgoingMessage(b"x", queue_id=0)], [OutgoingMessage(b"a")] * 2):
+        with pytest.raises(IdempotencyUnavailableError):
+            await broker.send.send("T", messages, idempotency_key="order-1")
+    assert broker.replica.status().max_physical_offset == end
+    assert broker.metrics.messages_in["T"] == 0

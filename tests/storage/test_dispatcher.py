@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+
 from storage import MessageStore
 from storage.delay_levels import SCHEDULE_TOPIC
+from storage.index_file import index_key_hash
+from storage.index_service import idempotency_index_key, idempotency_key_hash
 from storage.record.java_hash import tags_code
 from storage.record.layout import TRANSACTION_PREPARED_TYPE
 from storage.record.message import Message
+from storage.store_types import DispatchRequest
 from storage.topic_names import TRANS_HALF_TOPIC
 from tests.storage.conftest import message
 
@@ -21,7 +26,9 @@ def test_a_record_read_back_gives_the_request_its_append_gave(store: MessageStor
     assert (request.physical_offset, request.size) == (result.physical_offset, result.size)
     assert request.tags_code == tags_code("TagA")
     assert (request.keys, request.uniq_key) == ("k1 k2", "U1")
-    assert request.idempotency_key is not None and "order-17" in request.idempotency_key
+    # The index hash of its key: that of the joined index key, as a look-up hashes it.
+    assert request.idempotency_hash == idempotency_key_hash("TopicA", "order-17")
+    assert request.idempotency_hash == index_key_hash(idempotency_index_key("TopicA", "order-17"))
     assert request.store_timestamp == result.store_timestamp
 
 
@@ -60,3 +67,29 @@ def test_half_messages_are_not_indexed_alone_or_in_a_batch(store: MessageStore) 
     assert store.query_message(TRANS_HALF_TOPIC, "order-2", 8) == []
     assert [m.uniq_key for m in store.query_message("TopicA", "order-1", 8)] == ["U1"]
     assert store.max_offset_in_queue(TRANS_HALF_TOPIC, 0) == 3  # units still written
+
+
+@pytest.mark.parametrize("delay", [None, "2"])
+def test_a_keyed_append_gives_the_index_hash_its_record_gives(
+    store: MessageStore, monkeypatch: pytest.MonkeyPatch, delay: str | None
+) -> None:
+    """An append hashes its key in its scope (a delayed message's REAL_TOPIC) as recovery
+    does from the record read back: the same entry either way."""
+    dispatched: list[DispatchRequest] = []
+    dispatch = store.dispatcher.dispatch
+
+    def heard(request: DispatchRequest, notify: bool) -> bool:
+        dispatched.append(request)
+        return dispatch(request, notify)
+
+    monkeypatch.setattr(store.dispatcher, "dispatch", heard)
+    sent = message(IDEMPOTENCY_KEY="order-17")
+    if delay is not None:
+        sent.properties["DELAY"] = delay
+    result = store.put_message(sent)
+    [request] = dispatched
+    assert request.topic == ("TopicA" if delay is None else SCHEDULE_TOPIC)
+    assert request.idempotency_hash == idempotency_key_hash("TopicA", "order-17")
+    data = store.commit_log.read_record(result.physical_offset)
+    assert data is not None
+    assert store.dispatcher.request_from_record(result.physical_offset, data) == request

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from storage.record.java_hash import (
     java_string_hash,
+    java_string_hash_after,
     java_string_hash_of_parts,
     tags_code,
     to_int32,
@@ -82,3 +85,34 @@ def test_to_int32_keeps_the_low_32_bits_signed() -> None:
     assert to_int32(-862545276) == -862545276
     assert to_int32(0xFFFFFFFF) == -1
     assert to_int32(2**32 + 5) == 5
+
+
+@given(
+    st.integers(min_value=-(2**31), max_value=2**32 - 1),
+    st.text(st.characters(max_codepoint=127), max_size=700),
+)
+def test_a_value_hashed_after_a_prefix_hash_is_the_whole_string_hashed(
+    prefix_hash: int, value: str
+) -> None:
+    """ASCII values of every length (base-31 digits up to 600 characters, products past it)
+    hash as the textbook loop hashes them after a prefix of that hash."""
+    expected = (prefix_hash * pow(31, len(value), 1 << 32) + _reference_java_hash(value)) & (
+        0xFFFFFFFF
+    )
+    assert java_string_hash_after(prefix_hash, value) & 0xFFFFFFFF == expected
+    assert java_string_hash_after(prefix_hash, value) == to_int32(expected)
+
+
+@pytest.mark.parametrize("length", [0, 1, 599, 600, 601, 1024, 1025])
+def test_the_hash_after_a_prefix_at_each_length_edge(length: int) -> None:
+    value = "".join(chr(0x7F - n % 0x60) for n in range(length))  # DEL and downwards
+    prefix = "Orders#\x01"
+    assert java_string_hash_after(java_string_hash(prefix), value) == _reference_java_hash(
+        prefix + value
+    )
+
+
+@given(st.text(st.characters(max_codepoint=127), max_size=700))
+def test_an_ascii_string_hashes_as_the_textbook_loop(value: str) -> None:
+    """Base-31 digits up to 600 characters, products past it: the same hash."""
+    assert java_string_hash(value) == _reference_java_hash(value)
