@@ -98,17 +98,6 @@ def java_string_hash_after(prefix_hash: int, value: str) -> int:
     return h - 0x100000000 if h & _SIGN_BIT else h
 
 
-def java_string_hash_of_parts(head: str, tail: str) -> int:
-    """``java_string_hash(head + tail)`` from the hashes of its parts, each remembered by
-    :func:`java_string_hash`'s cache: for a string made of a part that repeats and one that
-    was just hashed on its own, nothing is hashed again. (An idempotency index key hashes
-    its key after its head's hash instead: :func:`java_string_hash_after`.)"""
-    length = len(tail) if tail.isascii() else _utf16_length(tail)
-    power = _POWERS_OF_31[length] if length <= _MAX_FAST_HASH_LENGTH else pow(31, length, 1 << 32)
-    h = (java_string_hash(head) * power + java_string_hash(tail)) & _UINT32_MASK
-    return h - 0x100000000 if h & _SIGN_BIT else h
-
-
 def _utf16_length(value: str) -> int:
     return len(value.encode("utf-16-le")) // 2
 

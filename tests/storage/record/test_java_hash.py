@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 from storage.record.java_hash import (
     java_string_hash,
     java_string_hash_after,
-    java_string_hash_of_parts,
     tags_code,
     to_int32,
 )
@@ -70,8 +69,8 @@ def test_java_string_hash_of_long_and_mixed_strings(text: str) -> None:
         pytest.param("T#\x01", "x\U0001f600" * 600, id="long-astral-tail"),
     ],
 )
-def test_the_hash_of_parts_is_the_hash_of_the_whole(head: str, tail: str) -> None:
-    assert java_string_hash_of_parts(head, tail) == _reference_java_hash(head + tail)
+def test_the_hash_after_a_head_is_the_hash_of_the_whole(head: str, tail: str) -> None:
+    assert java_string_hash_after(java_string_hash(head), tail) == _reference_java_hash(head + tail)
 
 
 def test_tags_code_is_zero_without_a_tag_and_the_java_hash_otherwise() -> None:
