@@ -57,9 +57,10 @@ _CLOSE: Final = ord("}")
 RETRY_MEMBER: Final = b'"queue_topic":'
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Relabelled:
-    """One broker group's answer as the proxy passes it on."""
+    """One broker group's answer as the proxy passes it on; read only (not frozen: a frozen
+    dataclass's fields are set by calls, a cost per answer on the proxy's hot path)."""
 
     broker_group: str
     answer: BrokerAnswer
@@ -252,6 +253,11 @@ def _tag_between(name: str) -> bytes:
 
 
 @functools.lru_cache(maxsize=256)
+def _tag_between_queues(name: str) -> bytes:
+    return _tag(name) + QUEUE_BOUNDARY
+
+
+@functools.lru_cache(maxsize=256)
 def _tag_closed(name: str) -> bytes:
     return _tag(name) + b"}"
 
@@ -389,12 +395,11 @@ def _queues(text: bytes, topic: str, name: str, changed: dict[int, int]) -> list
     of another topic (a retry topic's) keep theirs."""
     if not text:
         return []
-    tag = _tag(name)
-    tagged = text.replace(QUEUE_BOUNDARY, tag + QUEUE_BOUNDARY)
-    count = (len(tagged) - len(text)) // len(tag) + 1
-    if text[-1:] != b"}" or text.count(b'"queue_id":') != count:
+    parts = text.rsplit(QUEUE_BOUNDARY)
+    if text[-1:] != b"}" or text.count(b'"queue_id":') != len(parts):
         return None
-    tagged = tagged[:-1] + tag + b"}"
+    parts[-1] = parts[-1][:-1] + _tag_closed(name)
+    tagged = _tag_between_queues(name).join(parts)
     if not changed:
         return [tagged]
     marker = b'{"topic":' + orjson.dumps(topic) + b',"queue_id":'
