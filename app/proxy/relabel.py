@@ -133,7 +133,7 @@ def _pull_whole(answer: BrokerAnswer, head: bytes, split: int, name: str) -> Rel
     content, start = answer.content, len(head)
     if not content.startswith(FIRST, start) or content[split - 1] != _CLOSE:
         return None
-    queues = _queues(content[split + len(QUEUES) : -2], "", name, {})
+    queues = _queues(content[split + len(QUEUES) : -2], "", name, {})  # no id to map: no topic
     if queues is None:
         return None
     parts = content.rsplit(BOUNDARY)
