@@ -88,8 +88,17 @@ def scope_query_items(scope: Any) -> list[tuple[str, str]]:
     items: list[tuple[str, str]] | None = scope.get(_QUERY)
     if items is None:
         raw = scope["query_string"].decode("latin-1")
-        items = scope[_QUERY] = parse_qsl(raw, keep_blank_values=True) if raw else []
+        items = scope[_QUERY] = query_items_of(raw) if raw else []
     return items
+
+
+def query_items_of(raw: str) -> list[tuple[str, str]]:
+    """``parse_qsl(raw, keep_blank_values=True)``; by splits alone when nothing in ``raw`` is
+    to be unquoted (no ``%``, no ``+``: the common query), where parse_qsl's general steps
+    per parameter cost more than the rest of a group pull's planning."""
+    if "%" in raw or "+" in raw:
+        return parse_qsl(raw, keep_blank_values=True)
+    return [(name, value) for name, _, value in (p.partition("=") for p in raw.split("&") if p)]
 
 
 def query_param(request: Request, name: str) -> str | None:

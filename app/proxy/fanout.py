@@ -144,13 +144,17 @@ class BudgetShares:
     ) -> tuple[dict[str, int], bool]:
         """:meth:`shares` without keeping anything: the shares, and whether they hold the
         drained groups' probe (then :meth:`probing` is to be called if they are asked)."""
-        known = self._known.get(key) or _Known()
-        likely = [g for g in groups if g not in known.drained]
-        probed = [g for g in groups if g in known.drained]
-        if not likely:  # none filled its share last time: share evenly
+        known = self._known.get(key)
+        likely: list[str] = []
+        probed: list[str] = []
+        if known is not None and known.drained:  # one pass, not one per list
+            drained = known.drained
+            for name in groups:
+                (probed if name in drained else likely).append(name)
+        if not likely:  # none filled its share last time (or none known): share evenly
             likely, probed = list(groups), []
         if probed:  # the clock is read only when there is a probe to time
-            last = known.probed_at
+            last = known.probed_at if known is not None else None
             if last is not None and time.monotonic() - last < self.probe_interval_s:
                 probed = []
         shares = dict.fromkeys(groups, 0)

@@ -201,21 +201,18 @@ class _FanRound(Exchange):
         for the endpoint's way to go on with."""
         round_ = self.round
         name = round_.name
-        result = Shared(self.read)
-        got: dict[str, int] = {}
-        if not isinstance(outcome, BrokerAnswer):
-            result.error = outcome
-        elif outcome.ok:
+        if isinstance(outcome, BrokerAnswer) and outcome.ok:  # the usual answer, straight on
             found = self.read(name, outcome)
-            result.answers.append(found)
-            got[name] = found.count
-        else:
-            result.refused = outcome
-        self.shares.record(round_.key, {name: round_.given[name]}, got)
-        if result.refused is not None:
-            return result.refused.response()  # what the endpoint's way answers, nothing found
-        if result.error is None and (result.found() or not (round_.left() or self._long_polls())):
-            return PassedResponse(self.merged(result.answers), media_type="application/json")
+            self.shares.record(round_.key, {name: round_.given[name]}, {name: found.count})
+            if found.count or not (round_.left() or self._long_polls()):
+                return PassedResponse(self.merged([found]), media_type="application/json")
+            result = Shared(self.read, [found])
+            return FirstRound(round_.order, round_.given, result)
+        self.shares.record(round_.key, {name: round_.given[name]}, {})
+        if isinstance(outcome, BrokerAnswer):  # refused: what the endpoint's way answers
+            return outcome.response()
+        result = Shared(self.read)
+        result.error = outcome
         return FirstRound(round_.order, round_.given, result)
 
     def _long_polls(self) -> bool:

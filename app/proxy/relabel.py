@@ -24,7 +24,9 @@ The answer is then joined from views of the broker's bytes and the pieces put in
 In a group whose queue ids are the cluster-wide ones (no number to map) the tags, and the
 handles' prefixes when the answer holds no more handle patterns than messages, go in by
 ``rsplit`` and ``join`` over the whole answer instead: C loops and a copy or two, where Python
-steps per message cost more than the search itself.
+steps per message cost more than the search itself. Those joins make the client's answer
+whole (:attr:`Relabelled.whole`): when it is the only one it is passed on as it is, not
+joined again from its pieces.
 Anything else — another layout, a message of another topic or a retry message (``queue_topic``)
 where ids change — is decoded and encoded as before (:func:`decoded_pull`,
 :func:`decoded_receive`); both ways give the same bytes (tests/app/test_proxy_relabel.py,
@@ -51,12 +53,14 @@ FIRST: Final = b'{"msg_id":"'
 QUEUES: Final = b'],"queues":['
 QUEUE_BOUNDARY: Final = b'},{"topic":'
 HANDLE: Final = b'"receipt_handle":"'
+_CLOSE: Final = ord("}")
 RETRY_MEMBER: Final = b'"queue_topic":'
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Relabelled:
-    """One broker group's answer as the proxy passes it on."""
+    """One broker group's answer as the proxy passes it on; read only (not frozen: a frozen
+    dataclass's fields are set by calls, a cost per answer on the proxy's hot path)."""
 
     broker_group: str
     answer: BrokerAnswer
@@ -66,6 +70,8 @@ class Relabelled:
     count: int
     queues: list[Piece]
     """A group pull's queues, likewise."""
+    whole: bytes | None = None
+    """The client's answer when this is the only one: its pieces are views of it."""
 
     def json(self) -> Any:
         return self.answer.json()
@@ -89,6 +95,8 @@ def pull_bytes(answer: BrokerAnswer, route: TopicRoute, name: str, group: str) -
     if split < start or not content.endswith(b"]}") or not content.startswith(head):
         return None
     changed = route.renumbered(name)
+    if not changed and start < split:  # the usual case: the answer in one join
+        return _pull_whole(answer, head, split, name)
     messages = _Messages(content, start, split, route.topic, name, changed).pieces(handles=False)
     if messages is None:
         return None
@@ -107,11 +115,67 @@ def receive_bytes(
     if not content.endswith(b"]}") or not content.startswith(head):
         return None
     changed = route.renumbered(name)
+    if not changed and len(head) < len(content) - 2:  # the usual case: the answer in one join
+        whole = _receive_whole(answer, head, name)
+        if whole is not None:
+            return whole
     messages = _Messages(content, len(head), len(content) - 2, route.topic, name, changed)
     pieces = messages.pieces(handles=True)
     if pieces is None:
         return None
     return Relabelled(name, answer, pieces[0], pieces[1], [])
+
+
+def _pull_whole(answer: BrokerAnswer, head: bytes, split: int, name: str) -> Relabelled | None:
+    """:func:`pull_bytes` of a group whose ids are the cluster-wide ones, holding messages:
+    the tag goes in at every message boundary by one split and one join, and the client's
+    answer is made whole — the pieces are views of it."""
+    content, start = answer.content, len(head)
+    if not content.startswith(FIRST, start) or content[split - 1] != _CLOSE:
+        return None
+    queues = _queues(content[split + len(QUEUES) : -2], "", name, {})  # no id to map: no topic
+    if queues is None:
+        return None
+    parts = content.rsplit(BOUNDARY)
+    last = parts[-1]  # the last message, its closing brace and the queues
+    after = b"".join((QUEUES, *queues, b"]}"))
+    parts[-1] = last[: len(last) - (len(content) - split + 1)] + _tag_closed(name) + after
+    whole = _tag_between(name).join(parts)
+    return _whole(answer, name, whole, len(parts), start, len(whole) - len(after), queues)
+
+
+def _receive_whole(answer: BrokerAnswer, head: bytes, name: str) -> Relabelled | None:
+    """:func:`receive_bytes` of a group whose ids are the cluster-wide ones, holding
+    messages, when the answer holds one handle pattern per message (none is a property's
+    name): the prefix goes in after every handle pattern and the tag at every message
+    boundary, each by one split and one join, and the client's answer is made whole — the
+    pieces are views of it. None when not so (the per-message way)."""
+    content, start = answer.content, len(head)
+    if not content.startswith(FIRST, start) or content[-3] != _CLOSE:
+        return None
+    handles = content.rsplit(HANDLE)
+    parts = _prefixed_handle(name).join(handles).rsplit(BOUNDARY)
+    if len(handles) - 1 != len(parts):
+        return None
+    parts[-1] = parts[-1][:-3] + _tag_closed(name) + b"]}"
+    whole = _tag_between(name).join(parts)
+    return _whole(answer, name, whole, len(parts), start, len(whole) - 2, [])
+
+
+def _whole(
+    answer: BrokerAnswer,
+    name: str,
+    whole: bytes,
+    count: int,
+    start: int,
+    end: int,
+    queues: list[Piece],
+) -> Relabelled:
+    """``whole`` as a Relabelled: its messages ``whole[start:end]``, and after them the
+    queues (as many pieces as ``queues``), as views."""
+    view = memoryview(whole)
+    queued: list[Piece] = [view[end + len(QUEUES) : -2]] if queues else []
+    return Relabelled(name, answer, [view[start:end]], count, queued, whole)
 
 
 def decoded_pull(answer: BrokerAnswer, route: TopicRoute, name: str, group: str) -> Relabelled:
@@ -133,7 +197,10 @@ def decoded_receive(answer: BrokerAnswer, route: TopicRoute, name: str) -> Relab
 
 def merged_pull(group: str, route: TopicRoute, answers: Sequence[Relabelled]) -> bytes:
     """One group pull answer from each broker group's (:func:`merge_group_pulls`' JSON)."""
-    pieces: list[Piece] = [_head(group, route.topic)]
+    head = _head(group, route.topic)
+    if len(answers) == 1 and (whole := _alone(answers[0], head)) is not None:
+        return whole
+    pieces: list[Piece] = [head]
     _joined(pieces, [a.messages for a in answers])
     pieces.append(QUEUES)
     _joined(pieces, [a.queues for a in answers])
@@ -143,10 +210,20 @@ def merged_pull(group: str, route: TopicRoute, answers: Sequence[Relabelled]) ->
 
 def merged_receive(group: str, topic: str, answers: Sequence[Relabelled]) -> bytes:
     """One POP receive answer from each broker group's."""
-    pieces: list[Piece] = [_head(group, topic)]
+    head = _head(group, topic)
+    if len(answers) == 1 and (whole := _alone(answers[0], head)) is not None:
+        return whole
+    pieces: list[Piece] = [head]
     _joined(pieces, [a.messages for a in answers])
     pieces.append(b"]}")
     return b"".join(pieces)
+
+
+def _alone(answer: Relabelled, head: bytes) -> bytes | None:
+    """The one answer as the client gets it, made when it was relabelled: what joining its
+    pieces behind ``head`` gives (None: they are to be joined)."""
+    whole = answer.whole
+    return whole if whole is not None and whole.startswith(head) else None
 
 
 def _joined(pieces: list[Piece], parts: list[list[Piece]]) -> None:
@@ -173,6 +250,11 @@ def _tag(name: str) -> bytes:
 @functools.lru_cache(maxsize=256)
 def _tag_between(name: str) -> bytes:
     return _tag(name) + BOUNDARY
+
+
+@functools.lru_cache(maxsize=256)
+def _tag_between_queues(name: str) -> bytes:
+    return _tag(name) + QUEUE_BOUNDARY
 
 
 @functools.lru_cache(maxsize=256)
@@ -313,12 +395,11 @@ def _queues(text: bytes, topic: str, name: str, changed: dict[int, int]) -> list
     of another topic (a retry topic's) keep theirs."""
     if not text:
         return []
-    tag = _tag(name)
-    tagged = text.replace(QUEUE_BOUNDARY, tag + QUEUE_BOUNDARY)
-    count = (len(tagged) - len(text)) // len(tag) + 1
-    if text[-1:] != b"}" or text.count(b'"queue_id":') != count:
+    parts = text.rsplit(QUEUE_BOUNDARY)
+    if text[-1:] != b"}" or text.count(b'"queue_id":') != len(parts):
         return None
-    tagged = tagged[:-1] + tag + b"}"
+    parts[-1] = parts[-1][:-1] + _tag_closed(name)
+    tagged = _tag_between_queues(name).join(parts)
     if not changed:
         return [tagged]
     marker = b'{"topic":' + orjson.dumps(topic) + b',"queue_id":'

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from app.errors import ApiError
 from app.proxy.bodies import JsonSend, relabel_queue_id, with_group, with_members
@@ -175,3 +177,54 @@ def test_members_are_put_in_front_as_by_concatenation(content: bytes) -> None:
     for group in ("g1", "groupé", 'g"\\', "g1"):  # the last: the group's text made before
         expected = _members_in_front(content, {"broker_group": group})
         assert with_group(content, group) == expected
+
+
+def plan_before(
+    drained: frozenset[str], probe_due: bool, groups: list[str], budget: int
+) -> tuple[dict[str, int], bool]:
+    """:meth:`BudgetShares.plan` as it was written first: the reference for its faster one."""
+    likely = [g for g in groups if g not in drained]
+    probed = [g for g in groups if g in drained]
+    if not likely:
+        likely, probed = list(groups), []
+    if probed and not probe_due:
+        probed = []
+    shares = dict.fromkeys(groups, 0)
+    probing = bool(probed)
+    if budget < len(likely) + len(probed):
+        for name in (likely + probed)[:budget]:
+            shares[name] = 1
+        return shares, probing
+    for name in probed:
+        shares[name] = 1
+    each, extra = divmod(budget - len(probed), len(likely))
+    for index, name in enumerate(likely):
+        shares[name] = each + (1 if index < extra else 0)
+    return shares, probing
+
+
+@given(
+    groups=st.permutations(["g1", "g2", "g3", "g4"]).flatmap(
+        lambda order: st.integers(1, 4).map(lambda n: order[:n])
+    ),
+    full=st.sets(st.sampled_from(["g1", "g2", "g3", "g4"])),
+    known=st.booleans(),
+    probed=st.sampled_from([None, 0.0, 3600.0]),
+    budget=st.integers(-1, 40),
+)
+def test_budget_plans_are_the_first_ones(
+    groups: list[str], full: set[str], known: bool, probed: float | None, budget: int
+) -> None:
+    """Any groups known drained or not, probed lately or never, in any order, any budget:
+    the plan (the shares and whether they probe) is the one first written."""
+    shares = BudgetShares(probe_interval_s=probed if probed is not None else 0)
+    key = ("pull", "G", "T")
+    drained: frozenset[str] = frozenset()
+    if known:
+        asked = dict.fromkeys(["g1", "g2", "g3", "g4"], 1)
+        shares.record(key, asked, dict.fromkeys(full, 1))
+        drained = frozenset(asked) - full
+        if probed is not None:
+            shares.probing(key)
+    probe_due = not known or probed is None or probed == 0.0
+    assert shares.plan(key, groups, budget) == plan_before(drained, probe_due, groups, budget)

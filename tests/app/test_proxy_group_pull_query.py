@@ -7,7 +7,7 @@ a share of the budget)."""
 from __future__ import annotations
 
 from types import SimpleNamespace
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode
 
 import orjson
 import pytest
@@ -18,7 +18,7 @@ from starlette.requests import Request
 
 from app.errors import ApiError
 from app.proxy.consume import pull_group
-from app.proxy.context import DEFAULT_MAX_MESSAGES, int_param, params_without
+from app.proxy.context import DEFAULT_MAX_MESSAGES, int_param, params_without, query_items_of
 from app.proxy.fanout import BudgetShares
 from app.proxy.forward import Forwarder
 from app.proxy.upstream import UpstreamAnswer
@@ -144,3 +144,17 @@ async def test_the_usual_pull_passes_the_clients_query_on_as_it_came() -> None:
     for query in (b"max_messages=032", b"max_messages=5&max_messages=6", b"wait_ms=00"):
         sent = await asked(query)
         assert sent is not None and sent[0] != query
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    raw=st.lists(
+        st.sampled_from(["&", "=", "%", "+", "%20", "%zz", ";", "max_messages", "32", "\u00e9"])
+        | st.text(max_size=4),
+        max_size=8,
+    ).map("".join)
+)
+def test_query_items_are_parse_qsls(raw: str) -> None:
+    """The query's parameters as parse_qsl gives them (blank values kept), whether they need
+    unquoting or not: empty pieces, names without ``=``, several ``=``, non-ASCII text."""
+    assert query_items_of(raw) == parse_qsl(raw, keep_blank_values=True)

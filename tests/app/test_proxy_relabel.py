@@ -326,3 +326,47 @@ def test_an_answer_not_as_expected_is_decoded() -> None:
         200, orjson.dumps({"group": "H", "topic": TOPIC, "messages": []}), "application/json", {}
     )
     assert receive_bytes(other_group, ROUTE, "g1", "G") is None
+
+
+def pop_message(queue_id: int, body: str, properties: dict[str, str]) -> dict[str, Any]:
+    return {
+        "msg_id": f"7F00000100002A9F{queue_id:016X}",
+        "topic": TOPIC,
+        "queue_id": queue_id,
+        "queue_offset": 7,
+        "body": body,
+        "properties": properties,
+        "receipt_handle": f"handle-{queue_id}",
+        "delivery_attempt": 1,
+        "invisible_until": 1795970553449,
+    }
+
+
+def test_a_group_whose_ids_are_the_same_is_answered_whole() -> None:
+    """The usual one-group answer is made whole when relabelled and passed on as it is; a
+    group whose ids change, an empty answer, and a POP answer with a property named like a
+    handle are joined from their pieces."""
+    messages = [pop_message(q % 4, body, {}) for q, body in enumerate(NASTY)]
+    pulled = {"group": "G", "topic": TOPIC, "messages": messages, "queues": []}
+    pull = BrokerAnswer(200, orjson.dumps(pulled), "application/json", {})
+    popped = BrokerAnswer(
+        200, orjson.dumps({"group": "G", "topic": TOPIC, "messages": messages}), "", {}
+    )
+    for name, whole in (("g1", True), ("g2", False)):
+        relabelled = relabel_pull(pull, ROUTE, name, "G")
+        assert (relabelled.whole is not None) == whole
+        merged = merged_pull("G", ROUTE, [relabelled])
+        assert merged == pull_before(ROUTE, "G", [(name, pull)])
+        assert (merged is relabelled.whole) == whole
+        received = relabel_receive(popped, ROUTE, name, "G")
+        assert (received.whole is not None) == whole
+        merged = merged_receive("G", TOPIC, [received])
+        assert merged == receive_before(ROUTE, "G", [(name, popped)])
+        assert (merged is received.whole) == whole
+    empty = BrokerAnswer(200, orjson.dumps({**pulled, "messages": []}), "", {})
+    assert relabel_pull(empty, ROUTE, "g1", "G").whole is None
+    named = [pop_message(1, "x", {"receipt_handle": "y"}), pop_message(2, "z", {})]
+    odd = BrokerAnswer(200, orjson.dumps({"group": "G", "topic": TOPIC, "messages": named}), "", {})
+    received = relabel_receive(odd, ROUTE, "g1", "G")
+    assert received.whole is None
+    assert merged_receive("G", TOPIC, [received]) == receive_before(ROUTE, "G", [("g1", odd)])

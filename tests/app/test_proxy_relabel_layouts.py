@@ -14,10 +14,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.proxy.forward import BrokerAnswer
-from app.proxy.relabel import merged_pull, merged_receive, relabel_pull, relabel_receive
+from app.proxy.relabel import (
+    Relabelled,
+    merged_pull,
+    merged_receive,
+    relabel_pull,
+    relabel_receive,
+)
 from tests.app.test_proxy_relabel import ROUTE, TOPIC, pull_before, receive_before
 
 GROUP = "Layouts"
+OTHER = 'Another \u00e9 "group"'
 PATTERNS = [
     '},{"msg_id":"',
     '"receipt_handle":"',
@@ -109,6 +116,16 @@ def test_group_pulls_relabelled_as_bytes_are_the_decoded_ones(
         parts.append(relabelled)
     both = pull_before(ROUTE, GROUP, [("g1", broker), ("g2", broker)])
     assert merged_pull(GROUP, ROUTE, parts) == both
+    assert_pull_pieces(broker, parts[0])
+
+
+def assert_pull_pieces(broker: BrokerAnswer, relabelled: Relabelled) -> None:
+    """An answer made whole when relabelled has pieces that join as it: merged twice, or
+    under another consumer group's head (joined, not taken whole)."""
+    twice = pull_before(ROUTE, GROUP, [("g1", broker), ("g1", broker)])
+    assert merged_pull(GROUP, ROUTE, [relabelled, relabelled]) == twice
+    other = pull_before(ROUTE, OTHER, [("g1", broker)])
+    assert merged_pull(OTHER, ROUTE, [relabelled]) == other
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -126,3 +143,7 @@ def test_pop_receives_relabelled_as_bytes_are_the_decoded_ones(
         parts.append(relabelled)
     both = receive_before(ROUTE, GROUP, [("g1", broker), ("g2", broker)])
     assert merged_receive(GROUP, TOPIC, parts) == both
+    twice = receive_before(ROUTE, GROUP, [("g1", broker), ("g1", broker)])
+    assert merged_receive(GROUP, TOPIC, [parts[0], parts[0]]) == twice
+    other = receive_before(ROUTE, OTHER, [("g1", broker)])
+    assert merged_receive(OTHER, TOPIC, [parts[0]]) == other
