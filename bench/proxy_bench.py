@@ -66,6 +66,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 from failover_bench import HttpProcess, Server, free_port, start_etcd, wait_for
@@ -78,6 +79,7 @@ TOPIC = "PB"  # sends
 PULLED = "PP"  # pulls: queue 0 filled up front
 FANNED = "PF"  # two groups: messages only in g1's queues
 FILL = 20_000
+T = TypeVar("T")
 
 
 # ==================================================================== processes
@@ -358,8 +360,8 @@ def one_group(args: argparse.Namespace, root: Path) -> dict[tuple[str, str, int]
             targets["http"] = (running.http_relay.url, None)
             targets |= proxied
             for connections in args.connections:
-                for _ in range(args.repeat):
-                    for side, (url, other) in targets.items():
+                for turn in range(args.repeat):
+                    for side, (url, other) in in_turn(targets, turn):
                         used = other or script
                         wrk(url, used, 1, connections, root, cpu)  # warm up
                         before = cpu_seconds(pids[side])
@@ -369,6 +371,17 @@ def one_group(args: argparse.Namespace, root: Path) -> dict[tuple[str, str, int]
                         figures.setdefault((name, side, connections), []).append(figure)
                         print(f"  {name:<24} c{connections:<3} {side:<7} {show(figure)}")
     return figures
+
+
+def in_turn(targets: dict[str, T], turn: int) -> list[tuple[str, T]]:
+    """The sides of one round in the order they run: direct first (each side's ratio is to the
+    direct run of its round) and the two proxies in turns, so neither is always the last to
+    find the broker's state (a POP receive hides what it returns: the stock and the handles in
+    flight move through the rounds)."""
+    items = list(targets.items())
+    proxies = [item for item in items if item[0] in ("after", "before")]
+    rest = [item for item in items if item[0] not in ("after", "before")]
+    return rest + (proxies[::-1] if turn % 2 else proxies)
 
 
 def fill(url: str, topic: str, count: int, where: dict[str, object]) -> None:
@@ -461,8 +474,8 @@ def two_groups(args: argparse.Namespace, root: Path) -> dict[tuple[str, str, int
         with on_cpu(cpu):
             for name, (method, path, body) in (("group pull 32", pull), ("POP receive 32", pop)):
                 for connections in args.connections:
-                    for _ in range(args.repeat):
-                        for side, (port, pid) in targets.items():
+                    for turn in range(args.repeat):
+                        for side, (port, pid) in in_turn(targets, turn):
                             with masters_seen(via, side) as diagnose:
                                 figure = asyncio.run(
                                     rounds(
