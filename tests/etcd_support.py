@@ -12,7 +12,7 @@ from typing import BinaryIO
 
 import httpx
 
-from tests.net import free_port
+from tests.net import free_ports
 
 ETCD_BINARY = shutil.which("etcd") or "/usr/bin/etcd"
 
@@ -77,4 +77,5 @@ class EtcdServer:
 
 
 def start_etcd(tmp_dir: Path) -> EtcdServer:
-    return EtcdServer(tmp_dir / "etcd", free_port(), free_port()).start()
+    client_port, peer_port = free_ports(2)
+    return EtcdServer(tmp_dir / "etcd", client_port, peer_port).start()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.net import free_port
+from tests.net import free_ports
 
 ROOT = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
@@ -107,7 +107,7 @@ def messages_in(url: str, topic: str) -> int:
 @contextmanager
 def standalone_spark(work: Path, env: dict[str, str]) -> Iterator[str]:
     """A standalone master and one worker (2 cores, 2 GiB) on 127.0.0.1; yields its URL."""
-    port, web, worker_web = free_port(), free_port(), free_port()
+    port, web, worker_web = free_ports(3)
     spark_class = str(BIN / "spark-class")
     work.mkdir(parents=True, exist_ok=True)
     processes: list[subprocess.Popen[bytes]] = []
