@@ -38,25 +38,33 @@ class ServeProcess:
         self.process = self._start()
 
     def _start(self) -> subprocess.Popen[bytes]:
-        process = subprocess.Popen(
-            [
-                str(BIN / "spoolmq"),
-                "serve",
-                "--store-dir",
-                str(self.store),
-                "--port",
-                str(self.port),
-                "--log-level",
-                "warning",
-                *self.args,
-            ],
-            env=self.env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        log_path = self.store.parent / f"{self.store.name}.serve.log"
+        with log_path.open("ab") as log:  # the server's warnings, to say why it did not start
+            process = subprocess.Popen(
+                [
+                    str(BIN / "spoolmq"),
+                    "serve",
+                    "--store-dir",
+                    str(self.store),
+                    "--port",
+                    str(self.port),
+                    "--log-level",
+                    "warning",
+                    *self.args,
+                ],
+                env=self.env,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
         if not wait_ready(self.url, lambda: process.poll() is None, self.ready_timeout_s):
+            exited = process.poll()
             kill_9(process)
-            raise RuntimeError("the server did not become ready")
+            said = log_path.read_bytes()[-2000:].decode(errors="replace")
+            raise RuntimeError(
+                f"the server on port {self.port} did not become ready "
+                f"({'exit code ' + str(exited) if exited is not None else 'still running'}); "
+                f"it said: {said}"
+            )
         return process
 
     def restart(self) -> None:
