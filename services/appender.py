@@ -70,13 +70,15 @@ class Appender:
     ) -> tuple[BatchPut, PutStatus]:
         """:meth:`put` of a batch of bodies alone (see :meth:`MessageStore.put_bodies`),
         answered as columns and the one status of the batch."""
-        put = self.append_bodies(first, bodies, uniq_keys)
+        put = self.append_bodies(first, bodies, uniq_keys, None)
         return put, await self.durable_status(put.end_offset)
 
-    def append_bodies(self, first: Message, bodies: list[bytes], uniq_keys: list[str]) -> BatchPut:
+    def append_bodies(
+        self, first: Message, bodies: list[bytes], uniq_keys: list[str], crcs: list[int] | None
+    ) -> BatchPut:
         """:meth:`append` of a batch of bodies alone, answered as columns (no await, as
-        :meth:`append`)."""
-        put = self._store.put_bodies(first, bodies, uniq_keys)
+        :meth:`append`); ``crcs``: the bodies' BODYCRCs, if made already."""
+        put = self._store.put_bodies(first, bodies, uniq_keys, crcs)
         if self.replication is not None:
             self.replication.appended(put.end_offset, put.store_timestamp)
         return put

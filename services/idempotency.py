@@ -40,7 +40,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Final, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Final, NamedTuple, Protocol
 
 from services.errors import (
     IdempotencyKeyReusedError,
@@ -63,6 +63,9 @@ from storage.record.properties import (
     PROPERTY_IDEMPOTENCY_FINGERPRINT,
     PROPERTY_IDEMPOTENCY_KEY,
 )
+
+if TYPE_CHECKING:
+    from services.send_payload import Fingerprint
 
 MAX_KEY_LENGTH: Final = 128
 KEY_PATTERN: Final = r"^[!-~]{1,128}$"
@@ -111,7 +114,7 @@ class Appends(Protocol):
     def append(self, messages: list[Message]) -> list[PutResult]: ...
 
     def append_bodies(
-        self, first: Message, bodies: list[bytes], uniq_keys: list[str]
+        self, first: Message, bodies: list[bytes], uniq_keys: list[str], crcs: list[int] | None
     ) -> BatchPut: ...
 
     async def settle(self, results: list[PutResult]) -> list[PutResult]: ...
@@ -213,7 +216,7 @@ class IdempotencyService:
         self,
         topic: str,
         key: str,
-        fingerprint: str | None,
+        fingerprint: Fingerprint | None,
         messages: list[Message],
         *,
         since_ms: int | None = None,
@@ -233,7 +236,8 @@ class IdempotencyService:
         # From the look-up to the append nothing awaits: no other put runs in between.
         if earlier is not None:
             return await self._replay(earlier)
-        _stamp(messages[0].properties, key, fingerprint, len(messages))
+        stamp = None if fingerprint is None else fingerprint.value
+        _stamp(messages[0].properties, key, stamp, len(messages))
         results = self._appends.append(messages)
         end_offset = results[-1].end_offset
         if not self._store.keyed.covers(end_offset):  # = _remember's own check, one call less
@@ -241,7 +245,7 @@ class IdempotencyService:
             self._remember(
                 topic,
                 key,
-                fingerprint,
+                stamp,
                 first.physical_offset,
                 len(results),
                 end_offset,
@@ -253,14 +257,16 @@ class IdempotencyService:
         self,
         topic: str,
         key: str,
-        fingerprint: str,
+        fingerprint: Fingerprint,
         first: Message,
         bodies: list[bytes],
         uniq_keys: list[str],
+        crcs: list[int] | None = None,
     ) -> Written | tuple[BatchPut, PutStatus]:
         """:meth:`put_once` of a batch of bodies alone (``first``, then messages like it, as
         :meth:`MessageStore.put_bodies` takes them): the same look-up, the same records, the
-        same bookkeeping; a new put is answered as columns and the one status of the batch."""
+        same bookkeeping; a new put is answered as columns and the one status of the batch.
+        ``crcs``: the bodies' CRCs the fingerprint was made of, for their records."""
         if self._store.keyed.covers(self._ready_at):  # = _earlier_put, one coroutine less
             earlier = self.find(topic, key, fingerprint, self.since_ms())
         else:
@@ -268,11 +274,12 @@ class IdempotencyService:
         # From the look-up to the append nothing awaits: no other put runs in between.
         if earlier is not None:
             return await self._replay(earlier)
-        _stamp(first.properties, key, fingerprint, len(bodies))
-        put = self._appends.append_bodies(first, bodies, uniq_keys)
+        stamp = fingerprint.value
+        _stamp(first.properties, key, stamp, len(bodies))
+        put = self._appends.append_bodies(first, bodies, uniq_keys, crcs)
         offsets = put.offsets
         self._remember(
-            topic, key, fingerprint, offsets[0], len(offsets), put.end_offset, put.store_timestamp
+            topic, key, stamp, offsets[0], len(offsets), put.end_offset, put.store_timestamp
         )
         return put, await self._appends.durable_status(put.end_offset)
 
@@ -280,7 +287,7 @@ class IdempotencyService:
         self,
         topic: str,
         key: str,
-        fingerprint: str | None,
+        fingerprint: Fingerprint | None,
         since_ms: int | None,
         ready_wait_s: float | None,
     ) -> list[StoredMessage] | None:
@@ -398,10 +405,11 @@ class IdempotencyService:
     # ------------------------------------------------------------------ look-up
 
     def find(
-        self, topic: str, key: str, fingerprint: str | None, since_ms: int
+        self, topic: str, key: str, fingerprint: Fingerprint | None, since_ms: int
     ) -> list[StoredMessage] | None:
         """The records of the put with ``key`` in ``topic`` stored at ``since_ms`` or later,
-        or None. IdempotencyKeyReusedError when its fingerprint is not ``fingerprint``."""
+        or None. IdempotencyKeyReusedError when its fingerprint does not match ``fingerprint``
+        (None: any put with the key counts)."""
         if self._order:  # none is held when dispatch indexes in the append (ASYNC_FLUSH)
             self._forget_indexed(since_ms)
         store = self._store
@@ -416,7 +424,7 @@ class IdempotencyService:
                 return None
             stored_fingerprint = first.properties.get(PROPERTY_IDEMPOTENCY_FINGERPRINT)
             count = _batch_count(first)
-        if fingerprint is not None and stored_fingerprint != fingerprint:
+        if fingerprint is not None and not fingerprint.matches(stored_fingerprint):
             raise IdempotencyKeyReusedError(
                 f"Idempotency-Key {key!r} was used for another payload in topic {topic} "
                 f"(message {first.msg_id}, stored at {first.store_timestamp}): a retry must "

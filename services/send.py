@@ -31,8 +31,8 @@ from services.errors import BatchRejectedError, IdempotencyUnavailableError, Inv
 from services.idempotency import IdempotencyService, Written
 from services.metrics import Metrics
 from services.outgoing import OutgoingMessage, check_message, deliver_time_of
+from services.send_payload import Fingerprint, bodies_fingerprint, body_crcs, one_fingerprint
 from services.send_payload import bodies_alone as bodies_alone  # re-exported
-from services.send_payload import bodies_fingerprint, one_fingerprint
 from services.send_payload import fingerprint as fingerprint  # re-exported
 from services.send_receipts import SendReceipt as SendReceipt  # re-exported
 from services.send_receipts import SentBodies
@@ -264,9 +264,10 @@ class SendService:
         idempotency = self._idempotency
         if idempotency is None:
             raise IdempotencyUnavailableError("this broker takes no idempotency keys")
-        payload = bodies_fingerprint(bodies, [0] * len(bodies))
+        crcs = body_crcs(bodies)  # the fingerprint's, and the records'
+        payload = bodies_fingerprint(bodies, [0] * len(bodies), crcs)
         written = await idempotency.put_bodies_once(
-            topic, idempotency_key, payload, first, bodies, uniq_keys
+            topic, idempotency_key, payload, first, bodies, uniq_keys, crcs
         )
         if isinstance(written, Written):
             return self._replayed(topic, written.earlier or [], written)
@@ -342,7 +343,7 @@ class SendService:
         return self._to_store(topic, queue_id, message, born_timestamp, host, level, uniq_key)
 
     def _put_once(
-        self, topic: str, key: str, payload: str, stored: list[Message]
+        self, topic: str, key: str, payload: Fingerprint, stored: list[Message]
     ) -> Awaitable[Written]:
         """Put ``stored`` once under ``key``; ``payload``: the send's :func:`fingerprint`.
         The put's coroutine is handed back to be awaited, not awaited in one more."""

@@ -194,12 +194,19 @@ def lean_batch(messages: list[Message], store_v6: bool, max_body_size: int) -> L
 
 
 def lean_bodies(
-    first: Message, bodies: list[bytes], uniq_keys: list[str], store_v6: bool, max_body_size: int
+    first: Message,
+    bodies: list[bytes],
+    uniq_keys: list[str],
+    store_v6: bool,
+    max_body_size: int,
+    crcs: list[int] | None = None,
 ) -> LeanBatch | None:
     """:func:`lean_batch` of ``first`` followed by messages like it, each with the next of
     ``bodies`` and ``uniq_keys`` as its body and only property, built from the columns
-    (``first`` has ``bodies[0]`` and ``uniq_keys[0]``; None as :func:`lean_batch`)."""
-    if len(uniq_keys) != len(bodies):
+    (``first`` has ``bodies[0]`` and ``uniq_keys[0]``; None as :func:`lean_batch`).
+    ``crcs``: each body's BODYCRC (:func:`~storage.record.layout.body_crc`) if the caller
+    made them already (a keyed send's fingerprint is made of them)."""
+    if len(uniq_keys) != len(bodies) or (crcs is not None and len(crcs) != len(bodies)):
         raise ValueError(f"{len(bodies)} bodies and {len(uniq_keys)} UNIQ_KEYs")
     topic, queue_id, flag, sys_flag, born_timestamp, born_host, reconsume, prepared = _SHAPE(first)
     if sys_flag & TRANSACTION_TYPE_MASK:
@@ -243,7 +250,9 @@ def lean_bodies(
     batch.idempotency_keys = [] if key is None else [(0, key)]
     batch.bodies = bodies
     batch.body_lengths = body_lengths
-    batch.crcs = list(map(and_, map(zlib.crc32, bodies), repeat(CRC_MASK)))
+    batch.crcs = (
+        list(map(and_, map(zlib.crc32, bodies), repeat(CRC_MASK))) if crcs is None else crcs
+    )
     batch.first_tail = first_tail
     batch.tail_heads = tail_heads
     batch.key_bytes = key_bytes

@@ -5,13 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from services import Broker, BrokerConfig, FlushDiskType, OutgoingMessage
-from storage import MessageStore
+from services.errors import IdempotencyKeyReusedError
+from services.send_payload import VERSION, bodies_fingerprint, earlier_form
+from storage import Message, MessageStore
+from storage.record.layout import body_crc
+from storage.record.properties import (
+    PROPERTY_IDEMPOTENCY_BATCH,
+    PROPERTY_IDEMPOTENCY_FINGERPRINT,
+    PROPERTY_IDEMPOTENCY_KEY,
+    PROPERTY_UNIQ_KEY,
+)
 from tests.services.conftest import SMALL
 
 ORDER = OutgoingMessage(b"order 42 paid", keys=("order-42",))
@@ -71,3 +81,63 @@ async def test_concurrent_repeats_append_once(sync_broker: Broker) -> None:
     [first, second] = answers[0]
     assert second.queue_offset == first.queue_offset + 1
     assert store.max_offset_in_queue("Orders", first.queue_id) == second.queue_offset + 1
+
+
+async def test_a_repeat_of_a_send_stored_before_crc_fingerprints_is_found(
+    sync_broker: Broker,
+) -> None:
+    """Records stored by earlier versions carry the SHA-256 of their bodies as the
+    fingerprint: a repeat of that send (one message, a batch, or bodies alone) is still
+    answered with it, and another payload under the key is still refused."""
+    store = store_of(sync_broker)
+    bodies = [b"order 43 paid", b"order 43 shipped"]
+    stored_before = earlier_form(bodies, repr(([13, 16], [0, 0], [])))
+    assert not stored_before.startswith(VERSION)
+    now = int(time.time() * 1000)
+    first = Message(
+        "Orders",
+        bodies[0],
+        0,
+        {
+            PROPERTY_UNIQ_KEY: "U-43-1",
+            PROPERTY_IDEMPOTENCY_KEY: "order-43",
+            PROPERTY_IDEMPOTENCY_FINGERPRINT: stored_before,
+            PROPERTY_IDEMPOTENCY_BATCH: "2",
+        },
+        born_timestamp=now,
+    )
+    second = Message("Orders", bodies[1], 0, {PROPERTY_UNIQ_KEY: "U-43-2"}, born_timestamp=now)
+    written = store.put_messages([first, second])
+    deadline = time.monotonic() + 10
+    while store.keyed.find("Orders", "order-43", 0) is None:  # dispatched, indexed
+        assert time.monotonic() < deadline, "the records were never indexed"
+        await asyncio.sleep(0.01)
+    end = store.max_physical_offset
+
+    messages = [OutgoingMessage(body) for body in bodies]
+    again = await sync_broker.send.send("Orders", messages, idempotency_key="order-43")
+    assert [r.replayed for r in again] == [True, True]
+    assert [r.queue_offset for r in again] == [w.queue_offset for w in written]
+    columns = await sync_broker.send.send_bodies_once("Orders", bodies, "order-43")
+    assert isinstance(columns, list)
+    assert [(r.replayed, r.uniq_key) for r in columns] == [(True, "U-43-1"), (True, "U-43-2")]
+    with pytest.raises(IdempotencyKeyReusedError):
+        await sync_broker.send.send_bodies_once("Orders", [b"order 43 lost"], "order-43")
+    with pytest.raises(IdempotencyKeyReusedError):
+        await sync_broker.send.send("Orders", messages[:1], idempotency_key="order-43")
+    assert store.max_physical_offset == end
+
+
+async def test_a_keyed_batch_stores_the_crcs_its_fingerprint_is_made_of(
+    sync_broker: Broker,
+) -> None:
+    store = store_of(sync_broker)
+    bodies = [b"x" * 100, b"y" * 3, b""]
+    sent = await sync_broker.send.send_bodies_once("Orders", bodies, "crc-batch")
+    assert not isinstance(sent, list)
+    records = [store.look_message_by_offset(offset) for offset in sent.put.offsets]
+    assert [r.body_crc for r in records if r is not None] == [body_crc(b) for b in bodies]
+    assert records[0] is not None
+    stamped = records[0].properties[PROPERTY_IDEMPOTENCY_FINGERPRINT]
+    assert stamped == bodies_fingerprint(bodies, [0, 0, 0]).value
+    assert stamped.startswith(VERSION)

@@ -113,22 +113,23 @@ def _fingerprint_before(messages: Sequence[OutgoingMessage], delay_levels: Seque
 
 
 @given(st.lists(st.one_of(PLAIN, MESSAGES), min_size=1, max_size=6), st.integers(0, 2))
-def test_a_fingerprint_keeps_the_value_stored_before(
+def test_a_fingerprint_matches_the_value_stored_before(
     messages: list[OutgoingMessage], level: int
 ) -> None:
     levels = [level] * len(messages)
     before = _fingerprint_before(messages, levels)
-    assert fingerprint(messages, levels) == before
-    assert fingerprint(messages, levels, bodies_alone(messages)) == before
+    assert fingerprint(messages, levels).matches(before)
+    assert fingerprint(messages, levels, bodies_alone(messages)).matches(before)
 
 
-def test_fingerprints_are_the_values_stored_before() -> None:
+def test_fingerprints_match_the_values_stored_before() -> None:
     plain = [OutgoingMessage(b"a"), OutgoingMessage(b"bc")]
     assert bodies_alone(plain)
-    assert fingerprint(plain, [0, 0]) == "337183492777f1ff74137d5c728c5d36"
+    assert fingerprint(plain, [0, 0]).matches("337183492777f1ff74137d5c728c5d36")
     tagged = [OutgoingMessage(b"a", tags="T"), OutgoingMessage(b"bc", deliver_after_ms=5)]
     assert not bodies_alone(tagged)
-    assert fingerprint(tagged, [0, 0]) == "ced7916f3cb9149df97d8a410bb4e97c"
+    assert fingerprint(tagged, [0, 0]).matches("ced7916f3cb9149df97d8a410bb4e97c")
+    assert not fingerprint(tagged, [0, 0]).matches("337183492777f1ff74137d5c728c5d36")
 
 
 BODY_BATCHES = st.tuples(

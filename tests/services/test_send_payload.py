@@ -1,19 +1,42 @@
 """What a send holds besides where it goes (``services.send_payload``): which sends are bodies
 alone, and the fingerprint a repeat of a keyed send must match — a value stored in the first
-record of every keyed send, so it may not change between versions."""
+record of every keyed send: its form may change between versions only while the earlier form
+is still matched."""
 
 from __future__ import annotations
 
 import hashlib
+import struct
+import zlib
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from services.outgoing import OutgoingMessage
-from services.send_payload import bodies_alone, bodies_fingerprint, fingerprint, one_fingerprint
+from services.send_payload import (
+    VERSION,
+    bodies_alone,
+    bodies_fingerprint,
+    body_crcs,
+    earlier_form,
+    fingerprint,
+    one_fingerprint,
+)
 
 BODIES = st.lists(st.binary(max_size=64), min_size=1, max_size=8)
+
+
+def documented(bodies: list[bytes], described: object) -> str:
+    """The fingerprint as the module documents it: SHA-256 over the repr of the described
+    part, then each body's CRC-32 masked to 31 bits, four bytes big-endian."""
+    crcs = b"".join(struct.pack(">I", zlib.crc32(body) & 0x7FFFFFFF) for body in bodies)
+    return VERSION + hashlib.sha256(repr(described).encode() + crcs).hexdigest()[:32]
+
+
+def before(bodies: list[bytes], described: object) -> str:
+    """The fingerprint as earlier versions stored it: SHA-256 over the bodies, then the repr."""
+    return hashlib.sha256(b"".join(bodies) + repr(described).encode()).hexdigest()[:32]
 
 
 @given(BODIES, st.data())
@@ -22,22 +45,22 @@ def test_the_fingerprint_of_bodies_is_that_of_their_messages(
 ) -> None:
     levels = data.draw(st.lists(st.integers(0, 18), min_size=len(bodies), max_size=len(bodies)))
     messages = [OutgoingMessage(body) for body in bodies]
-    assert bodies_fingerprint(bodies, levels) == fingerprint(messages, levels)
-    assert fingerprint(messages, levels, alone=True) == fingerprint(messages, levels)
+    made = fingerprint(messages, levels).value
+    assert bodies_fingerprint(bodies, levels).value == made
+    assert bodies_fingerprint(bodies, levels, body_crcs(bodies)).value == made
+    assert fingerprint(messages, levels, alone=True).value == made
 
 
 def test_the_fingerprint_is_the_documented_digest() -> None:
-    """SHA-256 over the bodies, then the repr of their lengths, delay levels and extras:
-    records stored by earlier versions carry fingerprints made this way."""
     messages = [OutgoingMessage(b"ab"), OutgoingMessage(b"c", tags="t", keys=("k",))]
     described: tuple[object, ...] = ([2, 1], [0, 0], [(1, "t", ("k",), [])])
-    expected = hashlib.sha256(b"abc" + repr(described).encode()).hexdigest()[:32]
-    assert fingerprint(messages, [0, 0]) == expected
+    made = fingerprint(messages, [0, 0])
+    assert made.value == documented([b"ab", b"c"], described)
+    assert made.matches(made.value)
+    assert made.matches(before([b"ab", b"c"], described))  # stored by an earlier version
     plain: tuple[object, ...] = ([1], [3], [])
-    assert (
-        bodies_fingerprint([b"x"], [3])
-        == hashlib.sha256(b"x" + repr(plain).encode()).hexdigest()[:32]
-    )
+    assert bodies_fingerprint([b"x"], [3]).value == documented([b"x"], plain)
+    assert earlier_form([b"x"], repr(plain)) == before([b"x"], plain)
 
 
 @given(BODIES, st.data())
@@ -54,9 +77,30 @@ def test_the_fingerprint_of_bodies_is_the_documented_digest(
     )
     if data.draw(st.booleans()):
         bodies = [bodies[0]] * count  # one length
-    described = repr((list(map(len, bodies)), levels, []))
-    expected = hashlib.sha256(b"".join(bodies) + described.encode()).hexdigest()[:32]
-    assert bodies_fingerprint(bodies, levels) == expected
+    described: tuple[object, ...] = (list(map(len, bodies)), levels, [])
+    made = bodies_fingerprint(bodies, levels)
+    assert made.value == documented(bodies, described)
+    assert made.matches(before(bodies, described))
+
+
+def test_a_fingerprint_matches_no_other_payload_in_either_form() -> None:
+    made = bodies_fingerprint([b"ab", b"c"], [0, 0])
+    other = [b"a", b"bc"]
+    assert not made.matches(bodies_fingerprint(other, [0, 0]).value)
+    assert not made.matches(before(other, ([1, 2], [0, 0], [])))
+    assert not made.matches(None)
+    # a stored value of the present form is never taken for the earlier one
+    assert not made.matches(VERSION + before([b"ab", b"c"], ([2, 1], [0, 0], [])))
+
+
+def test_bodies_of_the_same_length_and_crc_share_a_fingerprint() -> None:
+    """What the fingerprint gives up for its speed, as documented: the CRC, not the bytes."""
+    # CRC-32 is linear: a ^ b ^ c has the CRC of a ^ crc(b) ^ crc(c) for equal lengths.
+    a, b, c = b"\x01" * 8, b"\x02" * 8, b"\x00" * 8
+    d = bytes(x ^ y ^ z for x, y, z in zip(a, b, c, strict=True))
+    assert zlib.crc32(d) == zlib.crc32(a) ^ zlib.crc32(b) ^ zlib.crc32(c)
+    e = bytes(x ^ y for x, y in zip(a, b, strict=True))  # = d, as c is zeros
+    assert bodies_fingerprint([d], [0]).value == bodies_fingerprint([e], [0]).value
 
 
 EXTRAS = st.fixed_dictionaries(
@@ -77,17 +121,18 @@ def test_the_fingerprint_of_one_message_is_that_of_a_send_of_it(
     body: bytes, level: int, extras: dict[str, object]
 ) -> None:
     message = OutgoingMessage(body, **extras)  # type: ignore[arg-type]
-    assert one_fingerprint(message, level) == fingerprint([message], [level])
+    made = one_fingerprint(message, level)
+    assert made.value == fingerprint([message], [level]).value
     if not (extras.keys() - {"queue_id"}):
-        described = repr(([len(body)], [level], []))
-        expected = hashlib.sha256(body + described.encode()).hexdigest()[:32]
-        assert one_fingerprint(message, level) == expected
+        described: tuple[object, ...] = ([len(body)], [level], [])
+        assert made.value == documented([body], described)
+        assert made.matches(before([body], described))
 
 
 def test_a_timed_send_adds_its_times_and_an_untimed_one_does_not() -> None:
-    untimed = fingerprint([OutgoingMessage(b"x")], [0])
-    timed = fingerprint([OutgoingMessage(b"x", deliver_after_ms=5)], [0])
-    at = fingerprint([OutgoingMessage(b"x", deliver_at=5)], [0])
+    untimed = fingerprint([OutgoingMessage(b"x")], [0]).value
+    timed = fingerprint([OutgoingMessage(b"x", deliver_after_ms=5)], [0]).value
+    at = fingerprint([OutgoingMessage(b"x", deliver_at=5)], [0]).value
     assert len({untimed, timed, at}) == 3
 
 
@@ -98,16 +143,22 @@ def test_where_a_send_goes_is_not_part_of_its_fingerprint(
     plain = [OutgoingMessage(body) for body in bodies]
     queued = [OutgoingMessage(body, queue_id=queue_id) for body in bodies]
     keyed = [OutgoingMessage(body, sharding_key=sharding_key) for body in bodies]
-    assert fingerprint(plain, [0] * len(bodies)) == fingerprint(queued, [0] * len(bodies))
-    assert fingerprint(plain, [0] * len(bodies)) == fingerprint(keyed, [0] * len(bodies))
+    made = fingerprint(plain, [0] * len(bodies)).value
+    assert fingerprint(queued, [0] * len(bodies)).value == made
+    assert fingerprint(keyed, [0] * len(bodies)).value == made
     assert bodies_alone(queued) and bodies_alone(keyed)
 
 
 def test_different_payloads_have_different_fingerprints() -> None:
     base = fingerprint([OutgoingMessage(b"ab"), OutgoingMessage(b"c")], [0, 0])
-    assert fingerprint([OutgoingMessage(b"a"), OutgoingMessage(b"bc")], [0, 0]) != base
-    assert fingerprint([OutgoingMessage(b"ab"), OutgoingMessage(b"c")], [1, 0]) != base
-    assert fingerprint([OutgoingMessage(b"ab"), OutgoingMessage(b"c", tags="t")], [0, 0]) != base
+    for other in (
+        fingerprint([OutgoingMessage(b"a"), OutgoingMessage(b"bc")], [0, 0]),
+        fingerprint([OutgoingMessage(b"ab"), OutgoingMessage(b"d")], [0, 0]),
+        fingerprint([OutgoingMessage(b"ab"), OutgoingMessage(b"c")], [1, 0]),
+        fingerprint([OutgoingMessage(b"ab"), OutgoingMessage(b"c", tags="t")], [0, 0]),
+    ):
+        assert other.value != base.value
+        assert not base.matches(other.value)
 
 
 @pytest.mark.parametrize(
