@@ -267,20 +267,13 @@ class MessageStore:
         return self._put_batch(messages).put_results(self._msg_id_prefix)
 
     def put_bodies(
-        self,
-        first: Message,
-        bodies: list[bytes],
-        uniq_keys: list[str],
-        crcs: list[int] | None = None,
+        self, first: Message, bodies: list[bytes], uniq_keys: list[str], crcs: list[int] | None
     ) -> BatchPut:
-        """:meth:`put_messages` of ``messages_like(first, bodies, uniq_keys)``, answered as
-        columns, without a message object per body where the lean encoder takes it.
-        ``crcs``: each body's BODYCRC (:func:`~storage.record.layout.body_crc`), if the caller
-        made them already."""
+        """:meth:`put_messages` of ``messages_like(first, bodies, uniq_keys)`` as columns, no
+        message per body where the lean encoder takes it; ``crcs``: their BODYCRCs or None."""
         self._check_writeable()
-        batch = lean_bodies(
-            first, bodies, uniq_keys, self.commit_log.store_v6, self.config.max_message_size, crcs
-        )
+        store_v6, max_size = self.commit_log.store_v6, self.config.max_message_size
+        batch = lean_bodies(first, bodies, uniq_keys, store_v6, max_size, crcs)
         if batch is None or batch.topic == TIMER_TOPIC:  # the general rules say why, or time
             appended = self._put_batch(messages_like(first, bodies, uniq_keys))
         else:

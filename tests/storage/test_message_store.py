@@ -197,7 +197,7 @@ def test_put_bodies_stores_and_answers_what_put_messages_does(
     except Exception as exc:
         expected = (type(exc), str(exc))
     try:
-        put = by_columns.put_bodies(first, [first.body, *bodies], keys)
+        put = by_columns.put_bodies(first, [first.body, *bodies], keys, None)
         found: object = [
             PutResult(msg_id, put.topic, put.queue_id, put.first_queue_offset + n, offset,
                       end - offset, put.store_timestamp)
