@@ -10,7 +10,9 @@ not change between versions without the older form still being matched:
   here instead of computing them again, so a keyed batch hashes a few hundred bytes, not its
   bodies (SHA-256 of a 100 x 1 KiB batch's bodies was half of what its key cost the broker).
   Two payloads that differ only in bodies of the same length and CRC share a fingerprint: a
-  key reused that way (one chance in 2^31 per body) is answered as a repeat, not refused.
+  key reused that way (one chance in 2^31 for unrelated bodies; CRC-32 is linear, so a body can
+  be built to match) is answered as a repeat, not refused. Brokers before this form compare
+  stored values as strings and read it as another payload (upgrade slaves first).
 - **before** (32 hex digits, no prefix): SHA-256 over the bodies themselves, then the same
   repr. A repeat of a send stored so is matched against that form (:meth:`Fingerprint.matches`).
 """
