@@ -31,7 +31,7 @@ from services.errors import BatchRejectedError, IdempotencyUnavailableError, Inv
 from services.idempotency import IdempotencyService, Written
 from services.metrics import Metrics
 from services.outgoing import OutgoingMessage, check_message, deliver_time_of
-from services.send_payload import Fingerprint, bodies_fingerprint, body_crcs, one_fingerprint
+from services.send_payload import Fingerprint, bodies_fingerprint, one_fingerprint
 from services.send_payload import bodies_alone as bodies_alone  # re-exported
 from services.send_payload import fingerprint as fingerprint  # re-exported
 from services.send_receipts import SendReceipt as SendReceipt  # re-exported
@@ -43,6 +43,7 @@ from storage import BatchPut, Message, PutResult, PutStatus, StoredMessage
 from storage.config_managers import TopicConfig
 from storage.delay_levels import SCHEDULE_TOPIC
 from storage.record.java_hash import java_string_hash
+from storage.record.layout import body_crcs
 from storage.record.properties import (
     KEY_SEPARATOR,
     PROPERTY_DELAY,

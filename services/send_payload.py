@@ -21,14 +21,12 @@ from __future__ import annotations
 
 import hashlib
 import struct
-import zlib
 from collections.abc import Sequence
-from itertools import repeat
-from operator import and_, attrgetter
+from operator import attrgetter
 from typing import Final
 
 from services.outgoing import NO_PROPERTIES, OutgoingMessage
-from storage.record.layout import CRC_MASK
+from storage.record.layout import body_crc, body_crcs
 
 _EXTRAS: Final = attrgetter(
     "tags", "keys", "properties", "delay_level", "deliver_after_ms", "deliver_at"
@@ -71,12 +69,6 @@ def bodies_alone(messages: Sequence[OutgoingMessage]) -> bool:
     return list(map(_EXTRAS, messages)).count(_NO_EXTRAS) == len(messages)
 
 
-def body_crcs(bodies: list[bytes]) -> list[int]:
-    """Each body's BODYCRC (:func:`storage.record.layout.body_crc`): what a fingerprint is
-    made of, and what the lean batch's encoder takes instead of computing them again."""
-    return list(map(and_, map(zlib.crc32, bodies), repeat(CRC_MASK)))
-
-
 def fingerprint(
     messages: Sequence[OutgoingMessage], delay_levels: Sequence[int], alone: bool | None = None
 ) -> Fingerprint:
@@ -115,7 +107,7 @@ def one_fingerprint(message: OutgoingMessage, delay_level: int) -> Fingerprint:
     ):
         body = message.body
         described = f"([{len(body)!r}], [{delay_level!r}], [])"  # = repr(described)
-        return _made([body], [zlib.crc32(body) & CRC_MASK], described)
+        return _made([body], [body_crc(body)], described)
     return fingerprint([message], [delay_level])
 
 
@@ -123,7 +115,7 @@ def bodies_fingerprint(
     bodies: list[bytes], delay_levels: Sequence[int], crcs: list[int] | None = None
 ) -> Fingerprint:
     """:func:`fingerprint` of messages that are bodies alone, from their bodies (``crcs``:
-    their :func:`body_crcs`, if made)."""
+    their :func:`~storage.record.layout.body_crcs`, if made)."""
     lengths = _ints_repr(list(map(len, bodies)), of_ints=True)
     described = f"({lengths}, {_ints_repr(list(delay_levels))}, [])"
     return _made(bodies, body_crcs(bodies) if crcs is None else crcs, described)

@@ -16,11 +16,10 @@ encoder (``None``), which gives the same answer as before.
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Iterable
 from functools import lru_cache
 from itertools import accumulate, count, repeat
-from operator import add, and_, attrgetter, itemgetter
+from operator import add, attrgetter, itemgetter
 from typing import Final
 
 from storage.errors import MessageRejectedError
@@ -28,7 +27,6 @@ from storage.record.encode import check_numbers, host_address, properties_field,
 from storage.record.layout import (
     BORNHOST_V6_FLAG,
     CQ_UNIT_STRUCT,
-    CRC_MASK,
     HOST_V6_BITS,
     MESSAGE_MAGIC_CODE,
     RECORD_HEADERS,
@@ -36,6 +34,7 @@ from storage.record.layout import (
     STOREHOSTADDRESS_V6_FLAG,
     SYSFLAG_POSITION,
     TRANSACTION_TYPE_MASK,
+    body_crcs,
     pack_rows,
 )
 from storage.record.message import Message
@@ -206,8 +205,10 @@ def lean_bodies(
     (``first`` has ``bodies[0]`` and ``uniq_keys[0]``; None as :func:`lean_batch`).
     ``crcs``: each body's BODYCRC (:func:`~storage.record.layout.body_crc`) if the caller
     made them already (a keyed send's fingerprint is made of them)."""
-    if len(uniq_keys) != len(bodies) or (crcs is not None and len(crcs) != len(bodies)):
+    if len(uniq_keys) != len(bodies):
         raise ValueError(f"{len(bodies)} bodies and {len(uniq_keys)} UNIQ_KEYs")
+    if crcs is not None and len(crcs) != len(bodies):
+        raise ValueError(f"{len(bodies)} bodies and {len(crcs)} CRCs")
     topic, queue_id, flag, sys_flag, born_timestamp, born_host, reconsume, prepared = _SHAPE(first)
     if sys_flag & TRANSACTION_TYPE_MASK:
         return None
@@ -250,9 +251,7 @@ def lean_bodies(
     batch.idempotency_keys = [] if key is None else [(0, key)]
     batch.bodies = bodies
     batch.body_lengths = body_lengths
-    batch.crcs = (
-        list(map(and_, map(zlib.crc32, bodies), repeat(CRC_MASK))) if crcs is None else crcs
-    )
+    batch.crcs = body_crcs(bodies) if crcs is None else crcs
     batch.first_tail = first_tail
     batch.tail_heads = tail_heads
     batch.key_bytes = key_bytes

@@ -18,11 +18,11 @@ from services.send_payload import (
     VERSION,
     bodies_alone,
     bodies_fingerprint,
-    body_crcs,
     earlier_form,
     fingerprint,
     one_fingerprint,
 )
+from storage.record.layout import body_crcs
 
 BODIES = st.lists(st.binary(max_size=64), min_size=1, max_size=8)
 
