@@ -19,6 +19,11 @@ from tests.net import free_port
 BIN = Path(sys.executable).parent
 
 
+def serve_command(store: Path, port: int, *args: str) -> list[str]:
+    """``spoolmq serve`` on ``store`` and ``port`` of 127.0.0.1, then ``args``."""
+    return [str(BIN / "spoolmq"), "serve", "--store-dir", str(store), "--port", str(port), *args]
+
+
 class ServeProcess:
     """One ``spoolmq serve --store-dir STORE --port P ARGS...`` process."""
 
@@ -41,17 +46,7 @@ class ServeProcess:
         log_path = self.store.parent / f"{self.store.name}.serve.log"
         with log_path.open("ab") as log:  # the server's warnings, to say why it did not start
             process = subprocess.Popen(
-                [
-                    str(BIN / "spoolmq"),
-                    "serve",
-                    "--store-dir",
-                    str(self.store),
-                    "--port",
-                    str(self.port),
-                    "--log-level",
-                    "warning",
-                    *self.args,
-                ],
+                serve_command(self.store, self.port, "--log-level", "warning", *self.args),
                 env=self.env,
                 stdout=subprocess.DEVNULL,
                 stderr=log,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,9 +12,8 @@ from typing import Any
 import httpx
 
 from tests.net import free_port
-from tests.serve_process import wait_ready
+from tests.serve_process import serve_command, wait_ready
 
-BIN = Path(sys.executable).parent
 FILE_SIZE = 256 * 1024
 
 
@@ -40,13 +38,9 @@ class ClusterBroker:
     def start(self, role: str = "master") -> ClusterBroker:
         log = (self.store.parent / f"{self.store.name}.log").open("ab")
         self.process = subprocess.Popen(
-            [
-                str(BIN / "spoolmq"),
-                "serve",
-                "--store-dir",
-                str(self.store),
-                "--port",
-                str(self.port),
+            serve_command(
+                self.store,
+                self.port,
                 "--role",
                 role,
                 "--broker-name",
@@ -74,7 +68,7 @@ class ClusterBroker:
                 "--log-level",
                 os.environ.get("SPOOLMQ_TEST_LOG_LEVEL", "warning"),
                 *self.extra,
-            ],
+            ),
             env=dict(os.environ),
             stdout=log,
             stderr=subprocess.STDOUT,
