@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
-from app.main import create_app
+from app.main import build_server, create_app
 from app.proxy.context import ProxyLimits
 from app.proxy.main import create_proxy_app
 from app.security import (
@@ -35,7 +35,7 @@ from app.security import (
     new_token,
 )
 from app.security.principals import ConsumeGrant
-from app.server import ListenError, build_server, listen_socket
+from app.server import ListenError, Server, ServerLimits, listen_socket
 from app.settings import SETTING_SECTIONS, Settings
 from services import Broker, OutgoingMessage, PullOptions
 from services.errors import MasterRoleLostError, ServiceError, StorageError
@@ -226,10 +226,6 @@ def _add_token_commands(commands: Any) -> None:
 
 
 def _proxy(args: argparse.Namespace) -> int:
-    import uvicorn  # only the proxy runs a plain uvicorn server
-
-    from app.proxy.protocol import ProxyHttpProtocol
-
     configure_logging(args.log_level)
     try:
         check_bind(args.host, auth_enabled=False, allow_anonymous=args.allow_anonymous)
@@ -247,19 +243,8 @@ def _proxy(args: argparse.Namespace) -> int:
         print(f"spoolmq: {exc}", file=sys.stderr)
         return 2
     app = create_proxy_app(args.cluster, args.etcd, limits)
-    config = uvicorn.Config(
-        app,
-        host=args.host,
-        port=args.port,
-        loop="uvloop",
-        http=ProxyHttpProtocol,
-        log_level=args.log_level,
-        access_log=False,
-        proxy_headers=False,
-        server_header=False,
-    )
     with sock:
-        uvicorn.Server(config).run(sockets=[sock])
+        Server(app, ServerLimits()).run(sockets=[sock])
     return 0
 
 

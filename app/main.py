@@ -13,12 +13,11 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import Any, Final
 
 from fastapi import FastAPI
 
 from app import admin
-from app.application import SpoolmqApp
 from app.errors import install_error_handlers
 from app.middleware import HttpShellMiddleware
 from app.openapi import build_openapi
@@ -37,8 +36,10 @@ from app.routes import (
     topics,
     transactions,
 )
-from app.routes.api_route import DirectRoutes, add_routes
-from app.security import install_security
+from app.routes.direct import DirectDispatch
+from app.routes.table import RouteTable, add_routes
+from app.security import check_bind, install_security
+from app.server import Server, ServerLimits
 from app.settings import Settings, get_settings
 from services import Broker
 from services.cluster import ClusterMember
@@ -101,7 +102,7 @@ def create_app(
                 await member.stop()
             await broker.stop()
 
-    app = SpoolmqApp(
+    app = FastAPI(
         title="spoolmq",
         version=_version(),
         description=DESCRIPTION,
@@ -118,6 +119,7 @@ def create_app(
     app.state.settings = settings
     install_error_handlers(app)
     # The API's routes first, the hot ones at the head: a request tries routes in order.
+    routes = RouteTable(app.router.routes)
     for module in (
         messages,
         timers,
@@ -133,15 +135,43 @@ def create_app(
     ):
         add_routes(app, module.router)
     add_routes(app, docs.router)
-    app.add_middleware(DirectRoutes, router=app.router)  # innermost: a direct route at once
+    # innermost: the hot operations at once
+    app.add_middleware(DirectDispatch, fastapi=app, table=routes, operations=DIRECT_OPERATIONS)
     app.add_middleware(ReplicaGuardMiddleware, replica=broker.replica)  # after security
-    install_security(app, settings)  # before the admin pages and inside HttpShellMiddleware
+    install_security(app, settings, routes)  # before the admin pages, inside the shell
     app.add_middleware(HttpShellMiddleware, max_request_bytes=settings.max_request_bytes)
     app.mount("/static", docs.static_files(), name="static")
     app.include_router(admin.router)  # browser pages under /admin, not in the schema
     app.mount("/admin/static", admin.static_files(), name="admin-static")
     app.openapi = lambda: document_not_master(build_openapi(app))  # type: ignore[method-assign]
     return app
+
+
+DIRECT_OPERATIONS: Final = frozenset({"sendMessages", "pullMessages", "pullGroupMessages"})
+"""The operations clients call in loops, served straight from their endpoints
+(:mod:`app.routes.direct`); FastAPI serves every other."""
+
+
+def build_server(app: FastAPI, settings: Settings) -> Server:
+    """A server for ``app`` with the settings' limits; it answers the broker's parked
+    long-polls first when it stops.
+
+    Raises UnsafeBindError for a non-loopback host without an auth file or --allow-anonymous.
+    """
+    check_bind(
+        settings.host,
+        auth_enabled=settings.auth_file is not None,
+        allow_anonymous=settings.allow_anonymous,
+    )
+    limits = ServerLimits(
+        header_timeout_s=settings.header_read_timeout_s,
+        body_timeout_s=settings.body_read_timeout_s,
+        keep_alive_timeout_s=settings.keep_alive_timeout_s,
+        max_header_bytes=settings.max_header_bytes,
+        graceful_shutdown_s=settings.graceful_shutdown_s,
+        access_log=settings.access_log,
+    )
+    return Server(app, limits, on_shutdown=app.state.broker.begin_shutdown)
 
 
 async def _start(

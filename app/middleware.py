@@ -6,7 +6,7 @@
   is read; a chunked body is counted while the app reads it and refused once it passes the
   limit. 413 answers close the connection, so the rest of the body is never read.
 * Stalled body: when the server finds that a client stopped sending its body
-  (:data:`BODY_STALLED` set in the scope, see :mod:`app.server`), the read fails and the
+  (:data:`~app.server.BODY_STALLED` set in the scope), the read fails and the
   answer is 408 with the connection closed; the request's task ends instead of waiting.
 * A path segment that decodes to something holding ``/`` (``..%2F``) keeps it as U+2215
   (division slash):
@@ -26,6 +26,7 @@ from urllib.parse import unquote
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.errors import PROBLEM_MEDIA_TYPE, problem_body
+from app.server import BODY_STALLED
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +34,6 @@ _REQUEST_ID: Final = re.compile(rb"^[A-Za-z0-9._:/+=@-]{1,128}$")
 _SLASH_STANDIN: Final = "\u2215"
 _ID_PREFIX: Final = secrets.token_hex(8)
 _ID_COUNTER: Final = itertools.count(secrets.randbelow(1 << 32))
-
-BODY_STALLED: Final = "spoolmq.body_stalled"
-"""Scope key the server sets (then wakes the body read) when a request body stalls."""
 
 
 class _BodyTooLargeError(Exception):

@@ -21,8 +21,8 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from app.main import create_app
-from app.server import SpoolServer, build_server
+from app.main import build_server, create_app
+from app.server import Server
 from app.settings import Settings
 from services import Broker
 from tests.etcd_support import EtcdServer, start_etcd
@@ -96,7 +96,7 @@ class LiveServer:
 
     settings: Settings
     url: str
-    server: SpoolServer
+    server: Server
     thread: threading.Thread
     broker: Broker
     clients: list[httpx.Client] = field(default_factory=list)

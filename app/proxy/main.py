@@ -19,8 +19,6 @@ from app.proxy.context import ProxyLimits, ProxyState
 from app.proxy.fanout import BudgetShares
 from app.proxy.fast import FastLane, fast_route
 from app.proxy.forward import Forwarder
-from app.proxy.lean import lean_pull, lean_send
-from app.proxy.lean_fanout import lean_group_pull, lean_receive
 from app.proxy.upstream import Upstream
 from services.cluster import EtcdClient, EtcdError, EtcdUnavailableError, RouteRegistry, SendPicker
 
@@ -68,18 +66,15 @@ def create_proxy_app(
     for module in (topics, messages, consume, pop, transactions, timers):
         app.include_router(module.router)
     hot = [
-        fast_route("POST", "/v1/topics/{topic}/messages", messages.send, lean_send),
+        fast_route("POST", "/v1/topics/{topic}/messages", messages.send),
         fast_route(
             "GET",
             "/v1/topics/{topic}/queues/{queue_id}/messages",
             messages.pull_queue,
-            lean_pull,
             queue_id=int,
         ),
-        fast_route(
-            "GET", "/v1/groups/{group}/topics/{topic}/messages", consume.pull_group, lean_group_pull
-        ),
-        fast_route("POST", "/v1/groups/{group}/topics/{topic}/receive", pop.receive, lean_receive),
+        fast_route("GET", "/v1/groups/{group}/topics/{topic}/messages", consume.pull_group),
+        fast_route("POST", "/v1/groups/{group}/topics/{topic}/receive", pop.receive),
     ]
     return HttpShellMiddleware(FastLane(app, hot), max_request_bytes=limits.max_request_bytes)
 

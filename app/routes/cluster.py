@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from fastapi import Request
+from fastapi import APIRouter, Request
 
 from app.deps import BrokerDep, ClusterDep
 from app.responses import problems
-from app.routes.api_route import api_router
 from app.routes.params import TopicPath
 from app.schemas.cluster import TopicRouteOut, topic_route_out
 from services.cluster import cluster_route, local_route
 
-router = api_router(tags=["cluster"])
+router = APIRouter(tags=["cluster"])
 
 
 @router.get(

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import Query
+from fastapi import APIRouter, Query
 from starlette.responses import Response
 
 from app.deps import BrokerDep, SettingsDep
 from app.errors import PROBLEM_MEDIA_TYPE
 from app.responses import PROBLEM_SCHEMA_REF, problems
-from app.routes.api_route import api_router
 from app.routes.params import (
     AfterJobQuery,
     BodyEncodingQuery,
@@ -48,7 +47,7 @@ from services import (
 )
 from services.errors import RedriveTooLongError
 
-router = api_router(tags=["groups"])
+router = APIRouter(tags=["groups"])
 
 _JOB_NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {

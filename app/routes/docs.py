@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fastapi import APIRouter
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from starlette.responses import HTMLResponse
 from starlette.staticfiles import StaticFiles
 
-from app.routes.api_route import api_router
-
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 
-router = api_router(include_in_schema=False)
+router = APIRouter(include_in_schema=False)
 
 
 def static_files() -> StaticFiles:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Query, Request
+from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from app.deps import BrokerDep
 from app.responses import OrjsonResponse, problems
-from app.routes.api_route import api_router
 from app.routes.messages import long_poll
 from app.routes.params import (
     AfterNameQuery,
@@ -44,7 +43,7 @@ from services import (
     in_flight_by_queue,
 )
 
-router = api_router(tags=["groups"])
+router = APIRouter(tags=["groups"])
 
 
 @router.get(

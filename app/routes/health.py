@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import asyncio
 
+from fastapi import APIRouter
 from starlette.responses import Response
 
 from app.deps import BrokerDep
 from app.metrics import render_metrics
 from app.responses import OrjsonResponse, problems
-from app.routes.api_route import api_router
 from app.schemas import HealthResponse, ReadyResponse
 from services import BrokerState
 from services.errors import BrokerUnavailableError
 
-router = api_router(tags=["health"])
+router = APIRouter(tags=["health"])
 
 
 @router.get(

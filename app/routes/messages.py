@@ -10,16 +10,14 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Final
 
 import orjson
-from fastapi import Path, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
-from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from app.deps import BrokerDep, SettingsDep, born_host, disconnect_watch
 from app.errors import ApiError, is_json_media_type
 from app.responses import OrjsonResponse, problems
-from app.routes.api_route import api_router
 from app.routes.idempotency import (
     IDEMPOTENCY_KEY_PARAMETER,
     REPLAYED_HEADERS,
@@ -48,7 +46,7 @@ from app.schemas.messages import SEND_BATCH_DICTS, SEND_MESSAGE_DEFAULTS
 from app.settings import MAX_REQUEST_BYTES
 from services import Broker, OutgoingMessage, PullOptions, SendReceipt, SentBodies
 
-router = api_router(tags=["messages"])
+router = APIRouter(tags=["messages"])
 
 SEND_REQUEST_BODY: dict[str, Any] = {
     "required": True,
@@ -95,7 +93,7 @@ async def send_messages(
     request: Request,
 ) -> Response:
     key = idempotency_key(request)
-    body = await read_body(request)
+    body = await request.body()
     batch_queue_id: int | None = None
     batch_sharding_key: str | None = None
     content_type = request.headers.get("content-type", "")
@@ -143,26 +141,6 @@ async def send_messages(
     )
     headers = REPLAYED_HEADERS if receipts[0].replayed else None
     return OrjsonResponse(send_response_out(topic, receipts), status_code=201, headers=headers)
-
-
-async def read_body(request: Request) -> bytes:
-    """``request.body()``, read straight from the request's ``receive``: Starlette's way goes
-    through an async generator and a closing context manager, a noticeable part of a small
-    send. The body is kept on the request, so a later ``body()`` answers it too."""
-    if request._stream_consumed or hasattr(request, "_body"):
-        return await request.body()
-    chunks: list[bytes] = []
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.request":
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                break
-        elif message["type"] == "http.disconnect":
-            raise ClientDisconnect()
-    request._stream_consumed = True
-    body = request._body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    return body
 
 
 FORM_MEDIA_TYPES = frozenset({"application/x-www-form-urlencoded", "multipart/form-data"})

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import Request
+from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.deps import BrokerDep, SettingsDep, disconnect_watch
 from app.responses import OrjsonResponse, problems
-from app.routes.api_route import api_router
 from app.routes.params import AfterInFlightQuery, GroupPath, PageLimitQuery, TopicPath
 from app.schemas.pop import (
     AckIn,
@@ -25,7 +24,7 @@ from app.schemas.pop import (
 )
 from services import ReceiveOptions, check_group_name, in_flight_page
 
-router = api_router(tags=["groups"])
+router = APIRouter(tags=["groups"])
 
 
 @router.post(

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import Query
+from fastapi import APIRouter, Query
 
 from app.deps import BrokerDep
 from app.responses import problems
-from app.routes.api_route import api_router
 from app.routes.params import GroupPath, QueueIdPath, TopicPath
 from app.schemas import (
     DelayLevelsOut,
@@ -26,7 +25,7 @@ from app.schemas import (
 from app.schemas.common import TIMESTAMP_DESCRIPTION, TimestampMs
 from services import ResetRequest, ResetTarget, SendBackRequest
 
-router = api_router()
+router = APIRouter()
 
 
 @router.post(

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from fastapi import APIRouter
+
 from app.deps import BrokerDep
 from app.responses import problems
-from app.routes.api_route import api_router
 from app.schemas.replication import (
     EpochOut,
     EpochsOut,
@@ -15,7 +16,7 @@ from app.schemas.replication import (
     replica_status_out,
 )
 
-router = api_router(tags=["replication"])
+router = APIRouter(tags=["replication"])
 
 
 @router.get(

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Path
+from fastapi import APIRouter, Path
 
 from app.deps import BrokerDep
 from app.responses import problems
-from app.routes.api_route import api_router
 from app.routes.params import TopicPath
 from app.schemas.timers import TimerCancelOut, TimerStatusOut, timer_cancel_out, timer_status_out
 
-router = api_router(tags=["messages"])
+router = APIRouter(tags=["messages"])
 
 TimerHandlePath = Annotated[
     str,

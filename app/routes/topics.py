@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from fastapi import APIRouter
 from starlette.responses import Response
 
 from app.deps import BrokerDep, ClusterDep
 from app.responses import problems
-from app.routes.api_route import api_router
 from app.routes.params import (
     AfterNameQuery,
     PageLimitQuery,
@@ -22,7 +22,7 @@ from app.schemas import (
     topic_out,
 )
 
-router = api_router(tags=["topics"])
+router = APIRouter(tags=["topics"])
 
 
 @router.get(

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Path, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
 from app.deps import BrokerDep, born_host, disconnect_watch
 from app.responses import OrjsonResponse, problems
-from app.routes.api_route import api_router
 from app.routes.messages import outgoing_message
 from app.routes.params import GroupPath, TopicPath
 from app.schemas.transactions import (
@@ -26,7 +25,7 @@ from app.schemas.transactions import (
     transaction_out,
 )
 
-router = api_router(tags=["transactions"])
+router = APIRouter(tags=["transactions"])
 
 TransactionIdPath = Annotated[
     str,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
+from app.routes.table import RouteTable
 from app.security import login
 from app.security.bind import UnsafeBindError, check_bind, is_loopback
 from app.security.guard import Security
@@ -34,7 +35,7 @@ __all__ = [
 ]
 
 
-def install_security(app: FastAPI, settings: Settings) -> Security:
+def install_security(app: FastAPI, settings: Settings, routes: RouteTable) -> Security:
     """Protect ``app``; call it before the routers are included and before the outer
     middleware is added (so the login routes come first and the request id wraps this).
 
@@ -44,7 +45,7 @@ def install_security(app: FastAPI, settings: Settings) -> Security:
     app.state.security = security
     app.include_router(login.router)
     app.add_middleware(
-        SecurityMiddleware, security=security, routes=app.router.routes, broker=app.state.broker
+        SecurityMiddleware, security=security, routes=routes, broker=app.state.broker
     )
     _provide_csrf_global()
     return security

@@ -22,25 +22,23 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Final
 from urllib.parse import parse_qsl, quote, urlencode
 
 from annotated_types import Le
 from pydantic import TypeAdapter, ValidationError
-from starlette.datastructures import QueryParams
-from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.errors import PROBLEM_MEDIA_TYPE, problem_body
-from app.routes.api_route import PARSED_QUERY, parse_query, query_of
+from app.routes.direct import query_pairs
+from app.routes.table import RouteTable
 from app.schemas import PullLimits
 from app.security.audit import AuditRecord, target_of, utc_now
 from app.security.guard import Refusal, Security, dry_run, forbidden, unauthorized
 from app.security.login import LOGIN_PATH
 from app.security.policy import SAFE_METHODS, Access, Rule, is_audited, rule_for
 from app.security.principals import ANONYMOUS, Principal
-from app.security.routing import RouteResolver
 from app.security.sessions import (
     CSRF_COOKIE,
     SESSION_COOKIE,
@@ -66,11 +64,11 @@ _SCHEMA_MAX_BYTES: Final[int] = next(
 
 class SecurityMiddleware:
     def __init__(
-        self, app: ASGIApp, security: Security, routes: Sequence[BaseRoute], broker: Broker
+        self, app: ASGIApp, security: Security, routes: RouteTable, broker: Broker
     ) -> None:
         self.app = app
         self.security = security
-        self.resolver = RouteResolver(routes)
+        self.routes = routes
         self.broker = broker
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -90,7 +88,7 @@ class SecurityMiddleware:
 
     async def _api(self, scope: Scope, receive: Receive, send: Send) -> None:
         security = self.security
-        resolved = self.resolver.resolve(scope)
+        resolved = self.routes.find(scope)
         rule = None if resolved is None else rule_for(resolved.key)
         if rule is not None and rule.access is Access.PUBLIC:
             await self.app(scope, receive, send)
@@ -110,7 +108,7 @@ class SecurityMiddleware:
             return
         params = resolved.path_params
         # read by name only: a dict's get, not QueryParams' (a KeyError per absent name)
-        query = dict(_query(scope).items()) if rule.reads_query else {}
+        query = dict(query_pairs(scope["query_string"])) if rule.reads_query else {}
         what = resolved.key or scope["path"]
         try:
             security.check_rule(principal, rule, params, query)
@@ -290,15 +288,6 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
     return None
 
 
-def _query(scope: Scope) -> QueryParams:
-    """The query string as the routes read it (the last value of a repeated name wins), left
-    in the scope for the route (:data:`~app.routes.api_route.PARSED_QUERY`)."""
-    raw: bytes = scope.get("query_string", b"")
-    query = parse_query(raw)
-    scope[PARSED_QUERY] = (raw, query)
-    return query
-
-
 def _int(value: str | None) -> int:
     """A query value as the route's model reads it ("5.0" is 5); 0 when it is refused."""
     if value is None:
@@ -318,11 +307,7 @@ def _cap_max_bytes(scope: Scope, query: Mapping[str, str], cap: int) -> None:
     raw: bytes = scope.get("query_string", b"")
     asked = query.get("max_bytes")
     if asked is None:
-        with_cap = scope["query_string"] = raw + (b"&" if raw else b"") + b"max_bytes=%d" % cap
-        parsed = scope.get(PARSED_QUERY)
-        if parsed is not None and parsed[0] == raw:  # what parsing the capped query gives
-            pairs = [*parsed[1].multi_items(), ("max_bytes", str(cap))]
-            scope[PARSED_QUERY] = (with_cap, query_of(pairs))
+        scope["query_string"] = raw + (b"&" if raw else b"") + b"max_bytes=%d" % cap
         return
     value = _int(asked)
     if cap < value <= _SCHEMA_MAX_BYTES:

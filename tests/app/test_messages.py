@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import os
@@ -14,9 +13,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from starlette.requests import ClientDisconnect, Request
 
-from app.routes.messages import read_body
 from tests.conftest import LiveServer
 
 Json = dict[str, Any]
@@ -307,31 +304,3 @@ def test_a_body_that_arrives_in_pieces_is_sent_whole(
     queue_id = json.loads(received.split(b"\r\n\r\n", 1)[1])["messages"][0]["queue_id"]
     [message] = pull(client, topic, queue_id, offset=0)["messages"]
     assert (message["body"], message["tags"]) == (text, "P")
-
-
-def _request(*messages: dict[str, Any]) -> Request:
-    pending = list(messages)
-
-    async def receive() -> dict[str, Any]:
-        return pending.pop(0)
-
-    return Request({"type": "http", "method": "POST", "headers": []}, receive)
-
-
-def test_a_body_read_is_kept_and_a_disconnect_is_one() -> None:
-    request = _request(
-        {"type": "http.request", "body": b"ab", "more_body": True},
-        {"type": "http.request", "body": b"", "more_body": True},
-        {"type": "http.request", "body": b"c"},
-    )
-    assert asyncio.run(read_body(request)) == b"abc"
-    assert asyncio.run(read_body(request)) == b"abc", "read once, kept"
-    assert asyncio.run(request.body()) == b"abc"
-    read_before = _request({"type": "http.request", "body": b"xy"})
-    assert asyncio.run(read_before.body()) == b"xy"
-    assert asyncio.run(read_body(read_before)) == b"xy"
-    gone = _request(
-        {"type": "http.request", "body": b"a", "more_body": True}, {"type": "http.disconnect"}
-    )
-    with pytest.raises(ClientDisconnect):
-        asyncio.run(read_body(gone))

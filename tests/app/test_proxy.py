@@ -16,11 +16,11 @@ from urllib.parse import parse_qsl
 import httpx
 import pytest
 import uvicorn
+from app.proxy.protocol import ProxyHttpProtocol
 
 from app.proxy.context import ProxyLimits
 from app.proxy.main import create_proxy_app
 from app.proxy.messages import _may_name
-from app.proxy.protocol import ProxyHttpProtocol
 from services.cluster import BrokerMember, ClusterKeys, EtcdClient
 from tests.conftest import LiveServer, start_server, wait_until
 from tests.etcd_support import EtcdServer, start_etcd

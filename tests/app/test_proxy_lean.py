@@ -18,8 +18,8 @@ from typing import Any
 
 import httpx
 import pytest
-
 from app.proxy.protocol import find_lane
+
 from services.cluster import BrokerMember
 from tests.app.test_proxy import (
     Cluster,

@@ -12,8 +12,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-
 from app.proxy.protocol import find_lane
+
 from app.proxy.upstream import Upstream
 from tests.app.test_proxy import Cluster, create_topic, two_groups
 from tests.conftest import LiveServer, wait_until

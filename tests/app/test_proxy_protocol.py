@@ -18,10 +18,10 @@ from typing import Any, ClassVar
 import httpx
 import pytest
 import uvicorn
+from app.proxy.protocol import ProxyHttpProtocol
 from uvicorn.server import ServerState
 
 from app.proxy.context import ProxyLimits
-from app.proxy.protocol import ProxyHttpProtocol
 from tests.app.test_proxy import Cluster, create_topic, start_proxy, two_groups
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from app.proxy.protocol import ProxyHttpProtocol
+
 from tests.app.test_proxy import Cluster, create_topic, start_proxy, two_groups
 
 

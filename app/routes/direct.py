@@ -1,0 +1,223 @@
+"""The hot operations, served straight from their endpoints.
+
+FastAPI's dispatch of a request (its middleware, the router's walk, the dependency solver and
+the reading of a query model) costs as much as a whole send; for the few operations clients
+call in loops that doubles their cost (``bench/asgi_bench.py``). :class:`DirectDispatch`, the
+innermost layer of an app's middleware, serves those operations itself: the route found by
+the app's route table (:mod:`app.routes.table`), the endpoint's arguments read from the
+request by the declarations of its signature (:class:`EndpointArguments`), the endpoint
+awaited, an exception answered by the app's handler for it. Every other route is FastAPI's.
+
+Which operations are served here is fixed when the app is built (their operationIds), not
+chosen per request: an operation is always served the same way, in tests as in production.
+Their endpoints are FastAPI path operations like every other — the OpenAPI document is
+generated from them — whose signatures hold only what is read here: path parameters, at most
+one query model (``Annotated[Model, Query()]``), the ``Request``, and dependencies that take
+only the request. A signature with anything else is refused when the app is built.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from typing import Annotated, Any, Final, get_args, get_origin
+from urllib.parse import parse_qsl
+
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from fastapi.params import Depends, Path, Query
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.routes.table import RouteTable
+
+Endpoint = Callable[..., Awaitable[Response]]
+_SEQUENCES: Final = (list, tuple, set, frozenset, Sequence, Collection)
+
+
+class DirectDispatch:
+    """Serves the app's hot operations (``operations``: operationIds) from their endpoints;
+    hands every other request to ``app`` (the rest of FastAPI's stack)."""
+
+    def __init__(
+        self, app: ASGIApp, fastapi: FastAPI, table: RouteTable, operations: Collection[str]
+    ) -> None:
+        self.app = app
+        self.fastapi = fastapi
+        self.table = table
+        self.operations = frozenset(operations)
+        self._arguments: dict[str, EndpointArguments] = {}  # by operationId
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            found = self.table.find(scope)
+            if found is not None and found.key in self.operations:
+                route = found.route
+                assert isinstance(route, APIRoute) and found.key is not None
+                scope["path_params"] = dict(found.path_params)
+                scope["route"] = route
+                scope["endpoint"] = route.endpoint
+                arguments = self._arguments.get(found.key)
+                if arguments is None:
+                    arguments = EndpointArguments(route.endpoint, route.param_convertors)
+                    self._arguments[found.key] = arguments
+                await self.serve(route, arguments, Request(scope, receive, send), send)
+                return
+        await self.app(scope, receive, send)
+
+    async def serve(
+        self, route: APIRoute, arguments: EndpointArguments, request: Request, send: Send
+    ) -> None:
+        try:
+            values = await arguments.read(request, self.fastapi)
+            response = await route.endpoint(**values)
+        except Exception as exc:
+            response = await self.handled(request, exc)
+        await response(request.scope, request.receive, send)
+
+    async def handled(self, request: Request, exc: Exception) -> Response:
+        """The app's answer to ``exc`` (an HTTPException's handler by its status first, else
+        by the exception's class); re-raised when the app has no handler for it."""
+        handlers = self.fastapi.exception_handlers
+        handler = handlers.get(exc.status_code) if isinstance(exc, HTTPException) else None
+        if handler is None:
+            handler = next((handlers[c] for c in type(exc).__mro__ if c in handlers), None)
+        if handler is None:
+            raise exc
+        answer = handler(request, exc)
+        if inspect.isawaitable(answer):
+            answer = await answer
+        assert isinstance(answer, Response)
+        return answer
+
+
+class EndpointArguments:
+    """How an endpoint's arguments are read from a request, worked out once from its
+    signature (see the module)."""
+
+    def __init__(self, endpoint: Endpoint, path_names: Collection[str]) -> None:
+        self.endpoint = endpoint
+        self.path_names = frozenset(path_names)
+        self.request_name: str | None = None
+        self.path: list[tuple[str, TypeAdapter[Any]]] = []
+        self.query: QueryModel | None = None
+        self.query_name = ""
+        self.dependencies: list[tuple[str, Callable[[Request], Any]]] = []
+        hints = typing.get_type_hints(endpoint, include_extras=True)
+        for name in inspect.signature(endpoint).parameters:
+            self._declare(name, hints[name])
+
+    def _declare(self, name: str, hint: Any) -> None:
+        if hint is Request:
+            self.request_name = name
+            return
+        marker = _marker(hint)
+        if isinstance(marker, Depends):
+            call = marker.dependency
+            if call is None or len(inspect.signature(call).parameters) != 1:
+                raise TypeError(
+                    f"{self.endpoint.__name__}: {name} depends on more than the request"
+                )
+            self.dependencies.append((name, call))
+        elif isinstance(marker, Query):
+            model = get_args(hint)[0]
+            if self.query is not None or not (
+                inspect.isclass(model) and issubclass(model, BaseModel)
+            ):
+                raise TypeError(f"{self.endpoint.__name__}: {name} is not the one query model")
+            self.query, self.query_name = QueryModel(model), name
+        elif isinstance(marker, Path) or marker is None:
+            self.path.append((name, TypeAdapter(hint)))
+        else:
+            raise TypeError(f"{self.endpoint.__name__}: {name} is not read by direct dispatch")
+
+    async def read(self, request: Request, app: FastAPI) -> dict[str, Any]:
+        """The endpoint's keyword arguments; RequestValidationError (FastAPI's, with the same
+        error locations) for parameters that do not validate."""
+        values: dict[str, Any] = {}
+        errors: list[Any] = []
+        path_params = request.path_params
+        for name, adapter in self.path:
+            try:
+                values[name] = adapter.validate_python(path_params[name])
+            except ValidationError as exc:
+                errors += _located(exc, ("path", name))
+        if self.query is not None:
+            try:
+                values[self.query_name] = self.query.read(request.scope["query_string"])
+            except ValidationError as exc:
+                errors += _located(exc, ("query",))
+        if errors:
+            raise RequestValidationError(errors)
+        if self.request_name is not None:
+            values[self.request_name] = request
+        overrides: dict[Any, Callable[[Request], Any]] = app.dependency_overrides
+        for name, call in self.dependencies:
+            value = overrides.get(call, call)(request)
+            values[name] = await value if inspect.isawaitable(value) else value
+        return values
+
+
+class QueryModel:
+    """A query model read as FastAPI reads one: each field by its alias, a sequence from every
+    occurrence of its name, anything else from the name's last occurrence, names the model
+    does not know passed along for its ``extra`` policy."""
+
+    def __init__(self, model: type[BaseModel]) -> None:
+        self.model = model
+        self.lists = frozenset(
+            field.alias or name
+            for name, field in model.model_fields.items()
+            if _is_sequence(field.annotation)
+        )
+
+    def read(self, query_string: bytes) -> BaseModel:
+        data: dict[str, Any] = {}
+        lists = self.lists
+        for name, value in query_pairs(query_string):
+            if name in lists:
+                data.setdefault(name, []).append(value)
+            else:
+                data[name] = value
+        return self.model.model_validate(data)
+
+
+def query_pairs(query_string: bytes) -> list[tuple[str, str]]:
+    """``parse_qsl`` of a query string, empty values kept; a query with nothing to unquote (no
+    ``%``, no ``+``: the usual one) is split at ``&`` and ``=`` directly."""
+    if not query_string:
+        return []
+    text = query_string.decode("latin-1")
+    if "%" in text or "+" in text:
+        return parse_qsl(text, keep_blank_values=True)
+    return [(name, value) for name, _, value in (p.partition("=") for p in text.split("&") if p)]
+
+
+def _is_model(kind: Any) -> bool:
+    return inspect.isclass(kind) and issubclass(kind, BaseModel)
+
+
+def _marker(hint: Any) -> Any:
+    """The FastAPI marker (``Path()``, ``Query()``, ``Depends()``) of an ``Annotated`` hint."""
+    if get_origin(hint) is not Annotated:
+        return None
+    return next((m for m in get_args(hint)[1:] if isinstance(m, Path | Query | Depends)), None)
+
+
+def _is_sequence(annotation: Any) -> bool:
+    """Whether a field's type is a list or another sequence (or an optional one)."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _is_sequence(get_args(annotation)[0])
+    if origin is typing.Union or origin is type(int | None):
+        return any(_is_sequence(a) for a in get_args(annotation) if a is not type(None))
+    return origin in _SEQUENCES or annotation in _SEQUENCES
+
+
+def _located(exc: ValidationError, where: tuple[str, ...]) -> list[dict[str, Any]]:
+    return [{**e, "loc": (*where, *e["loc"])} for e in exc.errors(include_url=False)]

@@ -1,0 +1,307 @@
+"""One request and its answer: the ASGI ``receive`` and ``send`` of an HTTP/1.1 exchange.
+
+The request body reaches the app as the connection parses it (``receive``); the answer's
+status line and headers are held until its first body bytes, so a whole small answer leaves
+in one write — one system call, and one wake-up of the client instead of two. An answer
+without a ``Content-Length`` is sent chunked (close-delimited to an HTTP/1.0 client); a HEAD
+request's answer has its headers only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any, Final
+
+from app.server.limits import BODY_STALLED
+
+if TYPE_CHECKING:
+    from app.server.connection import HttpConnection
+
+log = logging.getLogger("spoolmq.server")
+access_log = logging.getLogger("spoolmq.access")
+
+Message = dict[str, Any]
+App = Callable[[dict[str, Any], Callable[..., Any], Callable[..., Any]], Any]
+
+DISCONNECT: Final[Message] = {"type": "http.disconnect"}
+_NO_BODY_STATUSES: Final = frozenset({204, 304})
+
+
+def _status_lines() -> dict[int, bytes]:
+    lines = {}
+    for status in HTTPStatus:
+        lines[status.value] = b"HTTP/1.1 %d %s\r\n" % (status.value, status.phrase.encode())
+    return lines
+
+
+STATUS_LINES: Final = _status_lines()
+
+
+def status_line(status: int) -> bytes:
+    """``HTTP/1.1 <status> <reason>`` and its CRLF (an unknown status without a reason)."""
+    line = STATUS_LINES.get(status)
+    return line if line is not None else b"HTTP/1.1 %d \r\n" % status
+
+
+class Exchange:
+    """One request on a connection, from its headers to the end of its answer."""
+
+    __slots__ = (
+        "bodiless",
+        "body",
+        "chunked",
+        "complete",
+        "connection",
+        "disconnected",
+        "end_given",
+        "expect_continue",
+        "head",
+        "keep_alive",
+        "more_body",
+        "remaining",
+        "scope",
+        "started",
+        "status",
+        "waiter",
+    )
+
+    def __init__(
+        self,
+        connection: HttpConnection,
+        scope: dict[str, Any],
+        keep_alive: bool,
+        expect_continue: bool,
+    ) -> None:
+        self.connection = connection
+        self.scope = scope
+        self.keep_alive = keep_alive
+        self.expect_continue = expect_continue
+        # request
+        self.body: list[bytes] = []
+        self.more_body = True  # the request's body is still coming
+        self.end_given = False  # the body's last message went to the app
+        self.waiter: asyncio.Future[None] | None = None
+        self.disconnected = False
+        # answer
+        self.started = False
+        self.complete = False
+        self.status = 0
+        self.head: bytes | None = None  # the status line and headers, not written yet
+        self.bodiless = False  # an answer to HEAD, a 1xx, 204 or 304: headers only
+        self.chunked = False
+        self.remaining: int | None = None  # the Content-Length still to send
+
+    # ---------------------------------------------------------------- what the connection says
+
+    def add_body(self, piece: bytes) -> int:
+        """A piece of the request body arrived; how many bytes are now held for the app."""
+        self.body.append(piece)
+        self.wake()
+        return sum(map(len, self.body))
+
+    def end_body(self) -> None:
+        self.more_body = False
+        self.wake()
+
+    def lost(self) -> None:
+        """The client went away."""
+        if not self.complete:
+            self.disconnected = True
+        self.wake()
+
+    def wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # ---------------------------------------------------------------- ASGI
+
+    async def run(self, app: App) -> None:
+        """Let ``app`` answer; a failure before the answer started is a plain 500."""
+        connection = self.connection
+        try:
+            await app(self.scope, self.receive, self.send)
+        except BaseException as exc:
+            if not isinstance(exc, asyncio.CancelledError):
+                log.error(
+                    "the app failed on %s %s",
+                    self.scope["method"],
+                    self.scope["path"],
+                    exc_info=exc,
+                )
+            if self.started or self.disconnected:
+                connection.close()
+            else:
+                self.keep_alive = False
+                await self.send_plain(500, b"Internal Server Error")
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        else:
+            if not self.complete and not self.disconnected:
+                log.error(
+                    "the app returned without finishing its answer to %s %s",
+                    self.scope["method"],
+                    self.scope["path"],
+                )
+                if self.started:
+                    connection.close()
+                else:
+                    self.keep_alive = False
+                    await self.send_plain(500, b"Internal Server Error")
+        finally:
+            if not self.complete:
+                self.complete = True
+                connection.answered(self)
+
+    async def receive(self) -> Message:
+        connection = self.connection
+        if self.expect_continue:
+            self.expect_continue = False
+            if not connection.closing():
+                connection.write((b"HTTP/1.1 100 Continue\r\n\r\n",))
+        while True:
+            if self.disconnected or self.complete:
+                return DISCONNECT
+            if self.body or (not self.more_body and not self.end_given):
+                return self._body_message()
+            if self.scope.get(BODY_STALLED):
+                if self.end_given:
+                    return DISCONNECT
+                self.end_given = True  # the app is told once; then the client counts as gone
+                return {"type": "http.request", "body": b"", "more_body": True}
+            connection.resume_reading()
+            waiter = self.waiter = connection.loop.create_future()
+            try:
+                await waiter
+            finally:
+                self.waiter = None
+
+    def _body_message(self) -> Message:
+        pieces, self.body = self.body, []
+        body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        if not self.more_body:
+            self.end_given = True
+        return {"type": "http.request", "body": body, "more_body": self.more_body}
+
+    async def send(self, message: Message) -> None:
+        kind = message["type"]
+        if not self.started:
+            if kind != "http.response.start":
+                raise RuntimeError(f"expected 'http.response.start', not {kind!r}")
+            self._start(message["status"], message.get("headers", ()))
+            return
+        if self.complete:
+            raise RuntimeError(f"{kind!r} after the answer was complete")
+        if kind != "http.response.body":
+            raise RuntimeError(f"expected 'http.response.body', not {kind!r}")
+        body = message.get("body", b"")
+        more = message.get("more_body", False)
+        connection = self.connection
+        if connection.write_paused and not self.disconnected:
+            await connection.drain()
+        pieces = self._framed(body, more)
+        if not self.disconnected:
+            connection.write(pieces)
+        if not more:
+            if self.remaining:
+                raise RuntimeError("the answer is shorter than its Content-Length")
+            self.complete = True
+            self.wake()  # a pending receive now answers http.disconnect
+            connection.answered(self)
+
+    # ---------------------------------------------------------------- the answer
+
+    def _start(self, status: int, headers: Any) -> None:
+        self.started = True
+        self.expect_continue = False
+        self.status = status
+        head = [status_line(status)]
+        connection = self.connection
+        for name, value in connection.default_headers:
+            head += (name, b": ", value, b"\r\n")
+        length: int | None = None
+        chunked = closes = False
+        for name, value in headers:
+            name = name.lower()
+            if name == b"content-length":
+                length = int(value)
+            elif name == b"transfer-encoding":
+                chunked = value.lower() == b"chunked"
+            elif name == b"connection" and b"close" in value.lower():
+                closes = True
+                self.keep_alive = False
+            _check_header(name, value)
+            head += (name, b": ", value, b"\r\n")
+        if not self.keep_alive and not closes:
+            head.append(b"connection: close\r\n")
+        scope = self.scope
+        self.bodiless = scope["method"] == "HEAD" or status in _NO_BODY_STATUSES or status < 200
+        if self.bodiless:
+            pass
+        elif chunked or length is None:
+            if scope["http_version"] == "1.0":
+                self.keep_alive = False  # the end of the body is the end of the connection
+                if not closes:
+                    head.append(b"connection: close\r\n")
+            else:
+                self.chunked = True
+                if not chunked:
+                    head.append(b"transfer-encoding: chunked\r\n")
+        else:
+            self.remaining = length
+        head.append(b"\r\n")
+        self.head = b"".join(head)
+        if connection.limits.access_log:
+            path = scope["path"]
+            if scope["query_string"]:
+                path += "?" + scope["query_string"].decode("latin-1")
+            client = scope.get("client")
+            who = f"{client[0]}:{client[1]}" if client else "-"
+            access_log.info(
+                '%s - "%s %s HTTP/%s" %d', who, scope["method"], path, scope["http_version"], status
+            )
+
+    def _framed(self, body: bytes, more: bool) -> list[bytes]:
+        """What to write for a piece of the answer's body: the held head first."""
+        pieces = []
+        if self.head is not None:
+            pieces.append(self.head)
+            self.head = None
+        if self.bodiless:
+            return pieces
+        if self.chunked:
+            if body:
+                pieces += (b"%x\r\n" % len(body), body, b"\r\n")
+            if not more:
+                pieces.append(b"0\r\n\r\n")
+        elif body:
+            if self.remaining is not None:
+                if len(body) > self.remaining:
+                    raise RuntimeError("the answer is longer than its Content-Length")
+                self.remaining -= len(body)
+            pieces.append(body)
+        return pieces
+
+    async def send_plain(self, status: int, text: bytes) -> None:
+        """A plain-text answer the server makes itself (its connection then closes)."""
+        self.keep_alive = False
+        await self.send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"text/plain; charset=utf-8"),
+                    (b"content-length", b"%d" % len(text)),
+                ],
+            }
+        )
+        await self.send({"type": "http.response.body", "body": text})
+
+
+def _check_header(name: bytes, value: bytes) -> None:
+    """A header that would break the answer's framing is the app's bug, not sent."""
+    if b"\r" in value or b"\n" in value or b"\r" in name or b"\n" in name or b":" in name:
+        raise RuntimeError(f"an invalid HTTP header: {name!r}")

@@ -1,0 +1,182 @@
+"""Serving an ASGI app on listening sockets, and stopping gracefully.
+
+:meth:`Server.run` starts the app's lifespan, serves until SIGINT or SIGTERM (or until
+``should_exit`` is set, from any thread), then stops: no new connections, ``on_shutdown``
+(the broker answers its parked long-polls at once), idle connections closed, requests in
+progress given ``graceful_shutdown_s`` to finish (then cancelled), the app's lifespan shut
+down. A signal ends the process with status 0 once that is done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from email.utils import formatdate
+from typing import Final
+
+from app.server.connection import HttpConnection
+from app.server.exchange import App
+from app.server.lifespan import Lifespan, LifespanError
+from app.server.limits import ServerLimits
+
+log = logging.getLogger("spoolmq.server")
+
+HANDLED_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
+_TICK_S: Final = 0.1
+
+
+@dataclass
+class ServerState:
+    """What every connection of one server shares."""
+
+    limits: ServerLimits
+    connections: set[HttpConnection] = field(default_factory=set)
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    default_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+    def update_date(self) -> None:
+        """The ``date`` header every answer carries, made once a second."""
+        self.default_headers = [(b"date", formatdate(time.time(), usegmt=True).encode())]
+
+
+class Server:
+    """One ASGI app served over HTTP/1.1 on the sockets given to :meth:`run`."""
+
+    def __init__(
+        self,
+        app: App,
+        limits: ServerLimits | None = None,
+        on_shutdown: Callable[[], None] | None = None,
+    ) -> None:
+        self.app = app
+        self.limits = limits or ServerLimits()
+        self.on_shutdown = on_shutdown
+        self.should_exit = False
+        self.started = False
+        self.state = ServerState(self.limits)
+        self._wake: asyncio.Event | None = None
+
+    def run(self, sockets: Sequence[socket.socket]) -> None:
+        """Serve until stopped, on uvloop's event loop (asyncio's where uvloop is missing)."""
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(self.serve(sockets))
+
+    async def serve(self, sockets: Sequence[socket.socket]) -> None:
+        loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        handled = self._handle_signals(loop)
+        lifespan = Lifespan(self.app)
+        try:
+            try:
+                await lifespan.startup()
+            except LifespanError as exc:
+                log.error("the app did not start: %s", exc)
+                return
+            self.state.update_date()
+            servers = [
+                await loop.create_server(self._connection, sock=sock, backlog=2048)
+                for sock in sockets
+            ]
+            self.started = True
+            await self._until_exit()
+            await self._stop(servers)
+            await lifespan.shutdown()
+        finally:
+            for sig in handled:
+                loop.remove_signal_handler(sig)
+
+    def _connection(self) -> HttpConnection:
+        return HttpConnection(self.app, self.state)
+
+    def _handle_signals(self, loop: asyncio.AbstractEventLoop) -> list[signal.Signals]:
+        if threading.current_thread() is not threading.main_thread():
+            return []  # only the main thread gets signals: stopped through should_exit
+        for sig in HANDLED_SIGNALS:
+            loop.add_signal_handler(sig, self.handle_exit)
+        return list(HANDLED_SIGNALS)
+
+    def handle_exit(self) -> None:
+        """Stop (a signal, or a caller on the loop's thread)."""
+        self.should_exit = True
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _until_exit(self) -> None:
+        wake = self._wake
+        assert wake is not None
+        ticks = 0
+        while not self.should_exit:
+            try:
+                await asyncio.wait_for(wake.wait(), _TICK_S)
+            except TimeoutError:
+                pass
+            ticks += 1
+            if ticks % 10 == 0:
+                self.state.update_date()
+
+    async def _stop(self, servers: list[asyncio.Server]) -> None:
+        for server in servers:
+            server.close()
+        if self.on_shutdown is not None:
+            self.on_shutdown()
+        for connection in list(self.state.connections):
+            connection.shutdown()
+        tasks = self.state.tasks
+        if tasks:
+            _, pending = await asyncio.wait(set(tasks), timeout=self.limits.graceful_shutdown_s)
+            for task in pending:
+                task.cancel()
+            if pending:
+                log.warning("cancelled %d requests still in progress at shutdown", len(pending))
+                await asyncio.wait(pending)
+        for connection in list(self.state.connections):
+            connection.close()
+        for server in servers:
+            await server.wait_closed()
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on the platforms it has
+        return asyncio.new_event_loop
+    return uvloop.new_event_loop
+
+
+class ListenError(Exception):
+    """The server's address cannot be listened on (a busy port, an address not on this host)."""
+
+
+def listen_socket(host: str, port: int, how: str = "--port or SPOOLMQ_PORT") -> socket.socket:
+    """A socket bound to ``host``:``port``, before anything else starts.
+
+    ListenError, one line saying what to do, when the port is taken or the address is not
+    this machine's; ``how`` says how another port is chosen.
+    """
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise ListenError(
+                f"cannot listen on {host}:{port}: the port is in use (another server? "
+                f"choose another with {how})"
+            ) from None
+        raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock
