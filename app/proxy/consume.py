@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any, Final
+from typing import Final
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
@@ -17,18 +17,18 @@ from app.proxy.context import (
     budget_shares,
     cluster_view,
     forwarder,
-    scope_int_param,
-    scope_query_items,
+    int_param,
+    query_items,
 )
-from app.proxy.fanout import FirstRound, first_non_empty, share_out
+from app.proxy.fanout import GroupAnswer, first_non_empty, share_out
 from app.proxy.forward import BrokerAnswer, PassedResponse, broker_path, long_poll_timeout
-from app.proxy.relabel import merged_pull, relabel_pull
+from app.proxy.merge import merged_pull
 from app.responses import OrjsonResponse
 from app.schemas.messages import GroupPullQuery
 from services.cluster import (
-    BrokerMember,
+    ClusterLabels,
     NoMasterError,
-    globalize,
+    TopicRoute,
     groups_with_master,
     master_of,
     queue_route,
@@ -67,27 +67,18 @@ async def group_config(group: str, request: Request) -> Response:
     return first.response()
 
 
-@router.get("/v1/groups/{group}/topics/{topic}/messages")
+@router.get("/v1/groups/{group}/topics/{topic}/messages", operation_id="pullGroupMessages")
 async def pull_group(group: str, topic: str, request: Request) -> Response:
     """Pull from every group hosting the topic at once, each for its share of
     ``max_messages`` (:mod:`app.proxy.fanout`); when none has anything and the pull
     long-polls, all long-poll at once and the first answer with messages is taken."""
-    return await group_pull(group, topic, request)
-
-
-async def group_pull(
-    group: str, topic: str, request: Request, first: FirstRound | None = None
-) -> Response:
-    """:func:`pull_group`; ``first``: its first round, asked already (the lean lane's)."""
     view = cluster_view(request)
     route = topic_route(view, topic)
-    budget, wait_ms, auto_commit, as_given = pull_query(request.scope)
+    budget, wait_ms, auto_commit, as_given = pull_query(request)
 
     async def ask(name: str, max_messages: int, wait: int, commit: bool = True) -> BrokerAnswer:
         members = [master_of(view, name)] if auto_commit else readers(view, name)
-        query, params = share_query(
-            request.scope, as_given, budget, wait_ms, max_messages, wait, commit
-        )
+        query, params = share_query(request, as_given, budget, wait_ms, max_messages, wait, commit)
         _, answer = await forwarder(request).call_any(
             members,
             "GET",
@@ -95,6 +86,7 @@ async def group_pull(
             query=query,
             params=params,
             request=request,
+            labels=ClusterLabels.of(route, name),
             timeout_s=long_poll_timeout(wait),
         )
         return answer
@@ -102,8 +94,7 @@ async def group_pull(
     if budget < 1:  # the broker says what is wrong with it
         return (await ask(route.groups()[0], budget, wait_ms)).response()
 
-    shares = budget_shares(request)
-    found = await share_out(shares, "pull", group, route, budget, ask, relabel_pull, first)
+    found = await share_out(budget_shares(request), "pull", group, route, budget, ask)
     if found.refused is not None:
         return found.refused.response()
     answers = found.answers
@@ -111,20 +102,17 @@ async def group_pull(
         # The race's losers must not commit what they found: every group long-polls without
         # auto-commit, and only the winner's delivered messages are committed afterwards.
         polled = await first_non_empty(
-            [a.broker_group for a in answers],
-            lambda name: ask(name, budget, wait_ms, commit=False),
-            found.read,
+            [a.broker_group for a in answers], lambda name: ask(name, budget, wait_ms, False)
         )
         if polled is not None:
             if auto_commit:
-                master = master_of(view, polled.broker_group)
-                await _commit_delivered(request, group, master, polled.json())
+                await _commit_delivered(request, group, route, polled)
             answers = [polled]
-    return PassedResponse(merged_pull(group, route, answers), media_type="application/json")
+    return PassedResponse(merged_pull(group, topic, answers), media_type="application/json")
 
 
 def share_query(
-    scope: Any,
+    request: Request,
     as_given: bool,
     budget: int,
     wait_ms: int,
@@ -135,8 +123,8 @@ def share_query(
     """The query of a broker group's share of a group pull: the client's as it came when it
     asks the same (:func:`_asks_as_given`), else one to encode (:func:`_asked`)."""
     if commit and as_given and max_messages == budget and wait == wait_ms:
-        return scope["query_string"], None
-    return b"", _asked(scope, max_messages, wait, commit)
+        return request.scope["query_string"], None
+    return b"", _asked(request, max_messages, wait, commit)
 
 
 BROKER_MAX_MESSAGES: int = GroupPullQuery.model_fields["max_messages"].default
@@ -146,29 +134,29 @@ BROKER_WAIT_MS: int = GroupPullQuery.model_fields["wait_ms"].default
 _READ: Final = frozenset(("max_messages", "wait_ms", "auto_commit"))
 
 
-def pull_query(scope: Any) -> tuple[int, int, bool, bool]:
+def pull_query(request: Request) -> tuple[int, int, bool, bool]:
     """A group pull's ``max_messages``, ``wait_ms`` and ``auto_commit`` (each its first
     value, as :func:`int_param` and :func:`query_param` read them), and whether the client's
     query string may go to a broker group as it came (:func:`_asks_as_given`): one pass over
     the parameters instead of one per name."""
     given: dict[str, list[str]] = {}
-    for name, value in scope_query_items(scope):
+    for name, value in query_items(request):
         if name in _READ:
             given.setdefault(name, []).append(value)
-    budget = _number(scope, given, "max_messages", DEFAULT_MAX_MESSAGES)
-    wait_ms = _number(scope, given, "wait_ms", 0)
+    budget = _number(request, given, "max_messages", DEFAULT_MAX_MESSAGES)
+    wait_ms = _number(request, given, "wait_ms", 0)
     auto_commit = given.get("auto_commit", [""])[0].lower() in ("true", "1", "yes")
     return budget, wait_ms, auto_commit, _asks_as_given(given, budget, wait_ms)
 
 
-def _number(scope: Any, given: dict[str, list[str]], name: str, default: int) -> int:
+def _number(request: Request, given: dict[str, list[str]], name: str, default: int) -> int:
     values = given.get(name)
     if values is None:
         return default
     try:
         return int(values[0])
     except ValueError:
-        return scope_int_param(scope, name, default)  # raises the proxy's own answer to it
+        return int_param(request, name, default)  # raises the proxy's own answer to it
 
 
 def _asks_as_given(given: dict[str, list[str]], budget: int, wait_ms: int) -> bool:
@@ -190,11 +178,11 @@ def _given_as(values: list[str] | None, value: int, default: int) -> bool:
     return len(values) == 1 and values[0] == str(value)
 
 
-def _asked(scope: Any, max_messages: int, wait: int, commit: bool) -> list[tuple[str, str]]:
+def _asked(request: Request, max_messages: int, wait: int, commit: bool) -> list[tuple[str, str]]:
     """The query of a broker group's share: the client's parameters with its own share and
     wait, and without ``auto_commit`` when what it finds must not be committed (``commit``)."""
     query = [
-        *((k, v) for k, v in scope_query_items(scope) if k not in ("max_messages", "wait_ms")),
+        *((k, v) for k, v in query_items(request) if k not in ("max_messages", "wait_ms")),
         ("max_messages", str(max_messages)),
         ("wait_ms", str(wait)),
     ]
@@ -209,21 +197,28 @@ def group_pull_path(group: str, topic: str) -> str:
 
 
 async def _commit_delivered(
-    request: Request, group: str, master: BrokerMember, pulled: dict[str, Any]
+    request: Request, group: str, route: TopicRoute, pulled: GroupAnswer
 ) -> None:
-    """Commit the positions past what one broker group's pull returned (local queue ids)."""
-    offsets = [
-        {"topic": q["topic"], "queue_id": q["queue_id"], "offset": q["next_offset"]}
-        for q in pulled.get("queues", ())
+    """Commit the positions past what one broker group's pull returned, at its master."""
+    delivered = [
+        {
+            "topic": q["topic"],
+            "queue_id": q["queue_id"],
+            "offset": q["next_offset"],
+            "broker_group": pulled.broker_group,
+        }
+        for q in pulled.answer.json().get("queues", ())
         if q.get("next_offset", 0) > q.get("offset", 0)
     ]
-    if not offsets:
+    if not delivered:
         return
+    view = cluster_view(request)
+    local = split_commits(delivered, {route.topic: route}).get(pulled.broker_group, [])
     answer = await forwarder(request).call(
-        master,
+        master_of(view, pulled.broker_group),
         "POST",
         broker_path("v1", "groups", group, "offsets"),
-        json={"offsets": offsets},
+        json={"offsets": local},
         request=request,
     )
     if not answer.ok:  # delivered but not committed: they come again (at least once)
@@ -243,12 +238,9 @@ async def commit_offset(group: str, topic: str, queue_id: int, request: Request)
         ),
         content=await request.body(),
         request=request,
+        labels=ClusterLabels.of(route, queue.group),
     )
-    if not answer.ok:
-        return answer.response()
-    out = answer.json()
-    globalize(route, queue.group, out.get("offsets", ()))
-    return answer.with_body(out)
+    return answer.response()
 
 
 @router.post("/v1/groups/{group}/offsets")

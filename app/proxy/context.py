@@ -1,18 +1,17 @@
-"""What every proxy endpoint shares: the proxy's limits, the request's cluster view,
-forwarder, send picker and budget shares, and small parsing helpers."""
+"""What every proxy endpoint shares: the proxy's limits and parts (one :class:`Proxy` per app,
+on ``app.state.proxy``), and small readers of a request's query."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final
-from urllib.parse import parse_qsl
+from typing import Final
 
 from fastapi import Request
-from starlette.datastructures import State
 
 from app.errors import ApiError
 from app.proxy.fanout import BudgetShares
 from app.proxy.forward import Forwarder
+from app.routes.direct import query_pairs
 from app.settings import MAX_REQUEST_BYTES
 from services.cluster import ClusterView, RouteRegistry, SendPicker
 
@@ -33,91 +32,63 @@ class ProxyLimits:
     max_request_bytes: int = MAX_REQUEST_BYTES
 
 
-class ProxyState(State):
-    """The proxy app's ``app.state``, its entries plain attributes as well.
+@dataclass(frozen=True, slots=True)
+class Proxy:
+    """The parts of one proxy: made when its app starts, shared by every request."""
 
-    Starlette's :class:`State` keeps them in a dict that ``__getattr__`` reads, which Python
-    calls only after the ordinary look-up failed — an ``AttributeError`` made and dropped
-    for each of the five or six reads of every proxied request."""
+    limits: ProxyLimits
+    registry: RouteRegistry
+    """The route table, kept fresh from etcd."""
+    forwarder: Forwarder
+    picker: SendPicker
+    shares: BudgetShares
 
-    def __setattr__(self, key: str, value: Any) -> None:
-        object.__setattr__(self, key, value)
-        self._state[key] = value
 
-    def __delattr__(self, key: str) -> None:
-        object.__delattr__(self, key)
-        del self._state[key]
+def proxy_of(request: Request) -> Proxy:
+    proxy: Proxy = request.app.state.proxy
+    return proxy
 
 
 def proxy_limits(request: Request) -> ProxyLimits:
-    limits: ProxyLimits = request.app.state.limits
-    return limits
+    return proxy_of(request).limits
 
 
 def route_registry(request: Request) -> RouteRegistry:
-    registry: RouteRegistry = request.app.state.registry
-    return registry
+    return proxy_of(request).registry
 
 
 def cluster_view(request: Request) -> ClusterView:
-    return route_registry(request).view
+    return proxy_of(request).registry.view
 
 
 def forwarder(request: Request) -> Forwarder:
-    shared: Forwarder = request.app.state.forwarder
-    return shared
+    return proxy_of(request).forwarder
 
 
 def send_picker(request: Request) -> SendPicker:
-    picker: SendPicker = request.app.state.picker
-    return picker
+    return proxy_of(request).picker
 
 
 def budget_shares(request: Request) -> BudgetShares:
-    shares: BudgetShares = request.app.state.budget_shares
-    return shares
+    return proxy_of(request).shares
 
 
 def query_items(request: Request) -> list[tuple[str, str]]:
-    """The request's query parameters in order (parsed once: cheaper than a QueryParams)."""
-    return scope_query_items(request.scope)
-
-
-def scope_query_items(scope: Any) -> list[tuple[str, str]]:
-    """:func:`query_items` of a request's ASGI scope."""
+    """The request's query parameters in order, parsed once per request."""
+    scope = request.scope
     items: list[tuple[str, str]] | None = scope.get(_QUERY)
     if items is None:
-        raw = scope["query_string"].decode("latin-1")
-        items = scope[_QUERY] = query_items_of(raw) if raw else []
+        items = scope[_QUERY] = query_pairs(scope["query_string"])
     return items
 
 
-def query_items_of(raw: str) -> list[tuple[str, str]]:
-    """``parse_qsl(raw, keep_blank_values=True)``; by splits alone when nothing in ``raw`` is
-    to be unquoted (no ``%``, no ``+``: the common query), where parse_qsl's general steps
-    per parameter cost more than the rest of a group pull's planning."""
-    if "%" in raw or "+" in raw:
-        return parse_qsl(raw, keep_blank_values=True)
-    return [(name, value) for name, _, value in (p.partition("=") for p in raw.split("&") if p)]
-
-
 def query_param(request: Request, name: str) -> str | None:
-    """The first value of ``name``, as Starlette's ``query_params.get`` gives it."""
-    return scope_query_param(request.scope, name)
-
-
-def scope_query_param(scope: Any, name: str) -> str | None:
-    """:func:`query_param` of a request's ASGI scope."""
-    return next((v for k, v in scope_query_items(scope) if k == name), None)
+    """The first value of ``name``."""
+    return next((v for k, v in query_items(request) if k == name), None)
 
 
 def int_param(request: Request, name: str, default: int) -> int:
-    return scope_int_param(request.scope, name, default)
-
-
-def scope_int_param(scope: Any, name: str, default: int) -> int:
-    """:func:`int_param` of a request's ASGI scope."""
-    raw = scope_query_param(scope, name)
+    raw = query_param(request, name)
     if raw is None:
         return default
     try:

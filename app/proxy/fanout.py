@@ -21,33 +21,40 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from app.proxy.forward import BrokerAnswer, ProxyError
-from app.proxy.relabel import Relabelled
 from services.cluster import NoMasterError, TopicRoute
 
 ROTATION = [0]
 """Where the next shared-out request starts its groups: one on for every request."""
 
 Unreachable = ProxyError | NoMasterError
-Read = Callable[[str, BrokerAnswer], Relabelled]
-"""A broker group's answer relabelled for the client (:mod:`app.proxy.relabel`)."""
 _Answer = TypeVar("_Answer")
 
 
-def rotated(items: Sequence[str], turn: bool = True) -> list[str]:
-    """``items`` from a start that moves on with every call, so no group always comes last;
-    ``turn=False``: where the next call starts, not moved on (:func:`turned` does it)."""
+@dataclass(frozen=True, slots=True)
+class GroupAnswer:
+    """One broker group's answer to a shared-out request, labelled by its broker."""
+
+    broker_group: str
+    answer: BrokerAnswer
+    count: int
+    """How many messages it holds."""
+
+
+def group_answer(name: str, answer: BrokerAnswer) -> GroupAnswer:
+    """``answer`` of group ``name``, its messages counted (by the broker's header)."""
+    count = answer.message_count
+    if count is None:  # a broker that does not say: read it
+        count = len(answer.json().get("messages") or ())
+    return GroupAnswer(name, answer, count)
+
+
+def rotated(items: Sequence[str]) -> list[str]:
+    """``items`` from a start that moves on with every call, so no group always comes last."""
     if not items:
         return []
     start = ROTATION[0] % len(items)
-    if turn:
-        turned()
-    return list(items[start:]) + list(items[:start])
-
-
-def turned() -> None:
-    """A request started from where :func:`rotated` (``turn=False``) said: the next starts one
-    on (a round planned but not asked moves nothing, as its endpoint's way moves it)."""
     ROTATION[0] += 1
+    return list(items[start:]) + list(items[:start])
 
 
 async def each_group(
@@ -78,18 +85,18 @@ def all_unreachable(answers: Sequence[tuple[str, Any]]) -> Unreachable | None:
 
 
 async def first_non_empty(
-    groups: Sequence[str], ask: Callable[[str], Awaitable[BrokerAnswer]], read: Read
-) -> Relabelled | None:
+    groups: Sequence[str], ask: Callable[[str], Awaitable[BrokerAnswer]]
+) -> GroupAnswer | None:
     """Long-poll every group at once; the first answer with messages wins, the rest go."""
 
-    async def one(name: str) -> Relabelled | None:
+    async def one(name: str) -> GroupAnswer | None:
         try:
             answer = await ask(name)
         except (ProxyError, NoMasterError):
             return None
         if not answer.ok:
             return None
-        found = read(name, answer)
+        found = group_answer(name, answer)
         return found if found.count else None
 
     tasks = [asyncio.create_task(one(name)) for name in groups]
@@ -134,16 +141,6 @@ class BudgetShares:
         Drained groups get one message each, at most every :data:`PROBE_INTERVAL_S`, else
         nothing (asked only when the others come back empty, see :func:`share_out`).
         """
-        given, probing = self.plan(key, groups, budget)
-        if probing:
-            self.probing(key)
-        return given
-
-    def plan(
-        self, key: tuple[str, ...], groups: Sequence[str], budget: int
-    ) -> tuple[dict[str, int], bool]:
-        """:meth:`shares` without keeping anything: the shares, and whether they hold the
-        drained groups' probe (then :meth:`probing` is to be called if they are asked)."""
         known = self._known.get(key)
         likely: list[str] = []
         probed: list[str] = []
@@ -157,21 +154,21 @@ class BudgetShares:
             last = known.probed_at if known is not None else None
             if last is not None and time.monotonic() - last < self.probe_interval_s:
                 probed = []
+        if probed:
+            self._probed_now(key)
         shares = dict.fromkeys(groups, 0)
-        probing = bool(probed)
         if budget < len(likely) + len(probed):  # one each, for as many as the budget allows
             for name in (likely + probed)[:budget]:
                 shares[name] = 1
-            return shares, probing
+            return shares
         for name in probed:
             shares[name] = 1
         each, extra = divmod(budget - len(probed), len(likely))
         for index, name in enumerate(likely):
             shares[name] = each + (1 if index < extra else 0)
-        return shares, probing
+        return shares
 
-    def probing(self, key: tuple[str, ...]) -> None:
-        """The drained groups of ``key`` are probed now."""
+    def _probed_now(self, key: tuple[str, ...]) -> None:
         known = self._known.get(key) or _Known()
         known.probed_at = time.monotonic()
         self._keep(key, known)
@@ -194,28 +191,15 @@ class BudgetShares:
 
 @dataclass
 class Shared:
-    """What a shared-out request found: each answering group's answer, relabelled
-    (:mod:`app.proxy.relabel`), in the order asked, and the first refusal (when nothing was
-    found) or error met."""
+    """What a shared-out request found: each answering group's answer, in the order asked,
+    and the first refusal (when nothing was found) or error met."""
 
-    read: Read
-    """How an answer was relabelled: for a long-poll that follows."""
-    answers: list[Relabelled] = field(default_factory=list)
+    answers: list[GroupAnswer] = field(default_factory=list)
     refused: BrokerAnswer | None = None
     error: Unreachable | None = None
 
     def found(self) -> int:
         return sum(answer.count for answer in self.answers)
-
-
-@dataclass(frozen=True, slots=True)
-class FirstRound:
-    """A shared-out request's first round, asked by the proxy's lean lane: the groups in the
-    order they were shared among, their shares, and what came of it (recorded already)."""
-
-    order: list[str]
-    given: dict[str, int]
-    result: Shared
 
 
 async def share_out(
@@ -225,33 +209,24 @@ async def share_out(
     route: TopicRoute,
     budget: int,
     ask: Callable[[str, int, int], Awaitable[BrokerAnswer]],
-    relabel: Callable[[BrokerAnswer, TopicRoute, str, str], Relabelled],
-    first: FirstRound | None = None,
 ) -> Shared:
     """Ask the groups hosting ``route`` at once, each for its share of consumer group
     ``group``'s ``budget`` (``ask(name, share, wait_ms=0)``); when that finds nothing and some
     groups got no share (a budget smaller than the groups), ask those too. Raises the error
     met when no group answered at all; a refusal is the caller's to pass on when no group
     delivered anything (else the groups that did are answered: with auto_commit or a POP,
-    what they delivered is committed or hidden there, and lost unless it is answered).
-    ``first``: the first round, asked already."""
+    what they delivered is committed or hidden there, and lost unless it is answered)."""
     key = (kind, group, route.topic)
-
-    def read(name: str, answer: BrokerAnswer) -> Relabelled:
-        return relabel(answer, route, name, group)
 
     def ask_now(name: str, share: int) -> Awaitable[BrokerAnswer]:
         return ask(name, share, 0)
 
-    if first is None:
-        order = rotated(route.groups())
-        given = shares.shares(key, order, budget)
-        result = await _ask_shares(shares, key, given, ask_now, read)
-    else:
-        order, given, result = first.order, first.given, first.result
+    order = rotated(route.groups())
+    given = shares.shares(key, order, budget)
+    result = await _ask_shares(shares, key, given, ask_now)
     left = [name for name in order if given[name] == 0]
     if left and result.refused is None and not result.found():
-        result = await _ask_shares(shares, key, shares.shares(key, left, budget), ask_now, read)
+        result = await _ask_shares(shares, key, shares.shares(key, left, budget), ask_now)
     if result.refused is None and not result.answers and result.error is not None:
         raise result.error
     if result.found():  # what one group delivered (committed, or popped) is the answer
@@ -264,10 +239,9 @@ async def _ask_shares(
     key: tuple[str, ...],
     given: Mapping[str, int],
     ask: Callable[[str, int], Awaitable[BrokerAnswer]],
-    read: Read,
 ) -> Shared:
     asked = {name: share for name, share in given.items() if share > 0}
-    result = Shared(read)
+    result = Shared()
     got: dict[str, int] = {}
     for name, answer in await each_group(list(asked), lambda name: ask(name, asked[name])):
         if isinstance(answer, ProxyError | NoMasterError):
@@ -275,7 +249,7 @@ async def _ask_shares(
         elif not answer.ok:
             result.refused = result.refused or answer
         else:
-            found = read(name, answer)
+            found = group_answer(name, answer)
             got[name] = found.count
             result.answers.append(found)
     shares.record(key, asked, got)

@@ -24,12 +24,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app.errors import PROBLEM_MEDIA_TYPE, ApiError
+from app.labels import MESSAGE_COUNT_HEADER as MESSAGE_COUNT
 from app.proxy.upstream import Body, NotSentError, Origin, Upstream, UpstreamAnswer
-from services.cluster import BrokerMember
+from services.cluster import BrokerMember, ClusterLabels
 
 RETRY_AFTER_S = 1
 FORWARDED_HEADERS: Final = frozenset((b"content-type", b"authorization"))
 _KEPT_RESPONSE_HEADERS: Final = frozenset((b"retry-after", b"location", b"idempotent-replayed"))
+MESSAGE_COUNT_HEADER: Final = MESSAGE_COUNT.encode()
+"""How many messages a labelled group pull or POP receive holds (the broker says it, so the
+proxy need not read the answer to share a consumer's budget)."""
 _BODY_METHODS: Final = frozenset(("POST", "PUT", "PATCH"))
 _MAX_LINES: Final = 4096
 READ_TIMEOUT_S: Final = 10.0
@@ -65,6 +69,9 @@ class BrokerAnswer:
     content: bytes
     content_type: str
     headers: dict[str, str]
+    """The broker's headers a client gets."""
+    message_count: int | None = None
+    """The messages of a labelled group pull or POP receive (:data:`MESSAGE_COUNT_HEADER`)."""
 
     @property
     def ok(self) -> bool:
@@ -174,11 +181,13 @@ class Forwarder:
         json: Any = None,
         content: Body | None = None,
         headers: Sequence[tuple[bytes, bytes]] = (),
+        labels: ClusterLabels | None = None,
         timeout_s: float = READ_TIMEOUT_S,
     ) -> BrokerAnswer:
         """``path`` is already encoded (see :func:`broker_path`); ``query`` a raw query string
         passed on as it came, or ``params`` to encode. The client's Content-Type and
-        Authorization go along (``json`` sets its own Content-Type), with ``headers``."""
+        Authorization go along (``json`` sets its own Content-Type), with ``headers``;
+        ``labels``: the cluster's labels the broker is to put in its answer."""
         origin, line, host = self.line(member.http_url, method, path)
         body = content or b""
         if json is not None:
@@ -191,7 +200,7 @@ class Forwarder:
             forwarded(head, scope["headers"], scope.get("state", {}).get("request_id"), json)
         elif json is not None:
             head.append(b"content-type: application/json\r\n")
-        for name, value in headers:
+        for name, value in (*headers, *(labels.headers() if labels is not None else ())):
             head += (name, b": ", value, b"\r\n")
         if body or method in _BODY_METHODS:
             length = sum(map(len, body)) if isinstance(body, tuple) else len(body)
@@ -250,12 +259,15 @@ def broker_answer(answer: UpstreamAnswer) -> BrokerAnswer:
     """An answer as the proxy passes it on: its Content-Type and the headers a client gets."""
     kept: dict[str, str] = {}
     content_type = "application/json"
+    count: int | None = None
     for name, value in answer.headers:
         if name == b"content-type":
             content_type = value.decode("latin-1")
         elif name in _KEPT_RESPONSE_HEADERS:
             kept[name.decode()] = value.decode("latin-1")
-    return BrokerAnswer(answer.status, answer.body, content_type, kept)
+        elif name == MESSAGE_COUNT_HEADER and value.isdigit():
+            count = int(value)
+    return BrokerAnswer(answer.status, answer.body, content_type, kept, count)
 
 
 def forwarded(

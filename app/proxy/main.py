@@ -1,31 +1,37 @@
 """The proxy's ASGI app: one route registry (kept fresh by an etcd watch), keep-alive
-connections to the brokers, and the proxy's endpoints — the hot ones ahead of FastAPI
-(:mod:`app.proxy.fast`), all inside the HTTP shell every spoolmq server has (request ids,
-the body cap, problem answers for unexpected errors)."""
+connections to the brokers, and the proxy's endpoints — the hot ones served straight from
+their endpoints (:mod:`app.routes.direct`) — inside the HTTP shell every spoolmq server has
+(request ids, the body cap, problem answers for unexpected errors)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from typing import Final
 
 from fastapi import FastAPI, Request
 from starlette.responses import Response
-from starlette.types import ASGIApp
 
 from app.errors import install_error_handlers, problem_response
 from app.middleware import HttpShellMiddleware
 from app.proxy import consume, messages, pop, timers, topics, transactions
-from app.proxy.context import ProxyLimits, ProxyState
+from app.proxy.context import Proxy, ProxyLimits
 from app.proxy.fanout import BudgetShares
-from app.proxy.fast import FastLane, fast_route
 from app.proxy.forward import Forwarder
 from app.proxy.upstream import Upstream
+from app.routes.direct import DirectDispatch
+from app.routes.table import RouteTable, add_routes
 from services.cluster import EtcdClient, EtcdError, EtcdUnavailableError, RouteRegistry, SendPicker
+
+DIRECT_OPERATIONS: Final = frozenset(
+    {"sendMessages", "pullMessages", "pullGroupMessages", "receiveMessages"}
+)
+"""The operations clients call in loops, served straight from their endpoints."""
 
 
 def create_proxy_app(
     cluster: str, etcd_endpoints: Sequence[str], limits: ProxyLimits | None = None
-) -> ASGIApp:
+) -> FastAPI:
     """A stateless proxy for ``cluster``: everything it knows comes from etcd."""
     limits = limits or ProxyLimits()
 
@@ -34,11 +40,7 @@ def create_proxy_app(
         etcd = EtcdClient(list(etcd_endpoints))
         registry = RouteRegistry(etcd, cluster)
         upstream = Upstream(connect_timeout_s=limits.connect_timeout_s)
-        app.state.limits = limits
-        app.state.registry = registry
-        app.state.forwarder = Forwarder(upstream)
-        app.state.picker = SendPicker()
-        app.state.budget_shares = BudgetShares()
+        app.state.proxy = Proxy(limits, registry, Forwarder(upstream), SendPicker(), BudgetShares())
         try:
             await registry.refresh()
         except EtcdUnavailableError:
@@ -59,24 +61,15 @@ def create_proxy_app(
         # FastAPI's OpenTelemetry hooks would read the environment on every request.
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
-    app.state = ProxyState()
     install_error_handlers(app)
     app.add_exception_handler(EtcdError, _etcd_error)
     app.add_exception_handler(EtcdUnavailableError, _etcd_error)
-    for module in (topics, messages, consume, pop, transactions, timers):
-        app.include_router(module.router)
-    hot = [
-        fast_route("POST", "/v1/topics/{topic}/messages", messages.send),
-        fast_route(
-            "GET",
-            "/v1/topics/{topic}/queues/{queue_id}/messages",
-            messages.pull_queue,
-            queue_id=int,
-        ),
-        fast_route("GET", "/v1/groups/{group}/topics/{topic}/messages", consume.pull_group),
-        fast_route("POST", "/v1/groups/{group}/topics/{topic}/receive", pop.receive),
-    ]
-    return HttpShellMiddleware(FastLane(app, hot), max_request_bytes=limits.max_request_bytes)
+    routes = RouteTable(app.router.routes)
+    for module in (messages, consume, pop, topics, transactions, timers):
+        add_routes(app, module.router)
+    app.add_middleware(DirectDispatch, fastapi=app, table=routes, operations=DIRECT_OPERATIONS)
+    app.add_middleware(HttpShellMiddleware, max_request_bytes=limits.max_request_bytes)
+    return app
 
 
 async def _etcd_error(request: Request, exc: Exception) -> Response:

@@ -4,7 +4,6 @@ look messages up by id or key across groups."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlencode
 
@@ -12,7 +11,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.errors import ApiError, is_json_media_type
-from app.proxy.bodies import JsonSend, relabel_queue_id
+from app.proxy.bodies import JsonSend
 from app.proxy.context import (
     DEFAULT_MAX_MESSAGES,
     cluster_view,
@@ -20,8 +19,6 @@ from app.proxy.context import (
     int_param,
     params_without,
     query_param,
-    scope_int_param,
-    scope_query_param,
 )
 from app.proxy.fanout import all_unreachable, each_group
 from app.proxy.forward import BrokerAnswer, ProxyError, broker_path, long_poll_timeout
@@ -29,10 +26,8 @@ from app.proxy.sending import SendTarget, forward_send
 from app.responses import OrjsonResponse
 from app.routes.idempotency import idempotency_key
 from services.cluster import (
-    BrokerMember,
-    ClusterView,
+    ClusterLabels,
     NoMasterError,
-    globalize,
     master_of,
     queue_route,
     readers,
@@ -45,7 +40,7 @@ router = APIRouter()
 # ================================================================ send
 
 
-@router.post("/v1/topics/{topic}/messages")
+@router.post("/v1/topics/{topic}/messages", operation_id="sendMessages")
 async def send(topic: str, request: Request) -> Response:
     """Pick the cluster-wide queue, send to its group's master with the local id, at most
     once (:mod:`app.proxy.sending`)."""
@@ -99,56 +94,31 @@ def send_headers(headers: list[tuple[bytes, bytes]]) -> tuple[str, bool]:
 # ================================================================ reads of one queue, lookups
 
 
-@router.get("/v1/topics/{topic}/queues/{queue_id}/messages")
+@router.get("/v1/topics/{topic}/queues/{queue_id}/messages", operation_id="pullMessages")
 async def pull_queue(topic: str, queue_id: int, request: Request) -> Response:
-    """Pull one cluster-wide queue from its group: the master, or a slave if it is down."""
-    plan = PullPlan(cluster_view(request), topic, queue_id, request.scope)
-    return await plan.pull(request, plan.members)
+    """Pull one cluster-wide queue from its group: the master, or a slave if it is down (the
+    master alone when the pull commits an offset)."""
+    view = cluster_view(request)
+    route = topic_route(view, topic)
+    queue = queue_route(route, queue_id)
+    group = queue.group
+    raw: bytes = request.scope["query_string"]
+    commits = may_name(raw, b"commit_offset") and query_param(request, "commit_offset") is not None
+    members = [master_of(view, group)] if commits else readers(view, group)
+    wait_ms = int_param(request, "wait_ms", 0) if may_name(raw, b"wait_ms") else 0
+    _, answer = await forwarder(request).call_any(
+        members,
+        "GET",
+        _pull_path(topic, queue.local_queue_id),
+        query=raw,
+        request=request,
+        labels=ClusterLabels.of(route, group),
+        timeout_s=long_poll_timeout(wait_ms),
+    )
+    return answer.response()
 
 
-class PullPlan:
-    """Where a pull of one cluster-wide queue goes: the group's members to ask in turn (the
-    master alone when the pull commits an offset), the broker's path and how long to wait."""
-
-    __slots__ = ("members", "path", "queue", "timeout_s", "topic")
-
-    def __init__(self, view: ClusterView, topic: str, queue_id: int, scope: Any) -> None:
-        self.topic = topic
-        self.queue = queue_route(topic_route(view, topic), queue_id)
-        raw = scope["query_string"]
-        writes = (
-            _may_name(raw, b"commit_offset")
-            and scope_query_param(scope, "commit_offset") is not None
-        )
-        group = self.queue.group
-        self.members = [master_of(view, group)] if writes else readers(view, group)
-        wait_ms = scope_int_param(scope, "wait_ms", 0) if _may_name(raw, b"wait_ms") else 0
-        self.path = _pull_path(topic, self.queue.local_queue_id)
-        self.timeout_s = long_poll_timeout(wait_ms)
-
-    async def pull(self, request: Request, members: Sequence[BrokerMember]) -> Response:
-        """Ask ``members`` in turn until one answers; its answer as the client gets it."""
-        _, answer = await forwarder(request).call_any(
-            members,
-            "GET",
-            self.path,
-            query=request.scope["query_string"],
-            request=request,
-            timeout_s=self.timeout_s,
-        )
-        return self.answer(answer)
-
-    def answer(self, answer: BrokerAnswer) -> Response:
-        """A broker's answer with the queue's cluster-wide id."""
-        if not answer.ok:
-            return answer.response()
-        queue = self.queue
-        return answer.response(
-            relabel_queue_id(answer.content, queue.local_queue_id, queue.queue_id)
-        )
-
-
-def _may_name(query: bytes, name: bytes) -> bool:
+def may_name(query: bytes, name: bytes) -> bool:
     """Whether a raw query string may hold parameter ``name``: without a percent escape a name
     is there as it is, so a query without it need not be parsed (a pull's usual case)."""
     return query.find(b"%") >= 0 or query.find(name) >= 0
@@ -175,6 +145,7 @@ async def query_by_key(topic: str, request: Request) -> Response:
             broker_path("v1", "topics", topic, "messages"),
             query=request.scope["query_string"],
             request=request,
+            labels=ClusterLabels.of(route, group),
         )
         return answer
 
@@ -183,14 +154,12 @@ async def query_by_key(topic: str, request: Request) -> Response:
     if down is not None:
         raise down
     found: list[dict[str, Any]] = []
-    for group, answer in answers:
+    for _, answer in answers:
         if isinstance(answer, ProxyError | NoMasterError):
             continue
         if not answer.ok:
             return answer.response()
-        messages = answer.json().get("messages", [])
-        globalize(route, group, messages)
-        found.extend(messages)
+        found.extend(answer.json().get("messages", []))
     found.sort(key=lambda m: m.get("store_timestamp", 0))
     return OrjsonResponse({"topic": topic, "messages": found[:limit]})
 
@@ -221,8 +190,8 @@ async def get_message(msg_id: str, request: Request) -> Response:
         if answer.ok:
             out = answer.json()
             route = view.topics.get(str(out.get("topic")))
-            if route is not None:
-                globalize(route, group, [out])
+            if route is not None:  # its topic is known only now: labelled here
+                ClusterLabels.of(route, group).relabel([out], tag=False)
             return answer.with_body(out)
         missing = missing or answer
     if missing is None:

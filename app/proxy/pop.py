@@ -12,7 +12,7 @@ from starlette.responses import Response
 from app.errors import ApiError
 from app.proxy.bodies import json_body
 from app.proxy.context import budget_shares, cluster_view, forwarder
-from app.proxy.fanout import FirstRound, first_non_empty, share_out
+from app.proxy.fanout import first_non_empty, share_out
 from app.proxy.forward import (
     BrokerAnswer,
     PassedResponse,
@@ -20,10 +20,10 @@ from app.proxy.forward import (
     broker_path,
     long_poll_timeout,
 )
-from app.proxy.relabel import merged_receive, relabel_receive
+from app.proxy.merge import merged_receive
 from app.responses import OrjsonResponse
 from app.schemas.pop import ReceiveIn
-from services.cluster import master_of, prefix_handle, split_handle, topic_route
+from services.cluster import ClusterLabels, master_of, split_handle, topic_route
 
 router = APIRouter()
 
@@ -33,17 +33,10 @@ RECEIVE_DEFAULT: int = ReceiveIn.model_fields["max_messages"].default
 # ================================================================ POP
 
 
-@router.post("/v1/groups/{group}/topics/{topic}/receive")
+@router.post("/v1/groups/{group}/topics/{topic}/receive", operation_id="receiveMessages")
 async def receive(group: str, topic: str, request: Request) -> Response:
     """Receive from every group hosting the topic at once, each for its share of
     ``max_messages`` (:mod:`app.proxy.fanout`); long-poll all at once when none has anything."""
-    return await pop_receive(group, topic, request)
-
-
-async def pop_receive(
-    group: str, topic: str, request: Request, first: FirstRound | None = None
-) -> Response:
-    """:func:`receive`; ``first``: its first round, asked already (the lean lane's)."""
     body = json_body(await request.body())
     view = cluster_view(request)
     route = topic_route(view, topic)
@@ -57,6 +50,7 @@ async def pop_receive(
             receive_path(group, topic),
             json={**body, "max_messages": max_messages, "wait_ms": wait},
             request=request,
+            labels=ClusterLabels.of(route, name),
             timeout_s=long_poll_timeout(wait),
         )
         return answer
@@ -64,17 +58,14 @@ async def pop_receive(
     if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
         return (await ask(route.groups()[0], budget, wait_ms)).response()  # the broker says why
 
-    shares = budget_shares(request)
-    found = await share_out(shares, "pop", group, route, budget, ask, relabel_receive, first)
+    found = await share_out(budget_shares(request), "pop", group, route, budget, ask)
     if found.refused is not None:
         return found.refused.response()
-    chosen = [answer for answer in found.answers if answer.count]
-    if not chosen and isinstance(wait_ms, int) and wait_ms > 0:
-        polled = await first_non_empty(
-            route.groups(), lambda name: ask(name, budget, wait_ms), found.read
-        )
-        chosen = [polled] if polled is not None else []
-    return PassedResponse(merged_receive(group, topic, chosen), media_type="application/json")
+    answers = found.answers
+    if not found.found() and isinstance(wait_ms, int) and wait_ms > 0:
+        polled = await first_non_empty(route.groups(), lambda name: ask(name, budget, wait_ms))
+        answers = [polled] if polled is not None else []
+    return PassedResponse(merged_receive(group, topic, answers), media_type="application/json")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -132,10 +123,6 @@ async def change_invisibility(group: str, request: Request) -> Response:
         broker_path("v1", "groups", group, "invisibility"),
         json={**body, "receipt_handle": inner},
         request=request,
+        labels=ClusterLabels(name, "", {}),
     )
-    if not answer.ok:
-        return answer.response()
-    out = answer.json()
-    if isinstance(out.get("receipt_handle"), str):
-        out["receipt_handle"] = prefix_handle(name, out["receipt_handle"])
-    return answer.with_body(out)
+    return answer.response()

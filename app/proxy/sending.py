@@ -38,7 +38,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app.errors import PROBLEM_MEDIA_TYPE, STATUS_BY_CODE, problem_body
-from app.proxy.bodies import relabel_queue_id, with_group
 from app.proxy.context import cluster_view, forwarder, proxy_limits, route_registry, send_picker
 from app.proxy.forward import (
     RETRY_AFTER_S,
@@ -50,7 +49,13 @@ from app.proxy.forward import (
     broker_path,
 )
 from app.proxy.upstream import Body
-from services.cluster import EtcdUnavailableError, NoMasterError, QueueRoute, topic_route
+from services.cluster import (
+    ClusterLabels,
+    EtcdUnavailableError,
+    NoMasterError,
+    QueueRoute,
+    topic_route,
+)
 
 log = logging.getLogger(__name__)
 
@@ -90,37 +95,17 @@ class SendTarget:
         return self.queue_id is not None or self.sharding_key is not None or bool(self.client_key)
 
 
-@dataclass(frozen=True, slots=True)
-class FirstAttempt:
-    """A send's first attempt, made by the proxy's lean lane (:mod:`app.proxy.lean`): its key,
-    when the send began (``time.monotonic()``), the queue it went to, and how it ended — a
-    broker's answer that is not a 2xx, or none (it may have been written)."""
-
-    key: str
-    started: float
-    queue: QueueRoute
-    outcome: BrokerAnswer | BrokerNoAnswerError
-
-
 class _Attempts:
     """The state of one proxied send across its attempts."""
 
-    def __init__(
-        self,
-        request: Request,
-        target: SendTarget,
-        first: FirstAttempt | None = None,
-        chosen: QueueRoute | None = None,
-    ) -> None:
+    def __init__(self, request: Request, target: SendTarget) -> None:
         self.request = request
         self.target = target
-        self.chosen = chosen  # picked already, for the first attempt
         self.limits = proxy_limits(request)
         # A clock of its own, not the loop's: on Python 3.11 every asyncio.get_running_loop()
         # makes a getpid system call (its check for a fork), one more per proxied send.
-        started = time.monotonic() if first is None else first.started
-        self.deadline = started + self.limits.send_timeout_s
-        self.key: str | None = first.key if first is not None else target.client_key or own_key()
+        self.deadline = time.monotonic() + self.limits.send_timeout_s
+        self.key: str | None = target.client_key or own_key()
         self.failed: list[str] = []  # groups a round-robin send skips: nothing reached them
         self.pinned: QueueRoute | None = None  # once a send may have been written: its queue
         self.refreshed = False
@@ -136,9 +121,6 @@ class _Attempts:
     def queue(self) -> QueueRoute:
         if self.pinned is not None:
             return self.pinned
-        if self.chosen is not None:
-            chosen, self.chosen = self.chosen, None
-            return chosen
         view = cluster_view(self.request)
         route = topic_route(view, self.target.topic)
         return send_picker(self.request).pick(
@@ -160,39 +142,18 @@ class _Attempts:
             pass  # the watch keeps the last view; the next pause tries again
 
 
-async def forward_send(
-    request: Request, target: SendTarget, chosen: QueueRoute | None = None
-) -> Response:
-    """Send to the right group's master; the receipts with cluster-wide queue ids and
-    ``broker_group``, a broker's refusal, 503 when nothing was sent, or 504 OUTCOME_UNKNOWN.
-    ``chosen``: the queue picked for it already (a round robin's pick is made once)."""
-    return await _until_answered(_Attempts(request, target, chosen=chosen))
-
-
-async def resume_send(request: Request, target: SendTarget, first: FirstAttempt) -> Response:
-    """:func:`forward_send` for a send whose first attempt was made already (``first``): the
-    same rules from there on, with its key, its time and the queue it may be written to."""
-    attempts = _Attempts(request, target, first)
-    queue, outcome = first.queue, first.outcome
-    if isinstance(outcome, BrokerAnswer):
-        if outcome.ok:
-            return receipts(outcome, queue, target.client_key)
-        if not await _retry_after_refusal(attempts, queue, outcome):
-            return outcome.response()
-    else:
-        _maybe_written(attempts, queue, outcome.detail)
-        await attempts.settle()
-    return await _until_answered(attempts)
-
-
-async def _until_answered(attempts: _Attempts) -> Response:
+async def forward_send(request: Request, target: SendTarget) -> Response:
+    """Send to the right group's master: the receipts (in the cluster's terms, with
+    ``broker_group``), a broker's refusal, 503 when nothing was sent, or 504
+    OUTCOME_UNKNOWN — the rules of the module, in one place."""
+    attempts = _Attempts(request, target)
     while attempts.remaining() > 0:
         queue = attempts.queue()
         answer = await _attempt(attempts, queue)
         if answer is None:
             continue
         if answer.ok:
-            return receipts(answer, queue, attempts.target.client_key)
+            return receipts(answer, target.client_key)
         if not await _retry_after_refusal(attempts, queue, answer):
             return answer.response()
     return _outcome_unknown(attempts)
@@ -207,6 +168,7 @@ async def _attempt(attempts: _Attempts, queue: QueueRoute) -> BrokerAnswer | Non
         await _not_sent(attempts, queue, missing)
         return None
     headers = [(b"idempotency-key", attempts.key.encode())] if attempts.key else []
+    route = topic_route(cluster_view(attempts.request), target.topic)
     try:
         return await forwarder(attempts.request).call(
             master,
@@ -216,6 +178,7 @@ async def _attempt(attempts: _Attempts, queue: QueueRoute) -> BrokerAnswer | Non
             query=target.query_for(queue.local_queue_id),
             content=target.body_for(queue.local_queue_id),
             headers=headers,
+            labels=ClusterLabels.of(route, queue.group),
             timeout_s=attempts.attempt_timeout(),
         )
     except BrokerNoAnswerError as exc:
@@ -290,14 +253,13 @@ async def _retry_after_refusal(
     return False
 
 
-def receipts(answer: BrokerAnswer, queue: QueueRoute, client_key: str | None) -> Response:
-    """A broker's receipts as the client gets them: cluster-wide queue ids, ``broker_group``."""
-    content = relabel_queue_id(answer.content, queue.local_queue_id, queue.queue_id)
-    content = with_group(content, queue.group)
+def receipts(answer: BrokerAnswer, client_key: str | None) -> Response:
+    """A broker's receipts (labelled by the broker) as the client gets them: a replay of a
+    retry with the proxy's own key is no replay to the client."""
     headers = answer.headers
-    if not client_key and "idempotent-replayed" in headers:  # a replay of the proxy's retry
+    if not client_key and "idempotent-replayed" in headers:
         headers = {k: v for k, v in headers.items() if k != "idempotent-replayed"}
-    return PassedResponse(content, answer.status, headers, answer.content_type)
+    return PassedResponse(answer.content, answer.status, headers, answer.content_type)
 
 
 def _outcome_unknown(attempts: _Attempts) -> Response:

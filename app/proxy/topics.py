@@ -24,6 +24,7 @@ from app.responses import OrjsonResponse
 from app.schemas.common import MAX_QUEUES
 from services.cluster import (
     BrokerMember,
+    ClusterLabels,
     ClusterView,
     NoMasterError,
     TopicRoute,
@@ -217,10 +218,11 @@ async def get_topic(topic: str, request: Request) -> Response:
             return answer.response()
         detail = answer.json()
         merged = merged or detail
-        for queue in detail.get("queues", ()):
-            cluster_id = route.global_id(group, queue["queue_id"])
-            if cluster_id is not None:
-                queues.append({**queue, "queue_id": cluster_id, "broker_group": group})
+        routed = [
+            q for q in detail.get("queues", ()) if route.global_id(group, q["queue_id"]) is not None
+        ]
+        ClusterLabels.of(route, group).relabel(routed, tag=True)
+        queues += routed
     count = len(route.queues)
     queues.sort(key=lambda q: int(q["queue_id"]))
     merged.update(read_queue_nums=count, write_queue_nums=count, queues=queues)

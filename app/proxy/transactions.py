@@ -31,6 +31,7 @@ from app.proxy.forward import (
 )
 from app.responses import OrjsonResponse
 from services.cluster import (
+    ClusterLabels,
     ClusterView,
     NoMasterError,
     batch_queue_id,
@@ -204,8 +205,6 @@ def _relabel(item: dict[str, Any], view: ClusterView, group: str) -> dict[str, A
     for holder in (item, item.get("message")):
         if isinstance(holder, dict):
             route = view.topics.get(holder.get("topic", ""))
-            local = holder.get("queue_id")
-            cluster_id = route.global_id(group, local) if route and isinstance(local, int) else None
-            if cluster_id is not None:
-                holder["queue_id"] = cluster_id
+            if route is not None:
+                ClusterLabels.of(route, group).relabel([holder], tag=False)
     return item

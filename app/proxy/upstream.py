@@ -24,7 +24,7 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final, Protocol, cast
+from typing import Final, cast
 
 import httptools
 
@@ -69,15 +69,6 @@ class UpstreamAnswer:
         return None
 
 
-class Waiter(Protocol):
-    """What waits for an exchange's answer: a future, or a lane's own object that acts on the
-    answer in the connection's callback (no task to wake)."""
-
-    def done(self) -> bool: ...
-    def set_result(self, answer: UpstreamAnswer, /) -> None: ...
-    def set_exception(self, exc: BaseException, /) -> None: ...
-
-
 class Connection(asyncio.Protocol):
     """One keep-alive connection: at most one exchange at a time."""
 
@@ -86,7 +77,7 @@ class Connection(asyncio.Protocol):
         self.loop = loop
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
-        self.waiter: Waiter | None = None
+        self.waiter: asyncio.Future[UpstreamAnswer] | None = None
         self.headers: list[tuple[bytes, bytes]] = []
         self.body: list[bytes] = []
         self.closed = False
@@ -152,7 +143,12 @@ class Connection(asyncio.Protocol):
             if not waiter.done() or waiter.cancelled():  # the caller gave up: answer unread
                 self.close()
 
-    def start(self, data: Iterable[bytes | memoryview], timeout_s: float, waiter: Waiter) -> bool:
+    def start(
+        self,
+        data: Iterable[bytes | memoryview],
+        timeout_s: float,
+        waiter: asyncio.Future[UpstreamAnswer],
+    ) -> bool:
         """Write one request; ``waiter`` gets its answer, or OutcomeUnknownError. False, with
         nothing written, when the connection is closed."""
         assert self.transport is not None
@@ -290,22 +286,6 @@ class Upstream:
             return answer
         finally:
             slots.give_back()
-
-    def take_idle(self, origin: Origin) -> Connection | None:
-        """An idle connection to ``origin`` and a slot for it, taken now, or None (nothing
-        taken): for a request that must not wait. :meth:`release` gives both back."""
-        slots = self._slots.get(origin)
-        if slots is None or not slots.take_now():
-            return None
-        connection = self._take(origin)
-        if connection is None:
-            slots.give_back()
-        return connection
-
-    def release(self, connection: Connection) -> None:
-        """A connection from :meth:`take_idle` whose exchange ended, and its slot."""
-        self._give_back(connection)
-        self._slots[connection.origin].give_back()
 
     def _take(self, origin: Origin) -> Connection | None:
         idle = self._idle.get(origin)

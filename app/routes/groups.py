@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from app.deps import BrokerDep
+from app.labels import on_group_pull, requested
 from app.responses import OrjsonResponse, problems
 from app.routes.messages import long_poll
 from app.routes.params import (
@@ -142,10 +143,14 @@ async def pull_group_messages(
     request: Request,
 ) -> Response:
     options, abandon = long_poll(query, request)
+    labels = requested(request, topic)
     pulled = await broker.pull.pull_group(
         group, topic, options, auto_commit=query.auto_commit, abandon=abandon
     )
-    return OrjsonResponse(group_pull_out(pulled, query.body_encoding))
+    out = group_pull_out(pulled, query.body_encoding)
+    if labels is not None:
+        return OrjsonResponse(out, headers=on_group_pull(out, labels))
+    return OrjsonResponse(out)
 
 
 @router.put(
@@ -161,11 +166,14 @@ async def commit_offset(
     queue_id: QueueIdPath,
     body: OffsetCommitIn,
     broker: BrokerDep,
+    request: Request,
 ) -> OffsetCommitResponse:
+    labels = requested(request, topic)
     await broker.offsets.commit(group, [OffsetCommit(topic, queue_id, body.offset)])
+    answered = queue_id if labels is None else labels.queue_id(queue_id)
     return OffsetCommitResponse(
         group=group,
-        offsets=[CommittedOffsetOut(topic=topic, queue_id=queue_id, offset=body.offset)],
+        offsets=[CommittedOffsetOut(topic=topic, queue_id=answered, offset=body.offset)],
     )
 
 

@@ -17,6 +17,7 @@ from starlette.responses import Response
 
 from app.deps import BrokerDep, SettingsDep, born_host, disconnect_watch
 from app.errors import ApiError, is_json_media_type
+from app.labels import on_pull, on_send, requested
 from app.responses import OrjsonResponse, problems
 from app.routes.idempotency import (
     IDEMPOTENCY_KEY_PARAMETER,
@@ -45,6 +46,7 @@ from app.schemas.common import MAX_BATCH_MESSAGES, MAX_QUEUES
 from app.schemas.messages import SEND_BATCH_DICTS, SEND_MESSAGE_DEFAULTS
 from app.settings import MAX_REQUEST_BYTES
 from services import Broker, OutgoingMessage, PullOptions, SendReceipt, SentBodies
+from services.cluster import ClusterLabels
 
 router = APIRouter(tags=["messages"])
 
@@ -93,6 +95,7 @@ async def send_messages(
     request: Request,
 ) -> Response:
     key = idempotency_key(request)
+    labels = requested(request, topic)
     body = await request.body()
     batch_queue_id: int | None = None
     batch_sharding_key: str | None = None
@@ -112,7 +115,7 @@ async def send_messages(
             bodies = given.bodies
             if len(bodies) > 1:
                 return await _send_bodies(
-                    topic, bodies, batch_queue_id, batch_sharding_key, broker, request, key
+                    topic, bodies, batch_queue_id, batch_sharding_key, broker, request, key, labels
                 )
             given = given.messages()
         messages = given
@@ -140,7 +143,10 @@ async def send_messages(
         idempotency_key=key,
     )
     headers = REPLAYED_HEADERS if receipts[0].replayed else None
-    return OrjsonResponse(send_response_out(topic, receipts), status_code=201, headers=headers)
+    out = send_response_out(topic, receipts)
+    if labels is not None:
+        out = on_send(out, labels)
+    return OrjsonResponse(out, status_code=201, headers=headers)
 
 
 FORM_MEDIA_TYPES = frozenset({"application/x-www-form-urlencoded", "multipart/form-data"})
@@ -220,6 +226,7 @@ async def _send_bodies(
     broker: Broker,
     request: Request,
     key: str | None,
+    labels: ClusterLabels | None,
 ) -> Response:
     """The answer to a batch of bodies alone, sent and answered as columns (``send_bodies``,
     ``send_bodies_once`` with an idempotency key): the records and the answer of the general
@@ -245,12 +252,14 @@ async def _send_bodies(
             born_host=born_host(request),
         )
         if isinstance(sent, list):
-            return OrjsonResponse(
-                send_response_out(topic, sent), status_code=201, headers=REPLAYED_HEADERS
-            )
-    content = sent_bodies_json(sent)
+            out = send_response_out(topic, sent)
+            if labels is not None:
+                out = on_send(out, labels)
+            return OrjsonResponse(out, status_code=201, headers=REPLAYED_HEADERS)
+    content = sent_bodies_json(sent) if labels is None else None
     if content is None:
-        content = orjson.dumps(send_response_out(topic, sent.receipts()))
+        out = send_response_out(topic, sent.receipts())
+        content = orjson.dumps(out if labels is None else on_send(out, labels))
     return Response(content, status_code=201, media_type=OrjsonResponse.media_type)
 
 
@@ -449,6 +458,7 @@ async def pull_messages(
     request: Request,
 ) -> Response:
     options, abandon = long_poll(query, request)
+    labels = requested(request, topic)
     pulled = await broker.pull.pull_queue(
         topic,
         queue_id,
@@ -458,7 +468,10 @@ async def pull_messages(
         commit_offset=query.commit_offset,
         abandon=abandon,
     )
-    return OrjsonResponse(pull_out(pulled, query.body_encoding))
+    out = pull_out(pulled, query.body_encoding)
+    if labels is not None:
+        on_pull(out, labels)
+    return OrjsonResponse(out)
 
 
 def long_poll(
@@ -480,7 +493,11 @@ def long_poll(
     responses=problems(400, 404, 422, 503),
 )
 async def query_messages_by_key(
-    topic: TopicPath, query: Annotated[KeyQuery, Query()], broker: BrokerDep, settings: SettingsDep
+    topic: TopicPath,
+    query: Annotated[KeyQuery, Query()],
+    broker: BrokerDep,
+    settings: SettingsDep,
+    request: Request,
 ) -> Response:
     found = broker.messages.by_key(
         topic,
@@ -490,9 +507,11 @@ async def query_messages_by_key(
         end=query.end_timestamp,
         max_bytes=settings.max_pull_bytes,
     )
-    return OrjsonResponse(
-        {"topic": topic, "messages": [message_out(m, query.body_encoding) for m in found]}
-    )
+    messages = [message_out(m, query.body_encoding) for m in found]
+    labels = requested(request, topic)
+    if labels is not None:
+        labels.relabel(messages, tag=False)
+    return OrjsonResponse({"topic": topic, "messages": messages})
 
 
 @router.get(

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.deps import BrokerDep, SettingsDep, disconnect_watch
+from app.labels import on_receive, requested
 from app.responses import OrjsonResponse, problems
 from app.routes.params import AfterInFlightQuery, GroupPath, PageLimitQuery, TopicPath
 from app.schemas.pop import (
@@ -58,6 +59,7 @@ async def receive_messages(
         tags=body.tags,
         max_bytes=settings.max_pull_bytes,
     )
+    labels = requested(request, topic)
     received = await broker.pop.receive(
         group,
         topic,
@@ -65,7 +67,10 @@ async def receive_messages(
         holder=str(getattr(request.state, "principal", "") or ""),
         abandon=disconnect_watch(request) if body.wait_ms else None,
     )
-    return OrjsonResponse(receive_out(received, body.body_encoding))
+    out = receive_out(received, body.body_encoding)
+    if labels is not None:
+        return OrjsonResponse(out, headers=on_receive(out, labels))
+    return OrjsonResponse(out)
 
 
 @router.post(
@@ -101,11 +106,15 @@ async def ack_messages(group: GroupPath, body: AckIn, broker: BrokerDep) -> Resp
     responses=problems(400, 404, 409, 413, 422, 503),
 )
 async def change_invisibility(
-    group: GroupPath, body: InvisibilityIn, broker: BrokerDep
+    group: GroupPath, body: InvisibilityIn, broker: BrokerDep, request: Request
 ) -> InvisibilityOut:
     check_group_name(group)
+    labels = requested(request, "")
     change = await broker.pop.change_invisibility(group, body.receipt_handle, body.invisible_ms)
-    return invisibility_out(change)
+    out = invisibility_out(change)
+    if labels is not None and out.receipt_handle is not None:
+        out.receipt_handle = labels.handle(out.receipt_handle)
+    return out
 
 
 @router.get(

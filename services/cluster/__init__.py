@@ -3,6 +3,7 @@
 proxy's routing of requests to groups."""
 
 from services.cluster.etcd import EtcdClient
+from services.cluster.labels import ClusterLabels, prefix_handle, split_handle
 from services.cluster.lookup import RouteAnswer, cluster_route, local_route
 from services.cluster.member import ClusterConfig, ClusterMember
 from services.cluster.proxy_routing import (
@@ -10,16 +11,12 @@ from services.cluster.proxy_routing import (
     SendPicker,
     batch_queue_id,
     batch_sharding_key,
-    globalize,
     groups_with_master,
     localize_send,
     master_of,
-    merge_group_pulls,
-    prefix_handle,
     queue_route,
     readers,
     split_commits,
-    split_handle,
     timer_group,
     topic_route,
 )
@@ -39,6 +36,7 @@ __all__ = [
     "BrokerMember",
     "ClusterConfig",
     "ClusterKeys",
+    "ClusterLabels",
     "ClusterMember",
     "ClusterView",
     "EtcdClient",
@@ -54,12 +52,10 @@ __all__ = [
     "batch_queue_id",
     "batch_sharding_key",
     "cluster_route",
-    "globalize",
     "groups_with_master",
     "local_route",
     "localize_send",
     "master_of",
-    "merge_group_pulls",
     "prefix_handle",
     "queue_route",
     "readers",

@@ -22,9 +22,6 @@ from services.errors import (
 from services.send import shard_queue
 from services.timer.handles import decode_handle
 
-HANDLE_SEPARATOR = "~"
-"""Separates the broker group from the broker's own receipt handle in a proxied handle."""
-
 
 class RouteNotFoundError(NotFoundError):
     """The route table has no route for the topic."""
@@ -204,24 +201,6 @@ def _names_a_queue(message: object) -> bool:
     return isinstance(message, dict) and ("queue_id" in message or "sharding_key" in message)
 
 
-def globalize(route: TopicRoute, group: str, items: Iterable[dict[str, Any]]) -> None:
-    """Rewrite ``queue_id`` of a broker's messages/receipts/queues to cluster-wide ids.
-
-    Only entries of the routed topic itself change; a retry topic's queues (``queue_topic``
-    or a ``topic`` other than the route's) are the broker's own and keep their ids.
-    """
-    for item in items:
-        if item.get("queue_topic") is not None:
-            continue
-        if item.get("topic", route.topic) != route.topic:
-            continue
-        local = item.get("queue_id")
-        if isinstance(local, int):
-            cluster_id = route.global_id(group, local)
-            if cluster_id is not None:
-                item["queue_id"] = cluster_id
-
-
 def split_commits(
     offsets: Sequence[Mapping[str, Any]], topic_routes: Mapping[str, TopicRoute]
 ) -> dict[str, list[dict[str, Any]]]:
@@ -248,39 +227,6 @@ def split_commits(
         local["queue_id"] = queue.local_queue_id
         per_group.setdefault(queue.group, []).append(local)
     return per_group
-
-
-def merge_group_pulls(
-    route: TopicRoute, answers: Sequence[tuple[str, dict[str, Any]]], group: str
-) -> dict[str, Any]:
-    """One group pull answer from each broker group's answer, queue ids cluster-wide.
-
-    Each message and queue carries ``broker_group`` so a retry-topic commit finds its group.
-    """
-    messages: list[dict[str, Any]] = []
-    queues: list[dict[str, Any]] = []
-    for broker_group, answer in answers:
-        for item in answer.get("messages", ()):
-            item["broker_group"] = broker_group
-            messages.append(item)
-        for item in answer.get("queues", ()):
-            item["broker_group"] = broker_group
-            queues.append(item)
-        globalize(route, broker_group, answer.get("messages", ()))
-        globalize(route, broker_group, answer.get("queues", ()))
-    return {"group": group, "topic": route.topic, "messages": messages, "queues": queues}
-
-
-def prefix_handle(group: str, handle: str) -> str:
-    return f"{group}{HANDLE_SEPARATOR}{handle}"
-
-
-def split_handle(handle: str) -> tuple[str, str] | None:
-    """``(broker group, broker's handle)`` of a proxied handle, or None when it is not one."""
-    group, sep, inner = handle.partition(HANDLE_SEPARATOR)
-    if not sep or not group or not inner:
-        return None
-    return group, inner
 
 
 def timer_group(view: ClusterView, topic: str, handle: str) -> str:

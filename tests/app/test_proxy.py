@@ -1,5 +1,5 @@
 """The proxy against a real etcd and two real brokers as two broker groups, the proxy itself a
-real uvicorn server on 127.0.0.1."""
+real server on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -15,12 +15,11 @@ from urllib.parse import parse_qsl
 
 import httpx
 import pytest
-import uvicorn
-from app.proxy.protocol import ProxyHttpProtocol
 
 from app.proxy.context import ProxyLimits
 from app.proxy.main import create_proxy_app
-from app.proxy.messages import _may_name
+from app.proxy.messages import may_name
+from app.server import Server, ServerLimits
 from services.cluster import BrokerMember, ClusterKeys, EtcdClient
 from tests.conftest import LiveServer, start_server, wait_until
 from tests.etcd_support import EtcdServer, start_etcd
@@ -32,7 +31,7 @@ KEYS = ClusterKeys(CLUSTER)
 @dataclass
 class ProxyServer:
     url: str
-    server: uvicorn.Server
+    server: Server
     thread: threading.Thread
 
     def stop(self) -> None:
@@ -45,13 +44,11 @@ def start_proxy(
     etcd_url: str,
     cluster: str = CLUSTER,
     limits: ProxyLimits | None = None,
-    http: type[asyncio.Protocol] | str = ProxyHttpProtocol,
+    server_limits: ServerLimits | None = None,
 ) -> ProxyServer:
-    """A proxy served as ``spoolmq proxy`` serves it (its hot routes below ASGI), or with
-    ``http="httptools"`` the plain ASGI way."""
+    """A proxy served as ``spoolmq proxy`` serves it."""
     app = create_proxy_app(cluster, [etcd_url], limits)
-    config = uvicorn.Config(app, http=http, log_level="warning", lifespan="on", proxy_headers=False)
-    server = uvicorn.Server(config)
+    server = Server(app, server_limits)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
@@ -529,4 +526,4 @@ def test_a_query_is_parsed_for_a_pull_whenever_it_may_name_the_parameter(query: 
     names = {k for k, _ in parse_qsl(query.decode("latin-1"), keep_blank_values=True)}
     for name in ("wait_ms", "commit_offset"):
         if name in names:
-            assert _may_name(query, name.encode())
+            assert may_name(query, name.encode())
