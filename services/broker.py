@@ -29,6 +29,7 @@ from collections.abc import Awaitable
 from enum import Enum
 
 from services.appender import Appender
+from services.background import BackgroundTask
 from services.broker_config import BrokerConfig
 from services.dispatch_retry import DispatchRetry
 from services.dlq import DlqService
@@ -115,7 +116,7 @@ class Broker:
         self._dispatch_retry: DispatchRetry | None = None
         self._scheduler: DelayScheduler | None = None
         self._timers: TimerService | None = None
-        self._index_catch_up: asyncio.Task[None] | None = None
+        self._index_catch_up: BackgroundTask | None = None
         self._revive: ReviveService | None = None
         self._pop_persister: PopStatePersister | None = None
         self._transaction_check: TransactionCheckService | None = None
@@ -182,9 +183,8 @@ class Broker:
             await asyncio.to_thread(store.stop_services)
             await asyncio.to_thread(self._close, store)
             raise
-        self._index_catch_up = asyncio.create_task(
-            services.idempotency.catch_up_index(), name="index-catch-up"
-        )
+        self._index_catch_up = BackgroundTask("index-catch-up", services.idempotency.catch_up_index)
+        self._index_catch_up.start()
         self.state = BrokerState.RUNNING
         log.info(
             "broker %s running as %s on %s",
@@ -257,8 +257,7 @@ class Broker:
         if self._write_tasks_started:
             await _logged("the offset persister", self._offset_persister.stop())
         if self._index_catch_up is not None:
-            self._index_catch_up.cancel()
-            await asyncio.gather(self._index_catch_up, return_exceptions=True)
+            await self._index_catch_up.stop()
         if self._scheduler is not None and self._write_tasks_started:
             await _logged("the delay scheduler", self._scheduler.stop())
         if self._timers is not None and self._write_tasks_started:

@@ -10,10 +10,10 @@ woken and writes are accepted again. A retry that raises is logged once, never i
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 
+from services.background import BackgroundLoop
 from storage import MessageStore
 
 log = logging.getLogger(__name__)
@@ -26,23 +26,17 @@ class DispatchRetry:
         self.store = store
         self.interval = interval
         self.stalled_since: float | None = None  # monotonic time dispatch stopped, if it did
-        self._task: asyncio.Task[None] | None = None
+        self._loop = BackgroundLoop("dispatch-retry", self._retry, interval)
         self._last_error = ""
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="dispatch-retry")
+        self._loop.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await self._loop.stop()
 
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            self.retry_once()
+    async def _retry(self) -> None:
+        self.retry_once()
 
     def retry_once(self) -> bool:
         """One attempt (on the loop); True when dispatch is not stalled afterwards."""

@@ -59,6 +59,7 @@ from storage import (
 )
 from storage.index_service import idempotency_scope
 from storage.record.properties import (
+    IDEMPOTENCY_PROPERTIES,
     PROPERTY_IDEMPOTENCY_BATCH,
     PROPERTY_IDEMPOTENCY_FINGERPRINT,
     PROPERTY_IDEMPOTENCY_KEY,
@@ -77,11 +78,6 @@ READY_WAIT_S: Final = 10.0
 (503, nothing written); internal re-puts wait as long as it takes."""
 CATCH_UP_SLICE: Final = 5000
 """Records indexed per step of the background catch-up (the loop serves between steps)."""
-IDEMPOTENCY_PROPERTIES: Final = (
-    PROPERTY_IDEMPOTENCY_KEY,
-    PROPERTY_IDEMPOTENCY_FINGERPRINT,
-    PROPERTY_IDEMPOTENCY_BATCH,
-)
 
 Clock = Callable[[], float]
 

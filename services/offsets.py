@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from services.background import BackgroundLoop
 from services.errors import InvalidOffsetError
 from services.groups import GroupService, check_group_name, check_offsets_mode
 from services.topics import TopicService
@@ -177,17 +178,11 @@ class OffsetPersister:
 
     def __init__(self, manager: ConsumerOffsetManager, interval_s: float = 5.0) -> None:
         self._manager = manager
-        self._interval_s = interval_s
-        self._task: asyncio.Task[None] | None = None
+        self._loop = BackgroundLoop("offset-persister", self.persist, interval_s)
         self.persist_count = 0
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="offset-persister")
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval_s)
-            await self.persist()
+        self._loop.start()
 
     async def persist(self) -> None:
         try:
@@ -198,11 +193,5 @@ class OffsetPersister:
 
     async def stop(self) -> None:
         """Stop the periodic task and persist whatever is left."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await self._loop.stop()
         await self.persist()

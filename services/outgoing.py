@@ -13,8 +13,8 @@ from types import MappingProxyType
 from typing import Final, NamedTuple
 
 from services.errors import InvalidPropertyError
-from services.idempotency import IDEMPOTENCY_PROPERTIES
 from storage.record.properties import (
+    IDEMPOTENCY_PROPERTIES,
     KEY_SEPARATOR,
     NAME_VALUE_SEPARATOR,
     PROPERTY_KEYS,

@@ -17,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Callable
 
+from services.background import BackgroundLoop, OnFailure
 from services.idempotency import RePut
 from storage import Message, MessageStore, StorageError
 from storage.config_managers import DelayOffsetManager
@@ -86,10 +88,12 @@ class DelayScheduler:
         self._offsets = offsets
         self._reput = reput
         self._clock = clock
-        self._persist_interval = persist_interval
         self._levels = store.delay_levels
         self._arrived = {level: asyncio.Event() for level in range(1, len(self._levels) + 1)}
-        self._tasks: list[asyncio.Task[None]] = []
+        self._loops = [
+            *map(self._level_loop, self._arrived),
+            BackgroundLoop("delay-persist", self._persist_offsets, persist_interval),
+        ]
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -97,18 +101,14 @@ class DelayScheduler:
         """Clamp the stored offsets into each queue's range and start the level tasks."""
         self._correct_offsets()
         self._store.arrival_listeners.append(self._on_arrival)
-        for level in self._arrived:
-            self._tasks.append(asyncio.create_task(self._run_level(level), name=f"delay-{level}"))
-        self._tasks.append(asyncio.create_task(self._persist_periodically(), name="delay-persist"))
+        for loop in self._loops:
+            loop.start()
 
     async def stop(self) -> None:
         """Stop the tasks and write ``delayOffset.json``."""
         with contextlib.suppress(ValueError):
             self._store.arrival_listeners.remove(self._on_arrival)
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
+        await asyncio.gather(*(loop.stop() for loop in self._loops))
         await asyncio.to_thread(self._offsets.persist)
 
     def progress(self) -> list[LevelProgress]:
@@ -140,15 +140,20 @@ class DelayScheduler:
 
     # ------------------------------------------------------------------ delivery
 
-    async def _run_level(self, level: int) -> None:
-        while True:
-            try:
-                await self._deliver_next(level)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # a bug must not stop delayed delivery for good
-                log.exception("delayed delivery of level %d failed; retrying", level)
-                await asyncio.sleep(RETRY_AFTER_FAILED_PUT_S)
+    def _level_loop(self, level: int) -> BackgroundLoop:
+        """The task of one level: each step waits for its next due unit itself (no pause
+        between steps); a bug must not stop delayed delivery for good."""
+        return BackgroundLoop(
+            f"delay-{level}",
+            functools.partial(self._deliver_next, level),
+            0,
+            step_first=True,
+            on_failure=OnFailure(
+                log,
+                f"delayed delivery of level {level} failed; retrying",
+                RETRY_AFTER_FAILED_PUT_S,
+            ),
+        )
 
     async def _deliver_next(self, level: int) -> None:
         """Deliver the unit at the level's offset, or wait until there is one that is due."""
@@ -202,10 +207,8 @@ class DelayScheduler:
         if self._unit(queue_id, offset) is None:
             await event.wait()
 
-    async def _persist_periodically(self) -> None:
-        while True:
-            await asyncio.sleep(self._persist_interval)
-            try:
-                await asyncio.to_thread(self._offsets.persist_if_dirty)
-            except OSError:
-                log.exception("could not persist delayOffset.json; will retry")
+    async def _persist_offsets(self) -> None:
+        try:
+            await asyncio.to_thread(self._offsets.persist_if_dirty)
+        except OSError:
+            log.exception("could not persist delayOffset.json; will retry")

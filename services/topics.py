@@ -18,7 +18,6 @@ from services.errors import (
     TopicNotReadableError,
     TopicNotWriteableError,
 )
-from services.pop.checkpoint import REVIVE_TOPIC
 from storage import MessageStore
 from storage.config_managers import (
     PERM_INHERIT,
@@ -30,7 +29,7 @@ from storage.config_managers import (
     TopicConfigManager,
 )
 from storage.timer import TIMER_TOPIC
-from storage.topic_names import TRANSACTION_TOPICS, check_topic, is_group_topic
+from storage.topic_names import REVIVE_TOPIC, TRANSACTION_TOPICS, check_topic, is_group_topic
 
 SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, REVIVE_TOPIC, TIMER_TOPIC, *TRANSACTION_TOPICS})
 """Topics the broker writes itself; clients may read them but not send to or change them."""

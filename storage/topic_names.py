@@ -35,6 +35,9 @@ TRANSACTION_TOPICS: Final = frozenset(
 )
 """Topics of the broker's transaction bookkeeping: never user messages."""
 
+REVIVE_TOPIC: Final = "rmq_sys_REVIVE_LOG"
+"""POP's bookkeeping (RocketMQ 5): the CK and ACK records of receives and acks."""
+
 
 def is_valid_name(name: str, max_length: int = MAX_TOPIC_LENGTH) -> bool:
     """Whether ``name`` is 1 to ``max_length`` allowed characters (topics and groups)."""

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from services.background import BackgroundLoop, OnFailure
 from services.cluster.election import (
     EpochRecord,
     SyncState,
@@ -94,7 +95,25 @@ class ClusterMember:
         )
         self._lease_lock = asyncio.Lock()
         self._lease_granted_at = 0.0
-        self._tasks: list[asyncio.Task[None]] = []
+        self._publishing = BackgroundLoop(
+            "cluster-publish",
+            self._publish_once,
+            config.publish_interval_s,
+            step_first=True,
+            on_failure=OnFailure(  # etcd out of reach: the lease loop reports it
+                log, "cluster publish failed", quiet=(EtcdUnavailableError,)
+            ),
+        )
+        self._watching_master = BackgroundLoop(
+            "cluster-master-watch",
+            self._look_at_master,
+            0,
+            step_first=True,
+            on_failure=OnFailure(
+                log, "cluster master watch failed", 0.5, quiet=(EtcdUnavailableError,)
+            ),
+        )
+        self._tasks: list[asyncio.Task[None]] = []  # decisions under way (lease lost, sync)
         self._published_sync: SyncState | None = None
         self._fenced = False
         self._announced: tuple[bytes, int] | None = None
@@ -171,11 +190,8 @@ class ClusterMember:
         self.replica.sync_state_listeners.append(self._on_sync_state)
         self.heartbeat.start(self.lease, self._lease_granted_at)
         self.replica.fence_by_lease(self.heartbeat.lease_current)
-        for name, job in (
-            ("cluster-publish", self._publish_loop),
-            ("cluster-master-watch", self._watch_master),
-        ):
-            self._tasks.append(asyncio.create_task(job(), name=name))
+        self._publishing.start()
+        self._watching_master.start()
 
     async def stop(self) -> None:
         """Leave the cluster: revoking the lease frees the master key for a fast failover.
@@ -184,9 +200,10 @@ class ClusterMember:
         """
         if self.replica.role == "master":
             self.replica.block_writes(NoMasterError(f"broker {self.name} is shutting down"))
+        stopped = [self._publishing.stop(), self._watching_master.stop()]
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*stopped, *self._tasks, return_exceptions=True)
         self._tasks.clear()
         await asyncio.to_thread(self.heartbeat.stop)
         await self.registry.stop()
@@ -262,16 +279,6 @@ class ClusterMember:
 
     # ---------------------------------------------------------------- publishing
 
-    async def _publish_loop(self) -> None:
-        while True:
-            try:
-                await self._publish_once()
-            except EtcdUnavailableError:
-                pass  # the lease loop reports it
-            except Exception:
-                log.exception("cluster publish failed")
-            await asyncio.sleep(self.config.publish_interval_s)
-
     async def _publish_once(self) -> None:
         announced = (self.me().to_json(), self.lease)
         if announced != self._announced:  # unchanged: the lease alone keeps the key
@@ -331,22 +338,16 @@ class ClusterMember:
 
     # ---------------------------------------------------------------- failover
 
-    async def _watch_master(self) -> None:
+    async def _look_at_master(self) -> None:
+        """React to the master key, then wait until it changes (the watch's step)."""
         key = self.keys.master(self.group)
-        while True:
-            try:
-                kvs, revision = await self.etcd.get_prefix(key)
-                master = next((kv for kv in kvs if kv.key == key), None)
-                changed = await self._on_master(master)
-                if changed or master is None:
-                    continue  # look again at once: an election is under way
-                async for _ in self.etcd.watch_prefix(key, revision + 1):
-                    break
-            except EtcdUnavailableError:
-                await asyncio.sleep(0.5)
-            except Exception:
-                log.exception("cluster master watch failed")
-                await asyncio.sleep(0.5)
+        kvs, revision = await self.etcd.get_prefix(key)
+        master = next((kv for kv in kvs if kv.key == key), None)
+        changed = await self._on_master(master)
+        if changed or master is None:
+            return  # look again at once: an election is under way
+        async for _ in self.etcd.watch_prefix(key, revision + 1):
+            break
 
     async def _on_master(self, kv: KeyValue | None) -> bool:
         """React to the master key's current value; True when this broker changed role."""

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
+from services.background import BackgroundTask
 from services.cluster.etcd import EtcdClient, WatchEvent
 from services.cluster.route_table import ClusterKeys, ClusterView, TopicRoute
 from services.errors import EtcdUnavailableError
@@ -30,7 +30,7 @@ class RouteRegistry:
         self.keys = ClusterKeys(cluster)
         self.view = ClusterView(cluster)
         self.listeners: list[Callable[[ClusterView], None]] = []
-        self._task: asyncio.Task[None] | None = None
+        self._following = BackgroundTask("route-registry", self._follow)
         self._members: dict[str, bytes] = {}  # the keys under groups/ (and any other)
         self._routes: dict[str, TopicRoute] = {}  # by key: the topics' routes
 
@@ -76,15 +76,10 @@ class RouteRegistry:
 
     def start(self) -> None:
         """Follow changes in the background (read, then watch; again on a break)."""
-        if self._task is None:
-            self._task = asyncio.create_task(self._follow(), name="route-registry")
+        self._following.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._following.stop()
 
     def _publish(self, view: ClusterView) -> None:
         if view.revision < self.view.revision:

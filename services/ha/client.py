@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 import httpx
 
+from services.background import BackgroundTask
 from services.errors import ReplicaDivergedError
 from services.ha.address import MasterAddress, split_host_port
 from services.ha.epochs import check_consistent, fetch_master_epochs
@@ -50,17 +51,14 @@ class HAClient:
         self.http_headers = http_headers
         self.connected = False
         self.error: str | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._replicating = BackgroundTask(f"ha-client-{master.name}", self._run)
         self._remote_epochs: list[EpochEntry] = []
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name=f"ha-client-{self.master.name}")
+        self._replicating.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await self._replicating.stop()
         self.connected = False
 
     async def check(self) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 
+from services.background import BackgroundLoop
 from services.pop.handles import adopt_secret
 from services.pop.state_file import POP_STATE_FILE
 from services.timer.progress_file import save_progress
@@ -51,24 +52,21 @@ class SlaveConfigSync:
         self.interval_s = interval_s
         self.headers = headers
         self._last: dict[str, object] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._loop = BackgroundLoop(
+            "slave-config-sync", self._sync_or_log, interval_s, step_first=True
+        )
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="slave-config-sync")
+        self._loop.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await self._loop.stop()
 
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.sync_once()
-            except (httpx.HTTPError, ValueError, OSError) as exc:
-                log.info("config sync from %s failed: %s", self.http_url, exc)
-            await asyncio.sleep(self.interval_s)
+    async def _sync_or_log(self) -> None:
+        try:
+            await self.sync_once()
+        except (httpx.HTTPError, ValueError, OSError) as exc:
+            log.info("config sync from %s failed: %s", self.http_url, exc)
 
     async def sync_once(self) -> None:
         async with httpx.AsyncClient(

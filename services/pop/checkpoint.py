@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from storage import Message, StoredMessage
+from storage.topic_names import REVIVE_TOPIC as REVIVE_TOPIC  # re-exported
 
-REVIVE_TOPIC: Final = "rmq_sys_REVIVE_LOG"
 REVIVE_QUEUE_ID: Final = 0
 REVIVE_GROUP: Final = "rmq_sys_REVIVE_GROUP"
 TAG_CK: Final = "ck"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from services.background import BackgroundLoop
 from services.pop.service import PopService
 from services.pop.state_file import PopSnapshot
 
@@ -18,18 +19,12 @@ log = logging.getLogger(__name__)
 class PopStatePersister:
     def __init__(self, pop: PopService, interval_s: float = 5.0) -> None:
         self._pop = pop
-        self._interval_s = interval_s
-        self._task: asyncio.Task[None] | None = None
+        self._loop = BackgroundLoop("pop-state-persister", self.persist, interval_s)
         self._last: PopSnapshot | None = None
         self.failures = 0
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="pop-state-persister")
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval_s)
-            await self.persist()
+        self._loop.start()
 
     async def persist(self) -> None:
         snapshot = self._pop.snapshot()
@@ -43,8 +38,5 @@ class PopStatePersister:
             log.exception("could not persist the POP state; will retry")
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await self._loop.stop()
         await self.persist()

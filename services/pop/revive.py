@@ -22,6 +22,7 @@ import asyncio
 import logging
 import random
 
+from services.background import BackgroundLoop
 from services.idempotency import RePut
 from services.pop.checkpoint import PROPERTY_POP_CK, AckRecord, ack_message, pop_ck_value
 from services.pop.inflight import Due, InFlight
@@ -53,48 +54,39 @@ class ReviveService:
         self._topics = topics
         self._reput = reput
         self._rng = rng or random.Random()
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._loop = BackgroundLoop("pop-revive", self._revive_due, self._until_earliest_deadline)
         self._earliest: int | None = None
         pop.on_schedule = self.scheduled
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="pop-revive")
+        self._loop.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await self._loop.stop()
 
     def scheduled(self, deadline_ms: int) -> None:
         """A deadline was added: wake the task when it is earlier than the one it waits for."""
         if self._earliest is None or deadline_ms < self._earliest:
-            self._wake.set()
+            self._loop.wake()
 
-    async def _run(self) -> None:
+    def _until_earliest_deadline(self) -> float | None:
+        """Seconds until the earliest deadline in the table (None: there is none)."""
+        self._earliest = self._pop.table.next_deadline()
+        return None if self._earliest is None else max(0, self._earliest - now_ms()) / 1000
+
+    async def _revive_due(self) -> None:
+        self._earliest = None
         table = self._pop.table
-        while True:
-            self._earliest = table.next_deadline()
-            timeout = None if self._earliest is None else max(0, self._earliest - now_ms()) / 1000
-            self._wake.clear()
+        for due in table.pop_due(now_ms()):
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            except TimeoutError:
-                pass
-            self._earliest = None
-            for due in table.pop_due(now_ms()):
-                try:
-                    await self.revive(due)
-                except Exception:
-                    log.exception(
-                        "revive of %s offset %d failed; trying again", due.key, due.offset
-                    )
-                    entry = table.entry(due.key, due.offset)
-                    if entry is not None and entry.ck_id == due.ck_id:
-                        entry.deadline_ms = now_ms() + RETRY_AFTER_FAILURE_MS
-                        entry.busy = False
-                        table.schedule(due.key, entry)
+                await self.revive(due)
+            except Exception:
+                log.exception("revive of %s offset %d failed; trying again", due.key, due.offset)
+                entry = table.entry(due.key, due.offset)
+                if entry is not None and entry.ck_id == due.ck_id:
+                    entry.deadline_ms = now_ms() + RETRY_AFTER_FAILURE_MS
+                    entry.busy = False
+                    table.schedule(due.key, entry)
 
     async def revive(self, due: Due) -> None:
         """Redeliver one due message (no-op when it was acked or changed meanwhile)."""

@@ -39,6 +39,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, Protocol
 
 from services.appender import PutMessages
+from services.background import BackgroundLoop, OnFailure
 from services.errors import (
     BrokerUnavailableError,
     InvalidTimerHandleError,
@@ -159,8 +160,19 @@ class TimerService:
         self.precision_ms = self.config.precision_ms
         self.stats = TimerStats()
         self._timer: TimerStore | None = None
-        self._arrived = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._drained = False  # the last turn placed every unit that had arrived
+        self._wheel = BackgroundLoop(
+            "timer-wheel",
+            self._turn,
+            self._until_next_turn,
+            step_first=True,
+            on_failure=OnFailure(  # a bug must not stop timer delivery for good
+                log, "the timer wheel failed a turn; retrying", RETRY_AFTER_FAILED_PUT_S
+            ),
+        )
+        self._flusher = BackgroundLoop(
+            "timer-flush", self._flush, self.config.flush_interval_ms / 1000
+        )
         # Placements at or after this slot are still collected; it is the read time, or the
         # slot after the one being fired.
         self._open_from = 0
@@ -187,10 +199,8 @@ class TimerService:
         self._open_from = self._timer.read_time_ms
         self._decided_through = self._timer.read_time_ms - self.precision_ms
         self._store.arrival_listeners.append(self._on_arrival)
-        self._tasks = [
-            asyncio.create_task(self._run(), name="timer-wheel"),
-            asyncio.create_task(self._flush_periodically(), name="timer-flush"),
-        ]
+        self._wheel.start()
+        self._flusher.start()
 
     def _open(self) -> TimerStore:
         timer = TimerStore(self._store.root, self.config)
@@ -246,16 +256,17 @@ class TimerService:
         """Stop the tasks, flush the timer files and close them."""
         with contextlib.suppress(ValueError):
             self._store.arrival_listeners.remove(self._on_arrival)
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
+        await self._stop_loops()
         timer = self._timer
         if timer is not None:
             ticket = timer.begin_flush()
             await asyncio.to_thread(self._write, ticket)
             timer.close()
             self._timer = None
+
+    async def _stop_loops(self) -> None:
+        """Stop the wheel and the flusher (no final flush: :meth:`stop` writes it)."""
+        await asyncio.gather(self._wheel.stop(), self._flusher.stop())
 
     def master_progress(self) -> MasterTimerProgress | None:
         """What a slave copies: the read time, and the CommitLog's end, below which every
@@ -314,24 +325,25 @@ class TimerService:
 
     def _on_arrival(self, topic: str, queue_id: int, max_offset: int, tags_code: int) -> None:
         if topic == TIMER_TOPIC:
-            self._arrived.set()
+            self._wheel.wake()
 
     # ------------------------------------------------------------------ the loop
 
-    async def _run(self) -> None:
-        while True:
-            try:
-                drained = self._enqueue_available()
-                if drained:
-                    await self._fire_due_slots()
-                    await self._wait()
-                else:
-                    await asyncio.sleep(0)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # a bug must not stop timer delivery for good
-                log.exception("the timer wheel failed a turn; retrying")
-                await asyncio.sleep(RETRY_AFTER_FAILED_PUT_S)
+    async def _turn(self) -> None:
+        """Place the units that arrived; once none is left, fire the due slots."""
+        self._drained = self._enqueue_available()
+        if self._drained:
+            await self._fire_due_slots()
+
+    def _until_next_turn(self) -> float:
+        """No pause while units are left to place, or arrived meanwhile (a turn for the other
+        tasks between budgets); else until the next slot is due, or a unit arrives."""
+        timer = self._require_timer()
+        if not self._drained or self._store.max_offset_in_queue(TIMER_TOPIC, 0) > (
+            timer.queue_offset
+        ):
+            return 0
+        return (timer.read_time_ms + self.precision_ms - self._now_ms()) / 1000
 
     def _enqueue_available(self) -> bool:
         """Place new timer units in the wheel; True when none are left."""
@@ -386,20 +398,6 @@ class TimerService:
             self._open_from = timer.read_time_ms
             if not self._enqueue_available():
                 return  # more arrived meanwhile: enqueue them before the next slot
-
-    async def _wait(self) -> None:
-        timer = self._require_timer()
-        self._arrived.clear()
-        if self._store.max_offset_in_queue(TIMER_TOPIC, 0) > timer.queue_offset:
-            return
-        delay_ms = timer.read_time_ms + self.precision_ms - self._now_ms()
-        if delay_ms <= 0:
-            return
-        # asyncio.timeout, not wait_for: in 3.11 wait_for may turn a cancel that meets its
-        # timeout into TimeoutError, and a stop would then never end this task.
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(delay_ms / 1000):
-                await self._arrived.wait()
 
     # ------------------------------------------------------------------ firing a slot
 
@@ -518,15 +516,12 @@ class TimerService:
 
     # ------------------------------------------------------------------ flush
 
-    async def _flush_periodically(self) -> None:
-        interval = self.config.flush_interval_ms / 1000
-        while True:
-            await asyncio.sleep(interval)
-            ticket = self._require_timer().begin_flush()
-            try:
-                await asyncio.to_thread(self._write, ticket)
-            except OSError:
-                log.exception("could not flush the timer files; will retry")
+    async def _flush(self) -> None:
+        ticket = self._require_timer().begin_flush()
+        try:
+            await asyncio.to_thread(self._write, ticket)
+        except OSError:
+            log.exception("could not flush the timer files; will retry")
 
     def _write(self, ticket: FlushTicket) -> None:
         """CommitLog first (the timer log never names a record a power cut could take back),

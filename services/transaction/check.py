@@ -11,10 +11,10 @@ restart keeps the schedule and the count.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Final
 
+from services.background import BackgroundLoop
 from services.transaction.service import TransactionService, now_ms
 
 log = logging.getLogger(__name__)
@@ -26,45 +26,41 @@ BUSY_DUE_MS: Final = 20
 class TransactionCheckService:
     def __init__(self, transactions: TransactionService) -> None:
         self._transactions = transactions
-        self._wake = asyncio.Event()
+        self._loop = BackgroundLoop(
+            "transaction-check", self._check_round, self._until_next_round, step_first=True
+        )
         self._wake_at_ms = 0  # when the sleeping task wakes by itself
-        self._task: asyncio.Task[None] | None = None
+        self._retry_ms = 0  # after a failed round: the least wait before the next one
         self.rounds = 0
 
     def start(self) -> None:
         self._transactions.changed = self._due
-        self._task = asyncio.create_task(self._run(), name="transaction-check")
+        self._loop.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await self._loop.stop()
 
-    async def _run(self) -> None:
+    async def _check_round(self) -> None:
+        self._retry_ms = 0
+        try:
+            await self.check_due()
+        except Exception:  # a failed put (disk full, fencing): try again shortly
+            log.exception("a transaction check round failed; retrying")
+            self._retry_ms = min(self._transactions.config.check_interval_ms, 1000)
+
+    def _until_next_round(self) -> float:
+        """Seconds until the next transaction is due, within the round's bounds."""
         interval_ms = self._transactions.config.check_interval_ms
-        while True:
-            self._wake.clear()
-            retry_ms = 0
-            try:
-                await self.check_due()
-            except Exception:  # a failed put (disk full, fencing): try again shortly
-                log.exception("a transaction check round failed; retrying")
-                retry_ms = min(interval_ms, 1000)
-            now = now_ms()
-            # At least a moment: a transaction being ended right now stays due until it is.
-            delay_ms = min(max(self._next_due_ms() - now, retry_ms, BUSY_DUE_MS), interval_ms)
-            self._wake_at_ms = now + delay_ms
-            if delay_ms > 0:
-                try:
-                    await asyncio.wait_for(self._wake.wait(), delay_ms / 1000)
-                except TimeoutError:
-                    pass
+        now = now_ms()
+        # At least a moment: a transaction being ended right now stays due until it is.
+        delay_ms = min(max(self._next_due_ms() - now, self._retry_ms, BUSY_DUE_MS), interval_ms)
+        self._wake_at_ms = now + delay_ms
+        return delay_ms / 1000
 
     def _due(self, due_ms: int) -> None:
         """A new transaction is due at ``due_ms``: wake up earlier if that is earlier."""
         if due_ms < self._wake_at_ms:
-            self._wake.set()
+            self._loop.wake()
 
     async def check_due(self) -> int:
         """Check every open transaction that is due; returns how many were."""

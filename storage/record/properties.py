@@ -49,6 +49,12 @@ PROPERTY_TIMER_DEL_UNIQKEY: Final = "TIMER_DEL_UNIQKEY"
 PROPERTY_IDEMPOTENCY_KEY: Final = "IDEMPOTENCY_KEY"
 PROPERTY_IDEMPOTENCY_FINGERPRINT: Final = "IDEMPOTENCY_FP"
 PROPERTY_IDEMPOTENCY_BATCH: Final = "IDEMPOTENCY_BATCH"
+IDEMPOTENCY_PROPERTIES: Final = (
+    PROPERTY_IDEMPOTENCY_KEY,
+    PROPERTY_IDEMPOTENCY_FINGERPRINT,
+    PROPERTY_IDEMPOTENCY_BATCH,
+)
+"""The idempotency properties together: the broker stamps them, a producer may not set them."""
 KEY_SEPARATOR: Final = " "
 """KEYS holds several business keys separated by spaces."""
 

@@ -184,10 +184,9 @@ def crashed_broker(store: Path, **config: Any) -> Broker:
 
 async def hold_index_catch_up(broker: Broker) -> None:
     """Stop the background rebuild of the key index (as if it were slow)."""
-    task = broker._index_catch_up
-    assert task is not None
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+    catch_up = broker._index_catch_up
+    assert catch_up is not None
+    await catch_up.stop()
 
 
 async def keyed_send_waits_for_the_index(broker: Broker, original: dict[str, Any]) -> None:

@@ -164,9 +164,7 @@ async def test_after_a_crash_the_wheel_is_rebuilt_from_the_log(tmp_path: Path) -
         first.schedule("Orders", f"c{number}".encode(), at)
     progress = first.service.progress
     await wait_for(lambda: (p := progress()) is not None and p.enqueue_behind == 0)
-    for task in first.service._tasks:  # a crash: no final flush of the timer files
-        task.cancel()
-    await asyncio.gather(*first.service._tasks, return_exceptions=True)
+    await first.service._stop_loops()  # a crash: no final flush of the timer files
     first.store.close()
 
     second = Wheel(tmp_path)
@@ -235,9 +233,7 @@ async def test_a_promoted_slave_rebuilds_the_wheel_from_the_timer_topic(tmp_path
 
 async def crash(wheel: Wheel) -> None:
     """Stop the wheel's tasks and close the store with no final flush of the timer files."""
-    for task in wheel.service._tasks:
-        task.cancel()
-    await asyncio.gather(*wheel.service._tasks, return_exceptions=True)
+    await wheel.service._stop_loops()
     wheel.store.close()
 
 
@@ -251,8 +247,7 @@ async def test_a_cancel_as_its_slot_comes_due_survives_a_crash(tmp_path: Path) -
     doomed, _ = first.schedule("Orders", b"doomed", at), first.schedule("Orders", b"kept", at)
     progress = first.service.progress
     await wait_for(lambda: (p := progress()) is not None and p.enqueue_behind == 0)
-    for task in first.service._tasks:  # the wheel stalls: the slot does not fire
-        task.cancel()
+    await first.service._stop_loops()  # the wheel stalls: the slot does not fire
     await asyncio.sleep(max(0, at - now_ms()) / 1000 + 0.05)
     handle = first.service.handle_for("Orders", _fire(at), doomed)
     assert (await first.service.cancel("Orders", handle)).outcome is CancelOutcome.CANCELLED
