@@ -3,7 +3,7 @@
 It speaks to a broker or a proxy (the same routes), tries the endpoints it was given in
 turn, and retries what a retry can change -- no answer, ``429``, ``5xx``, ``421`` (a slave)
 -- with a doubling backoff; then it fails with what it tried and what it last saw. A ``4xx``
-fails at once, mapped onto :mod:`spark_jobs.streaming.errors`. Every instance lives in one
+fails at once, mapped onto :mod:`spark_jobs.errors`. Every instance lives in one
 process (the driver, or one task on an executor); none is shared across threads.
 """
 
@@ -18,8 +18,7 @@ from urllib.parse import quote
 import httpx
 import orjson
 
-from spark_jobs.problems import problem_code, problem_text
-from spark_jobs.streaming.errors import (
+from spark_jobs.errors import (
     AuthenticationError,
     BrokerRefusedError,
     BrokerUnavailableError,
@@ -28,6 +27,7 @@ from spark_jobs.streaming.errors import (
     PermissionDeniedError,
     UnknownTopicError,
 )
+from spark_jobs.problems import problem_code, problem_text
 from spark_jobs.streaming.options import Connection
 
 RETRYABLE_STATUS: Final = frozenset({408, 421, 425, 429, 500, 502, 503, 504})

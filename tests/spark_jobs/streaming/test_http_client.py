@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.streaming.errors import (
+from spark_jobs.errors import (
     AuthenticationError,
     BrokerUnavailableError,
     IdempotencyKeyReusedError,
