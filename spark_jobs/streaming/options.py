@@ -12,10 +12,11 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import Final
 
+from spark_jobs.http_client import Connection, RetryPolicy
 from spark_jobs.options import (
     OptionError,
     parse_bool,
@@ -53,34 +54,6 @@ class Options:
 
 
 # ------------------------------------------------------------------ the connection
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """How hard a request is retried before the job fails clearly."""
-
-    retries: int = 10
-    """Attempts after the first (transport errors, 429, 5xx)."""
-    backoff_ms: int = 200
-    """First wait; it doubles up to ``max_backoff_ms`` (a ``Retry-After`` wins)."""
-    max_backoff_ms: int = 5000
-    timeout_s: float = 30.0
-    """Per request (connect, read, write)."""
-
-    def delay_s(self, attempt: int, retry_after: str | None = None) -> float:
-        """Seconds to wait before retry number ``attempt`` (0-based)."""
-        if retry_after and retry_after.strip().isdigit():
-            return min(float(retry_after), self.max_backoff_ms / 1000)
-        return min(self.backoff_ms << min(attempt, 20), self.max_backoff_ms) / 1000
-
-
-@dataclass(frozen=True, slots=True)
-class Connection:
-    """Where spoolmq answers (brokers or proxies, tried in turn) and with which token."""
-
-    endpoints: tuple[str, ...]
-    token: str | None = field(default=None, repr=False)
-    retry: RetryPolicy = RetryPolicy()
 
 
 def parse_connection(options: Options) -> Connection:

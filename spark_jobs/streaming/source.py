@@ -24,6 +24,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from spark_jobs.errors import SpoolmqError
+from spark_jobs.http_client import SpoolmqClient
 from spark_jobs.streaming.discovery import (
     QueueStates,
     discover,
@@ -33,7 +34,6 @@ from spark_jobs.streaming.discovery import (
     with_new_queues,
 )
 from spark_jobs.streaming.fetch import fetch_range
-from spark_jobs.streaming.http_client import SpoolmqClient
 from spark_jobs.streaming.offsets import Positions, QueueRange, cap, from_json, plan_ranges, to_json
 from spark_jobs.streaming.options import SourceOptions
 

@@ -115,7 +115,7 @@ def test_rate_limit_applies_to_requests() -> None:
 def test_retries_busy_answers_then_succeeds() -> None:
     time = FakeTime()
     with stub_server() as (url, state):
-        state.fail_first = 2
+        state.fail(503, times=2)
         sender = HttpReplaySender(url, "T", batch_size=3, rate=None, retries=3, sleep=time.sleep)
         for message in messages(3):
             sender.add(message)
