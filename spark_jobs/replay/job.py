@@ -29,7 +29,9 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.datasource import COMMITLOG_FORMAT
+from spark_jobs.errors import SpoolmqError
 from spark_jobs.formatting import format_duration, format_time
+from spark_jobs.http_client import Connection, RetryPolicy, SpoolmqClient
 from spark_jobs.options import (
     DEFAULT_SPLIT_SIZE,
     OptionError,
@@ -41,7 +43,6 @@ from spark_jobs.options import (
 from spark_jobs.replay.http_sender import (
     HttpReplaySender,
     Progress,
-    ReplayError,
     ReplayMessage,
     SendSummary,
 )
@@ -92,6 +93,11 @@ class HttpTarget:
     retries: int = 5
     copy_properties: bool = True
     token: str | None = None  # bearer token of a server with an auth file
+
+    def connection(self) -> Connection:
+        """The HTTP client's connection: the server, the token, the retries and timeout."""
+        retry = RetryPolicy(retries=self.retries, timeout_s=self.timeout)
+        return Connection((self.base_url.rstrip("/"),), self.token, retry)
 
 
 @dataclass(slots=True)
@@ -219,32 +225,30 @@ def write_parquet(frame: DataFrame, path: str, overwrite: bool) -> int:
 
 def send_http(frame: DataFrame, target: HttpTarget, total: int | None) -> SendSummary:
     """Re-send the selection to ``target`` in CommitLog order, printing progress."""
-    sender = HttpReplaySender(
-        target.base_url,
-        target.topic,
-        batch_size=target.batch_size,
-        max_batch_bytes=target.max_batch_bytes,
-        rate=target.rate,
-        timeout=target.timeout,
-        retries=target.retries,
-        copy_properties=target.copy_properties,
-        progress=Progress(total),
-        token=target.token,
-    )
     columns = frame.select("msg_id", "body", "tags", "keys", "properties")
-    try:
-        for row in columns.toLocalIterator(prefetchPartitions=True):
-            sender.add(
-                ReplayMessage(
-                    msg_id=row.msg_id,
-                    body=bytes(row.body),
-                    tags=row.tags,
-                    keys=tuple(row["keys"]),
-                    properties=dict(row.properties),
+    with SpoolmqClient(target.connection()) as client:
+        sender = HttpReplaySender(
+            client,
+            target.topic,
+            batch_size=target.batch_size,
+            max_batch_bytes=target.max_batch_bytes,
+            rate=target.rate,
+            copy_properties=target.copy_properties,
+            progress=Progress(total),
+        )
+        try:
+            for row in columns.toLocalIterator(prefetchPartitions=True):
+                sender.add(
+                    ReplayMessage(
+                        msg_id=row.msg_id,
+                        body=bytes(row.body),
+                        tags=row.tags,
+                        keys=tuple(row["keys"]),
+                        properties=dict(row.properties),
+                    )
                 )
-            )
-    finally:
-        summary = sender.close()
+        finally:
+            summary = sender.close()
     return summary
 
 
@@ -371,7 +375,7 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
         summary = run_replay(
             session, selection, args.to, target, dry_run=args.dry_run, overwrite=args.overwrite
         )
-    except ReplayError as exc:
+    except SpoolmqError as exc:
         sys.stderr.write(f"replay failed: {exc}\n")
         return 1
     sys.stdout.write("\n".join(summary.lines()) + "\n")

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from pyspark.sql import SparkSession
 
-from spark_jobs.replay.http_sender import ReplayError
+from spark_jobs.errors import AuthenticationError
 from spark_jobs.replay.job import HttpTarget, Selection, run_replay
 from storage.store_reader import iter_store_records
 from tests.spark_jobs.stores import varied_store
@@ -118,6 +118,6 @@ def test_replay_without_the_token_is_refused_and_sends_nothing(
     url, server_store = live_spoolmq
     written = varied_store(tmp_path / "source", count=20)
     selection = Selection((written[0].store_dir,), topics=("Orders",))
-    with pytest.raises(ReplayError, match="401"):
+    with pytest.raises(AuthenticationError, match="401"):
         run_replay(spark, selection, url, HttpTarget(url, TARGET, batch_size=8, retries=0))
     assert not [r for r in iter_store_records(server_store) if r.message.topic == TARGET]
