@@ -36,6 +36,7 @@ from spark_jobs.options import (
     DEFAULT_SPLIT_SIZE,
     OptionError,
     job_main,
+    parse_endpoints,
     parse_list,
     parse_size,
     parse_time_ms,
@@ -84,7 +85,8 @@ SYSTEM_TOPIC_PREFIX: Final = "rmq_sys_"
 class HttpTarget:
     """Where and how a replay re-sends."""
 
-    base_url: str
+    endpoints: tuple[str, ...]
+    """Tried in turn: the replicas of one broker group, or proxies of one cluster."""
     topic: str
     batch_size: int = 100
     max_batch_bytes: int = 1024 * 1024
@@ -97,7 +99,7 @@ class HttpTarget:
     def connection(self) -> Connection:
         """The HTTP client's connection: the server, the token, the retries and timeout."""
         retry = RetryPolicy(retries=self.retries, timeout_s=self.timeout)
-        return Connection((self.base_url.rstrip("/"),), self.token, retry)
+        return Connection(self.endpoints, self.token, retry)
 
 
 @dataclass(slots=True)
@@ -272,7 +274,7 @@ def run_replay(
         return summary
     if target is None:
         raise OptionError("--target-topic is required to replay over HTTP")
-    summary.destination = f"{target.base_url} topic {target.topic}"
+    summary.destination = f"{', '.join(target.endpoints)} topic {target.topic}"
     summary.send = send_http(frame, target, summary.selected)
     return summary
 
@@ -296,7 +298,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--include-system", action="store_true",
         help="without --topic, also take the broker's copies (%%RETRY%%, %%DLQ%%, "
         "SCHEDULE_TOPIC_XXXX, rmq_sys_*); by default only the messages producers sent")  # fmt: skip
-    add("--to", metavar="DEST", help="parquet:PATH or http://host:port")
+    add("--to", metavar="DEST",
+        help="parquet:PATH, or http://host:port (several, comma-separated: the replicas of "
+        "one broker group or proxies of one cluster, tried in turn)")  # fmt: skip
     add("--target-topic", help="topic to re-send to (HTTP)")
     add("--batch-size", type=int, default=100, help="messages per HTTP request (default 100)")
     add("--max-batch-bytes", default="1m", help="bytes per HTTP request (default 1m)")
@@ -344,7 +348,7 @@ def target_from_args(args: argparse.Namespace) -> HttpTarget | None:
     if args.batch_size < 1:
         raise OptionError("--batch-size must be at least 1")
     return HttpTarget(
-        base_url=destination,
+        endpoints=parse_endpoints(destination),
         topic=args.target_topic,
         batch_size=args.batch_size,
         max_batch_bytes=parse_size(args.max_batch_bytes, 1024 * 1024),

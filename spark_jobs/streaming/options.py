@@ -20,6 +20,7 @@ from spark_jobs.http_client import Connection, RetryPolicy
 from spark_jobs.options import (
     OptionError,
     parse_bool,
+    parse_endpoints,
     parse_list,
     parse_positive_int,
     parse_time_ms,
@@ -61,15 +62,12 @@ def parse_connection(options: Options) -> Connection:
     ``SPOOLMQ_TOKEN`` environment variable of the driver), ``spoolmq.retries``,
     ``spoolmq.retryBackoffMs``, ``spoolmq.requestTimeoutMs``."""
     raw = options.get("spoolmq.endpoints", "spoolmq.endpoint", "endpoints", "endpoint")
-    endpoints = tuple(e.rstrip("/") for e in parse_list(raw))
+    endpoints = parse_endpoints(raw)
     if not endpoints:
         raise OptionError(
             "no spoolmq endpoint: set option spoolmq.endpoints, e.g. http://127.0.0.1:8080 "
             "(a broker or a proxy; several, comma-separated, are tried in turn)"
         )
-    for endpoint in endpoints:
-        if not endpoint.startswith(("http://", "https://")):
-            raise OptionError(f"an endpoint is an http:// or https:// URL, not {endpoint!r}")
     token = options.get("spoolmq.token", "token") or os.environ.get(TOKEN_VARIABLE) or None
     retries = options.get("spoolmq.retries")
     retry = RetryPolicy(

@@ -82,7 +82,7 @@ def test_replay_lands_the_same_bodies_in_the_target_topic(
     written = varied_store(tmp_path / "source", count=240)
     selection = Selection((written[0].store_dir,), topics=("Orders", "Audit"))
     expected = [w for w in written if w.message.topic in ("Orders", "Audit")]
-    target = HttpTarget(url, TARGET, batch_size=32, rate=2_000, token=TOKEN)
+    target = HttpTarget((url,), TARGET, batch_size=32, rate=2_000, token=TOKEN)
     summary = run_replay(spark, selection, url, target)
     assert summary.send is not None
     assert summary.send.sent == summary.selected == len(expected)
@@ -119,5 +119,5 @@ def test_replay_without_the_token_is_refused_and_sends_nothing(
     written = varied_store(tmp_path / "source", count=20)
     selection = Selection((written[0].store_dir,), topics=("Orders",))
     with pytest.raises(AuthenticationError, match="401"):
-        run_replay(spark, selection, url, HttpTarget(url, TARGET, batch_size=8, retries=0))
+        run_replay(spark, selection, url, HttpTarget((url,), TARGET, batch_size=8, retries=0))
     assert not [r for r in iter_store_records(server_store) if r.message.topic == TARGET]
