@@ -1,4 +1,5 @@
-"""Parsing of the jobs' options and arguments: store lists, times, sizes, topic lists.
+"""Parsing of the jobs' options and arguments: store lists, times, sizes, topic lists,
+endpoints.
 
 No pyspark here: the data sources receive their options as strings, and the command line
 shares the same parsers.
@@ -89,6 +90,16 @@ def parse_list(text: str | None) -> list[str]:
     if not text:
         return []
     return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def parse_endpoints(text: str | None) -> tuple[str, ...]:
+    """The HTTP endpoints of a comma-separated list, without trailing slashes; each must be
+    an http:// or https:// URL. Empty for no text."""
+    endpoints = tuple(item.rstrip("/") for item in parse_list(text))
+    for endpoint in endpoints:
+        if not endpoint.startswith(("http://", "https://")):
+            raise OptionError(f"an endpoint is an http:// or https:// URL, not {endpoint!r}")
+    return endpoints
 
 
 def store_dirs_from_options(options: Mapping[str, str]) -> list[str]:

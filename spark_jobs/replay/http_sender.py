@@ -7,6 +7,10 @@ of the original, so consumers can tell replays apart. Each batch carries an
 ``Idempotency-Key`` made of this run's random id and the batch's number: a batch whose answer
 was lost is sent again with the same key, and the server answers the first receipts instead of
 storing it twice. (A second run of the same replay has other keys: it replays again.)
+
+Batches go through :class:`spark_jobs.http_client.SpoolmqClient`, whose rules -- the same as
+the Spark source's and sink's -- say which answers are retried, to which endpoint and after
+how long.
 """
 
 from __future__ import annotations
@@ -18,25 +22,23 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Final, TextIO
-from urllib.parse import quote
+from typing import Any, Final, TextIO
 
-import httpx
-
+from spark_jobs.errors import SpoolmqError
 from spark_jobs.formatting import format_duration
-from spark_jobs.problems import problem_text
+from spark_jobs.http_client import Sent, SpoolmqClient
 from spark_jobs.properties import SYSTEM_PROPERTIES as STORED_SYSTEM_PROPERTIES
 from spark_jobs.properties import sendable_properties
 
 REPLAY_OF: Final = "REPLAY_OF"
-RETRYABLE_STATUS: Final = frozenset({408, 425, 429, 500, 502, 503, 504})
 SYSTEM_PROPERTIES: Final = STORED_SYSTEM_PROPERTIES | {REPLAY_OF}
 """Never copied to a replay: the system properties, and the original's own REPLAY_OF."""
 _JSON_OVERHEAD: Final = 96  # field names and punctuation of one message in the request
 
 
-class ReplayError(RuntimeError):
-    """The server refused a batch, or kept failing after every retry."""
+class ReplayError(SpoolmqError):
+    """The server acknowledged a batch with other than one receipt per message. (A refusal,
+    or no answer after every retry, is the client's :mod:`spark_jobs.errors`.)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,41 +196,34 @@ class SendSummary:
 
 
 class HttpReplaySender:
-    """Buffers messages into batches and sends them to one topic, rate-limited, with retries."""
+    """Buffers messages into batches and sends them to one topic through ``client``,
+    rate-limited; the client retries each batch under its own key. The client stays its
+    caller's to close."""
 
     def __init__(
         self,
-        base_url: str,
+        client: SpoolmqClient,
         target_topic: str,
         batch_size: int = 100,
         max_batch_bytes: int = 1024 * 1024,
         rate: float | None = 500.0,
-        timeout: float = 30.0,
-        retries: int = 5,
         copy_properties: bool = True,
         progress: Progress | None = None,
-        client: httpx.Client | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
-        token: str | None = None,
     ) -> None:
-        self.path = f"/v1/topics/{quote(target_topic, safe='')}/messages"
+        self.client = client
+        self.topic = target_topic
         self.batch_size = batch_size
         self.max_batch_bytes = max_batch_bytes
         self.bucket = TokenBucket(rate, batch_size, clock, sleep) if rate else None
-        self.retries = retries
         self.copy_properties = copy_properties
         self.progress = progress
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.client = client or httpx.Client(
-            base_url=base_url.rstrip("/"), timeout=timeout, headers=headers
-        )
-        self._owns_client = client is None
-        self._sleep = sleep
         self._pending: list[dict[str, object]] = []
         self._pending_bytes = 0
         self._pending_body = 0
         self._started = time.monotonic()
+        self._retried_before = client.retried
         self._run = secrets.token_hex(8)  # names this run's batches in their Idempotency-Keys
         self._batch_number = 0
         self.summary = SendSummary()
@@ -249,7 +244,7 @@ class HttpReplaySender:
             self.flush()
 
     def flush(self) -> None:
-        """Send what is queued (one request)."""
+        """Send what is queued (one keyed send, retried by the client)."""
         if not self._pending:
             return
         batch, body = self._pending, self._pending_body
@@ -258,27 +253,26 @@ class HttpReplaySender:
             self.bucket.acquire(len(batch))
         self._batch_number += 1
         key = f"replay-{self._run}-{self._batch_number}"
-        answer = self._post({"messages": batch}, key)
-        self._record(batch, body, answer)
+        try:
+            sent = self.client.send(self.topic, {"messages": batch}, key)
+        finally:
+            self.summary.retries = self.client.retried - self._retried_before
+        self._record(batch, body, receipts_of(sent, len(batch)))
 
     def close(self) -> SendSummary:
-        """Send the rest, close the connection and return the summary."""
-        try:
-            self.flush()
-        finally:
-            if self._owns_client:
-                self.client.close()
+        """Send the rest and return the summary."""
+        self.flush()
         self.summary.seconds = time.monotonic() - self._started
         if self.progress is not None:
             self.progress.finish(self.summary.sent)
         return self.summary
 
-    def _record(self, batch: list[dict[str, object]], body: int, answer: list[object]) -> None:
+    def _record(self, batch: list[dict[str, object]], body: int, receipts: list[Any]) -> None:
         summary = self.summary
         summary.sent += len(batch)
         summary.batches += 1
         summary.body_bytes += body
-        ids = [item.get("msg_id") for item in answer if isinstance(item, dict)]
+        ids = [item.get("msg_id") for item in receipts if isinstance(item, dict)]
         if ids and summary.first_msg_id is None:
             summary.first_msg_id = str(ids[0])
         if ids:
@@ -286,52 +280,9 @@ class HttpReplaySender:
         if self.progress is not None:
             self.progress.update(summary.sent)
 
-    def _post(self, request: dict[str, object], key: str) -> list[object]:
-        """POST one batch; retries transport errors and 408/425/429/5xx with backoff.
 
-        Every attempt carries the batch's ``Idempotency-Key``, so a retry after a lost answer
-        gets the first receipts instead of storing the batch twice.
-        """
-        count = len(request["messages"])  # type: ignore[arg-type]
-        headers = {"Idempotency-Key": key}
-        for attempt in range(self.retries + 1):
-            last = attempt == self.retries
-            try:
-                response = self.client.post(self.path, json=request, headers=headers)
-            except httpx.TransportError as exc:
-                if last:
-                    raise ReplayError(f"sending a batch failed {attempt + 1} times: {exc}") from exc
-                self._back_off(attempt, None)
-                continue
-            if response.status_code in RETRYABLE_STATUS and not last:
-                self._back_off(attempt, response.headers.get("retry-after"))
-                continue
-            return _accepted(response, count)
-        raise ReplayError("unreachable")  # pragma: no cover
-
-    def _back_off(self, attempt: int, retry_after: str | None) -> None:
-        self.summary.retries += 1
-        delay = min(10.0, 0.25 * 2**attempt)
-        if retry_after and retry_after.strip().isdigit():
-            delay = min(60.0, float(retry_after))
-        self._sleep(delay)
-
-
-def _accepted(response: httpx.Response, count: int) -> list[object]:
-    """The per-message answers of a successful send; ReplayError otherwise."""
-    if not response.is_success:
-        raise ReplayError(
-            f"the server refused a batch of {count}: HTTP {response.status_code} "
-            f"{problem_text(response)}"
-        )
-    try:
-        answer = response.json()
-    except ValueError as exc:
-        raise ReplayError(f"the server answered {response.status_code} without JSON") from exc
-    messages = answer.get("messages") if isinstance(answer, dict) else None
-    if not isinstance(messages, list) or len(messages) != count:
-        raise ReplayError(
-            f"the server acknowledged {len(messages) if isinstance(messages, list) else 0} "
-            f"of {count} messages"
-        )
-    return messages
+def receipts_of(sent: Sent, count: int) -> list[Any]:
+    """The receipts of a batch of ``count`` messages; ReplayError unless there is one each."""
+    if len(sent.receipts) != count:
+        raise ReplayError(f"the server acknowledged {len(sent.receipts)} of {count} messages")
+    return sent.receipts

@@ -29,11 +29,14 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.datasource import COMMITLOG_FORMAT
+from spark_jobs.errors import SpoolmqError
 from spark_jobs.formatting import format_duration, format_time
+from spark_jobs.http_client import Connection, RetryPolicy, SpoolmqClient
 from spark_jobs.options import (
     DEFAULT_SPLIT_SIZE,
     OptionError,
     job_main,
+    parse_endpoints,
     parse_list,
     parse_size,
     parse_time_ms,
@@ -41,7 +44,6 @@ from spark_jobs.options import (
 from spark_jobs.replay.http_sender import (
     HttpReplaySender,
     Progress,
-    ReplayError,
     ReplayMessage,
     SendSummary,
 )
@@ -83,7 +85,8 @@ SYSTEM_TOPIC_PREFIX: Final = "rmq_sys_"
 class HttpTarget:
     """Where and how a replay re-sends."""
 
-    base_url: str
+    endpoints: tuple[str, ...]
+    """Tried in turn: the replicas of one broker group, or proxies of one cluster."""
     topic: str
     batch_size: int = 100
     max_batch_bytes: int = 1024 * 1024
@@ -92,6 +95,11 @@ class HttpTarget:
     retries: int = 5
     copy_properties: bool = True
     token: str | None = None  # bearer token of a server with an auth file
+
+    def connection(self) -> Connection:
+        """The HTTP client's connection: the server, the token, the retries and timeout."""
+        retry = RetryPolicy(retries=self.retries, timeout_s=self.timeout)
+        return Connection(self.endpoints, self.token, retry)
 
 
 @dataclass(slots=True)
@@ -219,32 +227,30 @@ def write_parquet(frame: DataFrame, path: str, overwrite: bool) -> int:
 
 def send_http(frame: DataFrame, target: HttpTarget, total: int | None) -> SendSummary:
     """Re-send the selection to ``target`` in CommitLog order, printing progress."""
-    sender = HttpReplaySender(
-        target.base_url,
-        target.topic,
-        batch_size=target.batch_size,
-        max_batch_bytes=target.max_batch_bytes,
-        rate=target.rate,
-        timeout=target.timeout,
-        retries=target.retries,
-        copy_properties=target.copy_properties,
-        progress=Progress(total),
-        token=target.token,
-    )
     columns = frame.select("msg_id", "body", "tags", "keys", "properties")
-    try:
-        for row in columns.toLocalIterator(prefetchPartitions=True):
-            sender.add(
-                ReplayMessage(
-                    msg_id=row.msg_id,
-                    body=bytes(row.body),
-                    tags=row.tags,
-                    keys=tuple(row["keys"]),
-                    properties=dict(row.properties),
+    with SpoolmqClient(target.connection()) as client:
+        sender = HttpReplaySender(
+            client,
+            target.topic,
+            batch_size=target.batch_size,
+            max_batch_bytes=target.max_batch_bytes,
+            rate=target.rate,
+            copy_properties=target.copy_properties,
+            progress=Progress(total),
+        )
+        try:
+            for row in columns.toLocalIterator(prefetchPartitions=True):
+                sender.add(
+                    ReplayMessage(
+                        msg_id=row.msg_id,
+                        body=bytes(row.body),
+                        tags=row.tags,
+                        keys=tuple(row["keys"]),
+                        properties=dict(row.properties),
+                    )
                 )
-            )
-    finally:
-        summary = sender.close()
+        finally:
+            summary = sender.close()
     return summary
 
 
@@ -268,7 +274,7 @@ def run_replay(
         return summary
     if target is None:
         raise OptionError("--target-topic is required to replay over HTTP")
-    summary.destination = f"{target.base_url} topic {target.topic}"
+    summary.destination = f"{', '.join(target.endpoints)} topic {target.topic}"
     summary.send = send_http(frame, target, summary.selected)
     return summary
 
@@ -292,7 +298,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--include-system", action="store_true",
         help="without --topic, also take the broker's copies (%%RETRY%%, %%DLQ%%, "
         "SCHEDULE_TOPIC_XXXX, rmq_sys_*); by default only the messages producers sent")  # fmt: skip
-    add("--to", metavar="DEST", help="parquet:PATH or http://host:port")
+    add("--to", metavar="DEST",
+        help="parquet:PATH, or http://host:port (several, comma-separated: the replicas of "
+        "one broker group or proxies of one cluster, tried in turn)")  # fmt: skip
     add("--target-topic", help="topic to re-send to (HTTP)")
     add("--batch-size", type=int, default=100, help="messages per HTTP request (default 100)")
     add("--max-batch-bytes", default="1m", help="bytes per HTTP request (default 1m)")
@@ -340,7 +348,7 @@ def target_from_args(args: argparse.Namespace) -> HttpTarget | None:
     if args.batch_size < 1:
         raise OptionError("--batch-size must be at least 1")
     return HttpTarget(
-        base_url=destination,
+        endpoints=parse_endpoints(destination),
         topic=args.target_topic,
         batch_size=args.batch_size,
         max_batch_bytes=parse_size(args.max_batch_bytes, 1024 * 1024),
@@ -371,7 +379,7 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
         summary = run_replay(
             session, selection, args.to, target, dry_run=args.dry_run, overwrite=args.overwrite
         )
-    except ReplayError as exc:
+    except SpoolmqError as exc:
         sys.stderr.write(f"replay failed: {exc}\n")
         return 1
     sys.stdout.write("\n".join(summary.lines()) + "\n")

@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
+from spark_jobs.errors import DataLossError, UnknownTopicError
+from spark_jobs.http_client import QueueState, SpoolmqClient
 from spark_jobs.options import OptionError
-from spark_jobs.streaming.errors import DataLossError, UnknownTopicError
-from spark_jobs.streaming.http_client import QueueState, SpoolmqClient
 from spark_jobs.streaming.offsets import Positions
 from spark_jobs.streaming.options import (
     EARLIEST,

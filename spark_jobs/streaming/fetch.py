@@ -24,10 +24,10 @@ from typing import Any, Final
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
+from spark_jobs.http_client import SpoolmqClient
 from spark_jobs.properties_column import KEYS_TYPE, PROPERTIES_TYPE
 from spark_jobs.records import TIMESTAMP_TYPE
 from spark_jobs.streaming.discovery import report_loss
-from spark_jobs.streaming.http_client import SpoolmqClient
 from spark_jobs.streaming.offsets import QueueRange
 
 ROWS_PER_BATCH: Final = 4096

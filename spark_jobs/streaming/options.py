@@ -12,13 +12,15 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import Final
 
+from spark_jobs.http_client import Connection, RetryPolicy
 from spark_jobs.options import (
     OptionError,
     parse_bool,
+    parse_endpoints,
     parse_list,
     parse_positive_int,
     parse_time_ms,
@@ -55,48 +57,17 @@ class Options:
 # ------------------------------------------------------------------ the connection
 
 
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """How hard a request is retried before the job fails clearly."""
-
-    retries: int = 10
-    """Attempts after the first (transport errors, 429, 5xx)."""
-    backoff_ms: int = 200
-    """First wait; it doubles up to ``max_backoff_ms`` (a ``Retry-After`` wins)."""
-    max_backoff_ms: int = 5000
-    timeout_s: float = 30.0
-    """Per request (connect, read, write)."""
-
-    def delay_s(self, attempt: int, retry_after: str | None = None) -> float:
-        """Seconds to wait before retry number ``attempt`` (0-based)."""
-        if retry_after and retry_after.strip().isdigit():
-            return min(float(retry_after), self.max_backoff_ms / 1000)
-        return min(self.backoff_ms << min(attempt, 20), self.max_backoff_ms) / 1000
-
-
-@dataclass(frozen=True, slots=True)
-class Connection:
-    """Where spoolmq answers (brokers or proxies, tried in turn) and with which token."""
-
-    endpoints: tuple[str, ...]
-    token: str | None = field(default=None, repr=False)
-    retry: RetryPolicy = RetryPolicy()
-
-
 def parse_connection(options: Options) -> Connection:
     """``spoolmq.endpoints`` (comma-separated URLs), ``spoolmq.token`` (else the
     ``SPOOLMQ_TOKEN`` environment variable of the driver), ``spoolmq.retries``,
     ``spoolmq.retryBackoffMs``, ``spoolmq.requestTimeoutMs``."""
     raw = options.get("spoolmq.endpoints", "spoolmq.endpoint", "endpoints", "endpoint")
-    endpoints = tuple(e.rstrip("/") for e in parse_list(raw))
+    endpoints = parse_endpoints(raw)
     if not endpoints:
         raise OptionError(
             "no spoolmq endpoint: set option spoolmq.endpoints, e.g. http://127.0.0.1:8080 "
             "(a broker or a proxy; several, comma-separated, are tried in turn)"
         )
-    for endpoint in endpoints:
-        if not endpoint.startswith(("http://", "https://")):
-            raise OptionError(f"an endpoint is an http:// or https:// URL, not {endpoint!r}")
     token = options.get("spoolmq.token", "token") or os.environ.get(TOKEN_VARIABLE) or None
     retries = options.get("spoolmq.retries")
     retry = RetryPolicy(

@@ -30,9 +30,9 @@ from typing import Any, Final
 import orjson
 import pyarrow as pa  # type: ignore[import-untyped]
 
+from spark_jobs.http_client import SpoolmqClient
 from spark_jobs.options import OptionError
 from spark_jobs.properties import sendable_properties
-from spark_jobs.streaming.http_client import SpoolmqClient
 from spark_jobs.streaming.options import RowOrder, SinkOptions
 
 SINK_COLUMNS: Final = (

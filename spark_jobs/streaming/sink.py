@@ -30,7 +30,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from spark_jobs.streaming.http_client import SpoolmqClient
+from spark_jobs.http_client import SpoolmqClient
 from spark_jobs.streaming.options import SinkOptions
 from spark_jobs.streaming.produce import check_columns, key_prefix, outgoing_rows, send_task
 

@@ -23,6 +23,8 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from spark_jobs.errors import SpoolmqError
+from spark_jobs.http_client import SpoolmqClient
 from spark_jobs.streaming.discovery import (
     QueueStates,
     discover,
@@ -31,9 +33,7 @@ from spark_jobs.streaming.discovery import (
     skip_lost,
     with_new_queues,
 )
-from spark_jobs.streaming.errors import SpoolmqError
 from spark_jobs.streaming.fetch import fetch_range
-from spark_jobs.streaming.http_client import SpoolmqClient
 from spark_jobs.streaming.offsets import Positions, QueueRange, cap, from_json, plan_ranges, to_json
 from spark_jobs.streaming.options import SourceOptions
 

@@ -7,6 +7,7 @@ import pytest
 from spark_jobs.options import (
     OptionError,
     parse_bool,
+    parse_endpoints,
     parse_list,
     parse_positive_int,
     parse_size,
@@ -24,6 +25,13 @@ def test_sizes_times_booleans_and_lists() -> None:
     assert (parse_bool("yes"), parse_bool("0"), parse_bool(None, True)) == (True, False, True)
     assert parse_list(" a, ,b ,") == ["a", "b"] and parse_list(None) == []
     assert parse_positive_int("3", 1, "runs") == 3 and parse_positive_int("", 5, "runs") == 5
+
+
+def test_endpoints_are_http_urls_without_trailing_slashes() -> None:
+    assert parse_endpoints(" http://a:8080/ , https://b") == ("http://a:8080", "https://b")
+    assert parse_endpoints(None) == () == parse_endpoints(" , ")
+    with pytest.raises(OptionError, match="not 'b:8080'"):
+        parse_endpoints("http://a:8080,b:8080")
 
 
 @pytest.mark.parametrize(

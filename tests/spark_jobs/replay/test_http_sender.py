@@ -1,4 +1,5 @@
-"""Re-sending over HTTP without Spark: payloads, batches, rate limit, retries, progress."""
+"""Re-sending over HTTP without Spark: payloads, batches, rate limit, retries through the
+Spark jobs' HTTP client (a slave's 421 too), progress."""
 
 from __future__ import annotations
 
@@ -6,14 +7,16 @@ import base64
 import dataclasses
 import io
 import secrets
+from collections.abc import Callable
 
 import httpx
 import pytest
 
+from spark_jobs.errors import BrokerRefusedError, OutcomeUnknownError
+from spark_jobs.http_client import Connection, RetryPolicy, SpoolmqClient
 from spark_jobs.replay.http_sender import (
     HttpReplaySender,
     Progress,
-    ReplayError,
     ReplayMessage,
     TokenBucket,
     message_payload,
@@ -36,6 +39,17 @@ class FakeTime:
     def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)
         self.now += seconds
+
+
+def client(
+    *urls: str,
+    retries: int = 5,
+    sleep: Callable[[float], None] = lambda _: None,
+    transport: httpx.BaseTransport | None = None,
+) -> SpoolmqClient:
+    """The client a replay sends through, to ``urls`` in turn."""
+    connection = Connection(urls, None, RetryPolicy(retries=retries, timeout_s=10))
+    return SpoolmqClient(connection, sleep=sleep, transport=transport)
 
 
 def messages(count: int, size: int = 10) -> list[ReplayMessage]:
@@ -80,8 +94,8 @@ def test_token_bucket_limits_the_rate() -> None:
 
 
 def test_batches_by_count_and_bytes_in_order() -> None:
-    with stub_server() as (url, state):
-        sender = HttpReplaySender(url, "Target", batch_size=4, max_batch_bytes=10_000, rate=None)
+    with stub_server() as (url, state), client(url) as http:
+        sender = HttpReplaySender(http, "Target", batch_size=4, max_batch_bytes=10_000, rate=None)
         for message in messages(10):
             sender.add(message)
         summary = sender.close()
@@ -93,7 +107,7 @@ def test_batches_by_count_and_bytes_in_order() -> None:
         assert (summary.sent, summary.batches, summary.body_bytes) == (10, 3, 100)
         assert (summary.first_msg_id, summary.last_msg_id) == ("ID000000", "ID000009")
 
-        big = HttpReplaySender(url, "Target", batch_size=100, max_batch_bytes=3_500, rate=None)
+        big = HttpReplaySender(http, "Target", batch_size=100, max_batch_bytes=3_500, rate=None)
         for message in messages(6, size=1_000):
             big.add(message)
         big.close()
@@ -102,9 +116,9 @@ def test_batches_by_count_and_bytes_in_order() -> None:
 
 def test_rate_limit_applies_to_requests() -> None:
     time = FakeTime()
-    with stub_server() as (url, _state):
+    with stub_server() as (url, _state), client(url) as http:
         sender = HttpReplaySender(
-            url, "T", batch_size=5, rate=50, sleep=time.sleep, clock=time.clock
+            http, "T", batch_size=5, rate=50, sleep=time.sleep, clock=time.clock
         )
         for message in messages(25):
             sender.add(message)
@@ -114,35 +128,50 @@ def test_rate_limit_applies_to_requests() -> None:
 
 def test_retries_busy_answers_then_succeeds() -> None:
     time = FakeTime()
-    with stub_server() as (url, state):
-        state.fail_first = 2
-        sender = HttpReplaySender(url, "T", batch_size=3, rate=None, retries=3, sleep=time.sleep)
+    with stub_server() as (url, state), client(url, retries=3, sleep=time.sleep) as http:
+        state.fail(503, times=2)
+        sender = HttpReplaySender(http, "T", batch_size=3, rate=None)
         for message in messages(3):
             sender.add(message)
         summary = sender.close()
     assert summary.sent == 3 and summary.retries == 2
     assert len(state.requests) == 1
-    assert time.slept == [0.25, 0.5]
+    assert time.slept == [0.2, 0.4]  # the client's backoff (RetryPolicy)
+
+
+def test_a_slaves_421_is_retried_on_the_next_endpoint_under_the_same_key() -> None:
+    with (
+        stub_server() as (slave_url, slave),
+        stub_server() as (master_url, master),
+        client(slave_url, master_url) as http,
+    ):
+        slave.refuse_with = 421  # a slave never takes a write
+        sender = HttpReplaySender(http, "T", batch_size=2, rate=None)
+        for message in messages(4):
+            sender.add(message)
+        summary = sender.close()
+    assert summary.sent == 4 and summary.retries == 1
+    assert len(slave.attempts) == 1 and len(master.requests) == 2
+    assert slave.attempts[0] == master.attempts[0]  # the same key and batch
 
 
 def test_a_refused_batch_stops_the_replay_with_the_reason() -> None:
-    with stub_server() as (url, state):
+    with stub_server() as (url, state), client(url) as http:
         state.refuse_with = 422
-        sender = HttpReplaySender(url, "T", batch_size=2, rate=None)
-        with pytest.raises(ReplayError, match="HTTP 422 REFUSED: no thanks"):
+        sender = HttpReplaySender(http, "T", batch_size=2, rate=None)
+        with pytest.raises(BrokerRefusedError, match="HTTP 422 REFUSED: no thanks"):
             for message in messages(2):
                 sender.add(message)
-        sender.client.close()
+    assert len(state.attempts) == 1  # a 4xx is not retried
 
 
 def test_an_unreachable_server_fails_after_the_retries(free_port: int) -> None:
     time = FakeTime()
-    sender = HttpReplaySender(
-        f"http://127.0.0.1:{free_port}", "T", batch_size=1, rate=None, retries=2, sleep=time.sleep
-    )
-    with pytest.raises(ReplayError, match="failed 3 times"):
-        sender.add(messages(1)[0])
-    sender.client.close()
+    with client(f"http://127.0.0.1:{free_port}", retries=2, sleep=time.sleep) as http:
+        sender = HttpReplaySender(http, "T", batch_size=1, rate=None)
+        with pytest.raises(OutcomeUnknownError, match="no answer after 3 attempts"):
+            sender.add(messages(1)[0])
+    assert len(time.slept) == 2
 
 
 def test_progress_lines() -> None:
@@ -185,19 +214,16 @@ class _AnswerLostOnce(httpx.BaseTransport):
 def test_a_batch_whose_answer_was_lost_is_stored_once(live_server: LiveServer) -> None:
     topic = f"Replay{secrets.token_hex(4)}"
     transport = _AnswerLostOnce()
-    client = httpx.Client(base_url=live_server.url, transport=transport, timeout=10)
     time = FakeTime()
-    sender = HttpReplaySender(
-        live_server.url, topic, batch_size=3, rate=None, client=client, sleep=time.sleep
-    )
-    sent = messages(3)
-    sent[0] = dataclasses.replace(
-        sent[0], properties={"IDEMPOTENCY_KEY": "from-the-source", "IDEMPOTENCY_FP": "f"}
-    )
-    for message in sent:
-        sender.add(message)
-    summary = sender.close()
-    client.close()
+    with client(live_server.url, sleep=time.sleep, transport=transport) as http:
+        sender = HttpReplaySender(http, topic, batch_size=3, rate=None)
+        sent = messages(3)
+        sent[0] = dataclasses.replace(
+            sent[0], properties={"IDEMPOTENCY_KEY": "from-the-source", "IDEMPOTENCY_FP": "f"}
+        )
+        for message in sent:
+            sender.add(message)
+        summary = sender.close()
 
     assert summary.sent == 3 and summary.retries == 1
     assert len(transport.keys) == 2 and transport.keys[0] == transport.keys[1] is not None

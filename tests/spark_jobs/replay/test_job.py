@@ -155,6 +155,30 @@ def test_command_line_refuses_incomplete_targets(capsys: pytest.CaptureFixture[s
     with pytest.raises(SystemExit):
         cli.main(["replay", "--store", "/nowhere", "--to", "s3://bucket"])
     assert "--to must be parquet:PATH or http://host:port" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["replay", "--store", "/nowhere", "--to", "http://a:1,b:2", "--target-topic", "T"])
+    assert "an endpoint is an http:// or https:// URL, not 'b:2'" in capsys.readouterr().err
+
+
+def test_command_line_replay_goes_on_to_the_next_endpoint_after_a_slaves_421(
+    spark: SparkSession, replay_store: list[Written], capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = replay_store[0].store_dir
+    expected = selected(replay_store, Selection((store,), topics=("Audit",), queues=(2,)))
+    with stub_server() as (slave_url, slave), stub_server() as (master_url, master):
+        slave.refuse_with = 421  # a slave never takes a write
+        to = f"{slave_url}/,{master_url}"
+        args = ["replay", "--store", store, "--topic", "Audit", "--queue", "2", "--to", to]
+        assert cli.main([*args, "--target-topic", "AuditReplay", "--rate", "0"]) == 0
+    assert len(slave.attempts) == 1  # then the master, which answered every batch after it
+    assert [m["properties"]["REPLAY_OF"] for m in master.messages] == [
+        w.result.msg_id for w in expected
+    ]
+    printed = capsys.readouterr().out
+    assert f"sent {len(expected):,} messages to {slave_url}, {master_url} topic AuditReplay" in (
+        printed
+    )
+    assert ", 1 retries" in printed
 
 
 def test_replay_over_http_sends_the_selection_in_order(
@@ -163,7 +187,7 @@ def test_replay_over_http_sends_the_selection_in_order(
     selection = Selection((replay_store[0].store_dir,), topics=("Audit",), queues=(2,))
     expected = selected(replay_store, selection)
     with stub_server() as (url, state):
-        target = HttpTarget(url, "AuditReplay", batch_size=7, rate=2_000)
+        target = HttpTarget((url,), "AuditReplay", batch_size=7, rate=2_000)
         summary = run_replay(spark, selection, url, target)
     assert summary.send is not None and summary.send.sent == len(expected)
     assert {path for path, _ in state.requests} == {"/v1/topics/AuditReplay/messages"}

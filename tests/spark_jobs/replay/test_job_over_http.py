@@ -17,7 +17,7 @@ import httpx
 import pytest
 from pyspark.sql import SparkSession
 
-from spark_jobs.replay.http_sender import ReplayError
+from spark_jobs.errors import AuthenticationError
 from spark_jobs.replay.job import HttpTarget, Selection, run_replay
 from storage.store_reader import iter_store_records
 from tests.spark_jobs.stores import varied_store
@@ -82,7 +82,7 @@ def test_replay_lands_the_same_bodies_in_the_target_topic(
     written = varied_store(tmp_path / "source", count=240)
     selection = Selection((written[0].store_dir,), topics=("Orders", "Audit"))
     expected = [w for w in written if w.message.topic in ("Orders", "Audit")]
-    target = HttpTarget(url, TARGET, batch_size=32, rate=2_000, token=TOKEN)
+    target = HttpTarget((url,), TARGET, batch_size=32, rate=2_000, token=TOKEN)
     summary = run_replay(spark, selection, url, target)
     assert summary.send is not None
     assert summary.send.sent == summary.selected == len(expected)
@@ -118,6 +118,6 @@ def test_replay_without_the_token_is_refused_and_sends_nothing(
     url, server_store = live_spoolmq
     written = varied_store(tmp_path / "source", count=20)
     selection = Selection((written[0].store_dir,), topics=("Orders",))
-    with pytest.raises(ReplayError, match="401"):
-        run_replay(spark, selection, url, HttpTarget(url, TARGET, batch_size=8, retries=0))
+    with pytest.raises(AuthenticationError, match="401"):
+        run_replay(spark, selection, url, HttpTarget((url,), TARGET, batch_size=8, retries=0))
     assert not [r for r in iter_store_records(server_store) if r.message.topic == TARGET]

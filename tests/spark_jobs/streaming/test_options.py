@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from spark_jobs.http_client import RetryPolicy
 from spark_jobs.options import OptionError
 from spark_jobs.streaming.options import (
     EARLIEST,
     LATEST,
     PositionKind,
-    RetryPolicy,
     RowOrder,
     SourceOptions,
     parse_sink_options,
@@ -129,11 +129,3 @@ def test_sink_options() -> None:
     ):
         with pytest.raises(OptionError, match=message):
             parse_sink_options({"endpoint": URL, **bad})
-
-
-def test_backoff_doubles_up_to_its_cap_and_a_retry_after_wins() -> None:
-    policy = RetryPolicy(backoff_ms=200, max_backoff_ms=1000)
-    assert [policy.delay_s(n) for n in range(5)] == [0.2, 0.4, 0.8, 1.0, 1.0]
-    assert policy.delay_s(0, "1") == 1.0
-    assert policy.delay_s(0, "30") == 1.0  # never beyond the cap
-    assert policy.delay_s(3, "soon") == 1.0

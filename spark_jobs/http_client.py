@@ -1,25 +1,46 @@
-"""A small synchronous client of spoolmq's HTTP API for the Spark source and sink.
+"""The one client of spoolmq's HTTP API for the Spark jobs, and the rules by which it retries.
 
-It speaks to a broker or a proxy (the same routes), tries the endpoints it was given in
-turn, and retries what a retry can change -- no answer, ``429``, ``5xx``, ``421`` (a slave)
--- with a doubling backoff; then it fails with what it tried and what it last saw. A ``4xx``
-fails at once, mapped onto :mod:`spark_jobs.streaming.errors`. Every instance lives in one
-process (the driver, or one task on an executor); none is shared across threads.
+The source and sink (:mod:`spark_jobs.streaming`) and the replay
+(:mod:`spark_jobs.replay.http_sender`) all send through :class:`SpoolmqClient`. It speaks to
+a broker or a proxy (the same routes), tries the endpoints it was given in turn, and:
+
+- **retries** what a retry can change: no answer (a transport error) and the statuses of
+  :data:`RETRYABLE_STATUS`; any other answer that is not a 2xx fails at once, mapped onto
+  :mod:`spark_jobs.errors` (a 4xx will not change on a retry);
+- **rotates** to the next endpoint after no answer and after :data:`ROTATING_STATUS`, and
+  stays on the endpoint that answered for the requests that follow;
+- **waits** before each retry as :meth:`RetryPolicy.delay_s` says: a ``Retry-After`` the
+  answer carries (seconds or an HTTP date) up to :attr:`RetryPolicy.max_retry_after_s`,
+  else a backoff doubling from :attr:`RetryPolicy.backoff_ms` up to
+  :attr:`RetryPolicy.max_backoff_ms`;
+- **keys** a send: every attempt of :meth:`SpoolmqClient.send` carries the same
+  ``Idempotency-Key`` and the same body, so the broker stores it once whatever failed in
+  between (inside its dedup window), and a send that never got an answer fails with
+  :class:`~spark_jobs.errors.OutcomeUnknownError` (retry it with the same key), not with a
+  claim that nothing was stored.
+
+The endpoints are one place to write to: the replicas of one broker group, or proxies of
+one cluster. A keyed retry may go to another of them; the slave promoted after a failover
+holds the master's keys, and every proxy sends a keyed send to the queue its key hashes to.
+
+Every instance lives in one process (the driver, one task on an executor, or the replay's
+driver); none is shared across threads.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC
+from email.utils import parsedate_to_datetime
 from typing import Any, Final
 from urllib.parse import quote
 
 import httpx
 import orjson
 
-from spark_jobs.problems import problem_code, problem_text
-from spark_jobs.streaming.errors import (
+from spark_jobs.errors import (
     AuthenticationError,
     BrokerRefusedError,
     BrokerUnavailableError,
@@ -28,15 +49,75 @@ from spark_jobs.streaming.errors import (
     PermissionDeniedError,
     UnknownTopicError,
 )
-from spark_jobs.streaming.options import Connection
+from spark_jobs.problems import problem_code, problem_text
 
 RETRYABLE_STATUS: Final = frozenset({408, 421, 425, 429, 500, 502, 503, 504})
-"""421: a slave (writes go to its master); 503/504 include a proxy's unknown outcome."""
-_ROTATE_STATUS: Final = frozenset({421, 502, 503})
-"""Answers after which another endpoint may do better."""
+"""The answers a retry can change. 408 and 425: the server did not take the request in;
+421 NOT_MASTER: a slave, which never takes a write (its master, or the slave promoted in
+its place, does); 429: over a rate or a cap, with ``Retry-After``; 500, 502, 503 (no master,
+a disk-full or catching-up broker, a proxy without a route) and 504 (a proxy's
+OUTCOME_UNKNOWN). Every other 4xx is the request's fault and fails at once."""
+ROTATING_STATUS: Final = frozenset({421, 502, 503})
+"""Answers after which the next endpoint may do better than this one: a slave (421), a
+gateway without its upstream (502), a broker or proxy that cannot serve now (503). 429 and
+504 stay: a rate is per token and endpoint, and a proxy's 504 is best asked again where the
+send went."""
 IDEMPOTENCY_HEADER: Final = "Idempotency-Key"
 REPLAYED_HEADER: Final = "Idempotent-Replayed"
 MAX_PULL_MESSAGES: Final = 1024
+
+
+def retry_after_s(value: str | None, now: Callable[[], float] = time.time) -> float | None:
+    """The seconds a ``Retry-After`` header asks for: delay-seconds, or an HTTP date (at
+    least 0 when it has passed); None when there is none or it cannot be read."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # "-0000": an HTTP date is in GMT
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, when.timestamp() - now())
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How hard a request is retried before the job fails clearly."""
+
+    retries: int = 10
+    """Attempts after the first (no answer, RETRYABLE_STATUS)."""
+    backoff_ms: int = 200
+    """First wait; it doubles up to ``max_backoff_ms``."""
+    max_backoff_ms: int = 5000
+    timeout_s: float = 30.0
+    """Per request (connect, read, write)."""
+    max_retry_after_s: float = 60.0
+    """The longest ``Retry-After`` waited for; a longer one is cut to this."""
+
+    def delay_s(self, attempt: int, retry_after: str | None = None) -> float:
+        """Seconds to wait before retry number ``attempt`` (0-based): what ``Retry-After``
+        asks (the server knows when it will take the request again), else the backoff."""
+        asked = retry_after_s(retry_after)
+        if asked is not None:
+            return min(asked, self.max_retry_after_s)
+        return self.backoff_s(attempt)
+
+    def backoff_s(self, attempt: int) -> float:
+        """``backoff_ms`` doubled ``attempt`` times, at most ``max_backoff_ms``."""
+        return min(self.backoff_ms << min(attempt, 20), self.max_backoff_ms) / 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """Where spoolmq answers (brokers or proxies, tried in turn) and with which token."""
+
+    endpoints: tuple[str, ...]
+    token: str | None = field(default=None, repr=False)
+    retry: RetryPolicy = RetryPolicy()
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +150,13 @@ class SpoolmqClient:
         sleep: Callable[[float], None] = time.sleep,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
+        if not connection.endpoints:
+            raise ValueError("a connection needs at least one endpoint")
         headers = {"Authorization": f"Bearer {connection.token}"} if connection.token else {}
         self.endpoints = connection.endpoints
         self.retry = connection.retry
+        self.retried = 0
+        """Retries made so far, by every request of this client."""
         self._current = 0
         self._sleep = sleep
         self._http = httpx.Client(
@@ -170,9 +255,8 @@ class SpoolmqClient:
             "POST",
             f"/v1/topics/{_path(topic)}/messages",
             json=batch,
-            headers={IDEMPOTENCY_HEADER: key},
+            idempotency_key=key,
             what=f"sending {len(batch.get('messages', ()))} messages to {topic} under key {key}",
-            keyed=True,
         )
         receipts = _json(response).get("messages", [])
         replayed = response.headers.get(REPLAYED_HEADER, "").lower() == "true"
@@ -190,57 +274,89 @@ class SpoolmqClient:
         path: str,
         *,
         what: str,
-        keyed: bool = False,
+        idempotency_key: str | None = None,
         **kwargs: Any,
     ) -> httpx.Response:
-        """A 2xx answer; retried on no answer and on RETRYABLE_STATUS, rotating endpoints."""
+        """A 2xx answer, after the retries the module's rules allow; ``idempotency_key`` goes
+        with every attempt, and marks a request whose outcome is unknown when none answers."""
+        if idempotency_key is not None:
+            kwargs["headers"] = {**kwargs.get("headers", {}), IDEMPOTENCY_HEADER: idempotency_key}
         started = time.monotonic()
-        last = "nothing"
+        failure = _Failure("nothing", None, rotate=False)
         for attempt in range(self.retry.retries + 1):
-            endpoint = self.endpoints[self._current]
-            retry_after = None
-            try:
-                response = self._http.request(method, endpoint + path, **kwargs)
-            except httpx.TransportError as exc:
-                last = f"{endpoint}: {type(exc).__name__} {exc}".rstrip()
+            answered = self._attempt(method, path, what, kwargs)
+            if isinstance(answered, httpx.Response):
+                return answered
+            failure = answered
+            if failure.rotate:
                 self._rotate()
-            else:
-                if response.is_success:
-                    return response
-                if response.status_code not in RETRYABLE_STATUS:
-                    raise refusal(response, what)
-                last = f"{endpoint}: HTTP {response.status_code} {problem_text(response)}"
-                retry_after = response.headers.get("retry-after")
-                if response.status_code in _ROTATE_STATUS:
-                    self._rotate()
             if attempt < self.retry.retries:
-                self._sleep(self.retry.delay_s(attempt, retry_after))
+                self.retried += 1
+                self._sleep(self.retry.delay_s(attempt, failure.retry_after))
         tried = f"{self.retry.retries + 1} attempts over {time.monotonic() - started:.1f} s"
+        raise self._gave_up(what, tried, failure.text, keyed=idempotency_key is not None)
+
+    def _attempt(
+        self, method: str, path: str, what: str, kwargs: dict[str, Any]
+    ) -> httpx.Response | _Failure:
+        """One request to the current endpoint: its 2xx answer, or why a retry may do
+        better; raises the refusal of any other answer."""
+        endpoint = self.endpoints[self._current]
+        try:
+            response = self._http.request(method, endpoint + path, **kwargs)
+        except httpx.TransportError as exc:
+            return _Failure(f"{endpoint}: {type(exc).__name__} {exc}".rstrip(), None, rotate=True)
+        status = response.status_code
+        if response.is_success:
+            return response
+        if status not in RETRYABLE_STATUS:
+            raise refusal(response, what)
+        return _Failure(
+            f"{endpoint}: HTTP {status} {problem_text(response)}",
+            response.headers.get("retry-after"),
+            rotate=status in ROTATING_STATUS,
+        )
+
+    def _gave_up(self, what: str, tried: str, last: str, *, keyed: bool) -> BrokerUnavailableError:
         if keyed:
-            raise OutcomeUnknownError(
+            return OutcomeUnknownError(
                 f"{what}: no answer after {tried} (last: {last}); the messages may or may not "
-                "be stored. A retry under the same Idempotency-Key inside the broker's dedup "
-                "window stores them once: Spark retries the task, or restart the query."
+                "be stored. Sent again under the same Idempotency-Key inside the broker's "
+                "dedup window, they are stored once: a Spark task retried or a query "
+                "restarted sends the same keys (a new replay run makes new ones)."
             )
-        raise BrokerUnavailableError(
+        return BrokerUnavailableError(
             f"{what}: no answer after {tried} from {', '.join(self.endpoints)} (last: {last}). "
-            "Is spoolmq running there? More patience: spoolmq.retries, spoolmq.retryBackoffMs."
+            "Is spoolmq running there? More patience: option spoolmq.retries (replay: "
+            "--retries)."
         )
 
     def _rotate(self) -> None:
         self._current = (self._current + 1) % len(self.endpoints)
 
 
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    """An attempt that a retry may change: what happened, the answer's ``Retry-After``, and
+    whether the next endpoint should be tried."""
+
+    text: str
+    retry_after: str | None
+    rotate: bool
+
+
 def refusal(response: httpx.Response, what: str) -> BrokerRefusedError:
-    """The error for a 4xx that a retry will not change."""
+    """The error for an answer that a retry will not change (a 4xx, or a status outside
+    RETRYABLE_STATUS)."""
     status = response.status_code
     code = problem_code(response)
     detail = problem_text(response)
     where = str(response.request.url.copy_with(query=None))
     if status == 401:
         return AuthenticationError(
-            f"{what}: {where} refused the token (401 {detail}); give a valid one in option "
-            "spoolmq.token or the SPOOLMQ_TOKEN environment variable of the driver",
+            f"{what}: {where} refused the token (401 {detail}); give a valid one in the "
+            "SPOOLMQ_TOKEN environment variable of the driver (or a source's or sink's "
+            "option spoolmq.token)",
             status,
             code,
         )

@@ -1,8 +1,8 @@
-"""errors: one tree of the streaming source's and sink's failures."""
+"""errors: one tree of the failures of the Spark jobs' HTTP client (source, sink, replay)."""
 
 from __future__ import annotations
 
-from spark_jobs.streaming.errors import (
+from spark_jobs.errors import (
     AuthenticationError,
     BrokerRefusedError,
     BrokerUnavailableError,

@@ -8,13 +8,13 @@
      │    ├── PermissionDeniedError         403: the token may not do this
      │    ├── UnknownTopicError             404: the topic does not exist
      │    └── IdempotencyKeyReusedError     422: a key was sent earlier with other rows
-     ├── BrokerUnavailableError             no answer (or 5xx/429) after every retry
+     ├── BrokerUnavailableError             no answer (or a retried status) after every retry
      │    └── OutcomeUnknownError           a send kept failing after it may have been stored
      └── DataLossError                      offsets the query needs were removed by retention
 
 Each message names what failed and what to do, as it reaches the user through Spark's
-query exception. A bad option is :class:`spark_jobs.options.OptionError`, raised before
-anything is sent.
+query exception or the replay's error line. A bad option is
+:class:`spark_jobs.options.OptionError`, raised before anything is sent.
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ class IdempotencyKeyReusedError(BrokerRefusedError):
 
 
 class BrokerUnavailableError(SpoolmqError):
-    """No usable answer after every retry (refused connections, timeouts, 5xx, 429)."""
+    """No usable answer after every retry (refused connections, timeouts, and the statuses
+    a retry may change)."""
 
 
 class OutcomeUnknownError(BrokerUnavailableError):
