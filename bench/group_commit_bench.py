@@ -60,7 +60,7 @@ async def group_commit(root: Path, seconds: float) -> float:
     durability.start()
 
     async def put_durably(message: Message) -> None:
-        result = store.put_message(message)
+        result = store.put([message])[0]
         if not await durability.wait(result.end_offset):
             raise RuntimeError("flush timed out")
 

@@ -128,7 +128,7 @@ def fill(store: MessageStore, count: int) -> float:
             )
             for number in range(first, min(first + FILL_BATCH, count))
         ]
-        store.put_messages(batch)
+        store.put(batch)
         if first and first % 1_000_000 == 0:
             print(f"  {first:,} keyed messages stored")
     return time.perf_counter() - started
@@ -163,13 +163,13 @@ def measure_lookup(args: argparse.Namespace, workdir: Path) -> dict[str, float]:
             args.lookups, lambda: keyed.find("Orders", next(hit_iter), None, since)
         )
         plain = Message("Plain", BODY_1K.encode(), properties={PROPERTY_UNIQ_KEY: "U" * 32})
-        put_us = per_call_us(args.lookups, lambda: store.put_message(plain))
+        put_us = per_call_us(args.lookups, lambda: store.put([plain])[0])
         index_bytes = sum(p.stat().st_size for p in (root / "index").iterdir())
         index_files = len(list((root / "index").iterdir()))
         keyed_record = store.look_message_by_offset(0)
         assert keyed_record is not None
         bare = Message("Orders", b"order paid", properties={PROPERTY_UNIQ_KEY: "U" * 32})
-        bare_size = store.put_message(bare).size
+        bare_size = store.put([bare])[0].size
         return {
             "keys": args.keys,
             "fill_s": seconds,

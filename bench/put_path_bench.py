@@ -65,7 +65,7 @@ try:
         ]
         started = time.perf_counter()
         for batch in batches:
-            store.put_messages(batch)
+            store.put(batch)
     else:
         messages = [
             Message("BenchTopic", body, queue_id=i % 8,
@@ -74,7 +74,7 @@ try:
         ]
         started = time.perf_counter()
         for message in messages:
-            store.put_message(message)
+            store.put([message])[0]
     elapsed = time.perf_counter() - started
     store.close()
     print(json.dumps(elapsed / count * 1e6))

@@ -33,13 +33,15 @@ def build(root: Path, mib: int) -> int:
         target = mib * 1024 * 1024
         while store.commit_log.max_offset < target:
             for _ in range(10_000):
-                store.put_message(
-                    Message(
-                        "BenchTopic",
-                        body,
-                        queue_id=count % 8,
-                        properties={"TAGS": "TagA", "KEYS": f"k{count}"},
-                    )
+                store.put(
+                    [
+                        Message(
+                            "BenchTopic",
+                            body,
+                            queue_id=count % 8,
+                            properties={"TAGS": "TagA", "KEYS": f"k{count}"},
+                        )
+                    ]
                 )
                 count += 1
     return count

@@ -72,7 +72,7 @@ def build_store(store_dir: Path, size_mib: int, file_size_mib: int) -> int:
                 )
                 for i in range(BATCH)
             ]
-            store.put_messages(batch)
+            store.put(batch)
             count += BATCH
     return count
 

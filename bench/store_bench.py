@@ -72,11 +72,11 @@ def make_messages(count: int) -> list[Message]:
 def bench_store_append(root: Path, config: StoreConfig, messages: list[Message]) -> float:
     """Seconds to put every message (dispatch included); the store is left closed on disk."""
     store = MessageStore.open(root, config)
-    put = store.put_message
+    put = store.put
     try:
         start = time.perf_counter()
         for message in messages:
-            put(message)
+            put([message])
         elapsed = time.perf_counter() - start
     finally:
         store.close()

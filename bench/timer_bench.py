@@ -80,10 +80,10 @@ class Bench:
 
     async def schedule(self, topic: str, times: list[int]) -> float:
         """Put one timer message per time; seconds taken."""
-        put = self.store.put_message
+        put = self.store.put
         started = time.perf_counter()
         for number, at in enumerate(times, start=1):
-            put(Message(topic, BODY, properties={"TIMER_DELIVER_MS": str(at)}))
+            put([Message(topic, BODY, properties={"TIMER_DELIVER_MS": str(at)})])
             if number % CHUNK == 0:
                 await asyncio.sleep(0)
         return time.perf_counter() - started
@@ -144,10 +144,10 @@ async def scheduling_cost(root: Path, count: int) -> None:
     bench = Bench(root, 1000)
     await bench.start()
     try:
-        put = bench.store.put_message
+        put = bench.store.put
         started = time.perf_counter()
         for number in range(1, count + 1):
-            put(Message("Plain", BODY))
+            put([Message("Plain", BODY)])
             if number % CHUNK == 0:
                 await asyncio.sleep(0)
         plain = count / (time.perf_counter() - started)
@@ -217,10 +217,10 @@ async def precision_under_load(root: Path, precision_ms: int, count: int, spread
 
     async def load() -> None:
         nonlocal sent
-        put = bench.store.put_message
+        put = bench.store.put
         while not stop.is_set():
             for _ in range(200):
-                put(Message("Load", BODY))
+                put([Message("Load", BODY)])
             sent += 200
             await asyncio.sleep(0)
 

@@ -71,7 +71,7 @@ from services.redrive_jobs import (
 from services.schedule import LevelProgress
 from services.send import SendLimits, SendReceipt
 from services.send_back import SendBackRequest, SendBackResult, original_topic
-from services.send_receipts import SentBodies
+from services.send_receipts import Sent
 from services.store_status import StoreGauges
 from services.timer.recall import CancelOutcome, CancelResult
 from services.timer.service import TimerProgress
@@ -192,7 +192,7 @@ __all__ = [
     "SendBackResult",
     "SendLimits",
     "SendReceipt",
-    "SentBodies",
+    "Sent",
     "StoreConfig",
     "StoreGauges",
     "SubscriptionGroupConfig",

@@ -1,10 +1,12 @@
 """The one path of a durable put: append to the store, then wait until the append is durable.
 
-Send, send-back, DLQ redrive and delayed delivery all put through :meth:`Appender.put` (the
-broker hands it to them as a :data:`PutMessages`). One message is appended alone, a batch
-atomically; with SYNC_FLUSH the caller then waits for the group commit, and a flush slower
-than ``sync_flush_timeout_ms`` answers FLUSH_DISK_TIMEOUT (stored; visible once flushed).
-With ASYNC_FLUSH the put returns as soon as the bytes are in the page cache.
+Send, send-back, DLQ redrive, delayed delivery, timers, transactions and POP bookkeeping all
+put through :meth:`Appender.put` (the broker hands it to them as a :data:`PutMessages`): one
+message, or one atomic batch. With SYNC_FLUSH the put then waits for the group commit, and a
+flush slower than ``sync_flush_timeout_ms`` answers FLUSH_DISK_TIMEOUT (stored; visible once
+flushed). With ASYNC_FLUSH the put returns as soon as the bytes are in the page cache. Where
+nothing may run between a check and the append (a keyed put), the two halves are called
+apart: :meth:`Appender.append`, then :meth:`Appender.wait_durable`.
 
 On a master with slaves a :class:`ReplicationHook` hears of every append (to wake the HA
 connections) and, after the flush wait, confirms the put: with sync replication it waits for
@@ -13,17 +15,14 @@ the in-sync slaves (FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE when they cannot).
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from services.durability import DurabilityTracker
-from storage import BatchPut, Message, MessageStore, PutResult, PutStatus
+from storage import Appended, Message, MessageStore, PutStatus
 
-PutMessages = Callable[[list[Message]], Awaitable[list[PutResult]]]
-"""Appends one message (a list of one) or one atomic batch and waits until it is durable."""
-PutBodies = Callable[[Message, list[bytes], list[str]], Awaitable[tuple[BatchPut, PutStatus]]]
-"""Appends a batch of bodies alone (:meth:`Appender.put_bodies`)."""
+PutMessages = Callable[[Sequence[Message]], Awaitable[Appended]]
+"""Appends one message (a sequence of one) or one atomic batch and waits until it is durable."""
 
 
 class ReplicationHook(Protocol):
@@ -49,59 +48,24 @@ class Appender:
         self._durability = durability
         self.replication = replication  # set while this broker is a master with an HA port
 
-    async def put(self, messages: list[Message]) -> list[PutResult]:
-        """Append one message or one atomic batch, then wait until it is durable."""
-        return await self.settle(self.append(messages))
+    async def put(self, messages: Sequence[Message]) -> Appended:
+        """Append one message or one atomic batch, then wait until it is durable: the put's
+        status says how that went."""
+        appended = self.append(messages)
+        appended.status = await self.wait_durable(appended.end_offset)
+        return appended
 
-    def append(self, messages: list[Message]) -> list[PutResult]:
-        """Append one message or one atomic batch (no await: the caller's check before it
-        and its bookkeeping after it happen with nothing else in between)."""
-        store = self._store
-        if len(messages) == 1:
-            results = [store.put_message(messages[0])]
-        else:
-            results = store.put_messages(messages)
-        if results and self.replication is not None:
-            self.replication.appended(results[-1].end_offset, results[-1].store_timestamp)
-        return results
+    def append(self, messages: Sequence[Message]) -> Appended:
+        """The first half of :meth:`put` (no await: the caller's check before it and its
+        bookkeeping after it happen with nothing else in between)."""
+        appended = self._store.put(messages)
+        if self.replication is not None and appended.offsets:
+            self.replication.appended(appended.end_offset, appended.store_timestamp)
+        return appended
 
-    async def put_bodies(
-        self, first: Message, bodies: list[bytes], uniq_keys: list[str]
-    ) -> tuple[BatchPut, PutStatus]:
-        """:meth:`put` of a batch of bodies alone (see :meth:`MessageStore.put_bodies`),
-        answered as columns and the one status of the batch."""
-        put = self.append_bodies(first, bodies, uniq_keys, None)
-        return put, await self.durable_status(put.end_offset)
-
-    def append_bodies(
-        self, first: Message, bodies: list[bytes], uniq_keys: list[str], crcs: list[int] | None
-    ) -> BatchPut:
-        """:meth:`append` of a batch of bodies alone, answered as columns (no await, as
-        :meth:`append`); ``crcs``: the bodies' BODYCRCs, if made already."""
-        put = self._store.put_bodies(first, bodies, uniq_keys, crcs)
-        if self.replication is not None:
-            self.replication.appended(put.end_offset, put.store_timestamp)
-        return put
-
-    async def settle(self, results: list[PutResult]) -> list[PutResult]:
-        """Wait until appended ``results`` are durable; their status says how that went."""
-        if not results:
-            return results
-        end = results[-1].end_offset
-        if not await self._durability.wait(end):
-            status = PutStatus.FLUSH_DISK_TIMEOUT
-        elif self.replication is None:
-            return results
-        else:
-            status = await self.replication.confirm(end)
-            if status is PutStatus.PUT_OK:
-                return results
-        return [dataclasses.replace(r, status=status) for r in results]
-
-    async def durable_status(self, end_offset: int) -> PutStatus:
-        """PUT_OK once the CommitLog up to ``end_offset`` is flushed (SYNC_FLUSH) and
-        replicated (sync replication), else the status to answer: what a repeated put
-        answers (:meth:`settle` does the same inline, one await less on every put)."""
+    async def wait_durable(self, end_offset: int) -> PutStatus:
+        """The second half of :meth:`put`: PUT_OK once the CommitLog up to ``end_offset`` is
+        flushed (SYNC_FLUSH) and replicated (sync replication), else the status to answer."""
         if not await self._durability.wait(end_offset):
             return PutStatus.FLUSH_DISK_TIMEOUT
         replication = self.replication

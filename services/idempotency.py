@@ -49,7 +49,7 @@ from services.errors import (
     KeyIndexCatchingUpError,
 )
 from storage import (
-    BatchPut,
+    Appended,
     Message,
     MessageStore,
     PutResult,
@@ -107,22 +107,16 @@ def repost_key_at(physical_offset: int) -> str:
 class Appends(Protocol):
     """The two halves of a durable put (:class:`services.appender.Appender`)."""
 
-    def append(self, messages: list[Message]) -> list[PutResult]: ...
+    def append(self, messages: Sequence[Message]) -> Appended: ...
 
-    def append_bodies(
-        self, first: Message, bodies: list[bytes], uniq_keys: list[str], crcs: list[int] | None
-    ) -> BatchPut: ...
-
-    async def settle(self, results: list[PutResult]) -> list[PutResult]: ...
-
-    async def durable_status(self, end_offset: int) -> PutStatus: ...
+    async def wait_durable(self, end_offset: int) -> PutStatus: ...
 
 
 @dataclass(slots=True)  # not frozen: a frozen init sets each field through object.__setattr__
 class Written:
     """What a keyed put did: its results, and the earlier records when it repeated a put."""
 
-    results: list[PutResult]
+    results: Sequence[PutResult]
     earlier: list[StoredMessage] | None = None
 
     @property
@@ -213,7 +207,7 @@ class IdempotencyService:
         topic: str,
         key: str,
         fingerprint: Fingerprint | None,
-        messages: list[Message],
+        messages: Sequence[Message],
         *,
         since_ms: int | None = None,
         ready_wait_s: float | None = READY_WAIT_S,
@@ -234,50 +228,19 @@ class IdempotencyService:
             return await self._replay(earlier)
         stamp = None if fingerprint is None else fingerprint.value
         _stamp(messages[0].properties, key, stamp, len(messages))
-        results = self._appends.append(messages)
-        end_offset = results[-1].end_offset
-        if not self._store.keyed.covers(end_offset):  # = _remember's own check, one call less
-            first = results[0]
-            self._remember(
-                topic,
-                key,
-                stamp,
-                first.physical_offset,
-                len(results),
-                end_offset,
-                first.store_timestamp,
-            )
-        return Written(await self._appends.settle(results))
-
-    async def put_bodies_once(
-        self,
-        topic: str,
-        key: str,
-        fingerprint: Fingerprint,
-        first: Message,
-        bodies: list[bytes],
-        uniq_keys: list[str],
-        crcs: list[int] | None = None,
-    ) -> Written | tuple[BatchPut, PutStatus]:
-        """:meth:`put_once` of a batch of bodies alone (``first``, then messages like it, as
-        :meth:`MessageStore.put_bodies` takes them): the same look-up, the same records, the
-        same bookkeeping; a new put is answered as columns and the one status of the batch.
-        ``crcs``: the bodies' CRCs the fingerprint was made of, for their records."""
-        if self._store.keyed.covers(self._ready_at):  # = _earlier_put, one coroutine less
-            earlier = self.find(topic, key, fingerprint, self.since_ms())
-        else:
-            earlier = await self._earlier_put(topic, key, fingerprint, None, READY_WAIT_S)
-        # From the look-up to the append nothing awaits: no other put runs in between.
-        if earlier is not None:
-            return await self._replay(earlier)
-        stamp = fingerprint.value
-        _stamp(first.properties, key, stamp, len(bodies))
-        put = self._appends.append_bodies(first, bodies, uniq_keys, crcs)
-        offsets = put.offsets
+        appended = self._appends.append(messages)
+        end_offset = appended.end_offset
         self._remember(
-            topic, key, stamp, offsets[0], len(offsets), put.end_offset, put.store_timestamp
+            topic,
+            key,
+            stamp,
+            appended.offsets[0],
+            len(appended),
+            end_offset,
+            appended.store_timestamp,
         )
-        return put, await self._appends.durable_status(put.end_offset)
+        appended.status = await self._appends.wait_durable(end_offset)
+        return Written(appended)
 
     async def _earlier_put(
         self,
@@ -303,7 +266,7 @@ class IdempotencyService:
 
     async def _replay(self, earlier: list[StoredMessage]) -> Written:
         """The answer to a repeat: the earlier records with their durability now."""
-        status = await self._appends.durable_status(_end_offset(earlier[-1]))
+        status = await self._appends.wait_durable(_end_offset(earlier[-1]))
         return Written([_put_result(r, status) for r in earlier], earlier)
 
     async def reput(
@@ -315,7 +278,7 @@ class IdempotencyService:
         for name in IDEMPOTENCY_PROPERTIES:
             properties.pop(name, None)
         if not self._store.keyed.enabled:  # nothing finds keys: put as RocketMQ does
-            return Written(await self._appends.settle(self._appends.append([message])))
+            return Written(await self._durable(self._appends.append([message])))
         return await self.put_once(
             message.topic, repost_key(source), None, [message], since_ms=since_ms, ready_wait_s=None
         )
@@ -364,7 +327,7 @@ class IdempotencyService:
             answers.append(result)
             end = max(end, result.end_offset)
         if end >= 0:
-            status = await self._appends.durable_status(end)
+            status = await self._appends.wait_durable(end)
             if status is not PutStatus.PUT_OK:
                 answers = [
                     dataclasses.replace(a, status=status) if isinstance(a, PutResult) else a
@@ -372,7 +335,7 @@ class IdempotencyService:
                 ]
         return answers
 
-    async def reput_first(self, message: Message, source_offset: int) -> list[PutResult]:
+    async def reput_first(self, message: Message, source_offset: int) -> Appended:
         """Put ``message``, a copy of the record at ``source_offset``, keyed as :meth:`reput`
         keys it, without looking for an earlier copy: for a caller that knows none was ever
         put (it wrote the source itself in this process and has not re-put it yet). A later
@@ -381,13 +344,17 @@ class IdempotencyService:
         for name in IDEMPOTENCY_PROPERTIES:
             properties.pop(name, None)
         if not self._store.keyed.enabled:
-            return await self._appends.settle(self._appends.append([message]))
+            return await self._durable(self._appends.append([message]))
         self._forget_indexed(self.since_ms())
         key = repost_key_at(source_offset)
         _stamp(properties, key, None, 1)
-        results = self._appends.append([message])
-        self._remember_one(message.topic, key, results[0])
-        return await self._appends.settle(results)
+        appended = self._appends.append([message])
+        self._remember_one(message.topic, key, appended[0])
+        return await self._durable(appended)
+
+    async def _durable(self, appended: Appended) -> Appended:
+        appended.status = await self._appends.wait_durable(appended.end_offset)
+        return appended
 
     def find_reput(self, topic: str, source: StoredMessage, since_ms: int) -> StoredMessage | None:
         """The re-put of ``source`` into ``topic`` stored at ``since_ms`` or later, if any."""

@@ -25,21 +25,18 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Final
 
-from services.appender import PutBodies
 from services.appender import PutMessages as PutMessages  # re-exported for the DLQ service
 from services.errors import BatchRejectedError, IdempotencyUnavailableError, InvalidPropertyError
 from services.idempotency import IdempotencyService, Written
 from services.metrics import Metrics
 from services.outgoing import OutgoingMessage, check_message, deliver_time_of
-from services.send_payload import Fingerprint, bodies_fingerprint, one_fingerprint
-from services.send_payload import bodies_alone as bodies_alone  # re-exported
-from services.send_payload import fingerprint as fingerprint  # re-exported
+from services.send_payload import Fingerprint, fingerprint, plain
 from services.send_receipts import SendReceipt as SendReceipt  # re-exported
-from services.send_receipts import SentBodies
+from services.send_receipts import Sent as Sent  # re-exported
 from services.timer.handles import TimerHandle
 from services.topics import TopicService
 from services.uniq_keys import UniqKeyGenerator
-from storage import BatchPut, Message, PutResult, PutStatus, StoredMessage
+from storage import Appended, Message, PutResult, StoredMessage, UniformMessages
 from storage.config_managers import TopicConfig
 from storage.delay_levels import SCHEDULE_TOPIC
 from storage.record.java_hash import java_string_hash
@@ -58,7 +55,6 @@ from storage.timer import TIMER_TOPIC
 from storage.timer.transform import fire_time
 
 _BODY: Final = attrgetter("body")
-_STATUS: Final = attrgetter("status")
 _QUEUE_ID: Final = attrgetter("queue_id")
 _SHARDING_KEY: Final = attrgetter("sharding_key")
 
@@ -86,7 +82,6 @@ class SendService:
         put: PutMessages,
         metrics: Metrics,
         limits: SendLimits,
-        put_bodies: PutBodies,
         uniq_keys: UniqKeyGenerator | None = None,
         delay_levels: tuple[int, ...] = (),
         idempotency: IdempotencyService | None = None,
@@ -99,12 +94,10 @@ class SendService:
         self._idempotency = idempotency
         self._topics = topics
         self._put = put
-        self._put_bodies = put_bodies
         self._metrics = metrics
         self._limits = limits
         self._uniq_keys = uniq_keys or UniqKeyGenerator()
         self._round_robin: dict[str, itertools.count[int]] = {}
-        self._single_path = limits.max_batch_messages >= 1  # one message is never too many
 
     async def send(
         self,
@@ -115,26 +108,19 @@ class SendService:
         batch_sharding_key: str | None = None,
         born_host: tuple[str, int] = ("127.0.0.1", 0),
         idempotency_key: str | None = None,
-    ) -> list[SendReceipt]:
+    ) -> Sent:
         """Store ``messages`` in one queue of ``topic`` (one message, or one atomic batch).
 
         With ``idempotency_key`` (checked by the caller, see
         :func:`services.idempotency.check_key`) a repeat inside the window answers the
         first send's receipts, ``replayed``, and stores nothing.
         """
-        if (
-            len(messages) == 1
-            and batch_queue_id is None
-            and batch_sharding_key is None
-            and messages[0].sharding_key is None
-            and self._single_path
-        ):
-            return await self._send_one(topic, messages[0], born_host, idempotency_key)
-        self._check_batch(list(map(_BODY, messages)))
-        lean = bodies_alone(messages)  # nothing to check, delay or time per message
+        self._check_batch(messages)
         born_timestamp = time.time_ns() // 1_000_000
-        if lean:
+        alone = plain(messages)  # nothing to check, delay or time per message
+        if alone:
             levels: list[int] = [0] * len(messages)
+            timers: list[int | None] = []
         else:
             levels, timers = self._checked_extras(messages, born_timestamp)
         config = await self._topics.for_produce(topic)
@@ -143,13 +129,15 @@ class SendService:
         )
         host = _record_host(born_host)
         uniq_keys = self._uniq_keys.next_many(len(messages))
-        if lean:  # = _to_store of a body alone
-            stored = [
-                Message(
-                    topic, body, queue_id, {PROPERTY_UNIQ_KEY: uniq_key}, 0, 0, born_timestamp, host
-                )
-                for body, uniq_key in zip(map(_BODY, messages), uniq_keys, strict=True)
-            ]
+        bodies = list(map(_BODY, messages))
+        crcs = body_crcs(bodies) if idempotency_key is not None else None
+        stored: Sequence[Message]
+        if alone:  # = _to_store of bodies alone, as columns
+            first = Message(
+                topic, bodies[0], queue_id, {PROPERTY_UNIQ_KEY: uniq_keys[0]}, 0, 0,
+                born_timestamp, host,
+            )  # fmt: skip
+            stored = UniformMessages(first, bodies, uniq_keys, crcs) if len(bodies) > 1 else [first]
         else:
             stored = [
                 self._to_store(topic, queue_id, message, born_timestamp, host, level, uniq_key, at)
@@ -158,158 +146,24 @@ class SendService:
                 )
             ]
         if idempotency_key is None:
-            results = await self._put(stored)
+            appended = await self._put(stored)
         else:
-            payload = fingerprint(messages, levels, lean)
+            payload = fingerprint(messages, levels, alone=alone, crcs=crcs)
             written = await self._put_once(topic, idempotency_key, payload, stored)
             if written.earlier is not None:
                 return self._replayed(topic, written.earlier, written)
-            results = written.results
-        self._metrics.sent(topic, len(stored), sum(map(len, map(_BODY, stored))))
-        statuses = list(map(_STATUS, results))
-        if lean and topic != TIMER_TOPIC and statuses.count(statuses[0]) == len(statuses):
-            # = _receipt of a message neither delayed nor timed; one status for the batch
-            status = statuses[0].value
-            return [
-                SendReceipt(
-                    result.msg_id,
-                    uniq_key,
-                    topic,
-                    result.queue_id,
-                    result.queue_offset,
-                    result.physical_offset,
-                    result.store_timestamp,
-                    status,
-                )
-                for result, uniq_key in zip(results, uniq_keys, strict=True)
-            ]
-        return [
-            self._receipt(topic, queue_id, message, result, level)
-            for message, result, level in zip(stored, results, levels, strict=True)
-        ]
-
-    async def _send_one(
-        self,
-        topic: str,
-        message: OutgoingMessage,
-        born_host: tuple[str, int],
-        idempotency_key: str | None,
-    ) -> list[SendReceipt]:
-        """:meth:`send` of one message that names no sharding key, in a send with no batch
-        queue or sharding key: the same checks in the same order, the same record, answer
-        and (with an idempotency key) replay, without the lists and walks a batch needs."""
-        born_timestamp = time.time_ns() // 1_000_000
-        check_message(message)
-        level = message.delay_level
-        deliver_at = None
-        if level or message.deliver_at is not None or message.deliver_after_ms is not None:
-            level = self.delay_level_of(message)
-            deliver_at = deliver_time_of(message, born_timestamp)
-        config = await self._topics.for_produce(topic)
-        queue_id = message.queue_id
-        if queue_id is not None:
-            self._topics.check_write_queue(config, queue_id)
-        elif idempotency_key is None:
-            queue_id = self._next_queue(config)
-        else:
-            queue_id = shard_queue(idempotency_key, config.write_queue_nums)
-        host = _record_host(born_host)
-        uniq_key = self._uniq_keys.next()
-        stored = self._to_store(
-            topic, queue_id, message, born_timestamp, host, level, uniq_key, deliver_at
-        )
-        if idempotency_key is None:
-            [result] = await self._put([stored])
-        else:
-            payload = one_fingerprint(message, level)
-            written = await self._put_once(topic, idempotency_key, payload, [stored])
-            if written.earlier is not None:
-                return self._replayed(topic, written.earlier, written)
-            [result] = written.results
-        self._metrics.sent(topic, 1, len(message.body))
-        return [self._receipt(topic, queue_id, stored, result, level)]
-
-    async def send_bodies(
-        self,
-        topic: str,
-        bodies: list[bytes],
-        *,
-        batch_queue_id: int | None = None,
-        batch_sharding_key: str | None = None,
-        born_host: tuple[str, int] = ("127.0.0.1", 0),
-    ) -> SentBodies:
-        """:meth:`send` of messages that are bodies alone, without an idempotency key: the
-        same checks, records and answer, as columns (no object per message on the way)."""
-        first, uniq_keys = await self._first_of_bodies(
-            topic, bodies, batch_queue_id, batch_sharding_key, born_host, None
-        )
-        put, status = await self._put_bodies(first, bodies, uniq_keys)
-        return self._sent_bodies(topic, bodies, put, uniq_keys, status)
-
-    async def send_bodies_once(
-        self,
-        topic: str,
-        bodies: list[bytes],
-        idempotency_key: str,
-        *,
-        batch_queue_id: int | None = None,
-        batch_sharding_key: str | None = None,
-        born_host: tuple[str, int] = ("127.0.0.1", 0),
-    ) -> SentBodies | list[SendReceipt]:
-        """:meth:`send_bodies` with an idempotency key: :meth:`send`'s keyed put of the same
-        messages (the same checks, records, answers and replays), as columns. A repeat is
-        answered with the first send's receipts, ``replayed``."""
-        first, uniq_keys = await self._first_of_bodies(
-            topic, bodies, batch_queue_id, batch_sharding_key, born_host, idempotency_key
-        )
-        idempotency = self._idempotency
-        if idempotency is None:
-            raise IdempotencyUnavailableError("this broker takes no idempotency keys")
-        crcs = body_crcs(bodies)  # the fingerprint's, and the records'
-        payload = bodies_fingerprint(bodies, [0] * len(bodies), crcs)
-        written = await idempotency.put_bodies_once(
-            topic, idempotency_key, payload, first, bodies, uniq_keys, crcs
-        )
-        if isinstance(written, Written):
-            return self._replayed(topic, written.earlier or [], written)
-        put, status = written
-        return self._sent_bodies(topic, bodies, put, uniq_keys, status)
-
-    def _sent_bodies(
-        self,
-        topic: str,
-        bodies: list[bytes],
-        put: BatchPut,
-        uniq_keys: list[str],
-        status: PutStatus,
-    ) -> SentBodies:
-        """The answer of a column send that stored ``bodies``, counted in the metrics."""
+            assert isinstance(written.results, Appended)
+            appended = written.results
         self._metrics.sent(topic, len(bodies), sum(map(len, bodies)))
-        return SentBodies(topic, put, uniq_keys, status.value)
-
-    async def _first_of_bodies(
-        self,
-        topic: str,
-        bodies: list[bytes],
-        batch_queue_id: int | None,
-        batch_sharding_key: str | None,
-        born_host: tuple[str, int],
-        idempotency_key: str | None,
-    ) -> tuple[Message, list[str]]:
-        """The checks of a batch of bodies alone, its queue, its UNIQ_KEYs and its first
-        message, in :meth:`send`'s order."""
-        self._check_batch(bodies)
-        born_timestamp = time.time_ns() // 1_000_000
-        config = await self._topics.for_produce(topic)
-        queue_id = self._choose_queue(
-            config, (), batch_queue_id, batch_sharding_key, idempotency_key
+        if alone and appended.topic == topic:  # stored where sent: the put's columns
+            return Sent(topic, appended=appended, uniq_keys=uniq_keys)
+        return Sent(
+            topic,
+            listed=[
+                self._receipt(topic, queue_id, message, result, level)
+                for message, result, level in zip(stored, appended, levels, strict=True)
+            ],
         )
-        host = _record_host(born_host)
-        uniq_keys = self._uniq_keys.next_many(len(bodies))
-        properties = {PROPERTY_UNIQ_KEY: uniq_keys[0]}
-        return Message(
-            topic, bodies[0], queue_id, properties, 0, 0, born_timestamp, host
-        ), uniq_keys
 
     def _checked_extras(
         self, messages: Sequence[OutgoingMessage], born_timestamp: int
@@ -344,7 +198,7 @@ class SendService:
         return self._to_store(topic, queue_id, message, born_timestamp, host, level, uniq_key)
 
     def _put_once(
-        self, topic: str, key: str, payload: Fingerprint, stored: list[Message]
+        self, topic: str, key: str, payload: Fingerprint, stored: Sequence[Message]
     ) -> Awaitable[Written]:
         """Put ``stored`` once under ``key``; ``payload``: the send's :func:`fingerprint`.
         The put's coroutine is handed back to be awaited, not awaited in one more."""
@@ -353,13 +207,11 @@ class SendService:
             raise IdempotencyUnavailableError("this broker takes no idempotency keys")
         return idempotency.put_once(topic, key, payload, stored)
 
-    def _replayed(
-        self, topic: str, earlier: list[StoredMessage], written: Written
-    ) -> list[SendReceipt]:
+    def _replayed(self, topic: str, earlier: list[StoredMessage], written: Written) -> Sent:
         """The answer to a repeated keyed send: the first send's receipts, counted."""
         self._metrics.sends_replayed[topic] += 1
         status = written.results[0].status.value
-        return [self._replayed_receipt(topic, r, status) for r in earlier]
+        return Sent(topic, listed=[self._replayed_receipt(topic, r, status) for r in earlier])
 
     def _replayed_receipt(self, topic: str, record: StoredMessage, status: str) -> SendReceipt:
         """The receipt the first send with the key answered, rebuilt from its record."""
@@ -479,16 +331,18 @@ class SendService:
             )
         return message.delay_level
 
-    def _check_batch(self, bodies: Sequence[bytes]) -> None:
+    def _check_batch(self, messages: Sequence[OutgoingMessage]) -> None:
         limits = self._limits
-        if not bodies:
+        if not messages:
             raise BatchRejectedError("a batch needs at least one message")
-        if len(bodies) > limits.max_batch_messages:
+        if len(messages) == 1:
+            return  # one message is never too many (its size is the store's to check)
+        if len(messages) > limits.max_batch_messages:
             raise BatchRejectedError(
-                f"a batch holds at most {limits.max_batch_messages} messages, not {len(bodies)}"
+                f"a batch holds at most {limits.max_batch_messages} messages, not {len(messages)}"
             )
-        total = sum(map(len, bodies))
-        if len(bodies) > 1 and total > limits.max_batch_bytes:
+        total = sum(map(len, map(_BODY, messages)))
+        if total > limits.max_batch_bytes:
             raise BatchRejectedError(
                 f"the bodies of a batch add up to at most {limits.max_batch_bytes} bytes, "
                 f"not {total}"
@@ -502,8 +356,13 @@ class SendService:
         batch_sharding_key: str | None,
         idempotency_key: str | None,
     ) -> int:
-        queue_ids: set[int] = set(map(_QUEUE_ID, messages)) - {None}
-        keys: set[str] = set(map(_SHARDING_KEY, messages)) - {None}
+        if len(messages) == 1:  # one set of each, not a walk
+            first = messages[0]
+            queue_ids = set() if first.queue_id is None else {first.queue_id}
+            keys = set() if first.sharding_key is None else {first.sharding_key}
+        else:
+            queue_ids = set(map(_QUEUE_ID, messages)) - {None}
+            keys = set(map(_SHARDING_KEY, messages)) - {None}
         if batch_queue_id is not None:
             queue_ids.add(batch_queue_id)
         if batch_sharding_key is not None:

@@ -1,14 +1,15 @@
-"""What a send holds besides where it goes: whether its messages are bodies alone (the lean
-paths), and the fingerprint a repeat of a keyed send must match (:mod:`services.idempotency`).
+"""What a send holds besides where it goes: whether its messages are bodies alone
+(:func:`plain`), and the fingerprint a repeat of a keyed send must match
+(:mod:`services.idempotency`).
 
 The fingerprint is stored in the first record of every keyed send, so what it is made of may
 not change between versions without the older form still being matched:
 
 - **now** (``2:`` and 32 hex digits): SHA-256 over the repr of the send's lengths, delay
   levels and extras (below), then each body's CRC (the record's BODYCRC, ``zlib.crc32`` masked
-  to 31 bits, four bytes big-endian each). The lean batch's encoder takes those CRCs as made
-  here instead of computing them again, so a keyed batch hashes a few hundred bytes, not its
-  bodies (SHA-256 of a 100 x 1 KiB batch's bodies was half of what its key cost the broker).
+  to 31 bits, four bytes big-endian each). The uniform batch's encoder takes those CRCs as
+  made for the fingerprint instead of computing them again, so a keyed batch hashes a few
+  hundred bytes, not its bodies.
   Two payloads that differ only in bodies of the same length and CRC share a fingerprint: a
   key reused that way (one chance in 2^31 for unrelated bodies; CRC-32 is linear, so a body can
   be built to match) is answered as a repeat, not refused. Brokers before this form compare
@@ -26,7 +27,7 @@ from operator import attrgetter
 from typing import Final
 
 from services.outgoing import NO_PROPERTIES, OutgoingMessage
-from storage.record.layout import body_crc, body_crcs
+from storage.record.layout import body_crcs
 
 _EXTRAS: Final = attrgetter(
     "tags", "keys", "properties", "delay_level", "deliver_after_ms", "deliver_at"
@@ -63,22 +64,30 @@ class Fingerprint:
         return f"Fingerprint({self.value!r})"
 
 
-def bodies_alone(messages: Sequence[OutgoingMessage]) -> bool:
-    """Whether no message has tags, keys, properties, a delay or a delivery time: such a
-    send takes the lean path (one C call per message to tell)."""
+def plain(messages: Sequence[OutgoingMessage]) -> bool:
+    """Whether no message has tags, keys, properties, a delay or a delivery time: each is its
+    body alone (one C call per message to tell)."""
     return list(map(_EXTRAS, messages)).count(_NO_EXTRAS) == len(messages)
 
 
 def fingerprint(
-    messages: Sequence[OutgoingMessage], delay_levels: Sequence[int], alone: bool | None = None
+    messages: Sequence[OutgoingMessage],
+    delay_levels: Sequence[int],
+    *,
+    alone: bool | None = None,
+    crcs: list[int] | None = None,
 ) -> Fingerprint:
     """What a repeat of a keyed send must match, made from the bodies' CRCs and the repr of
     their lengths and delay levels and the tags, keys and properties of each message that has
     any, in order. Where it goes (queue_id, sharding_key) is not part of it: a repeat is
-    answered with where the first went. ``alone``: :func:`bodies_alone`, if known."""
+    answered with where the first went. ``alone``: :func:`plain`, if known; ``crcs``: the
+    bodies' :func:`~storage.record.layout.body_crcs`, if made."""
     bodies = list(map(_BODY, messages))
-    if bodies_alone(messages) if alone is None else alone:  # the value below, without the walk
-        return bodies_fingerprint(bodies, delay_levels)
+    if crcs is None:
+        crcs = body_crcs(bodies)
+    if plain(messages) if alone is None else alone:  # the repr below, written out at once
+        lengths = _ints_repr(list(map(len, bodies)), of_ints=True)
+        return _made(bodies, crcs, f"({lengths}, {_ints_repr(list(delay_levels))}, [])")
     described: tuple[object, ...] = (
         list(map(len, bodies)),
         list(delay_levels),
@@ -91,34 +100,7 @@ def fingerprint(
     timers = [(m.deliver_at, m.deliver_after_ms) for m in messages]
     if any(at is not None or after is not None for at, after in timers):
         described = (*described, timers)  # untimed sends keep the fingerprint they had
-    return _made(bodies, body_crcs(bodies), repr(described))
-
-
-def one_fingerprint(message: OutgoingMessage, delay_level: int) -> Fingerprint:
-    """:func:`fingerprint` of a send of one message: for a body alone (perhaps delayed) the
-    same digest with its described part written out, as a keyed single send needs it, without
-    the lists and walks of a batch."""
-    if (
-        message.tags is None
-        and not message.keys
-        and not message.properties
-        and message.deliver_at is None
-        and message.deliver_after_ms is None
-    ):
-        body = message.body
-        described = f"([{len(body)!r}], [{delay_level!r}], [])"  # = repr(described)
-        return _made([body], [body_crc(body)], described)
-    return fingerprint([message], [delay_level])
-
-
-def bodies_fingerprint(
-    bodies: list[bytes], delay_levels: Sequence[int], crcs: list[int] | None = None
-) -> Fingerprint:
-    """:func:`fingerprint` of messages that are bodies alone, from their bodies (``crcs``:
-    their :func:`~storage.record.layout.body_crcs`, if made)."""
-    lengths = _ints_repr(list(map(len, bodies)), of_ints=True)
-    described = f"({lengths}, {_ints_repr(list(delay_levels))}, [])"
-    return _made(bodies, body_crcs(bodies) if crcs is None else crcs, described)
+    return _made(bodies, crcs, repr(described))
 
 
 def earlier_form(bodies: list[bytes], described: str) -> str:

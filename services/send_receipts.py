@@ -1,32 +1,11 @@
-"""What a send answers: a receipt per message (:class:`SendReceipt`), or, for a batch of
-bodies alone, the same as columns (:class:`SentBodies`)."""
+"""What a send answers: a receipt per message (:class:`Sent` of :class:`SendReceipt`)."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple, overload
 
-from storage import BatchPut
-
-
-class SentBodies(NamedTuple):
-    """Where a batch of bodies alone went (:meth:`SendService.send_bodies`), as columns."""
-
-    topic: str
-    put: BatchPut
-    uniq_keys: list[str]
-    status: str  # one for the batch
-
-    def receipts(self) -> list[SendReceipt]:
-        """The receipts :meth:`SendService.send` answers for the same batch."""
-        put = self.put
-        queue_offsets = range(put.first_queue_offset, put.first_queue_offset + len(put.offsets))
-        return [
-            SendReceipt(msg_id, uniq_key, self.topic, put.queue_id, queue_offset, offset,
-                        put.store_timestamp, self.status)
-            for msg_id, uniq_key, queue_offset, offset in zip(
-                put.msg_ids(), self.uniq_keys, queue_offsets, put.offsets, strict=True
-            )
-        ]  # fmt: skip
+from storage import Appended
 
 
 class SendReceipt(NamedTuple):
@@ -44,3 +23,80 @@ class SendReceipt(NamedTuple):
     deliver_at: int | None = None  # delayed and timer messages: when they become visible (ms)
     replayed: bool = False  # an earlier send with the same idempotency key stored it
     timer_handle: str | None = None  # a timer message: what cancels it
+
+
+class Sent(Sequence[SendReceipt]):
+    """The receipts of one send. Those of messages stored where they were sent (neither
+    delayed nor timed: the common send) are the put's columns and the UNIQ_KEYs
+    (:attr:`appended`, :attr:`uniq_keys`), a receipt made when asked for; any other send's
+    are listed (:attr:`listed`)."""
+
+    __slots__ = ("appended", "listed", "topic", "uniq_keys")
+
+    def __init__(
+        self,
+        topic: str,
+        *,
+        appended: Appended | None = None,
+        uniq_keys: list[str] | None = None,
+        listed: list[SendReceipt] | None = None,
+    ) -> None:
+        if (listed is None) == (appended is None or uniq_keys is None):
+            raise ValueError("a send's receipts are its put's columns, or listed")
+        self.topic = topic
+        self.appended = appended
+        self.uniq_keys = uniq_keys
+        self.listed = listed
+
+    @property
+    def replayed(self) -> bool:
+        """Whether an earlier send with the same idempotency key stored them."""
+        return self.listed is not None and bool(self.listed) and self.listed[0].replayed
+
+    def __len__(self) -> int:
+        return len(self.listed) if self.listed is not None else len(self.uniq_keys or ())
+
+    def __iter__(self) -> Iterator[SendReceipt]:
+        if self.listed is not None:
+            return iter(self.listed)
+        appended, uniq_keys = self.appended, self.uniq_keys
+        assert appended is not None and uniq_keys is not None
+        topic, status = self.topic, appended.status.value
+        return iter(
+            [
+                SendReceipt(
+                    r.msg_id,
+                    key,
+                    topic,
+                    r.queue_id,
+                    r.queue_offset,
+                    r.physical_offset,
+                    r.store_timestamp,
+                    status,
+                )
+                for r, key in zip(appended.results(), uniq_keys, strict=True)
+            ]  # fmt: skip
+        )
+
+    @overload
+    def __getitem__(self, index: int) -> SendReceipt: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[SendReceipt]: ...
+    def __getitem__(self, index: int | slice) -> SendReceipt | list[SendReceipt]:
+        if self.listed is not None:
+            return self.listed[index]
+        if isinstance(index, slice):
+            return [self[i] for i in range(len(self))[index]]
+        appended, uniq_keys = self.appended, self.uniq_keys
+        assert appended is not None and uniq_keys is not None
+        result = appended[index]
+        return SendReceipt(
+            result.msg_id,
+            uniq_keys[index],
+            self.topic,
+            result.queue_id,
+            result.queue_offset,
+            result.physical_offset,
+            result.store_timestamp,
+            result.status.value,
+        )

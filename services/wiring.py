@@ -77,7 +77,6 @@ class BrokerServices:
             put,
             metrics,
             config.send,
-            appender.put_bodies,
             delay_levels=store.delay_levels,
             idempotency=idempotency,
             timer_group=config.group,

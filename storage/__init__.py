@@ -23,18 +23,19 @@ from storage.errors import (
 )
 from storage.message_store import MessageStore
 from storage.record.message import (
-    BatchPut,
+    Appended,
     GetMessageStatus,
     Message,
     PutResult,
     PutStatus,
     StoredMessage,
+    UniformMessages,
 )
 from storage.store_types import FlushDiskType, GetMessageResult, StoreConfig
 from storage.tag_filter import TagFilter
 
 __all__ = [
-    "BatchPut",
+    "Appended",
     "ConfigFileError",
     "CorruptRecordError",
     "FlushDiskType",
@@ -59,4 +60,5 @@ __all__ = [
     "StoreNotWriteableError",
     "StoredMessage",
     "TagFilter",
+    "UniformMessages",
 ]

@@ -12,7 +12,6 @@ recovery. The pull read loop over its files is :mod:`storage.queue_reader`'s.
 from __future__ import annotations
 
 import errno
-import itertools
 import mmap
 import struct
 from collections.abc import Callable, Iterator
@@ -48,9 +47,9 @@ from storage.record.layout import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_TYPE_MASK,
 )
-from storage.record.lean_batch import LeanBatch
-from storage.record.message import BatchPut, PutResult, StoredMessage
+from storage.record.message import Appended, StoredMessage
 from storage.record.msg_id import decode_msg_id, encode_host
+from storage.record.uniform_batch import UniformBatch
 
 PREFAULT_AHEAD: Final = 1024 * 1024
 """Pages mapped in ahead of the write position, asked for again every half of that."""
@@ -105,33 +104,16 @@ class AppendedBatch:
     end_offset: int
     idempotency_keys: list[tuple[int, str]]  # (record number, key) of the keyed records
 
-    def batch_put(self, msg_id_prefix: str) -> BatchPut:
-        """The batch as columns; ``msg_id_prefix``: the store's (see ``msg_id``)."""
-        return BatchPut(
+    def appended(self, msg_id_prefix: str) -> Appended:
+        """The batch as a put's answer; ``msg_id_prefix``: the store's (see ``msg_id``)."""
+        return Appended(
             msg_id_prefix,
             self.topic,
             self.queue_id,
             self.first_queue_offset,
             self.offsets,
+            self.sizes,
             self.store_timestamp,
-            self.end_offset,
-        )
-
-    def put_results(self, msg_id_prefix: str) -> list[PutResult]:
-        """One put result per record; ``msg_id_prefix``: the store's (see ``msg_id``)."""
-        offsets = self.offsets
-        msg_ids = map((msg_id_prefix + "{:016X}").format, offsets)  # = encode_msg_id
-        return list(
-            map(
-                PutResult,
-                msg_ids,
-                itertools.repeat(self.topic),
-                itertools.repeat(self.queue_id),
-                itertools.count(self.first_queue_offset),
-                offsets,
-                self.sizes,
-                itertools.repeat(self.store_timestamp),
-            )
         )
 
 
@@ -165,7 +147,7 @@ class CommitLog:
         return self._append_in(mapped, message, store_timestamp)
 
     def append_encoded_batch(
-        self, batch: EncodedBatch | LeanBatch, store_timestamp: int
+        self, batch: EncodedBatch | UniformBatch, store_timestamp: int
     ) -> AppendedBatch:
         """Append a batch of one (topic, queue) with consecutive queue offsets, in one file,
         with one ``pwrite``. Nothing reaches the file, and no queue offset moves, unless

@@ -19,12 +19,12 @@ The store is synchronous and has one writer: the owner calls put/get/flush from 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from storage.allocate_service import AllocateMappedFileService
 from storage.checkpoint import StoreCheckpoint
-from storage.commit_log import AppendedBatch, AppendResult, CommitLog
+from storage.commit_log import CommitLog
 from storage.consume_queue import ConsumeQueue
 from storage.consume_queue_table import ConsumeQueueTable
 from storage.delay_levels import parse_delay_levels, redirect_delayed
@@ -42,16 +42,10 @@ from storage.index_service import IndexService, load_index
 from storage.keyed_records import KeyedRecords
 from storage.queue_reader import QueueReader
 from storage.record.encode import EncodedBatch, EncodedMessage, check_batch
-from storage.record.lean_batch import LeanBatch, lean_batch, lean_bodies, messages_like
-from storage.record.message import (
-    BatchPut,
-    GetMessageStatus,
-    Message,
-    PutResult,
-    StoredMessage,
-)
+from storage.record.message import Appended, GetMessageStatus, Message, StoredMessage
 from storage.record.msg_id import msg_id_prefix
 from storage.record.properties import PROPERTY_DELAY
+from storage.record.uniform_batch import UniformBatch, uniform_batch
 from storage.recovery import StoreRecovery
 from storage.replication_log import REPLICATION_CHUNK_BYTES, ReplicationLog
 from storage.retention import StoreCleaner
@@ -242,95 +236,70 @@ class MessageStore:
 
     # ================================================================== put
 
-    def put_message(self, message: Message) -> PutResult:
-        """Validate, append and (in ASYNC_FLUSH) dispatch one message."""
+    def put(self, messages: Sequence[Message]) -> Appended:
+        """Append one message, or a batch of one topic and queue atomically with consecutive
+        queue offsets, and (in ASYNC_FLUSH) dispatch it. The encoder fits the messages: a
+        uniform batch (bodies and UNIQ_KEYs alone) column by column, anything else record by
+        record with the general rules (delays, timers, tags, keys)."""
         self._check_writeable()
+        if len(messages) == 1:
+            return self._put_one(messages[0])
         now = time.time_ns() // 1_000_000
-        if is_timer_request(message.properties):
-            message = redirect_timer(message, now, self.config.timer)
-        if PROPERTY_DELAY in message.properties:
-            message = redirect_delayed(message, self.delay_levels)
-        encoded = self._encode(message)
-        try:
-            stamp = message.store_timestamp or now
-            result = self.commit_log.append(encoded, stamp)
-        except StoreNotWriteableError as exc:
-            self.flags.mark_not_writeable(str(exc))
-            raise self._refusal() from exc
-        return self._after_append(encoded, result)
-
-    def put_messages(self, messages: list[Message]) -> list[PutResult]:
-        """Append a batch of one topic and queue atomically, with consecutive queue offsets."""
-        self._check_writeable()
         if not messages:
-            return []
-        return self._put_batch(messages).put_results(self._msg_id_prefix)
-
-    def put_bodies(
-        self, first: Message, bodies: list[bytes], uniq_keys: list[str], crcs: list[int] | None
-    ) -> BatchPut:
-        """:meth:`put_messages` of ``messages_like(first, bodies, uniq_keys)`` as columns, no
-        message per body where the lean encoder takes it; ``crcs``: their BODYCRCs or None."""
-        self._check_writeable()
-        store_v6, max_size = self.commit_log.store_v6, self.config.max_message_size
-        batch = lean_bodies(first, bodies, uniq_keys, store_v6, max_size, crcs)
-        if batch is None or batch.topic == TIMER_TOPIC:  # the general rules say why, or time
-            appended = self._put_batch(messages_like(first, bodies, uniq_keys))
-        else:
-            self._check_queue_id(batch.queue_id)
-            appended = self._append_batch(batch, time.time_ns() // 1_000_000)
-        return appended.batch_put(self._msg_id_prefix)
-
-    def _put_batch(self, messages: list[Message]) -> AppendedBatch:
+            return Appended(self._msg_id_prefix, "", 0, 0, [], [], now)
         now = time.time_ns() // 1_000_000
         store_v6, max_size = self.commit_log.store_v6, self.config.max_message_size
-        # Bodies alone (the common batch): one lean pass; anything else, the general rules.
-        batch: EncodedBatch | LeanBatch | None = lean_batch(messages, store_v6, max_size)
-        if batch is not None:
+        batch: EncodedBatch | UniformBatch | None = uniform_batch(messages, store_v6, max_size)
+        if batch is not None and batch.topic != TIMER_TOPIC:
             self._check_queue_id(batch.queue_id)
         else:
-            if any(map(is_timer_request, [m.properties for m in messages])):
+            listed = list(messages)
+            if any(map(is_timer_request, [m.properties for m in listed])):
                 # A timed batch is timed as a whole: every message waits in the timer topic.
                 timer = self.config.timer
-                messages = [redirect_timer(m, now, timer, force=True) for m in messages]
-            check_batch(messages)
-            self._check_queue_id(messages[0].queue_id)
-            batch = EncodedBatch(messages, store_v6, max_size)
-        if batch.topic == TIMER_TOPIC:
-            batch.tags_codes = [timer_tags_code(m.properties) for m in messages]
-        return self._append_batch(batch, now)
-
-    def _append_batch(self, batch: EncodedBatch | LeanBatch, now: int) -> AppendedBatch:
+                listed = [redirect_timer(m, now, timer, force=True) for m in listed]
+            check_batch(listed)
+            self._check_queue_id(listed[0].queue_id)
+            batch = EncodedBatch(listed, store_v6, max_size)
+            if batch.topic == TIMER_TOPIC:
+                batch.tags_codes = [timer_tags_code(m.properties) for m in listed]
         try:
             appended = self.commit_log.append_encoded_batch(batch, now)
         except StoreNotWriteableError as exc:
             self.flags.mark_not_writeable(str(exc))
             raise self._refusal() from exc
         self.dispatcher.dispatch_appended_batch(appended)
-        return appended
+        return appended.appended(self._msg_id_prefix)
+
+    def _put_one(self, message: Message) -> Appended:
+        now = time.time_ns() // 1_000_000
+        if is_timer_request(message.properties):
+            message = redirect_timer(message, now, self.config.timer)
+        if PROPERTY_DELAY in message.properties:
+            message = redirect_delayed(message, self.delay_levels)
+        self._check_queue_id(message.queue_id)
+        encoded = EncodedMessage(message, self.commit_log.store_v6, self.config.max_message_size)
+        try:
+            result = self.commit_log.append(encoded, message.store_timestamp or now)
+        except StoreNotWriteableError as exc:
+            self.flags.mark_not_writeable(str(exc))
+            raise self._refusal() from exc
+        self.dispatcher.dispatch_appended(encoded, result)
+        return Appended(
+            self._msg_id_prefix,
+            encoded.topic,
+            encoded.queue_id,
+            result.queue_offset,
+            [result.physical_offset],
+            [result.size],
+            result.store_timestamp,
+        )
 
     def _check_queue_id(self, queue_id: int) -> None:
         if not 0 <= queue_id < self.config.max_queues_per_topic:
             raise QueueIdOutOfRangeError(
                 f"queue id {queue_id} is out of range: 0 to {self.config.max_queues_per_topic - 1}"
             )
-
-    def _encode(self, message: Message) -> EncodedMessage:
-        self._check_queue_id(message.queue_id)
-        return EncodedMessage(message, self.commit_log.store_v6, self.config.max_message_size)
-
-    def _after_append(self, encoded: EncodedMessage, result: AppendResult) -> PutResult:
-        self.dispatcher.dispatch_appended(encoded, result)
-        physical_offset = result.physical_offset
-        return PutResult(
-            self._msg_id_prefix + f"{physical_offset:016X}",  # = encode_msg_id(host, port, offset)
-            encoded.topic,
-            encoded.queue_id,
-            result.queue_offset,
-            physical_offset,
-            result.size,
-            result.store_timestamp,
-        )
 
     def _check_writeable(self) -> None:
         if self._closed:

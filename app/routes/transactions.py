@@ -9,8 +9,8 @@ from starlette.responses import Response
 
 from app.deps import BrokerDep, born_host, disconnect_watch
 from app.responses import OrjsonResponse, problems
-from app.routes.messages import outgoing_message
 from app.routes.params import GroupPath, TopicPath
+from app.schemas.send import outgoing
 from app.schemas.transactions import (
     CheckPollIn,
     CheckPollOut,
@@ -61,7 +61,7 @@ async def send_half_message(
 ) -> TransactionOut:
     prepared = await broker.transactions.prepare(
         topic,
-        outgoing_message(body.message, ("body", "message")),
+        outgoing(body.message.model_dump(), ("body", "message")),
         body.producer_group,
         born_host=born_host(request),
         check_immunity_s=body.check_immunity_s,

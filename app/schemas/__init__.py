@@ -65,15 +65,9 @@ from app.schemas.messages import (
     PullQuery,
     PullResponse,
     QueueProgressOut,
-    RawSendQuery,
-    SendBatch,
-    SendMessage,
-    SendReceiptOut,
-    SendResponse,
     group_pull_out,
     message_out,
     pull_out,
-    send_response_out,
 )
 from app.schemas.offsets import (
     CommittedOffsetOut,
@@ -101,7 +95,15 @@ from app.schemas.redelivery import (
     queue_seek_out,
     send_back_out,
 )
-from app.schemas.sent_columns import sent_bodies_json
+from app.schemas.send import (
+    RawSendQuery,
+    SendBatch,
+    SendMessage,
+    SendReceiptOut,
+    SendResponse,
+    send_response_out,
+)
+from app.schemas.sent_columns import sent_json
 from app.schemas.topics import (
     QueueStatsOut,
     TopicDetailOut,
@@ -200,7 +202,7 @@ __all__ = [
     "redrive_out",
     "send_back_out",
     "send_response_out",
-    "sent_bodies_json",
+    "sent_json",
     "topic_detail_out",
     "topic_out",
 ]

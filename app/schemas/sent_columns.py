@@ -1,4 +1,5 @@
-"""The answer to a batch of bodies alone, rendered from its columns (:class:`SentBodies`).
+"""The answer to a send, rendered from its columns (:class:`~services.Sent` of messages stored
+where they were sent: the usual send).
 
 A batch of 100 is answered with 100 receipts; formatting each from a template parses the
 template and formats three integers once per message, the largest part of what the batch's
@@ -6,7 +7,7 @@ answer cost. Here every column is rendered by one C call for the whole batch —
 offsets by one ``hex`` over their packed bytes, the offsets and queue offsets by one
 ``orjson.dumps`` — and the columns are interleaved with the constant JSON between them by
 slice assignment into one list, joined once. The bytes are those of
-``orjson.dumps(send_response_out(topic, receipts))`` (a property test holds the two together).
+``orjson.dumps(send_response_out(sent))`` (a property test holds the two together).
 """
 
 from __future__ import annotations
@@ -16,22 +17,23 @@ from typing import Final
 
 import orjson
 
-from services import SentBodies
+from services import Sent
 
 _FIELDS_PER_MESSAGE: Final = 8
 """msg id's offset, ``","uniq_key":"``, UNIQ_KEY, ``..."queue_offset":``, queue offset,
 ``,"commit_log_offset":``, CommitLog offset, the rest of the message and the next's start."""
 
 
-def sent_bodies_json(sent: SentBodies) -> bytes | None:
-    """``orjson.dumps(send_response_out(sent.topic, sent.receipts()))``, built from the
-    columns; None when a UNIQ_KEY is not ASCII or needs escaping in JSON (then the receipts
-    must be rendered)."""
-    uniq_keys = sent.uniq_keys
+def sent_json(sent: Sent) -> bytes | None:
+    """``orjson.dumps(send_response_out(sent))``, built from the columns of a send whose
+    receipts are columns; None for any other, or when a UNIQ_KEY is not ASCII or needs
+    escaping in JSON (then the receipts must be rendered)."""
+    put, uniq_keys = sent.appended, sent.uniq_keys
+    if put is None or uniq_keys is None:
+        return None
     joined = "".join(uniq_keys)
     if not joined.isascii() or len(orjson.dumps(joined)) != len(joined) + 2:
         return None
-    put = sent.put
     offsets = put.offsets
     count = len(offsets)
     head = b'{"topic":%s,"messages":[' % orjson.dumps(sent.topic)
@@ -39,7 +41,7 @@ def sent_bodies_json(sent: SentBodies) -> bytes | None:
         return head + b"]}"
     start = '{"msg_id":"' + put.msg_id_prefix
     end = (
-        f',"store_timestamp":{put.store_timestamp},"status":{orjson.dumps(sent.status).decode()},'
+        f',"store_timestamp":{put.store_timestamp},"status":{orjson.dumps(put.status.value).decode()},'
         '"delay_level":0,"deliver_at":null,"timer_handle":null}'
     )
     parts = [

@@ -15,7 +15,8 @@ from app.schemas.common import (
     ResponseBody,
     checked_group_name,
 )
-from app.schemas.messages import MessageOut, SendMessage, message_out
+from app.schemas.messages import MessageOut, message_out
+from app.schemas.send import SendMessage
 from services import CheckOffer, Ended, Transaction
 
 MAX_CHECK_IMMUNITY_S: Final = 3600

@@ -55,6 +55,9 @@ class HttpConnection(asyncio.Protocol):
         self.limits: ServerLimits = state.limits
         self.loop = asyncio.get_running_loop()
         self.parser = httptools.HttpRequestParser(self)
+        # What follows a request that closes the connection is not read as another request
+        # (that request is answered, then the connection closes).
+        self.parser.set_dangerous_leniencies(lenient_data_after_close=True)
         self.transport: asyncio.Transport | None = None
         self.client: tuple[str, int] | None = None
         self.server: tuple[str, int] | None = None
@@ -67,6 +70,7 @@ class HttpConnection(asyncio.Protocol):
         self.parsing: Exchange | None = None  # its exchange, once its headers are complete
         self.completed = 0  # requests parsed whole
         self.refused = False  # answered 400/408/431: the rest is not read
+        self.pending_refusal: bytes | None = None  # written after the answer in progress
         # the requests being answered
         self.current: Exchange | None = None
         self.waiting: deque[Exchange] = deque()
@@ -237,6 +241,10 @@ class HttpConnection(asyncio.Protocol):
         self.current = None
         if self.closing():
             return
+        if self.pending_refusal is not None:
+            self.write((self.pending_refusal,))
+            self.close()
+            return
         if not exchange.keep_alive:
             self.close()
             return
@@ -291,22 +299,24 @@ class HttpConnection(asyncio.Protocol):
         self.waiting.clear()
 
     def refuse(self, status: int, reason: bytes) -> None:
-        """Answer (unless an answer is on its way) and close; nothing more is read."""
+        """Answer ``status`` and close; nothing more is read. A request being answered is
+        answered first: the refusal follows its answer."""
         self.refused = True
         self.deadline = None
+        self.waiting.clear()
         current = self.current
-        if current is None or current.complete or not current.started:
-            if current is not None and not current.complete:
-                current.keep_alive = False  # its app answers into a closed connection
-            body = reason + b"\n"
-            self.write(
-                (
-                    b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\n"
-                    b"content-length: %d\r\nconnection: close\r\n\r\n%s"
-                    % (status, reason, len(body), body),
-                )
-            )
-        self.close()
+        refusal = b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\n" % (
+            status,
+            reason,
+        ) + b"content-length: %d\r\nconnection: close\r\n\r\n%s\n" % (len(reason) + 1, reason)
+        if current is None or current.complete:
+            self.write((refusal,))
+            self.close()
+        elif current.started:
+            current.keep_alive = False  # its answer is on the way: then the connection closes
+        else:
+            current.keep_alive = False
+            self.pending_refusal = refusal
 
     # ---------------------------------------------------------------- deadlines
 

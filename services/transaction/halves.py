@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from typing import Final
 
-from services.transaction.ops import PutOne
+from services.appender import PutMessages
 from storage import Message, PutResult
 from storage.errors import MessageRejectedError
 
@@ -29,7 +29,7 @@ _Pending = tuple[Message, "asyncio.Future[PutResult]"]
 class HalfAppender:
     """Appends half messages, batched (the event loop's)."""
 
-    def __init__(self, put: PutOne, max_batch: int = MAX_BATCH) -> None:
+    def __init__(self, put: PutMessages, max_batch: int = MAX_BATCH) -> None:
         self._put = put
         self._max_batch = max_batch
         self._pending: list[_Pending] = []

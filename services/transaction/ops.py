@@ -12,16 +12,13 @@ record, one record per outcome.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final
 
+from services.appender import PutMessages
 from services.transaction.records import OFFSET_SEPARATOR, op_message
-from storage import Message, PutResult
 
 DEFAULT_OP_MAX_SIZE: Final = 4096
-
-PutOne = Callable[[list[Message]], Awaitable[list[PutResult]]]
 
 
 @dataclass(slots=True)
@@ -36,7 +33,7 @@ class _Batch:
 class OpWriter:
     """Writes the op records of ended halves, batched (the event loop's)."""
 
-    def __init__(self, put: PutOne, max_size: int = DEFAULT_OP_MAX_SIZE) -> None:
+    def __init__(self, put: PutMessages, max_size: int = DEFAULT_OP_MAX_SIZE) -> None:
         self._put = put
         self._max_size = max_size
         self._pending: dict[str, list[_Batch]] = {}

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from services.appender import PutMessages
 from services.errors import (
     BrokerUnavailableError,
     InvalidPropertyError,
@@ -40,7 +41,7 @@ from services.pull import AbandonFactory
 from services.send import SendService
 from services.topics import TopicService
 from services.transaction.halves import HalfAppender
-from services.transaction.ops import DEFAULT_OP_MAX_SIZE, OpWriter, PutOne
+from services.transaction.ops import DEFAULT_OP_MAX_SIZE, OpWriter
 from services.transaction.records import (
     END_COMMIT,
     END_ROLLBACK,
@@ -119,7 +120,7 @@ class TransactionService:
     def __init__(
         self,
         store: MessageStore,
-        put: PutOne,
+        put: PutMessages,
         send: SendService,
         idempotency: IdempotencyService,
         waiters: WaiterRegistry,

@@ -304,3 +304,29 @@ def test_a_body_that_arrives_in_pieces_is_sent_whole(
     queue_id = json.loads(received.split(b"\r\n\r\n", 1)[1])["messages"][0]["queue_id"]
     [message] = pull(client, topic, queue_id, offset=0)["messages"]
     assert (message["body"], message["tags"]) == (text, "P")
+
+
+def test_a_keyed_batch_answers_and_stores_as_an_unkeyed_one(
+    client: httpx.Client, topic: str
+) -> None:
+    batch = {"messages": [{"body": f"m{i}"} for i in range(5)], "queue_id": 1}
+    columns = client.post(f"/v1/topics/{topic}/messages", json=batch)
+    general = client.post(
+        f"/v1/topics/{topic}/messages", json=batch, headers={"Idempotency-Key": "k-1"}
+    )
+    assert columns.status_code == general.status_code == 201
+    assert columns.headers["content-type"] == general.headers["content-type"]
+    assert columns.headers["content-length"] == str(len(columns.content))
+    first, second = columns.json(), general.json()
+    assert [m["queue_offset"] for m in first["messages"]] == list(range(5))
+    assert [m["queue_offset"] for m in second["messages"]] == list(range(5, 10))
+    for one, other in zip(first["messages"], second["messages"], strict=True):
+        assert one.keys() == other.keys()
+        assert {k: v for k, v in one.items() if k in ("queue_id", "status", "delay_level")} == {
+            k: v for k, v in other.items() if k in ("queue_id", "status", "delay_level")
+        }
+    pulled = client.get(
+        f"/v1/topics/{topic}/queues/1/messages", params={"offset": 0, "max_messages": 10}
+    ).json()
+    assert [m["body"] for m in pulled["messages"]] == [f"m{i}" for i in range(5)] * 2
+    assert [m["msg_id"] for m in pulled["messages"][:5]] == [m["msg_id"] for m in first["messages"]]

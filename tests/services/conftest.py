@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +15,7 @@ from services import Broker, BrokerConfig, StoreConfig
 from services.appender import Appender
 from services.durability import DurabilityTracker
 from services.idempotency import IdempotencyService
-from storage import Message, MessageStore, PutResult, StoredMessage
+from storage import Appended, Message, MessageStore, StoredMessage
 from storage.config_managers import (
     ConsumerOffsetManager,
     DelayOffsetManager,
@@ -69,10 +69,8 @@ class World:
     delays: DelayOffsetManager
     idempotency: IdempotencyService
 
-    async def put(self, messages: list[Message]) -> list[PutResult]:
-        if len(messages) == 1:
-            return [self.store.put_message(messages[0])]
-        return self.store.put_messages(messages)
+    async def put(self, messages: Sequence[Message]) -> Appended:
+        return self.store.put(messages)
 
     async def ensure_topic(self, config: TopicConfig) -> None:
         if self.topics.get(config.topic_name) is None:

@@ -40,12 +40,12 @@ async def test_a_stalled_dispatch_resumes_by_itself_once_space_is_back(disk: Pat
     retry = DispatchRetry(store, interval=0.01)
     retry.start()
     try:
-        store.put_message(Message("T", b"m", properties={PROPERTY_KEYS: "k0"}))
+        store.put([Message("T", b"m", properties={PROPERTY_KEYS: "k0"})])
         ballast = fill_until_free(disk / "ballast", 0)
         stored = 1
         with pytest.raises(StoreDiskFullError):
             for i in range(1, 10_000):
-                store.put_message(Message("T", b"m", properties={PROPERTY_KEYS: f"k{i}"}))
+                store.put([Message("T", b"m", properties={PROPERTY_KEYS: f"k{i}"})])
                 stored += 1
         assert store.dispatch_stalled
         assert not retry.retry_once() and retry.stalled_since is not None

@@ -18,13 +18,15 @@ def dlq_service(world: World) -> DlqService:
 async def fill_dlq(world: World, count: int) -> None:
     back = SendBackService(world.store, world.group, world.ensure_topic, world.idempotency.reput)
     for i in range(count):
-        sent = world.store.put_message(
-            Message(
-                "Orders",
-                f"dead {i}".encode(),
-                properties={"TAGS": "bad" if i % 2 else "worse", "UNIQ_KEY": f"{i:032X}"},
-            )
-        )
+        sent = world.store.put(
+            [
+                Message(
+                    "Orders",
+                    f"dead {i}".encode(),
+                    properties={"TAGS": "bad" if i % 2 else "worse", "UNIQ_KEY": f"{i:032X}"},
+                )
+            ]
+        )[0]
         await back.send_back(SendBackRequest("g", msg_id=sent.msg_id, delay_level=-1))
 
 
@@ -64,13 +66,15 @@ async def test_a_redrive_lowers_the_waiting_depth_and_the_waiting_list(world: Wo
 async def test_redrive_moves_exactly_the_filtered_dead_letters_once(world: World) -> None:
     back = SendBackService(world.store, world.group, world.ensure_topic, world.idempotency.reput)
     for i in range(6):
-        sent = world.store.put_message(
-            Message(
-                "Orders",
-                f"dead {i}".encode(),
-                properties={"TAGS": "bad" if i % 2 else "worse", "UNIQ_KEY": f"{i:032X}"},
-            )
-        )
+        sent = world.store.put(
+            [
+                Message(
+                    "Orders",
+                    f"dead {i}".encode(),
+                    properties={"TAGS": "bad" if i % 2 else "worse", "UNIQ_KEY": f"{i:032X}"},
+                )
+            ]
+        )[0]
         await back.send_back(SendBackRequest("g", msg_id=sent.msg_id, delay_level=-1))
     dlq = dlq_service(world)
     page = dlq.browse("g", None, 4)
@@ -105,9 +109,9 @@ async def test_redrive_moves_exactly_the_filtered_dead_letters_once(world: World
 async def test_dead_letter_pages_keep_to_a_byte_budget(world: World) -> None:
     back = SendBackService(world.store, world.group, world.ensure_topic, world.idempotency.reput)
     for i in range(5):
-        sent = world.store.put_message(
-            Message("Big", bytes([65 + i]) * 1000, properties={"KEYS": "same"})
-        )
+        sent = world.store.put(
+            [Message("Big", bytes([65 + i]) * 1000, properties={"KEYS": "same"})]
+        )[0]
         await back.send_back(SendBackRequest("g", msg_id=sent.msg_id, delay_level=-1))
     dlq = dlq_service(world)
     page = dlq.browse("g", None, 10, max_bytes=2500)

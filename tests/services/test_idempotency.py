@@ -13,7 +13,7 @@ import pytest
 
 from services import Broker, BrokerConfig, FlushDiskType, OutgoingMessage
 from services.errors import IdempotencyKeyReusedError
-from services.send_payload import VERSION, bodies_fingerprint, earlier_form
+from services.send_payload import VERSION, earlier_form, fingerprint
 from storage import Message, MessageStore
 from storage.record.layout import body_crc
 from storage.record.properties import (
@@ -107,7 +107,7 @@ async def test_a_repeat_of_a_send_stored_before_crc_fingerprints_is_found(
         born_timestamp=now,
     )
     second = Message("Orders", bodies[1], 0, {PROPERTY_UNIQ_KEY: "U-43-2"}, born_timestamp=now)
-    written = store.put_messages([first, second])
+    written = store.put([first, second])
     deadline = time.monotonic() + 10
     while store.keyed.find("Orders", "order-43", 0) is None:  # dispatched, indexed
         assert time.monotonic() < deadline, "the records were never indexed"
@@ -118,11 +118,10 @@ async def test_a_repeat_of_a_send_stored_before_crc_fingerprints_is_found(
     again = await sync_broker.send.send("Orders", messages, idempotency_key="order-43")
     assert [r.replayed for r in again] == [True, True]
     assert [r.queue_offset for r in again] == [w.queue_offset for w in written]
-    columns = await sync_broker.send.send_bodies_once("Orders", bodies, "order-43")
-    assert isinstance(columns, list)
-    assert [(r.replayed, r.uniq_key) for r in columns] == [(True, "U-43-1"), (True, "U-43-2")]
+    assert [(r.replayed, r.uniq_key) for r in again] == [(True, "U-43-1"), (True, "U-43-2")]
     with pytest.raises(IdempotencyKeyReusedError):
-        await sync_broker.send.send_bodies_once("Orders", [b"order 43 lost"], "order-43")
+        lost = [OutgoingMessage(b"order 43 lost")]
+        await sync_broker.send.send("Orders", lost, idempotency_key="order-43")
     with pytest.raises(IdempotencyKeyReusedError):
         await sync_broker.send.send("Orders", messages[:1], idempotency_key="order-43")
     assert store.max_physical_offset == end
@@ -133,11 +132,11 @@ async def test_a_keyed_batch_stores_the_crcs_its_fingerprint_is_made_of(
 ) -> None:
     store = store_of(sync_broker)
     bodies = [b"x" * 100, b"y" * 3, b""]
-    sent = await sync_broker.send.send_bodies_once("Orders", bodies, "crc-batch")
-    assert not isinstance(sent, list)
-    records = [store.look_message_by_offset(offset) for offset in sent.put.offsets]
+    messages = [OutgoingMessage(body) for body in bodies]
+    sent = await sync_broker.send.send("Orders", messages, idempotency_key="crc-batch")
+    records = [store.look_message_by_offset(r.commit_log_offset) for r in sent]
     assert [r.body_crc for r in records if r is not None] == [body_crc(b) for b in bodies]
     assert records[0] is not None
     stamped = records[0].properties[PROPERTY_IDEMPOTENCY_FINGERPRINT]
-    assert stamped == bodies_fingerprint(bodies, [0, 0, 0]).value
+    assert stamped == fingerprint(messages, [0, 0, 0]).value
     assert stamped.startswith(VERSION)

@@ -14,7 +14,7 @@ from tests.services.conftest import World
 
 async def test_key_lookups_keep_to_a_byte_budget(world: World) -> None:
     for i in range(5):
-        world.store.put_message(Message("Big", bytes([65 + i]) * 1000, properties={"KEYS": "same"}))
+        world.store.put([Message("Big", bytes([65 + i]) * 1000, properties={"KEYS": "same"})])
     found = world.store.query_message("Big", "same")
     assert len(found) == 5
     assert len(within_bytes(found, 2500)) == 2

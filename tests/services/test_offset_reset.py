@@ -17,7 +17,7 @@ async def test_reset_preview_matches_what_the_reset_then_does(world: World) -> N
     world.topics.put(TopicConfig("Orders", read_queue_nums=2, write_queue_nums=2))
     stamps = []
     for i in range(10):
-        stamps.append(world.store.put_message(Message("Orders", b"x", queue_id=i % 2)))
+        stamps.append(world.store.put([Message("Orders", b"x", queue_id=i % 2)])[0])
         await asyncio.sleep(0.002)
     world.offsets.commit_offset("g", "Orders", 0, 3)
     service = OffsetResetService(world.store, world.offsets)

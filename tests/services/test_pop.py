@@ -347,9 +347,7 @@ async def test_a_copy_whose_revive_ack_was_lost_is_not_revived_again(tmp_path: P
     await broker.topics.ensure(TopicConfig(retry, read_queue_nums=1, write_queue_nums=1, perm=6))
     properties = dict(item.message.properties)
     properties.update({"RETRY_TOPIC": "T", PROPERTY_POP_CK: pop_ck_value("T", 0, 0, handle.ck_id)})
-    store_of(broker).put_message(
-        Message(retry, item.message.body, 0, properties, reconsume_times=1)
-    )
+    store_of(broker).put([Message(retry, item.message.body, 0, properties, reconsume_times=1)])
     await broker.stop()
     broker = Broker(config(tmp_path))
     await broker.start()

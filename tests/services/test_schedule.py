@@ -17,9 +17,9 @@ async def test_delayed_message_is_invisible_before_its_time_and_visible_after(wo
     scheduler = DelayScheduler(world.store, world.delays, world.idempotency.reput)
     await scheduler.start()
     try:
-        sent = world.store.put_message(
-            Message("Orders", b"later", queue_id=2, properties={"DELAY": "1", "TAGS": "A"})
-        )
+        sent = world.store.put(
+            [Message("Orders", b"later", queue_id=2, properties={"DELAY": "1", "TAGS": "A"})]
+        )[0]
         assert sent.topic == SCHEDULE_TOPIC
         assert world.pull_all("Orders") == []
         await asyncio.sleep(0.5)
@@ -43,7 +43,7 @@ async def test_restart_in_the_middle_of_a_delay_delivers_every_message_once(
     scheduler = DelayScheduler(world.store, world.delays, world.idempotency.reput)
     await scheduler.start()
     for i in range(5):
-        world.store.put_message(Message("Orders", f"m{i}".encode(), properties={"DELAY": "3"}))
+        world.store.put([Message("Orders", f"m{i}".encode(), properties={"DELAY": "3"})])
     await scheduler.stop()  # before any is due
     world.store.close()
 

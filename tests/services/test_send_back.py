@@ -22,9 +22,9 @@ async def test_send_back_retries_with_growing_delay_then_dead_letters(world: Wor
         world.store, world.group, world.ensure_topic, world.idempotency.reput, random.Random(1)
     )
     world.groups.put(SubscriptionGroupConfig("g", retry_max_times=3))
-    first = world.store.put_message(
-        Message("Orders", b"poison", properties={"TAGS": "A", "UNIQ_KEY": "U" * 32})
-    )
+    first = world.store.put(
+        [Message("Orders", b"poison", properties={"TAGS": "A", "UNIQ_KEY": "U" * 32})]
+    )[0]
     current = first.msg_id
     levels = []
     for attempt in range(3):
@@ -53,7 +53,7 @@ async def test_send_back_retries_with_growing_delay_then_dead_letters(world: Wor
 
 async def test_negative_delay_level_goes_straight_to_the_dlq(world: World) -> None:
     service = SendBackService(world.store, world.group, world.ensure_topic, world.idempotency.reput)
-    sent = world.store.put_message(Message("Orders", b"bad"))
+    sent = world.store.put([Message("Orders", b"bad")])[0]
     result = await service.send_back(
         SendBackRequest("g", commit_log_offset=sent.physical_offset, delay_level=-1)
     )
@@ -69,7 +69,7 @@ async def test_retried_message_returns_to_the_retry_topic_after_its_delay(world:
         service = SendBackService(
             world.store, world.group, world.ensure_topic, world.idempotency.reput
         )
-        sent = world.store.put_message(Message("Orders", b"again"))
+        sent = world.store.put([Message("Orders", b"again")])[0]
         await service.send_back(SendBackRequest("g", msg_id=sent.msg_id))
         await wait_for(lambda: world.pull_all(retry_topic("g")) != [])
         [back] = world.pull_all(retry_topic("g"))
@@ -80,7 +80,7 @@ async def test_retried_message_returns_to_the_retry_topic_after_its_delay(world:
 
 async def test_find_names_the_message_by_id_or_offset(world: World) -> None:
     service = SendBackService(world.store, world.group, world.ensure_topic, world.idempotency.reput)
-    sent = world.store.put_message(Message("Orders", b"which"))
+    sent = world.store.put([Message("Orders", b"which")])[0]
     assert service.find(sent.msg_id).body == b"which"
     assert service.find(commit_log_offset=sent.physical_offset).msg_id == sent.msg_id
     with pytest.raises(MessageNotFoundError):

@@ -8,20 +8,15 @@ from __future__ import annotations
 import hashlib
 import struct
 import zlib
+from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from services.outgoing import OutgoingMessage
-from services.send_payload import (
-    VERSION,
-    bodies_alone,
-    bodies_fingerprint,
-    earlier_form,
-    fingerprint,
-    one_fingerprint,
-)
+from services.send_payload import VERSION, earlier_form, fingerprint, plain
 from storage.record.layout import body_crcs
 
 BODIES = st.lists(st.binary(max_size=64), min_size=1, max_size=8)
@@ -39,15 +34,19 @@ def before(bodies: list[bytes], described: object) -> str:
     return hashlib.sha256(b"".join(bodies) + repr(described).encode()).hexdigest()[:32]
 
 
+def bodies_fingerprint(bodies: list[bytes], levels: list[int]) -> str:
+    """The fingerprint of a send of ``bodies`` alone."""
+    return fingerprint([OutgoingMessage(body) for body in bodies], levels).value
+
+
 @given(BODIES, st.data())
-def test_the_fingerprint_of_bodies_is_that_of_their_messages(
+def test_what_the_caller_knows_of_a_send_does_not_change_its_fingerprint(
     bodies: list[bytes], data: st.DataObject
 ) -> None:
     levels = data.draw(st.lists(st.integers(0, 18), min_size=len(bodies), max_size=len(bodies)))
     messages = [OutgoingMessage(body) for body in bodies]
     made = fingerprint(messages, levels).value
-    assert bodies_fingerprint(bodies, levels).value == made
-    assert bodies_fingerprint(bodies, levels, body_crcs(bodies)).value == made
+    assert fingerprint(messages, levels, crcs=body_crcs(bodies)).value == made
     assert fingerprint(messages, levels, alone=True).value == made
 
 
@@ -58,9 +57,9 @@ def test_the_fingerprint_is_the_documented_digest() -> None:
     assert made.value == documented([b"ab", b"c"], described)
     assert made.matches(made.value)
     assert made.matches(before([b"ab", b"c"], described))  # stored by an earlier version
-    plain: tuple[object, ...] = ([1], [3], [])
-    assert bodies_fingerprint([b"x"], [3]).value == documented([b"x"], plain)
-    assert earlier_form([b"x"], repr(plain)) == before([b"x"], plain)
+    one: tuple[object, ...] = ([1], [3], [])
+    assert bodies_fingerprint([b"x"], [3]) == documented([b"x"], one)
+    assert earlier_form([b"x"], repr(one)) == before([b"x"], one)
 
 
 @given(BODIES, st.data())
@@ -78,15 +77,15 @@ def test_the_fingerprint_of_bodies_is_the_documented_digest(
     if data.draw(st.booleans()):
         bodies = [bodies[0]] * count  # one length
     described: tuple[object, ...] = (list(map(len, bodies)), levels, [])
-    made = bodies_fingerprint(bodies, levels)
+    made = fingerprint([OutgoingMessage(body) for body in bodies], levels)
     assert made.value == documented(bodies, described)
     assert made.matches(before(bodies, described))
 
 
 def test_a_fingerprint_matches_no_other_payload_in_either_form() -> None:
-    made = bodies_fingerprint([b"ab", b"c"], [0, 0])
+    made = fingerprint([OutgoingMessage(b"ab"), OutgoingMessage(b"c")], [0, 0])
     other = [b"a", b"bc"]
-    assert not made.matches(bodies_fingerprint(other, [0, 0]).value)
+    assert not made.matches(bodies_fingerprint(other, [0, 0]))
     assert not made.matches(before(other, ([1, 2], [0, 0], [])))
     assert not made.matches(None)
     # a stored value of the present form is never taken for the earlier one
@@ -100,7 +99,7 @@ def test_bodies_of_the_same_length_and_crc_share_a_fingerprint() -> None:
     d = bytes(x ^ y ^ z for x, y, z in zip(a, b, c, strict=True))
     assert zlib.crc32(d) == zlib.crc32(a) ^ zlib.crc32(b) ^ zlib.crc32(c)
     e = bytes(x ^ y for x, y in zip(a, b, strict=True))  # = d, as c is zeros
-    assert bodies_fingerprint([d], [0]).value == bodies_fingerprint([e], [0]).value
+    assert bodies_fingerprint([d], [0]) == bodies_fingerprint([e], [0])
 
 
 EXTRAS = st.fixed_dictionaries(
@@ -117,12 +116,11 @@ EXTRAS = st.fixed_dictionaries(
 
 
 @given(st.binary(max_size=64), st.integers(0, 18), EXTRAS)
-def test_the_fingerprint_of_one_message_is_that_of_a_send_of_it(
+def test_the_fingerprint_of_one_message_is_the_documented_digest(
     body: bytes, level: int, extras: dict[str, object]
 ) -> None:
     message = OutgoingMessage(body, **extras)  # type: ignore[arg-type]
-    made = one_fingerprint(message, level)
-    assert made.value == fingerprint([message], [level]).value
+    made = fingerprint([message], [level])
     if not (extras.keys() - {"queue_id"}):
         described: tuple[object, ...] = ([len(body)], [level], [])
         assert made.value == documented([body], described)
@@ -140,13 +138,13 @@ def test_a_timed_send_adds_its_times_and_an_untimed_one_does_not() -> None:
 def test_where_a_send_goes_is_not_part_of_its_fingerprint(
     bodies: list[bytes], queue_id: int, sharding_key: str
 ) -> None:
-    plain = [OutgoingMessage(body) for body in bodies]
+    alone = [OutgoingMessage(body) for body in bodies]
     queued = [OutgoingMessage(body, queue_id=queue_id) for body in bodies]
     keyed = [OutgoingMessage(body, sharding_key=sharding_key) for body in bodies]
-    made = fingerprint(plain, [0] * len(bodies)).value
+    made = fingerprint(alone, [0] * len(bodies)).value
     assert fingerprint(queued, [0] * len(bodies)).value == made
     assert fingerprint(keyed, [0] * len(bodies)).value == made
-    assert bodies_alone(queued) and bodies_alone(keyed)
+    assert plain(queued) and plain(keyed)
 
 
 def test_different_payloads_have_different_fingerprints() -> None:
@@ -172,7 +170,65 @@ def test_different_payloads_have_different_fingerprints() -> None:
         {"deliver_at": 10},
     ],
 )
-def test_any_extra_makes_a_send_more_than_bodies(extra: dict[str, object]) -> None:
+def test_any_extra_makes_a_send_not_plain(extra: dict[str, object]) -> None:
     messages = [OutgoingMessage(b"x"), OutgoingMessage(b"y", **extra)]  # type: ignore[arg-type]
-    assert not bodies_alone(messages)
-    assert bodies_alone(messages[:1])
+    assert not plain(messages)
+    assert plain(messages[:1])
+
+
+def _message(**extras: st.SearchStrategy[Any]) -> st.SearchStrategy[OutgoingMessage]:
+    """Messages with exactly the fields given drawn, every other one at its default."""
+    return st.builds(
+        lambda **fields: OutgoingMessage(**fields), body=st.binary(max_size=48), **extras
+    )
+
+
+PLAIN = _message()
+MESSAGES = _message(
+    tags=st.one_of(st.none(), st.sampled_from(["TagA", "é"])),
+    keys=st.one_of(st.just(()), st.sampled_from([("k1",), ("k1", "k2")])),
+    properties=st.one_of(st.just({}), st.sampled_from([{"color": "red"}, {"UNIQ_KEY": "mine"}])),
+    queue_id=st.sampled_from([None, None, None, 1]),
+    deliver_after_ms=st.sampled_from([None, None, None, 3_600_000]),
+)
+
+
+def _fingerprint_before(messages: Sequence[OutgoingMessage], delay_levels: Sequence[int]) -> str:
+    """The fingerprint as an earlier version computed (and stored) it."""
+    digest = hashlib.sha256()
+    for message in messages:
+        digest.update(message.body)
+    described: tuple[object, ...] = (
+        [len(m.body) for m in messages],
+        list(delay_levels),
+        [
+            (number, m.tags, tuple(m.keys), sorted(m.properties.items()))
+            for number, m in enumerate(messages)
+            if m.tags is not None or m.keys or m.properties
+        ],
+    )
+    timers = [(m.deliver_at, m.deliver_after_ms) for m in messages]
+    if any(at is not None or after is not None for at, after in timers):
+        described = (*described, timers)
+    digest.update(repr(described).encode())
+    return digest.hexdigest()[:32]
+
+
+@given(st.lists(st.one_of(PLAIN, MESSAGES), min_size=1, max_size=6), st.integers(0, 2))
+def test_a_fingerprint_matches_the_value_stored_before(
+    messages: list[OutgoingMessage], level: int
+) -> None:
+    levels = [level] * len(messages)
+    before = _fingerprint_before(messages, levels)
+    assert fingerprint(messages, levels).matches(before)
+    assert fingerprint(messages, levels, alone=plain(messages)).matches(before)
+
+
+def test_fingerprints_match_the_values_stored_before() -> None:
+    alone = [OutgoingMessage(b"a"), OutgoingMessage(b"bc")]
+    assert plain(alone)
+    assert fingerprint(alone, [0, 0]).matches("337183492777f1ff74137d5c728c5d36")
+    tagged = [OutgoingMessage(b"a", tags="T"), OutgoingMessage(b"bc", deliver_after_ms=5)]
+    assert not plain(tagged)
+    assert fingerprint(tagged, [0, 0]).matches("ced7916f3cb9149df97d8a410bb4e97c")
+    assert not fingerprint(tagged, [0, 0]).matches("337183492777f1ff74137d5c728c5d36")

@@ -20,7 +20,7 @@ def test_a_marker_is_timed_for_its_targets_slot_even_when_that_slot_is_due(
         due = int(time.time() * 1000) + 60_000
         target = Message("Orders", b"x", properties={"TIMER_DELIVER_MS": str(due)})
         target.properties["UNIQ_KEY"] = "K1"
-        stored = store.put_message(target)
+        stored = store.put([target])[0]
         assert stored.topic == TIMER_TOPIC
         assert find_timer_record(store, "Orders", "K1")[1] is False
 
@@ -29,7 +29,7 @@ def test_a_marker_is_timed_for_its_targets_slot_even_when_that_slot_is_due(
         assert marker.topic == TIMER_TOPIC
         assert marker.properties["TAGS"] == RECALL_TAG
         assert timer_tags_code(marker.properties) == -1_000_000
-        assert store.put_message(marker).topic == TIMER_TOPIC, "stored as it is, not refused"
+        assert store.put([marker])[0].topic == TIMER_TOPIC, "stored as it is, not refused"
 
         found, marked = find_timer_record(store, "Orders", "K1")
         assert found is not None and found.physical_offset == stored.physical_offset

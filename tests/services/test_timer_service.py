@@ -45,7 +45,7 @@ class Wheel:
         """Put a timer message; its uniq key."""
         uniq = f"U{body.decode()}"
         props = {"TIMER_DELIVER_MS": str(deliver_ms), "UNIQ_KEY": uniq, **properties}
-        result = self.store.put_message(Message(topic, body, queue_id=1, properties=props))
+        result = self.store.put([Message(topic, body, queue_id=1, properties=props)])[0]
         assert result.topic == TIMER_TOPIC
         return uniq
 
@@ -197,14 +197,14 @@ async def test_a_promoted_slave_rebuilds_the_wheel_from_the_timer_topic(tmp_path
             **extra,
         }
         message = Message(TIMER_TOPIC, body.encode(), properties=properties)
-        return wheel.store.put_message(message).physical_offset
+        return wheel.store.put([message])[0].physical_offset
 
     def copied(source: int, topic: str, body: str, **extra: str) -> int:
         """The old master's copy of the timer record at ``source`` (keyed by it)."""
         properties = {PROPERTY_IDEMPOTENCY_KEY: repost_key_at(source), "UNIQ_KEY": f"U{body}"}
         queue_id = 0 if topic == TIMER_TOPIC else 1
         message = Message(topic, body.encode(), queue_id=queue_id, properties=properties | extra)
-        return wheel.store.put_message(message).physical_offset
+        return wheel.store.put([message])[0].physical_offset
 
     copied(replicated("old-done", now - 600_000), "Orders", "old-done")
     replicated("old-missed", now - 600_000)  # the old master never got to it
@@ -279,7 +279,7 @@ async def test_a_promoted_slave_trusts_the_copied_progress_only_when_its_log_rea
             "REAL_QID": "1",
             "UNIQ_KEY": f"U{body}",
         }
-        wheel.store.put_message(Message(TIMER_TOPIC, body.encode(), properties=properties))
+        wheel.store.put([Message(TIMER_TOPIC, body.encode(), properties=properties)])
     end = wheel.store.max_physical_offset
     progress = MasterTimerProgress(now - 30_000, end if reached else end + 1)
     save_progress(tmp_path / "config", progress.to_json())

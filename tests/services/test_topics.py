@@ -17,7 +17,7 @@ async def test_a_store_without_topics_json_serves_its_queues_once_declared(
     root = tmp_path / "store"
     with MessageStore.open(root, SMALL) as store:
         for i in range(5):
-            store.put_message(Message("Old", f"m{i}".encode(), queue_id=i % 2))
+            store.put([Message("Old", f"m{i}".encode(), queue_id=i % 2)])
     shutil.rmtree(root / "config", ignore_errors=True)  # commitlog + consumequeue only
     assert not (root / "config" / "topics.json").exists()
     assert (root / "consumequeue" / "Old" / "1").is_dir()

@@ -4,12 +4,13 @@ half the store refuses fails its own send only."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 
 from services import Broker, BrokerConfig, OutgoingMessage, TransactionConfig
 from services.transaction.halves import HalfAppender
 from services.transaction.records import half_message
-from storage import Message, PutResult
+from storage import Appended, Message, PutResult
 from storage.errors import PropertiesTooLargeError
 from storage.topic_names import TRANS_HALF_TOPIC
 from tests.services.conftest import SMALL
@@ -39,7 +40,7 @@ async def test_concurrent_half_sends_share_appends_and_each_gets_its_record(
         appended: list[int] = []
         real_put = halves._put
 
-        async def counting(messages: list[Message]) -> list[PutResult]:
+        async def counting(messages: Sequence[Message]) -> Appended:
             appended.append(len(messages))
             return await real_put(messages)
 

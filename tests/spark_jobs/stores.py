@@ -62,7 +62,7 @@ def write_store(
         for index, message in enumerate(messages):
             if before_put is not None:
                 before_put(index)
-            written.append(Written(str(store_dir.resolve()), message, store.put_message(message)))
+            written.append(Written(str(store_dir.resolve()), message, store.put([message])[0]))
     return written
 
 

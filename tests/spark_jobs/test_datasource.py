@@ -105,12 +105,12 @@ def test_reading_a_store_that_is_being_written(spark: SparkSession, tmp_path: Pa
     store_dir = tmp_path / "store"
     with MessageStore.open(store_dir, CONFIG) as store:
         written = [
-            Written(str(store_dir.resolve()), m, store.put_message(m))
+            Written(str(store_dir.resolve()), m, store.put([m])[0])
             for m in (varied_message(rng, i) for i in range(120))
         ]
         assert rows_of(commitlog(spark, str(store_dir))) == [expected_row(w) for w in written]
         written += [
-            Written(str(store_dir.resolve()), m, store.put_message(m))
+            Written(str(store_dir.resolve()), m, store.put([m])[0])
             for m in (varied_message(rng, i) for i in range(120, 200))
         ]
         assert rows_of(commitlog(spark, str(store_dir))) == [expected_row(w) for w in written]

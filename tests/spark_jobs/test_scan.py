@@ -121,13 +121,13 @@ def test_reading_a_store_while_it_is_written(tmp_path: Path) -> None:
     store_dir = tmp_path / "store"
     with MessageStore.open(store_dir, CONFIG) as store:
         first = [
-            Written(str(store_dir.resolve()), m, store.put_message(m))
+            Written(str(store_dir.resolve()), m, store.put([m])[0])
             for m in (varied_message(rng, i) for i in range(100))
         ]
         ranges = plan_ranges([str(store_dir.resolve())], split_size=6_000)
         assert read_all(ranges) == [expected_row(w) for w in first]
         more = [
-            Written(str(store_dir.resolve()), m, store.put_message(m))
+            Written(str(store_dir.resolve()), m, store.put([m])[0])
             for m in (varied_message(rng, i) for i in range(100, 130))
         ]
         # The last range of the last file reads to the end of data at read time.

@@ -69,8 +69,8 @@ def message(
 def fill_two_queues(store: MessageStore, count: int, topic: str = "TopicA") -> None:
     """``count`` keyed messages over queues 0 and 1, then a batch of three into queue 1."""
     for i in range(count):
-        store.put_message(message(topic, f"body-{i}".encode() * 20, queue_id=i % 2, keys=f"k{i}"))
-    store.put_messages([message(topic, b"batch", queue_id=1) for _ in range(3)])
+        store.put([message(topic, f"body-{i}".encode() * 20, queue_id=i % 2, keys=f"k{i}")])
+    store.put([message(topic, b"batch", queue_id=1) for _ in range(3)])
 
 
 @pytest.fixture

@@ -51,7 +51,7 @@ def main() -> None:
             queue_id=seq % 3,
             properties={"TAGS": f"t{seq % 4}", "KEYS": f"k{round_no}-{seq}"},
         )
-        result = store.put_message(message)
+        result = store.put([message])[0]
         if mode == "sync":
             if not waiter.wait(result.end_offset, timeout=5):
                 continue  # FLUSH_DISK_TIMEOUT: stored but not acknowledged

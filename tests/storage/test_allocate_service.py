@@ -242,7 +242,7 @@ CRASH_SCRIPT = textwrap.dedent(
     config = StoreConfig(commit_log_file_size=4096, consume_queue_units_per_file=10)
     store = MessageStore.open(Path(sys.argv[1]), config)
     for i in range(40):
-        store.put_message(Message("T", b"%05d" % i + bytes(400)))
+        store.put([Message("T", b"%05d" % i + bytes(400))])[0]
     store.allocate_service.wait_until_idle()
     print(store.commit_log.max_offset, len(list(Path(sys.argv[1], "prepared").iterdir())))
     sys.stdout.flush()
@@ -275,7 +275,7 @@ def test_a_crash_with_prepared_files_present_recovers_every_message(tmp_path: Pa
         assert bodies == [b"%05d" % i for i in range(40)]
         assert store.check() == []
         assert listing(store_dir / "prepared") == [], "leftovers go when the store loads"
-        store.put_message(Message("T", b"after"))
+        store.put([Message("T", b"after")])
         assert store.max_offset_in_queue("T", 0) == 41
     with MessageStore.open(store_dir, config) as store:
         assert store.max_offset_in_queue("T", 0) == 41
@@ -284,10 +284,10 @@ def test_a_crash_with_prepared_files_present_recovers_every_message(tmp_path: Pa
 def test_the_worker_prefaults_pages_ahead_of_the_write_position(tmp_path: Path) -> None:
     config = StoreConfig(commit_log_file_size=16 * 1024 * 1024, message_index_enable=False)
     with MessageStore.open(tmp_path / "store", config) as store:
-        first = store.put_message(Message("T", b"x" * 1000))
+        first = store.put([Message("T", b"x" * 1000)])[0]
         for _ in range(49):
-            store.put_message(Message("T", b"x" * 1000))
-        store.put_messages([Message("T", b"y" * 1000) for _ in range(20)])
+            store.put([Message("T", b"x" * 1000)])
+        store.put([Message("T", b"y" * 1000) for _ in range(20)])
         store.allocate_service.wait_until_idle()
         active = store.commit_log.queue.files[-1]
         # Asked for PREFAULT_AHEAD past the first record; asked again only half way there.
@@ -302,7 +302,7 @@ def test_the_worker_prefaults_pages_ahead_of_the_write_position(tmp_path: Path) 
 def test_a_file_prefaulted_to_its_end_is_not_asked_again(tmp_path: Path) -> None:
     config = StoreConfig(commit_log_file_size=1024 * 1024, message_index_enable=False)
     with MessageStore.open(tmp_path / "store", config) as store:
-        store.put_message(Message("T", b"x" * 1000))
+        store.put([Message("T", b"x" * 1000)])
         store.allocate_service.wait_until_idle()
         active = store.commit_log.queue.files[-1]
         assert active.prefaulted_position == active.file_size

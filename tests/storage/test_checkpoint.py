@@ -49,11 +49,11 @@ def test_sealing_an_index_file_never_writes_a_logics_time_ahead_of_the_queues(
     logics time it writes is the last one a ConsumeQueue flush made durable."""
     config = StoreConfig(commit_log_file_size=64 * 1024, max_hash_slot_num=8, max_index_num=4)
     with MessageStore.open(tmp_path, config) as store:
-        first = store.put_message(Message("T", b"a", properties={"KEYS": "k0"}))
+        first = store.put([Message("T", b"a", properties={"KEYS": "k0"})])[0]
         store.flush_all()
         time.sleep(0.005)  # later store times (ms) for what follows
         for i in range(1, 10):  # fills index files: each seal writes the checkpoint
-            store.put_message(Message("T", b"b", properties={"KEYS": f"k{i}"}))
+            store.put([Message("T", b"b", properties={"KEYS": f"k{i}"})])
         head = (tmp_path / "checkpoint").read_bytes()[:24]
         assert store.checkpoint is not None
         assert store.checkpoint.logics_msg_timestamp > first.store_timestamp

@@ -15,9 +15,9 @@ CONFIG = StoreConfig(commit_log_file_size=64 * 1024, message_delay_levels="1s 2s
 
 def test_delayed_message_lands_in_the_schedule_queue_of_its_level(tmp_path: Path) -> None:
     with MessageStore.open(tmp_path, CONFIG) as store:
-        result = store.put_message(
-            Message("Orders", b"later", queue_id=5, properties={"DELAY": "2", "TAGS": "A"})
-        )
+        result = store.put(
+            [Message("Orders", b"later", queue_id=5, properties={"DELAY": "2", "TAGS": "A"})]
+        )[0]
         assert (result.topic, result.queue_id) == (SCHEDULE_TOPIC, 1)
         stored = store.look_message_by_id(result.msg_id)
         assert stored is not None
@@ -33,7 +33,7 @@ def test_delayed_message_lands_in_the_schedule_queue_of_its_level(tmp_path: Path
 
 def test_levels_above_the_table_are_clamped(tmp_path: Path) -> None:
     with MessageStore.open(tmp_path, CONFIG) as store:
-        result = store.put_message(Message("Orders", b"x", properties={"DELAY": "40"}))
+        result = store.put([Message("Orders", b"x", properties={"DELAY": "40"})])[0]
         assert result.queue_id == 2
         stored = store.look_message_by_id(result.msg_id)
         assert stored is not None and stored.properties["DELAY"] == "3"
@@ -42,16 +42,16 @@ def test_levels_above_the_table_are_clamped(tmp_path: Path) -> None:
 @pytest.mark.parametrize("delay", ["0", "-1"])
 def test_non_positive_levels_are_not_delayed(tmp_path: Path, delay: str) -> None:
     with MessageStore.open(tmp_path, CONFIG) as store:
-        result = store.put_message(Message("Orders", b"x", properties={"DELAY": delay}))
+        result = store.put([Message("Orders", b"x", properties={"DELAY": delay})])[0]
         assert result.topic == "Orders"
 
 
 def test_delayed_batches_and_bad_levels_are_refused(tmp_path: Path) -> None:
     with MessageStore.open(tmp_path, CONFIG) as store:
         with pytest.raises(MessageRejectedError, match="batch"):
-            store.put_messages([Message("T", b"a", properties={"DELAY": "1"})] * 2)
+            store.put([Message("T", b"a", properties={"DELAY": "1"})] * 2)
         with pytest.raises(MessageRejectedError, match="delay level"):
-            store.put_message(Message("T", b"a", properties={"DELAY": "soon"}))
+            store.put([Message("T", b"a", properties={"DELAY": "soon"})])
         assert store.commit_log.max_offset == 0
 
 
@@ -76,13 +76,13 @@ def test_out_of_range_numbers_are_refused_before_anything_is_written(
     tmp_path: Path, field: str, value: object
 ) -> None:
     with MessageStore.open(tmp_path, CONFIG) as store:
-        store.put_message(Message("T", b"first"))
+        store.put([Message("T", b"first")])
         before = store.commit_log.max_offset
         message = Message("T", b"x", **{field: value})  # type: ignore[arg-type]
         with pytest.raises(MessageRejectedError, match="out of range"):
-            store.put_message(message)
+            store.put([message])
         assert store.commit_log.max_offset == before
-        assert store.put_message(Message("T", b"after")).queue_offset == 1
+        assert store.put([Message("T", b"after")])[0].queue_offset == 1
 
 
 def test_a_batch_with_an_out_of_range_field_writes_none_of_its_messages(tmp_path: Path) -> None:
@@ -90,6 +90,6 @@ def test_a_batch_with_an_out_of_range_field_writes_none_of_its_messages(tmp_path
         before = store.commit_log.max_offset
         batch = [Message("T", b"ok"), Message("T", b"bad", flag=2**40)]
         with pytest.raises(MessageRejectedError, match="out of range"):
-            store.put_messages(batch)
+            store.put(batch)
         assert store.commit_log.max_offset == before
         assert store.max_offset_in_queue("T", 0) == 0

@@ -53,7 +53,7 @@ def put_until_refused(store: MessageStore, start: int, size: int = 200) -> list[
     acknowledged: list[PutResult] = []
     with pytest.raises(StoreDiskFullError) as refused:
         for i in range(start, start + 20_000):
-            acknowledged.append(store.put_message(keyed(i, size)))
+            acknowledged.append(store.put([keyed(i, size)])[0])
     assert "disk full" in str(refused.value)
     return acknowledged
 
@@ -77,7 +77,7 @@ def test_no_space_for_an_index_file_stops_dispatch_and_resumes_where_it_stopped(
     # units) does, so the index file is the first allocation that meets the full disk.
     store = MessageStore.open(disk / "store", config(max_index_num=128))
     try:
-        acknowledged = [store.put_message(keyed(i)) for i in range(10)]
+        acknowledged = [store.put([keyed(i)])[0] for i in range(10)]
         ballast = fill_until_free(disk / "ballast", 0)
         acknowledged += put_until_refused(store, 10)
         assert store.dispatch_stalled and not store.writeable
@@ -88,7 +88,7 @@ def test_no_space_for_an_index_file_stops_dispatch_and_resumes_where_it_stopped(
         assert len(bodies_in_queue(store)) == len(acknowledged)
         assert store.query_message("T", f"k{last}") == []
         with pytest.raises(StoreDiskFullError):  # a retry still finds no space
-            store.put_message(keyed(99_999))
+            store.put([keyed(99_999)])
 
         ballast.unlink()
         assert store.retry_dispatch()
@@ -97,7 +97,7 @@ def test_no_space_for_an_index_file_stops_dispatch_and_resumes_where_it_stopped(
             store.look_message_by_offset(r.physical_offset).body for r in acknowledged
         ]
         assert [m.body for m in store.query_message("T", f"k{last}")] == [keyed(last).body]
-        acknowledged.append(store.put_message(keyed(last + 1)))
+        acknowledged.append(store.put([keyed(last + 1)])[0])
     finally:
         store.close()
     with MessageStore.open(disk / "store", config(max_index_num=128)) as reopened:
@@ -108,7 +108,7 @@ def test_no_space_for_an_index_file_stops_dispatch_and_resumes_where_it_stopped(
 def test_no_space_for_a_consume_queue_file_refuses_cleanly(disk: Path) -> None:
     store = MessageStore.open(disk / "store", config(consume_queue_units_per_file=50))
     try:
-        acknowledged = [store.put_message(keyed(i)) for i in range(10)]
+        acknowledged = [store.put([keyed(i)])[0] for i in range(10)]
         ballast = fill_until_free(disk / "ballast", 0)
         acknowledged += put_until_refused(store, 10)
         assert "cannot write a ConsumeQueue file (disk full)" in store.not_writeable_reason
@@ -127,7 +127,7 @@ def test_no_space_for_a_commit_log_file_refuses_and_resumes_once_space_is_back(
     small = config(commit_log_file_size=64 * 1024, max_index_num=100_000, max_hash_slot_num=1000)
     store = MessageStore.open(disk / "store", small)
     try:
-        store.put_message(keyed(0))
+        store.put([keyed(0)])
         ballast = fill_until_free(disk / "ballast", 0)
         acknowledged = put_until_refused(store, 1, size=2000)
         assert store.flags.disk_full and "CommitLog" in store.not_writeable_reason
@@ -136,7 +136,7 @@ def test_no_space_for_a_commit_log_file_refuses_and_resumes_once_space_is_back(
         ballast.unlink()
         store.disk_watch.check()  # what the disk watch thread does every 200 ms
         assert store.writeable
-        store.put_message(keyed(0))
+        store.put([keyed(0)])
     finally:
         store.close()
     with MessageStore.open(disk / "store", small) as reopened:

@@ -18,7 +18,7 @@ from tests.storage.conftest import message
 
 def test_a_record_read_back_gives_the_request_its_append_gave(store: MessageStore) -> None:
     sent = message(tags="TagA", keys="k1 k2", UNIQ_KEY="U1", IDEMPOTENCY_KEY="order-17")
-    result = store.put_message(sent)
+    result = store.put([sent])[0]
     data = store.commit_log.read_record(result.physical_offset)
     assert data is not None
     request = store.dispatcher.request_from_record(result.physical_offset, data)
@@ -33,7 +33,7 @@ def test_a_record_read_back_gives_the_request_its_append_gave(store: MessageStor
 
 
 def test_in_the_schedule_topic_the_tags_code_is_the_delivery_time(store: MessageStore) -> None:
-    result = store.put_message(message(tags="TagA", DELAY="2"))  # level 2: 5 s
+    result = store.put([message(tags="TagA", DELAY="2")])[0]  # level 2: 5 s
     unit = store.find_consume_queue(SCHEDULE_TOPIC, 1)
     assert unit is not None
     assert unit.get_unit(0) == (result.physical_offset, result.size, result.store_timestamp + 5000)
@@ -42,8 +42,8 @@ def test_in_the_schedule_topic_the_tags_code_is_the_delivery_time(store: Message
 def test_a_prepared_half_gets_no_unit_and_no_notice(store: MessageStore) -> None:
     notices: list[tuple[str, int, int, int]] = []
     store.arrival_listeners.append(lambda *notice: notices.append(notice))
-    store.put_message(Message("TopicA", b"half", sys_flag=TRANSACTION_PREPARED_TYPE))
-    store.put_message(message(tags="TagA"))
+    store.put([Message("TopicA", b"half", sys_flag=TRANSACTION_PREPARED_TYPE)])
+    store.put([message(tags="TagA")])
     assert store.max_offset_in_queue("TopicA", 0) == 1
     assert notices == [("TopicA", 0, 1, tags_code("TagA"))]
 
@@ -51,17 +51,15 @@ def test_a_prepared_half_gets_no_unit_and_no_notice(store: MessageStore) -> None
 def test_a_batch_is_announced_once_per_tags_code(store: MessageStore) -> None:
     notices: list[tuple[str, int, int, int]] = []
     store.arrival_listeners.append(lambda *notice: notices.append(notice))
-    store.put_messages([message(tags=tag) for tag in ("a", "b", "a", "a")])
+    store.put([message(tags=tag) for tag in ("a", "b", "a", "a")])
     assert notices == [("TopicA", 0, 4, tags_code("a")), ("TopicA", 0, 4, tags_code("b"))]
     assert store.dispatched_offset == store.max_physical_offset
 
 
 def test_half_messages_are_not_indexed_alone_or_in_a_batch(store: MessageStore) -> None:
-    store.put_message(message(TRANS_HALF_TOPIC, keys="order-1", UNIQ_KEY="H1"))
-    store.put_messages(
-        [message(TRANS_HALF_TOPIC, keys="order-2", UNIQ_KEY=f"H2{n}") for n in range(2)]
-    )
-    store.put_message(message(keys="order-1", UNIQ_KEY="U1"))
+    store.put([message(TRANS_HALF_TOPIC, keys="order-1", UNIQ_KEY="H1")])
+    store.put([message(TRANS_HALF_TOPIC, keys="order-2", UNIQ_KEY=f"H2{n}") for n in range(2)])
+    store.put([message(keys="order-1", UNIQ_KEY="U1")])
     assert store.query_message(TRANS_HALF_TOPIC, "order-1", 8) == []
     assert store.query_message(TRANS_HALF_TOPIC, "H1", 8) == []
     assert store.query_message(TRANS_HALF_TOPIC, "order-2", 8) == []
@@ -86,7 +84,7 @@ def test_a_keyed_append_gives_the_index_hash_its_record_gives(
     sent = message(IDEMPOTENCY_KEY="order-17")
     if delay is not None:
         sent.properties["DELAY"] = delay
-    result = store.put_message(sent)
+    result = store.put([sent])[0]
     [request] = dispatched
     assert request.topic == ("TopicA" if delay is None else SCHEDULE_TOPIC)
     assert request.idempotency_hash == idempotency_key_hash("TopicA", "order-17")

@@ -73,7 +73,7 @@ def test_async_flusher_forces_the_commit_log_in_the_background(
     )
     with MessageStore.open(tmp_path, config) as store:
         store.start_services()
-        result = store.put_message(Message("T", b"x" * 100))
+        result = store.put([Message("T", b"x" * 100)])[0]
         assert wait_until(lambda: store.commit_log.flushed_where >= result.end_offset)
         assert syncs.calls >= 1
 
@@ -88,10 +88,10 @@ def test_async_flusher_waits_for_four_dirty_pages_between_thorough_flushes(
     )
     with MessageStore.open(tmp_path, config) as store:
         store.start_services()
-        store.put_message(Message("T", b"x" * 100))
+        store.put([Message("T", b"x" * 100)])
         time.sleep(0.2)
         assert store.commit_log.flushed_where == 0, "one page is below the 4-page threshold"
-        store.put_message(Message("T", b"y" * 5 * 4096))
+        store.put([Message("T", b"y" * 5 * 4096)])
         assert wait_until(lambda: store.commit_log.flushed_where > 0)
 
 
@@ -106,7 +106,7 @@ def test_group_commit_shares_one_flush_among_many_waiting_puts(
         waiter = FlushWaiter(store)
         results = []
         for i in range(200):
-            results.append(store.put_message(Message("T", b"m" * 200, queue_id=i % 4)))
+            results.append(store.put([Message("T", b"m" * 200, queue_id=i % 4)])[0])
             store.wake_flush()  # every put asks, as the services layer does
         assert waiter.wait(results[-1].end_offset)
         assert syncs.calls <= 10, f"{syncs.calls} flushes for 200 puts"
@@ -139,7 +139,7 @@ def test_sync_flush_makes_a_message_visible_only_after_its_flush(
     store = sync_store(tmp_path)
     try:
         waiter = FlushWaiter(store)
-        result = store.put_message(Message("T", b"durable"))
+        result = store.put([Message("T", b"durable")])[0]
         before = store.get_message("g", "T", 0, 0)
         assert before.status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
         assert waiter.wait(result.end_offset)
@@ -158,7 +158,7 @@ def test_a_message_whose_flush_is_held_stays_stored_and_invisible_until_flushed(
     store = sync_store(tmp_path)
     try:
         waiter = FlushWaiter(store)
-        result = store.put_message(Message("T", b"slow disk"))
+        result = store.put([Message("T", b"slow disk")])[0]
         store.wake_flush()
         assert wait_until(lambda: syncs.calls >= 1)  # the group commit is in its flush
         assert store.flushed_offset < result.end_offset

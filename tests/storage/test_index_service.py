@@ -29,17 +29,20 @@ def small_config(**overrides: object) -> StoreConfig:
 def test_query_by_key_and_by_uniq_key(tmp_path: Path) -> None:
     with MessageStore.open(tmp_path, small_config()) as store:
         for i in range(30):
-            store.put_message(
-                Message(
-                    "Orders",
-                    f"order {i}".encode(),
-                    queue_id=i % 4,
-                    properties={"KEYS": f"order-{i} customer-{i % 3}", "UNIQ_KEY": f"U{i:031d}"},
-                )
+            store.put(
+                [
+                    Message(
+                        "Orders",
+                        f"order {i}".encode(),
+                        queue_id=i % 4,
+                        properties={
+                            "KEYS": f"order-{i} customer-{i % 3}",
+                            "UNIQ_KEY": f"U{i:031d}",
+                        },
+                    )
+                ]
             )
-        store.put_message(
-            Message("Other", b"same key, other topic", properties={"KEYS": "order-5"})
-        )
+        store.put([Message("Other", b"same key, other topic", properties={"KEYS": "order-5"})])
         assert [m.body for m in store.query_message("Orders", "order-5")] == [b"order 5"]
         by_customer = store.query_message("Orders", "customer-1")
         assert [m.body for m in by_customer] == [f"order {i}".encode() for i in range(1, 30, 3)]
@@ -50,8 +53,8 @@ def test_query_by_key_and_by_uniq_key(tmp_path: Path) -> None:
 def test_hash_collisions_are_filtered_by_the_real_key(tmp_path: Path) -> None:
     assert java_string_hash("Aa") == java_string_hash("BB")
     with MessageStore.open(tmp_path, small_config()) as store:
-        store.put_message(Message("T", b"Aa", properties={"KEYS": "Aa"}))
-        store.put_message(Message("T", b"BB", properties={"KEYS": "BB"}))
+        store.put([Message("T", b"Aa", properties={"KEYS": "Aa"})])
+        store.put([Message("T", b"BB", properties={"KEYS": "BB"})])
         assert [m.body for m in store.query_message("T", "Aa")] == [b"Aa"]
         assert [m.body for m in store.query_message("T", "BB")] == [b"BB"]
 
@@ -59,7 +62,7 @@ def test_hash_collisions_are_filtered_by_the_real_key(tmp_path: Path) -> None:
 def test_query_respects_the_time_range_and_the_cap_of_64(tmp_path: Path) -> None:
     with MessageStore.open(tmp_path, small_config(max_index_num=2000)) as store:
         results = [
-            store.put_message(Message("T", b"x", properties={"KEYS": "hot"})) for _ in range(100)
+            store.put([Message("T", b"x", properties={"KEYS": "hot"})])[0] for _ in range(100)
         ]
         assert len(store.query_message("T", "hot", max_num=1000)) == 64
         first = results[0].store_timestamp
@@ -69,7 +72,7 @@ def test_query_respects_the_time_range_and_the_cap_of_64(tmp_path: Path) -> None
 def test_full_index_files_roll_and_queries_span_them(tmp_path: Path) -> None:
     with MessageStore.open(tmp_path, small_config(max_index_num=20)) as store:
         for i in range(100):
-            store.put_message(Message("T", str(i).encode(), properties={"KEYS": f"k{i}"}))
+            store.put([Message("T", str(i).encode(), properties={"KEYS": f"k{i}"})])
         assert store.index_service is not None
         assert len(store.index_service.files) >= 5
         assert store.checkpoint is not None and store.checkpoint.index_msg_timestamp > 0
@@ -81,7 +84,7 @@ def test_full_index_files_roll_and_queries_span_them(tmp_path: Path) -> None:
 def test_index_is_rebuilt_after_an_unclean_exit(tmp_path: Path, catch_up_on_open: bool) -> None:
     with MessageStore.open(tmp_path, small_config(max_index_num=2000)) as store:
         for i in range(200):
-            store.put_message(Message("T", str(i).encode(), properties={"KEYS": f"k{i}"}))
+            store.put([Message("T", str(i).encode(), properties={"KEYS": f"k{i}"})])
     (tmp_path / "abort").touch()
     config = small_config(max_index_num=2000, index_catch_up_on_open=catch_up_on_open)
     with MessageStore.open(tmp_path, config) as store:
@@ -92,7 +95,7 @@ def test_index_is_rebuilt_after_an_unclean_exit(tmp_path: Path, catch_up_on_open
                 pass
         assert store.index_behind_bytes == 0
         assert [m.body for m in store.query_message("T", "k150")] == [b"150"]
-        later = store.put_message(Message("T", b"later", properties={"KEYS": "k-later"}))
+        later = store.put([Message("T", b"later", properties={"KEYS": "k-later"})])[0]
         assert [m.physical_offset for m in store.query_message("T", "k-later")] == [
             later.physical_offset
         ]
@@ -176,7 +179,7 @@ def test_batches_roll_index_files_and_queries_span_them(tmp_path: Path) -> None:
                 )
                 for i in range(start, start + 25)
             ]
-            store.put_messages(batch)
+            store.put(batch)
         assert store.index_service is not None
         assert len(store.index_service.files) >= 10
         for i in (0, 37, 99):
@@ -188,7 +191,7 @@ def test_an_index_file_a_crash_cut_short_is_dropped_and_rebuilt(tmp_path: Path) 
     """A power cut right after an index file was made keeps its name, not its size: after
     an unclean exit such a file (of no index size, nothing but zeros) is dropped."""
     with MessageStore.open(tmp_path, small_config()) as store:
-        store.put_message(Message("T", b"kept", properties={"KEYS": "k"}))
+        store.put([Message("T", b"kept", properties={"KEYS": "k"})])
     (tmp_path / "index" / "99991231235959000").write_bytes(b"")
     (tmp_path / "index" / "99991231235959001").write_bytes(b"\0" * 100)
     (tmp_path / "abort").touch()

@@ -37,10 +37,10 @@ def keyed(topic: str, body: bytes, key: str, **properties: str) -> Message:
 
 def test_an_idempotency_key_never_meets_a_business_key(tmp_path: Path) -> None:
     with MessageStore.open(tmp_path, config()) as store:
-        business = store.put_message(
-            Message("T", b"business", properties={PROPERTY_KEYS: "k-1", PROPERTY_UNIQ_KEY: "k-1"})
-        )
-        sent = store.put_message(keyed("T", b"keyed", "k-1"))
+        business = store.put(
+            [Message("T", b"business", properties={PROPERTY_KEYS: "k-1", PROPERTY_UNIQ_KEY: "k-1"})]
+        )[0]
+        sent = store.put([keyed("T", b"keyed", "k-1")])[0]
         found = store.keyed.find("T", "k-1", 0)
         assert found is not None and found.physical_offset == sent.physical_offset
         assert [m.physical_offset for m in store.query_message("T", "k-1")] == [
@@ -51,18 +51,18 @@ def test_an_idempotency_key_never_meets_a_business_key(tmp_path: Path) -> None:
 
 def test_a_key_is_found_inside_its_window_only(tmp_path: Path) -> None:
     with MessageStore.open(tmp_path, config()) as store:
-        sent = store.put_message(keyed("T", b"x", "window"))
+        sent = store.put([keyed("T", b"x", "window")])[0]
         assert store.keyed.find("T", "window", sent.store_timestamp) is not None
         assert store.keyed.find("T", "window", sent.store_timestamp + 1) is None
 
 
 def test_a_batch_is_read_back_from_its_first_record(tmp_path: Path) -> None:
     with MessageStore.open(tmp_path, config()) as store:
-        store.put_message(Message("T", b"before"))
+        store.put([Message("T", b"before")])
         batch = [keyed("T", b"b0", "batch", **{PROPERTY_IDEMPOTENCY_BATCH: "3"})]
         batch += [Message("T", body) for body in (b"b1", b"b2")]
-        results = store.put_messages(batch)
-        store.put_message(Message("T", b"after"))
+        results = store.put(batch)
+        store.put([Message("T", b"after")])
         first = store.keyed.find("T", "batch", 0)
         assert first is not None
         records = store.keyed.read_from(first, 3)
@@ -72,7 +72,7 @@ def test_a_batch_is_read_back_from_its_first_record(tmp_path: Path) -> None:
 
 def test_a_delayed_record_is_found_in_the_topic_it_was_sent_to(tmp_path: Path) -> None:
     with MessageStore.open(tmp_path, config()) as store:
-        sent = store.put_message(keyed("Orders", b"later", "delayed", DELAY="1"))
+        sent = store.put([keyed("Orders", b"later", "delayed", DELAY="1")])[0]
         assert sent.topic == "SCHEDULE_TOPIC_XXXX"
         found = store.keyed.find("Orders", "delayed", 0)
         assert found is not None and found.physical_offset == sent.physical_offset
@@ -82,7 +82,7 @@ def test_a_delayed_record_is_found_in_the_topic_it_was_sent_to(tmp_path: Path) -
 def test_after_an_unclean_exit_the_index_covers_the_log_once_caught_up(tmp_path: Path) -> None:
     with MessageStore.open(tmp_path, config(max_index_num=2000)) as store:
         for i in range(150):
-            store.put_message(keyed("T", str(i).encode(), f"key-{i}"))
+            store.put([keyed("T", str(i).encode(), f"key-{i}")])
         end = store.max_physical_offset
     (tmp_path / "abort").touch()
     with MessageStore.open(

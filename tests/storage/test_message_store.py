@@ -36,7 +36,7 @@ from storage.record.layout import (
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
 )
-from storage.record.message import Message
+from storage.record.message import Message, UniformMessages
 from storage.record.msg_id import encode_msg_id
 from tests.storage.conftest import (
     COMMIT_LOG_FILE_SIZE,
@@ -76,15 +76,15 @@ def summary(result: GetMessageResult) -> tuple[S, int, int, int]:
 def put_n(
     store: MessageStore, n: int, topic: str = "TopicA", queue_id: int = 0, size: int = 100
 ) -> list[PutResult]:
-    return [store.put_message(message(topic, b"%d:" % i + b"x" * size, queue_id)) for i in range(n)]
+    return [store.put([message(topic, b"%d:" % i + b"x" * size, queue_id)])[0] for i in range(n)]
 
 
 # ---------------------------------------------------------------- put
 
 
 def test_put_message_returns_where_it_went(store: MessageStore) -> None:
-    first = store.put_message(message(body=b"one", tags="TagA", keys="k1 k2"))
-    second = store.put_message(message(body=b"two"))
+    first = store.put([message(body=b"one", tags="TagA", keys="k1 k2")])[0]
+    second = store.put([message(body=b"two")])[0]
     assert (first.topic, first.queue_id, first.queue_offset, first.physical_offset) == (
         "TopicA",
         0,
@@ -124,8 +124,8 @@ def test_messages_span_many_files_of_both_kinds(store: MessageStore) -> None:
 
 def test_queues_are_independent(store: MessageStore) -> None:
     for i in range(6):
-        store.put_message(message("TopicA", b"a%d" % i, queue_id=i % 2))
-        store.put_message(message("TopicB", b"b%d" % i, queue_id=0))
+        store.put([message("TopicA", b"a%d" % i, queue_id=i % 2)])
+        store.put([message("TopicB", b"b%d" % i, queue_id=0)])
     assert [m.body for m in get(store, 0, queue_id=0).messages] == [b"a0", b"a2", b"a4"]
     assert [m.body for m in get(store, 0, queue_id=1).messages] == [b"a1", b"a3", b"a5"]
     assert [m.body for m in get(store, 0, topic="TopicB").messages] == [
@@ -138,14 +138,14 @@ def test_queues_are_independent(store: MessageStore) -> None:
 
 
 def test_put_messages_gets_consecutive_queue_offsets(store: MessageStore) -> None:
-    store.put_message(message(body=b"before"))
+    store.put([message(body=b"before")])
     batch = [message(body=b"b%d" % i, tags="TagA") for i in range(5)]
-    results = store.put_messages(batch)
+    results = store.put(batch)
     assert [r.queue_offset for r in results] == [1, 2, 3, 4, 5]
     assert [r.physical_offset for r in results[1:]] == [r.end_offset for r in results[:-1]]
     assert len({r.msg_id for r in results}) == 5
     assert [m.body for m in get(store, 1).messages] == [b"b%d" % i for i in range(5)]
-    assert store.put_messages([]) == []
+    assert len(store.put([])) == 0
 
 
 class _StoppedClock:
@@ -176,7 +176,7 @@ class _StoppedClock:
         ),
     ],
 )
-def test_put_bodies_stores_and_answers_what_put_messages_does(
+def test_uniform_messages_are_stored_and_answered_as_the_same_messages_listed(
     open_store: OpenStore,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -191,20 +191,15 @@ def test_put_bodies_stores_and_answers_what_put_messages_does(
         for body, key in zip(bodies, keys[1:], strict=True)
     ]
     for store in (by_messages, by_columns):  # not the first put of either
-        store.put_message(message(body=b"before"))
+        store.put([message(body=b"before")])
     try:
-        expected: object = by_messages.put_messages(messages)
+        expected: object = by_messages.put(messages).results()
     except Exception as exc:
         expected = (type(exc), str(exc))
     try:
-        put = by_columns.put_bodies(first, [first.body, *bodies], keys, None)
-        found: object = [
-            PutResult(msg_id, put.topic, put.queue_id, put.first_queue_offset + n, offset,
-                      end - offset, put.store_timestamp)
-            for n, (msg_id, offset, end) in enumerate(
-                zip(put.msg_ids(), put.offsets, [*put.offsets[1:], put.end_offset], strict=True)
-            )
-        ]  # fmt: skip
+        found: object = by_columns.put(
+            UniformMessages(first, [first.body, *bodies], keys)
+        ).results()
     except Exception as exc:
         found = (type(exc), str(exc))
     assert found == expected
@@ -216,8 +211,8 @@ def test_put_bodies_stores_and_answers_what_put_messages_does(
 
 
 def test_batch_never_straddles_commit_log_files(store: MessageStore) -> None:
-    store.put_message(message(body=b"x" * 3000))
-    results = store.put_messages([message(body=b"y" * 300) for _ in range(4)])
+    store.put([message(body=b"x" * 3000)])
+    results = store.put([message(body=b"y" * 300) for _ in range(4)])
     assert results[0].physical_offset == COMMIT_LOG_FILE_SIZE
     assert all(
         r.physical_offset // COMMIT_LOG_FILE_SIZE == 1 and r.end_offset <= 2 * COMMIT_LOG_FILE_SIZE
@@ -235,10 +230,10 @@ def test_batch_never_straddles_commit_log_files(store: MessageStore) -> None:
 def test_put_messages_rejects_mixed_batches_and_writes_nothing(
     store: MessageStore, batch: list[Message]
 ) -> None:
-    store.put_message(message(body=b"before"))
+    store.put([message(body=b"before")])
     before = store.commit_log.max_offset
     with pytest.raises(MessageRejectedError):
-        store.put_messages(batch)
+        store.put(batch)
     assert store.commit_log.max_offset == before
     assert store.max_offset_in_queue("TopicA", 0) == 1
     assert store.find_consume_queue("TopicB", 0) is None
@@ -261,13 +256,13 @@ def test_put_messages_rejects_transactional_messages(store: MessageStore, sys_fl
     """
     batch = [message(body=b"a"), Message("TopicA", b"b", sys_flag=sys_flag), message(body=b"c")]
     with pytest.raises(MessageRejectedError):
-        store.put_messages(batch)
+        store.put(batch)
     _assert_nothing_written(store, 0)
 
 
 def test_put_messages_with_a_malformed_delay_is_rejected(store: MessageStore) -> None:
     with pytest.raises(MessageRejectedError):
-        store.put_messages([message(DELAY="soon")])
+        store.put([message(DELAY="soon")])
     _assert_nothing_written(store, 0)
 
 
@@ -275,16 +270,16 @@ def test_put_message_with_properties_that_are_not_unicode_writes_nothing(
     store: MessageStore,
 ) -> None:
     with pytest.raises(MessageRejectedError):
-        store.put_message(message(tags="\ud800"))
+        store.put([message(tags="\ud800")])
     with pytest.raises(MessageRejectedError):
-        store.put_messages([message(), message(keys="k\udc00")])
+        store.put([message(), message(keys="k\udc00")])
     _assert_nothing_written(store, 0)
 
 
 def test_put_messages_with_one_bad_message_writes_nothing(store: MessageStore) -> None:
     batch = [message(body=b"ok"), message(body=b"ok", tags="t" * 40_000)]
     with pytest.raises(PropertiesTooLargeError):
-        store.put_messages(batch)
+        store.put(batch)
     assert store.commit_log.max_offset == 0
     assert store.topics() == []
 
@@ -331,19 +326,19 @@ def test_negative_offset_is_too_small(store: MessageStore) -> None:
 
 def test_no_matched_message_counts_filtered_units(store: MessageStore) -> None:
     for i in range(6):
-        store.put_message(message(body=b"%d" % i, tags="TagA" if i < 5 else "TagB"))
+        store.put([message(body=b"%d" % i, tags="TagA" if i < 5 else "TagB")])
     result = get(store, 0, tags="TagC")
     assert summary(result) == (S.NO_MATCHED_MESSAGE, 6, 0, 6)
     assert result.messages == []
     # Untagged messages (tags code 0) never match a tag subscription.
-    store.put_message(message(body=b"untagged"))
+    store.put([message(body=b"untagged")])
     assert summary(get(store, 6, tags="TagA")) == (S.NO_MATCHED_MESSAGE, 7, 0, 7)
 
 
 def test_tag_filter_selects_and_skipped_units_count_towards_next(store: MessageStore) -> None:
     tags = ["TagA", "TagB", None, "TagC", "TagA", "TagB", "TagD"]
     for i, tag in enumerate(tags):
-        store.put_message(message(body=b"%d" % i, tags=tag))
+        store.put([message(body=b"%d" % i, tags=tag)])
     result = get(store, 0, tags="TagA || TagC")
     assert result.status is S.FOUND
     assert [m.queue_offset for m in result.messages] == [0, 3, 4]
@@ -391,8 +386,8 @@ def test_tag_filter_with_no_tag_left_matches_nothing(store: MessageStore, expres
     assert not tag_filter.matches_code(0)
     assert not tag_filter.matches_tags(None)
     assert not tag_filter.matches_tags("")
-    store.put_message(message(body=b"untagged"))
-    store.put_message(message(body=b"tagged", tags="TagA"))
+    store.put([message(body=b"untagged")])
+    store.put([message(body=b"tagged", tags="TagA")])
     result = get(store, 0, tags=expression)
     assert summary(result) == (S.NO_MATCHED_MESSAGE, 2, 0, 2)
     assert result.messages == []
@@ -411,7 +406,7 @@ def test_tag_filter_is_by_hash_code_so_collisions_pass_the_store(store: MessageS
     # broker does; the exact re-check (matches_tags) is the reader's.
     assert java_string_hash("Aa") == java_string_hash("BB")
     for tag in ["Aa", "BB", "Cc"]:
-        store.put_message(message(body=tag.encode(), tags=tag))
+        store.put([message(body=tag.encode(), tags=tag)])
     result = get(store, 0, tags="Aa")
     assert [m.tags for m in result.messages] == ["Aa", "BB"]
     tag_filter = TagFilter("Aa")
@@ -496,8 +491,8 @@ def _two_files_then_drop_the_first(store: MessageStore) -> tuple[list[PutResult]
     while the ConsumeQueues still point into it.
     """
     body = b"x" * 700  # 797-byte records: five per 4 KiB file
-    lonely = store.put_message(message(body=body, queue_id=1))
-    queue0 = [store.put_message(message(body=body + b"%d" % i)) for i in range(8)]
+    lonely = store.put([message(body=body, queue_id=1)])[0]
+    queue0 = [store.put([message(body=body + b"%d" % i)])[0] for i in range(8)]
     assert [r.physical_offset // COMMIT_LOG_FILE_SIZE for r in queue0] == [0] * 4 + [1] * 4
     assert store.commit_log.queue.delete_expired_by_time(0, clean_immediately=True) == 1
     assert store.commit_log.min_offset == COMMIT_LOG_FILE_SIZE
@@ -532,7 +527,7 @@ def test_after_reopen_min_offset_moves_past_removed_messages(
     # Queue 1 lost its only message: min == max == 1.
     assert summary(get(store, 0, queue_id=1)) == (S.OFFSET_TOO_SMALL, 1, 1, 1)
     assert summary(get(store, 1, queue_id=1)) == (S.OFFSET_OVERFLOW_ONE, 1, 1, 1)
-    assert store.put_message(message(body=b"next")).queue_offset == 8
+    assert store.put([message(body=b"next")])[0].queue_offset == 8
 
 
 def test_rebuilt_consume_queue_is_pre_blank_filled(
@@ -595,9 +590,9 @@ def test_look_message_by_offset_and_by_id(store: MessageStore) -> None:
 def test_ipv6_store_host_gives_56_char_ids_that_resolve(open_store: OpenStore) -> None:
     store = open_store(replace(TINY_CONFIG, store_host=("fe80::1", 10911)))
     results = [
-        store.put_message(
-            Message("TopicA", b"v6-%d" % i, 0, {"TAGS": "TagA"}, born_host=("::1", 4000 + i))
-        )
+        store.put(
+            [Message("TopicA", b"v6-%d" % i, 0, {"TAGS": "TagA"}, born_host=("::1", 4000 + i))]
+        )[0]
         for i in range(30)
     ]
     for result in results:
@@ -643,7 +638,7 @@ def test_look_message_by_offset_at_the_end_or_on_a_blank_is_none(store: MessageS
 def test_offset_by_time(store: MessageStore) -> None:
     results = []
     for i in range(3):
-        results.append(store.put_message(message(body=b"%d" % i)))
+        results.append(store.put([message(body=b"%d" % i)])[0])
         time.sleep(0.003)
     assert len({r.store_timestamp for r in results}) == 3
     for result in results:
@@ -666,12 +661,12 @@ def test_arrival_listener_gets_topic_queue_new_max_and_tags_code(store: MessageS
         calls.append((topic, queue_id, max_offset, code))
 
     store.arrival_listeners.append(listener)
-    store.put_message(message("TopicA", queue_id=1, tags="TagA"))
-    store.put_message(message("TopicA", queue_id=1))
-    store.put_message(message("TopicB", queue_id=0, tags="Hello World"))
-    store.put_messages([message("TopicA", queue_id=3, tags="TAG1") for _ in range(2)])
+    store.put([message("TopicA", queue_id=1, tags="TagA")])
+    store.put([message("TopicA", queue_id=1)])
+    store.put([message("TopicB", queue_id=0, tags="Hello World")])
+    store.put([message("TopicA", queue_id=3, tags="TAG1") for _ in range(2)])
     # A batch is dispatched whole: one notice per distinct tags code, with its end.
-    store.put_messages([message("TopicA", queue_id=4, tags=t) for t in ("TagA", None, "TagA")])
+    store.put([message("TopicA", queue_id=4, tags=t) for t in ("TagA", None, "TagA")])
     assert calls == [
         ("TopicA", 1, 1, 2598919),
         ("TopicA", 1, 2, 0),
@@ -691,7 +686,7 @@ def test_reopen_keeps_everything(open_store: OpenStore, store: MessageStore) -> 
         key = (["TopicA", "TopicB", "%RETRY%g"][i % 3], i % 4)
         tags = ["TagA", "TagB", None][i % 3]
         body = bytes([i]) * (i * 37 % 900)
-        result = store.put_message(message(key[0], body, key[1], tags=tags))
+        result = store.put([message(key[0], body, key[1], tags=tags)])[0]
         expected.setdefault(key, []).append(result)
     end = store.commit_log.max_offset
     store.close()
@@ -704,7 +699,7 @@ def test_reopen_keeps_everything(open_store: OpenStore, store: MessageStore) -> 
         assert summary(got) == (S.FOUND, len(results), 0, len(results))
         assert [m.physical_offset for m in got.messages] == [r.physical_offset for r in results]
         assert [m.msg_id for m in got.messages] == [r.msg_id for r in results]
-    after = store.put_message(message("TopicA", b"after", 0))
+    after = store.put([message("TopicA", b"after", 0)])[0]
     assert after.queue_offset == len(expected[("TopicA", 0)])
     assert after.physical_offset >= end
 
@@ -713,7 +708,7 @@ def test_reopen_after_every_put(open_store: OpenStore) -> None:
     offsets = []
     for i in range(12):
         store = open_store()
-        offsets.append(store.put_message(message(body=b"y" * 600, tags=f"T{i}")).queue_offset)
+        offsets.append(store.put([message(body=b"y" * 600, tags=f"T{i}")])[0].queue_offset)
         store.close()
     store = open_store()
     assert offsets == list(range(12))
@@ -742,7 +737,7 @@ def test_a_second_open_of_the_same_directory_fails(open_store: OpenStore) -> Non
 def test_closed_store_refuses_puts_and_gets(store: MessageStore) -> None:
     store.close()
     with pytest.raises(StoreClosedError):
-        store.put_message(message())
+        store.put([message()])
     with pytest.raises(StoreClosedError):
         get(store, 0)
     store.close()  # a second close is harmless
@@ -772,9 +767,9 @@ BAD_TOPICS = [
 @pytest.mark.parametrize("topic", BAD_TOPICS)
 def test_invalid_topic_is_refused_and_nothing_is_written(store: MessageStore, topic: str) -> None:
     with pytest.raises(InvalidTopicError):
-        store.put_message(message(topic))
+        store.put([message(topic)])
     with pytest.raises(InvalidTopicError):
-        store.put_messages([message(topic), message(topic)])
+        store.put([message(topic), message(topic)])
     _assert_nothing_written(store, 0)
     assert store.commit_log.queue.files == []
 
@@ -784,14 +779,14 @@ def test_invalid_topic_is_refused_and_nothing_is_written(store: MessageStore, to
 )
 def test_queue_id_out_of_range_is_refused(store: MessageStore, queue_id: int) -> None:
     with pytest.raises(QueueIdOutOfRangeError):
-        store.put_message(message(queue_id=queue_id))
+        store.put([message(queue_id=queue_id)])
     with pytest.raises(QueueIdOutOfRangeError):
-        store.put_messages([message(queue_id=queue_id)])
+        store.put([message(queue_id=queue_id)])
     _assert_nothing_written(store, 0)
 
 
 def test_highest_queue_id_is_accepted(store: MessageStore) -> None:
-    assert store.put_message(message(queue_id=MAX_QUEUES - 1)).queue_id == MAX_QUEUES - 1
+    assert store.put([message(queue_id=MAX_QUEUES - 1)])[0].queue_id == MAX_QUEUES - 1
 
 
 def test_properties_of_32768_bytes_are_refused(open_store: OpenStore) -> None:
@@ -799,31 +794,31 @@ def test_properties_of_32768_bytes_are_refused(open_store: OpenStore) -> None:
     store = open_store(replace(TINY_CONFIG, commit_log_file_size=128 * 1024))
     value_32767 = "v" * (32767 - len("KEYS\x01\x02"))
     with pytest.raises(PropertiesTooLargeError):
-        store.put_message(message(keys=value_32767 + "v"))
+        store.put([message(keys=value_32767 + "v")])
     _assert_nothing_written(store, 0)
-    assert store.put_message(message(keys=value_32767)).queue_offset == 0
+    assert store.put([message(keys=value_32767)])[0].queue_offset == 0
 
 
 def test_body_over_max_message_size_is_refused(open_store: OpenStore) -> None:
     store = open_store(replace(TINY_CONFIG, max_message_size=1000))
     with pytest.raises(MessageTooLargeError):
-        store.put_message(message(body=b"x" * 1001))
+        store.put([message(body=b"x" * 1001)])
     with pytest.raises(MessageTooLargeError):
-        store.put_messages([message(body=b"x"), message(body=b"x" * 1001)])
+        store.put([message(body=b"x"), message(body=b"x" * 1001)])
     _assert_nothing_written(store, 0)
-    assert store.put_message(message(body=b"x" * 1000)).queue_offset == 0
+    assert store.put([message(body=b"x" * 1000)])[0].queue_offset == 0
 
 
 def test_record_bigger_than_a_commit_log_file_is_refused(store: MessageStore) -> None:
-    store.put_message(message("Other", b"first"))
+    store.put([message("Other", b"first")])
     before = store.commit_log.max_offset
     with pytest.raises(MessageTooLargeError):
-        store.put_message(message(body=b"x" * COMMIT_LOG_FILE_SIZE))
+        store.put([message(body=b"x" * COMMIT_LOG_FILE_SIZE)])
     with pytest.raises(MessageTooLargeError):
-        store.put_messages([message(body=b"x" * 1500) for _ in range(3)])
+        store.put([message(body=b"x" * 1500) for _ in range(3)])
     assert store.commit_log.max_offset == before
     assert store.find_consume_queue("TopicA", 0) is None
-    assert store.put_message(message(body=b"ok")).queue_offset == 0
+    assert store.put([message(body=b"ok")])[0].queue_offset == 0
 
 
 def test_bad_input_after_good_input_leaves_offsets_alone(store: MessageStore) -> None:
@@ -831,19 +826,19 @@ def test_bad_input_after_good_input_leaves_offsets_alone(store: MessageStore) ->
     before = store.commit_log.max_offset
     for bad in (message("a/b"), message(queue_id=-1), message(tags="t" * 33_000)):
         with pytest.raises(MessageRejectedError):
-            store.put_message(bad)
+            store.put([bad])
     assert store.commit_log.max_offset == before
-    assert store.put_message(message()).queue_offset == 3
+    assert store.put([message()])[0].queue_offset == 3
     assert store.check() == []
 
 
 def test_a_message_may_keep_an_earlier_store_time(store: MessageStore) -> None:
     """A committed transactional message keeps its half message's store time."""
-    store.put_message(message(body=b"first"))
+    store.put([message(body=b"first")])
     earlier = int(time.time() * 1000) - 60_000
-    result = store.put_message(Message("TopicA", b"committed", store_timestamp=earlier))
+    result = store.put([Message("TopicA", b"committed", store_timestamp=earlier)])[0]
     assert result.store_timestamp == earlier
     found = store.look_message_by_offset(result.physical_offset)
     assert found is not None and found.store_timestamp == earlier
-    later = store.put_message(message(body=b"after"))
+    later = store.put([message(body=b"after")])[0]
     assert later.store_timestamp >= earlier + 60_000

@@ -32,7 +32,7 @@ def test_the_offset_alone_decides_these_statuses(
 def fill(store: MessageStore, count: int) -> None:
     for index in range(count):
         tags = "even" if index % 2 == 0 else "odd"
-        store.put_message(message(body=f"body-{index}".encode(), tags=tags, keys=f"k{index}"))
+        store.put([message(body=f"body-{index}".encode(), tags=tags, keys=f"k{index}")])
 
 
 @pytest.mark.parametrize("tags", [None, "odd"])

@@ -18,7 +18,7 @@ def fill(store_dir: Path, count: int, body_size: int = 150) -> list[int]:
     """Write ``count`` messages to queue 0 of topic T; returns their physical offsets."""
     with MessageStore.open(store_dir, CONFIG) as store:
         return [
-            store.put_message(Message("T", bytes([i % 251]) * body_size)).physical_offset
+            store.put([Message("T", bytes([i % 251]) * body_size)])[0].physical_offset
             for i in range(count)
         ]
 
@@ -76,7 +76,7 @@ def test_garbage_after_the_last_record_is_cut(tmp_path: Path) -> None:
     assert count == 12
     assert any("unknown magic" in f for f in findings)
     with MessageStore.open(tmp_path, CONFIG) as store:
-        result = store.put_message(Message("T", b"after"))
+        result = store.put([Message("T", b"after")])[0]
         assert result.queue_offset == 12
         assert result.physical_offset == offsets[-1] + 242
 
@@ -121,14 +121,14 @@ def test_recovery_maps_no_idle_queue_and_their_messages_stay_readable(tmp_path: 
     with MessageStore.open(tmp_path, CONFIG) as store:
         for n in range(12):  # a few units per queue, the last file of each partly filled
             for queue_id in range(3):
-                store.put_message(Message(f"T{n}", b"%d-%d" % (n, queue_id), queue_id=queue_id))
+                store.put([Message(f"T{n}", b"%d-%d" % (n, queue_id), queue_id=queue_id)])
     with MessageStore.open(tmp_path, CONFIG) as store:
         files = [f for queue in store.consume_queue_table for f in queue.queue.files]
         assert len(files) == 36
         assert not [f for f in files if "buffer" in vars(f)], "found ends with pread only"
         assert store.max_offset_in_queue("T7", 2) == 1
         assert [m.body for m in store.get_message("g", "T7", 2, 0).messages] == [b"7-2"]
-        store.put_message(Message("T7", b"after", queue_id=2))
+        store.put([Message("T7", b"after", queue_id=2)])
         assert [m.body for m in store.get_message("g", "T7", 2, 0).messages] == [b"7-2", b"after"]
         assert sum("buffer" in vars(f) for f in files) == 1, "only the queue used"
 
@@ -205,9 +205,9 @@ def test_second_store_on_a_locked_directory_fails_with_a_clear_error(tmp_path: P
 )
 def test_a_deleted_topic_stays_deleted_across_restarts(tmp_path: Path, abnormal: bool) -> None:
     with MessageStore.open(tmp_path, CONFIG) as store:
-        store.put_message(Message("Kept", b"k"))
+        store.put([Message("Kept", b"k")])
         for i in range(5):
-            store.put_message(Message("Gone", f"g{i}".encode()))
+            store.put([Message("Gone", f"g{i}".encode())])
         assert store.delete_topic("Gone")
         assert "Gone" not in store.topics()
     if abnormal:
@@ -215,7 +215,7 @@ def test_a_deleted_topic_stays_deleted_across_restarts(tmp_path: Path, abnormal:
         (tmp_path / "checkpoint").unlink()
     with MessageStore.open(tmp_path, CONFIG) as store:
         assert store.topics() == ["Kept"]
-        again = store.put_message(Message("Gone", b"new life"))
+        again = store.put([Message("Gone", b"new life")])[0]
         assert again.queue_offset == 0
         assert [m.body for m in store.get_message("g", "Gone", 0, 0).messages] == [b"new life"]
         assert store.check() == []
@@ -237,11 +237,11 @@ def test_a_file_begun_by_a_committed_transaction_does_not_start_abnormal_recover
         # Fill the last file up with 93-byte records, so that the 101-byte commit (with the
         # 8-byte end-of-file blank) begins a new one.
         while 4096 - store.commit_log.max_offset % 4096 >= 101 + 8:
-            store.put_message(Message("T", b"x"))
+            store.put([Message("T", b"x")])
         commit = Message(
             "T", b"committed", sys_flag=TRANSACTION_COMMIT_TYPE, store_timestamp=checkpoint_time - 1
         )
-        first = store.put_message(commit)
+        first = store.put([commit])[0]
         assert first.physical_offset % 4096 == 0
         assert (
             store.commit_log._first_record_before(store.commit_log.queue.files[-1], checkpoint_time)

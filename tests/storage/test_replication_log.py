@@ -125,7 +125,7 @@ def test_reopened_slave_keeps_replicated_queues(open_store: OpenStore, tmp_path:
     assert reopened.max_physical_offset == master.max_physical_offset
     assert reopened.max_offset_in_queue("TopicA", 0) == master.max_offset_in_queue("TopicA", 0)
     # once promoted it appends after the replicated queue offsets
-    [result] = [reopened.put_message(message("TopicA", b"after", queue_id=0))]
+    [result] = [reopened.put([message("TopicA", b"after", queue_id=0)])[0]]
     assert result.queue_offset == master.max_offset_in_queue("TopicA", 0)
 
 
@@ -137,13 +137,13 @@ def test_a_promoted_slave_cuts_the_record_that_never_arrived_whole(
     fill_two_queues(master, 5)
     whole = master.max_physical_offset
     replicate(master, slave, start=0)
-    master.put_message(message("TopicA", b"x" * 300, queue_id=0))
+    master.put([message("TopicA", b"x" * 300, queue_id=0)])
     torn = master.read_replication_chunk(whole, 100)  # the head of a 400-byte record
     assert slave.append_replicated(whole, torn) == whole + 100
 
     assert slave.cut_partial_tail() == whole
     assert slave.cut_partial_tail() == whole, "a log of whole records is left as it is"
-    result = slave.put_message(message("TopicA", b"own write", queue_id=0))
+    result = slave.put([message("TopicA", b"own write", queue_id=0)])[0]
     assert result.physical_offset == whole
     assert slave.check() == []
     got = slave.get_message("g", "TopicA", 0, 0, 64)

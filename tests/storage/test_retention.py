@@ -42,7 +42,7 @@ def commit_log_files(root: Path) -> list[Path]:
 
 def fill(store: MessageStore, count: int) -> None:
     for i in range(count):
-        store.put_message(Message("T", bytes([i % 200]) * 1000))
+        store.put([Message("T", bytes([i % 200]) * 1000)])
 
 
 def age(paths: list[Path], hours: float) -> None:
@@ -158,7 +158,7 @@ def test_disk_over_the_warning_ratio_refuses_writes_and_keeps_reads(tmp_path: Pa
         store.disk_watch.disk_usage = lambda _: usage(0.95)
         store.clean_once()
         with pytest.raises(StoreNotWriteableError, match="disk full"):
-            store.put_message(Message("T", b"refused"))
+            store.put([Message("T", b"refused")])
         # Over 85 % the forced clean also removed old files; what is left stays readable.
         min_offset = store.min_offset_in_queue("T", 0)
         read = store.get_message("g", "T", 0, min_offset)
@@ -166,7 +166,7 @@ def test_disk_over_the_warning_ratio_refuses_writes_and_keeps_reads(tmp_path: Pa
         assert len(read.messages) == 5 - min_offset
         store.disk_watch.disk_usage = lambda _: usage(0.50)
         store.clean_once()
-        assert store.put_message(Message("T", b"accepted")).queue_offset == 5
+        assert store.put([Message("T", b"accepted")])[0].queue_offset == 5
 
 
 def test_enospc_on_a_new_file_refuses_writes_loses_nothing_and_recovers(
@@ -179,18 +179,18 @@ def test_enospc_on_a_new_file_refuses_writes_loses_nothing_and_recovers(
 
     with MessageStore.open(tmp_path, config()) as store:
         store.disk_watch.disk_usage = lambda _: usage(0.50)
-        acknowledged = [store.put_message(Message("T", b"a" * 1000)) for _ in range(3)]
+        acknowledged = [store.put([Message("T", b"a" * 1000)])[0] for _ in range(3)]
         monkeypatch.setattr(storage.mapped_file, "_reserve", no_space)
         with pytest.raises(StoreNotWriteableError, match="disk full"):
             for _ in range(10):
-                acknowledged.append(store.put_message(Message("T", b"b" * 1000)))
+                acknowledged.append(store.put([Message("T", b"b" * 1000)])[0])
         with pytest.raises(StoreNotWriteableError, match="disk full"):
-            store.put_message(Message("T", b"c"))
+            store.put([Message("T", b"c")])
         for result in acknowledged:
             assert store.look_message_by_id(result.msg_id) is not None
         monkeypatch.setattr(storage.mapped_file, "_reserve", real_reserve)
         store.clean_once()
-        later = store.put_message(Message("T", b"space is back"))
+        later = store.put([Message("T", b"space is back")])[0]
         assert later.queue_offset == len(acknowledged)
     with MessageStore.open(tmp_path, config()) as store:
         assert store.max_offset_in_queue("T", 0) == len(acknowledged) + 1
@@ -203,20 +203,20 @@ def test_enospc_while_indexing_is_repaired_once_space_is_back(
     real_reserve = storage.mapped_file._reserve_range
     with MessageStore.open(tmp_path, config()) as store:
         store.disk_watch.disk_usage = lambda _: usage(0.50)
-        store.put_message(Message("T", b"first"))
+        store.put([Message("T", b"first")])
 
         def no_space(fd: int, offset: int, length: int) -> None:
             raise OSError(errno.ENOSPC, "No space left on device")
 
         # ConsumeQueue files are sparse: their blocks are reserved by the first write.
         monkeypatch.setattr(storage.mapped_file, "_reserve_range", no_space)
-        stored = store.put_message(Message("Other", b"needs a new queue file"))
+        stored = store.put([Message("Other", b"needs a new queue file")])[0]
         assert not store.writeable
         with pytest.raises(StoreNotWriteableError, match="disk full"):
-            store.put_message(Message("T", b"refused"))
+            store.put([Message("T", b"refused")])
         monkeypatch.setattr(storage.mapped_file, "_reserve_range", real_reserve)
         store.clean_once()
-        store.put_message(Message("T", b"second"))
+        store.put([Message("T", b"second")])
         found = store.get_message("g", "Other", 0, 0)
         assert [m.physical_offset for m in found.messages] == [stored.physical_offset]
         assert store.check() == []

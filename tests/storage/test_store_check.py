@@ -10,7 +10,7 @@ from tests.storage.conftest import OpenStore, message
 def test_a_unit_pointing_at_another_record_is_reported_and_cut(open_store: OpenStore) -> None:
     store = open_store()
     for index in range(5):
-        store.put_message(message(body=f"m{index}".encode()))
+        store.put([message(body=f"m{index}".encode())])
     assert store.check() == []
     queue = store.find_consume_queue("TopicA", 0)
     assert queue is not None

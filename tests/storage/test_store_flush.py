@@ -16,7 +16,7 @@ def test_stopping_services_flushes_everything(tmp_path: Path) -> None:
     config = StoreConfig(commit_log_file_size=1024 * 1024, flush_interval_commit_log_ms=60_000)
     store = MessageStore.open(tmp_path, config)
     store.start_services()
-    result = store.put_message(Message("T", b"z" * 300))
+    result = store.put([Message("T", b"z" * 300)])[0]
     store.stop_services()
     assert store.commit_log.flushed_where >= result.end_offset
     store.close()
@@ -24,7 +24,7 @@ def test_stopping_services_flushes_everything(tmp_path: Path) -> None:
 
 def test_checkpoint_records_flush_times_and_survives_reopen(tmp_path: Path) -> None:
     with MessageStore.open(tmp_path, StoreConfig(commit_log_file_size=64 * 1024)) as store:
-        result = store.put_message(Message("T", b"stamp"))
+        result = store.put([Message("T", b"stamp")])[0]
         store.flush_all()
         assert store.checkpoint is not None
         assert store.checkpoint.physic_msg_timestamp == result.store_timestamp
@@ -42,7 +42,7 @@ def test_flush_listeners_hear_each_advance_of_the_flushed_offset(tmp_path: Path)
     with MessageStore.open(tmp_path, StoreConfig(commit_log_file_size=64 * 1024)) as store:
         heard: list[int] = []
         store.flush_listeners.append(heard.append)
-        result = store.put_message(Message("T", b"x" * 100))
+        result = store.put([Message("T", b"x" * 100)])[0]
         assert store.flush_commit_log(0) == result.end_offset
         assert store.flush_commit_log(0) == result.end_offset  # nothing new: nobody told
         assert heard == [result.end_offset]
@@ -52,7 +52,7 @@ def test_only_a_thorough_consume_queue_flush_writes_the_index_and_the_checkpoint
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with MessageStore.open(tmp_path, StoreConfig(commit_log_file_size=64 * 1024)) as store:
-        store.put_message(Message("T", b"one", properties={"KEYS": "k"}))
+        store.put([Message("T", b"one", properties={"KEYS": "k"})])
         flushed: list[str] = []
         assert store.index_service is not None and store.checkpoint is not None
         monkeypatch.setattr(store.index_service, "flush", lambda: flushed.append("index"))
@@ -76,9 +76,9 @@ def test_a_failed_fsync_stops_flushing_and_writes_for_good(
         raise OSError(errno.EIO, "Input/output error")
 
     store = MessageStore.open(tmp_path, StoreConfig(commit_log_file_size=64 * 1024))
-    flushed = store.put_message(Message("T", b"on disk"))
+    flushed = store.put([Message("T", b"on disk")])[0]
     store.flush_all()
-    store.put_message(Message("T", b"in the page cache"))
+    store.put([Message("T", b"in the page cache")])
     monkeypatch.setattr(os, "fdatasync", eio)
     before = store.flushed_offset
     assert store.flush_commit_log(0) == before == flushed.end_offset
@@ -88,7 +88,7 @@ def test_a_failed_fsync_stops_flushing_and_writes_for_good(
     store.flush_all()
     assert len(calls) == 1, "no fsync after a failed one"
     with pytest.raises(StoreFlushFailedError, match="restart"):
-        store.put_message(Message("T", b"refused"))
+        store.put([Message("T", b"refused")])
     store.close()
     monkeypatch.setattr(os, "fdatasync", real)
     assert (tmp_path / "abort").exists(), "the next open recovers as after a crash"

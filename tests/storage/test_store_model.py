@@ -143,7 +143,7 @@ class StoreModel(RuleBasedStateMachine):
     )
     def append_single(self, topic: str, queue_id: int, size: int, tags: str | None) -> None:
         body = self._body(size)
-        put = self.store.put_message(self._message(topic, queue_id, body, tags))
+        put = self.store.put([self._message(topic, queue_id, body, tags)])[0]
         self._remember(topic, queue_id, body, tags, put, put.size)
 
     @rule(
@@ -158,12 +158,12 @@ class StoreModel(RuleBasedStateMachine):
         before = self.store.commit_log.max_offset
         if total > MAX_RECORD:
             try:
-                self.store.put_messages(messages)
+                self.store.put(messages)
             except MessageTooLargeError:
                 assert self.store.commit_log.max_offset == before
                 return
             raise AssertionError(f"a {total}-byte batch was accepted")
-        puts = self.store.put_messages(messages)
+        puts = self.store.put(messages)
         assert len({p.physical_offset // COMMIT_LOG_FILE_SIZE for p in puts}) == 1
         for (body, tags), put in zip(bodies, puts, strict=True):
             self._remember(topic, queue_id, body, tags, put, total)

@@ -86,7 +86,7 @@ def fill(store_dir: Path, count: int, seed: int = 7) -> list[Written]:
     with MessageStore.open(store_dir, CONFIG) as store:
         for index in range(count):
             message = make_message(rng, index)
-            written.append(Written(message, store.put_message(message)))
+            written.append(Written(message, store.put([message])[0]))
     return written
 
 
@@ -286,7 +286,7 @@ def test_queue_offsets_equal_the_store(tmp_path: Path) -> None:
     rng = random.Random(11)
     with MessageStore.open(store_dir, CONFIG) as message_store:
         for index in range(300):
-            message_store.put_message(make_message(rng, index))
+            message_store.put([make_message(rng, index)])
         expected = [
             QueueOffsets(
                 topic,
@@ -424,7 +424,7 @@ def test_readers_never_write_or_lock(store: tuple[Path, list[Written]]) -> None:
     ConsumerOffsetManager(store_dir / "config").persist()
     before = file_digests(store_dir)
     with MessageStore.open(store_dir, CONFIG) as message_store:  # the server holds the lock
-        message_store.put_message(Message("Orders", b"while reading"))
+        message_store.put([Message("Orders", b"while reading")])
         locked = file_digests(store_dir)
         list(iter_store_records(store_dir, check_crc=True))
         all_queue_offsets(store_dir)
@@ -446,10 +446,10 @@ def test_reads_follow_a_store_that_is_being_written(tmp_path: Path) -> None:
     store_dir = tmp_path / "store"
     rng = random.Random(5)
     with MessageStore.open(store_dir, CONFIG) as message_store:
-        results = [message_store.put_message(make_message(rng, i)) for i in range(150)]
+        results = [message_store.put([make_message(rng, i)])[0] for i in range(150)]
         seen = [r.commit_log_offset for r in iter_store_records(store_dir)]
         assert seen == [r.physical_offset for r in results]
-        results += [message_store.put_message(make_message(rng, i)) for i in range(150, 260)]
+        results += [message_store.put([make_message(rng, i)])[0] for i in range(150, 260)]
         seen = [r.commit_log_offset for r in iter_store_records(store_dir)]
         assert seen == [r.physical_offset for r in results]
 

@@ -66,15 +66,17 @@ def test_the_timer_queue_holds_fire_times_and_negated_ones_for_cancel_markers(
     tmp_path: Path,
 ) -> None:
     with MessageStore.open(tmp_path, TINY_CONFIG) as store:
-        timed = store.put_message(Message("Orders", b"x", properties={"TIMER_DELAY_SEC": "60"}))
-        marker = store.put_message(
-            Message(
-                "Orders",
-                b"0",
-                properties={"TIMER_DELAY_SEC": "60", "TIMER_DEL_UNIQKEY": "Orders+K"},
-            )
-        )
-        batch = store.put_messages(
+        timed = store.put([Message("Orders", b"x", properties={"TIMER_DELAY_SEC": "60"})])[0]
+        marker = store.put(
+            [
+                Message(
+                    "Orders",
+                    b"0",
+                    properties={"TIMER_DELAY_SEC": "60", "TIMER_DEL_UNIQKEY": "Orders+K"},
+                )
+            ]
+        )[0]
+        batch = store.put(
             [
                 Message("Orders", b"b", properties={"TIMER_DELAY_MS": "5000"}),
                 Message("Orders", b"c"),

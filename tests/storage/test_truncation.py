@@ -29,7 +29,7 @@ def test_truncation_and_reopen_trim_queues(open_store: OpenStore, store_dir: Pat
     assert reopened.query_message("TopicA", "k19") == []  # index entries past the max
     assert EpochFile(store_dir).load().entries == (EpochEntry(1, 0),)
     assert reopened.check() == []
-    result = reopened.put_message(message("TopicA", b"new", queue_id=0))
+    result = reopened.put([message("TopicA", b"new", queue_id=0)])[0]
     assert (result.physical_offset, result.queue_offset) == (cut, 5)
 
 

@@ -166,7 +166,7 @@ def test_a_mixed_commit_log_recovers_dispatches_and_serves(
             assert found is not None and found.body == planned.body
             assert store.look_message_by_id(found.msg_id) is not None
         assert [m.body for m in store.query_message("Orders", "v2-a")] == [b"v2-a"]
-        appended = store.put_message(Message("Orders", b"written as v1"))
+        appended = store.put([Message("Orders", b"written as v1")])[0]
         assert appended.queue_offset == 6
         assert store.check() == []
     with MessageStore.open(store_dir, CONFIG) as store:

@@ -38,13 +38,11 @@ def known_store(tmp_path: Path) -> KnownStore:
         for queue_id, count in ((0, 10), (1, 5)):
             for _ in range(count):
                 time.sleep(0.002)  # distinct store times
-                orders[queue_id].append(
-                    store.put_message(Message("Orders", b"x", queue_id=queue_id))
-                )
+                orders[queue_id].append(store.put([Message("Orders", b"x", queue_id=queue_id)])[0])
         for _ in range(3):
-            store.put_message(Message("%RETRY%billing", b"r"))
+            store.put([Message("%RETRY%billing", b"r")])
         for _ in range(2):
-            store.put_message(Message("%DLQ%billing", b"d"))
+            store.put([Message("%DLQ%billing", b"d")])
     offsets = ConsumerOffsetManager(store_dir / "config", now_ms=lambda: T0 + 30_000)
     offsets.commit_offset("billing", "Orders", 0, 4)
     offsets.commit_offset("billing", "Orders", 1, 5)

@@ -70,7 +70,7 @@ class Scenario:
     def produce(self, count: int) -> None:
         with MessageStore.open(self.store, CONFIG) as store:
             for _ in range(count):
-                self.results.append(store.put_message(Message("Orders", b"o" * 40)))
+                self.results.append(store.put([Message("Orders", b"o" * 40)])[0])
 
     def run(self, spark: SparkSession, index: int) -> LagReport:
         self.now = START + index * 60_000
@@ -97,9 +97,9 @@ def scenario(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> S
     scenario.produce(0)
     with MessageStore.open(scenario.store, CONFIG) as store:
         for _ in range(3):
-            store.put_message(Message("%RETRY%slow", b"r"))
+            store.put([Message("%RETRY%slow", b"r")])
         for _ in range(2):
-            store.put_message(Message("%DLQ%slow", b"d"))
+            store.put([Message("%DLQ%slow", b"d")])
     SubscriptionGroupManager(scenario.store / "config").put(SubscriptionGroupConfig("ghost"))
     for index in range(4):
         scenario.run(spark, index)

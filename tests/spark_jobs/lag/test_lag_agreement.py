@@ -40,7 +40,7 @@ def build_store(store_dir: Path) -> int:
         for (topic, queue_id), count in QUEUES.items():
             for _ in range(count):
                 time.sleep(0.002)
-                result = store.put_message(Message(topic, b"x", queue_id=queue_id))
+                result = store.put([Message(topic, b"x", queue_id=queue_id)])[0]
                 last = result.store_timestamp
     offsets = ConsumerOffsetManager(store_dir / "config", now_ms=lambda: COMMIT_MS)
     for (topic, queue_id), offset in COMMITTED.items():

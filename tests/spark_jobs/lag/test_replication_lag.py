@@ -20,7 +20,7 @@ def test_lag_report_of_a_slave_equals_the_masters(spark: SparkSession, tmp_path:
         MessageStore.open(slave_dir, CONFIG) as slave,
     ):
         for i in range(300):
-            master.put_message(Message("Orders", b"o" * 300, queue_id=i % 2))
+            master.put([Message("Orders", b"o" * 300, queue_id=i % 2)])
         offset = 0
         while data := master.read_replication_chunk(offset):
             offset = slave.append_replicated(offset, data)

@@ -69,7 +69,7 @@ def test_timer_messages_are_no_lag_until_they_are_delivered(known_store: KnownSt
     with MessageStore.open(Path(known_store.store_dir), CONFIG) as store:
         for _ in range(4):  # an hour ahead: waiting in the timer topic, not in Orders
             timed = Message("Orders", b"later", properties={"TIMER_DELAY_SEC": "3600"})
-            assert store.put_message(timed).topic == "rmq_sys_wheel_timer"
+            assert store.put([timed])[0].topic == "rmq_sys_wheel_timer"
     snapshot = take_snapshot([known_store.store_dir], known_store.now)
     rows = rows_by_key(snapshot.queues)
     assert rows[("billing", "Orders", 0)].lag == 6, "as before the timer messages"

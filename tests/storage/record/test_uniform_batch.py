@@ -1,8 +1,8 @@
-"""lean_batch: the same records, units and answers as the general batch encoder, or None.
+"""uniform_batch: the same records, units and answers as the general batch encoder, or None.
 
 A Hypothesis property draws batches of messages with and without tags, keys, user
 properties, delivery times, delay levels, idempotency stamps, odd hosts, flags and bodies;
-whenever the lean encoder takes a batch, every column it hands the CommitLog and every
+whenever the uniform encoder takes a batch, every column it hands the CommitLog and every
 byte it packs must be the general encoder's.
 """
 
@@ -15,15 +15,14 @@ from hypothesis import strategies as st
 from storage.errors import StorageError
 from storage.record.decode import decode_record
 from storage.record.encode import EncodedBatch, check_batch
-from storage.record.lean_batch import (
-    LeanBatch,
+from storage.record.message import Message, UniformMessages
+from storage.record.msg_id import encode_host
+from storage.record.uniform_batch import (
+    UniformBatch,
     _encoded,
     _tail_heads,
-    lean_batch,
-    lean_bodies,
+    uniform_batch,
 )
-from storage.record.message import Message
-from storage.record.msg_id import encode_host
 
 UNIQ = "UNIQ_KEY"
 GENERATED = st.text("0123456789ABCDEF", min_size=32, max_size=32)
@@ -42,7 +41,7 @@ EXTRAS = st.sampled_from(
 
 @st.composite
 def batches(draw: st.DrawFn) -> list[Message]:
-    """Batches that are mostly lean, with one thing changed here and there."""
+    """Batches that are mostly uniform, with one thing changed here and there."""
     count = draw(st.integers(1, 6))
     odd = draw(st.integers(0, 3)) == 0  # now and then a batch the rules refuse
     topic = draw(st.sampled_from(["T", "Topic_a-1", "rmq_sys_wheel_timer"] + ["bad topic"] * odd))
@@ -83,15 +82,15 @@ def _general(messages: list[Message], max_body: int) -> EncodedBatch | StorageEr
 
 @settings(max_examples=300, deadline=None)
 @given(batches(), st.sampled_from([40, 40, 40, 20]), st.integers(0, 2**40), st.integers(0, 2**31))
-def test_lean_batch_packs_what_the_general_encoder_packs(
+def test_a_uniform_batch_packs_what_the_general_encoder_packs(
     messages: list[Message], max_body: int, physical_offset: int, queue_offset: int
 ) -> None:
     general = _general(messages, max_body)
-    lean = lean_batch(messages, False, max_body)
-    event("lean" if lean is not None else "general")
-    if lean is None:
+    uniform = uniform_batch(messages, False, max_body)
+    event("uniform" if uniform is not None else "general")
+    if uniform is None:
         return  # the general encoder answers, as before
-    assert isinstance(general, EncodedBatch), "the lean encoder took a batch the rules refuse"
+    assert isinstance(general, EncodedBatch), "the uniform encoder took a batch the rules refuse"
     for name in (
         "topic",
         "queue_id",
@@ -103,10 +102,10 @@ def test_lean_batch_packs_what_the_general_encoder_packs(
         "uniq_keys",
         "idempotency_keys",
     ):
-        assert getattr(lean, name) == getattr(general, name), name
+        assert getattr(uniform, name) == getattr(general, name), name
     store = (encode_host("192.168.0.9"), 10911)
     args = (physical_offset, queue_offset, 1_700_000_000_123, *store)
-    assert lean.pack(*args) == general.pack(*args)
+    assert uniform.pack(*args) == general.pack(*args)
 
 
 def _plain(count: int, **fields: object) -> list[Message]:
@@ -116,11 +115,11 @@ def _plain(count: int, **fields: object) -> list[Message]:
     ]
 
 
-def test_a_batch_of_bodies_is_lean_and_decodes_back() -> None:
+def test_a_batch_of_bodies_is_uniform_and_decodes_back() -> None:
     messages = _plain(3, queue_id=2, born_timestamp=5, born_host=("10.0.0.1", 9))
-    lean = lean_batch(messages, False, 1024)
-    assert isinstance(lean, LeanBatch)
-    data, units, offsets = lean.pack(1000, 7, 123, encode_host("127.0.0.1"), 10911)
+    uniform = uniform_batch(messages, False, 1024)
+    assert isinstance(uniform, UniformBatch)
+    data, units, offsets = uniform.pack(1000, 7, 123, encode_host("127.0.0.1"), 10911)
     assert len(units) == 3 * 20 and offsets[0] == 1000
     for number, offset in enumerate(offsets):
         record = decode_record(data[offset - 1000 :])
@@ -133,11 +132,11 @@ def test_a_batch_of_bodies_is_lean_and_decodes_back() -> None:
         assert record.properties == {UNIQ: f"{number:032X}"}
 
 
-def test_a_keyed_batch_stays_lean_with_its_stamp_on_the_first_message() -> None:
+def test_a_keyed_batch_stays_uniform_with_its_stamp_on_the_first_message() -> None:
     messages = _plain(2)
     messages[0].properties["IDEMPOTENCY_KEY"] = "k"
-    lean = lean_batch(messages, True, 1024)
-    assert lean is not None and lean.idempotency_keys == [(0, "k")]
+    uniform = uniform_batch(messages, True, 1024)
+    assert uniform is not None and uniform.idempotency_keys == [(0, "k")]
 
 
 @pytest.mark.parametrize(
@@ -161,13 +160,13 @@ def test_anything_but_bodies_goes_the_general_way(change: dict[str, object]) -> 
         properties=change.get("properties", last.properties),  # type: ignore[arg-type]
         sys_flag=change.get("sys_flag", 0),  # type: ignore[arg-type]
     )
-    assert lean_batch(messages, False, 64) is None
+    assert uniform_batch(messages, False, 64) is None
 
 
 @st.composite
-def bodies_alone(draw: st.DrawFn) -> list[Message]:
+def uniform_messages(draw: st.DrawFn) -> list[Message]:
     """A first message (now and then with something more than a body and a UNIQ_KEY) and
-    messages like it with a body and a UNIQ_KEY each: what ``lean_bodies`` is given."""
+    messages like it with a body and a UNIQ_KEY each: what ``UniformMessages`` is given."""
     first = draw(batches())[0]
     bodies = draw(st.lists(st.binary(max_size=30), min_size=1, max_size=5))
     keys = draw(st.lists(GENERATED | st.text(max_size=6), min_size=len(bodies), max_size=5))
@@ -190,22 +189,24 @@ def bodies_alone(draw: st.DrawFn) -> list[Message]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(bodies_alone(), st.sampled_from([40, 40, 20]))
-def test_lean_bodies_is_the_lean_batch_of_the_messages_it_stands_for(
+@given(uniform_messages(), st.sampled_from([40, 40, 20]))
+def test_uniform_messages_encode_as_the_messages_they_stand_for(
     messages: list[Message], max_body: int
 ) -> None:
     first = messages[0]
     if UNIQ not in first.properties:
         first.properties[UNIQ] = "0" * 32
-    expected = lean_batch(messages, False, max_body)
+    expected = uniform_batch(messages, False, max_body)
     bodies = [m.body for m in messages]
     keys = [m.properties[UNIQ] for m in messages]
-    found = lean_bodies(first, bodies, keys, False, max_body)
-    event("lean" if found is not None else "general")
+    given = UniformMessages(first, bodies, keys)
+    assert list(given) == messages
+    found = uniform_batch(given, False, max_body)
+    event("uniform" if found is not None else "general")
     assert (found is None) == (expected is None)
     if found is None or expected is None:
         return
-    for name in LeanBatch.__slots__:
+    for name in UniformBatch.__slots__:
         assert getattr(found, name) == getattr(expected, name), name
     store = (encode_host("192.168.0.9"), 10911)
     args = (4096, 3, 1_700_000_000_123, *store)
@@ -231,23 +232,23 @@ def test_tail_heads_carry_each_key_s_properties_length(topic: bytes, keys: list[
 
 def test_bodies_and_keys_are_counted_alike() -> None:
     first = _plain(1)[0]
-    with pytest.raises(ValueError, match="2 bodies and 1 UNIQ_KEYs"):
-        lean_bodies(first, [b"a", b"b"], ["A"], False, 64)
+    with pytest.raises(ValueError, match="a body, a UNIQ_KEY"):
+        UniformMessages(first, [b"a", b"b"], ["A"])
 
 
 def test_the_records_are_laid_out_header_body_tail() -> None:
     messages = _plain(3)
-    lean = lean_batch(messages, False, 1024)
-    assert lean is not None
-    parts = lean._parts([b"h0", b"h1", b"h2"])
+    uniform = uniform_batch(messages, False, 1024)
+    assert uniform is not None
+    parts = uniform._parts([b"h0", b"h1", b"h2"])
     tail = b"\x01T" + (42).to_bytes(2, "big") + b"UNIQ_KEY\x01"
     assert parts == [
-        *(b"h0", b"body 0", lean.first_tail, b"", b""),
+        *(b"h0", b"body 0", uniform.first_tail, b"", b""),
         *(b"h1", b"body 1", tail, b"%032X" % 1, b"\x02"),
         *(b"h2", b"body 2", tail, b"%032X" % 2, b"\x02"),
     ]
-    fixed = lean.header.size
-    assert lean.sizes == [
-        fixed + len(b"body 0") + len(lean.first_tail),
+    fixed = uniform.header.size
+    assert uniform.sizes == [
+        fixed + len(b"body 0") + len(uniform.first_tail),
         *[fixed + len(b"body 1") + len(tail) + 32 + 1] * 2,
     ]

@@ -1,12 +1,13 @@
-"""The lean encoder of a batch whose messages carry nothing but a body and a UNIQ_KEY.
+"""The encoder of a uniform batch: messages that carry nothing but a body and a UNIQ_KEY.
 
 Most batches are bodies alone: no tags, keys, user properties, delay or delivery time, every
 message with the same topic, queue, flags and born host and time (one send made them all).
 Such a batch needs none of the per-message rules of :class:`~storage.record.encode.
-EncodedBatch`; :func:`lean_batch` checks the shape of the whole batch at once and encodes
-it column by column: the bodies' CRCs in one comprehension, the records' headers with one
-precompiled ``struct`` mapped over the columns, the batch in one ``join``. The first
-message may also carry the idempotency properties a keyed send stamps on it.
+EncodedBatch`; :func:`uniform_batch` checks the shape of the whole batch at once (or takes it
+as given: :class:`~storage.record.message.UniformMessages`) and encodes it column by column:
+the bodies' CRCs in one comprehension, the records' headers with one precompiled ``struct``
+mapped over the columns, the batch in one ``join``. The first message may also carry the
+idempotency properties a keyed send stamps on it.
 
 The records are byte for byte those of the general encoder (a property test holds the two
 together); anything else — another shape, a refusal of any kind — is left to the general
@@ -16,7 +17,7 @@ encoder (``None``), which gives the same answer as before.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from itertools import accumulate, count, repeat
 from operator import add, attrgetter, itemgetter
@@ -37,7 +38,7 @@ from storage.record.layout import (
     body_crcs,
     pack_rows,
 )
-from storage.record.message import Message
+from storage.record.message import Message, UniformMessages
 from storage.record.properties import (
     MAX_PROPERTIES_LENGTH,
     NAME_VALUE_SEPARATOR,
@@ -58,7 +59,7 @@ _SHAPE: Final = attrgetter(
     "reconsume_times",
     "prepared_transaction_offset",
 )
-"""What every message of a lean batch shares (one C call per message)."""
+"""What every message of a uniform batch shares (one C call per message)."""
 
 _FIRST_PROPERTIES: Final = frozenset(
     {
@@ -86,8 +87,8 @@ def _head_struct(middle_size: int) -> struct.Struct:
     return struct.Struct(f">iiiiiqq{middle_size}si")
 
 
-class LeanBatch:
-    """A lean batch, encoded as columns; the same face to the CommitLog as ``EncodedBatch``."""
+class UniformBatch:
+    """A uniform batch, encoded as columns; the same face to the CommitLog as ``EncodedBatch``."""
 
     __slots__ = (
         "bodies",
@@ -174,9 +175,20 @@ class LeanBatch:
         return parts
 
 
-def lean_batch(messages: list[Message], store_v6: bool, max_body_size: int) -> LeanBatch | None:
-    """The batch encoded the lean way, or None when it is not lean (or is refused: the
+def uniform_batch(
+    messages: Sequence[Message], store_v6: bool, max_body_size: int
+) -> UniformBatch | None:
+    """The batch encoded as a uniform one, or None when it is not uniform (or is refused: the
     general encoder then says why)."""
+    if isinstance(messages, UniformMessages):
+        return _from_columns(
+            messages.first,
+            messages.bodies,
+            messages.uniq_keys,
+            store_v6,
+            max_body_size,
+            messages.crcs,
+        )
     shapes = list(map(_SHAPE, messages))
     if shapes.count(shapes[0]) != len(shapes):
         return None
@@ -189,20 +201,20 @@ def lean_batch(messages: list[Message], store_v6: bool, max_body_size: int) -> L
     except KeyError:
         return None
     bodies = [m.body for m in messages]
-    return lean_bodies(messages[0], bodies, uniq_keys, store_v6, max_body_size)
+    return _from_columns(messages[0], bodies, uniq_keys, store_v6, max_body_size)
 
 
-def lean_bodies(
+def _from_columns(
     first: Message,
     bodies: list[bytes],
     uniq_keys: list[str],
     store_v6: bool,
     max_body_size: int,
     crcs: list[int] | None = None,
-) -> LeanBatch | None:
-    """:func:`lean_batch` of ``first`` followed by messages like it, each with the next of
+) -> UniformBatch | None:
+    """:func:`uniform_batch` of ``first`` followed by messages like it, each with the next of
     ``bodies`` and ``uniq_keys`` as its body and only property, built from the columns
-    (``first`` has ``bodies[0]`` and ``uniq_keys[0]``; None as :func:`lean_batch`).
+    (``first`` has ``bodies[0]`` and ``uniq_keys[0]``; None as :func:`uniform_batch`).
     ``crcs``: each body's BODYCRC (:func:`~storage.record.layout.body_crc`) if the caller
     made them already (a keyed send's fingerprint is made of them)."""
     if len(uniq_keys) != len(bodies):
@@ -238,7 +250,7 @@ def lean_bodies(
     sizes = _sizes(
         fixed + len(first_tail), fixed + len(_UNIQ_END), body_lengths, tail_heads, key_bytes
     )
-    batch = LeanBatch()
+    batch = UniformBatch()
     batch.topic = topic
     batch.queue_id = queue_id
     batch.count = len(bodies)
@@ -259,17 +271,6 @@ def lean_bodies(
     batch.header = header
     batch.middle = (sys_flag, born_timestamp, address, born_host[1], reconsume, prepared)
     return batch
-
-
-def messages_like(first: Message, bodies: list[bytes], uniq_keys: list[str]) -> list[Message]:
-    """The messages :func:`lean_bodies` stands for: ``first``, then one like it per further
-    body, with that body and its UNIQ_KEY as its only property."""
-    topic, queue_id, flag, sys_flag, born, host, reconsume, prepared = _SHAPE(first)
-    return [first] + [
-        Message(topic, body, queue_id, {PROPERTY_UNIQ_KEY: key}, flag, sys_flag, born, host,
-                reconsume, prepared)
-        for body, key in zip(bodies[1:], uniq_keys[1:], strict=True)
-    ]  # fmt: skip
 
 
 def _encoded(keys: list[str]) -> list[bytes]:
