@@ -167,8 +167,13 @@ class HttpConnection(asyncio.Protocol):
         self.header_bytes += len(name) + len(value) + 4
 
     def on_headers_complete(self) -> None:
+        if self.refused:
+            return  # the parser goes on through the rest of the data: nothing more is served
         if self.header_bytes > self.limits.max_header_bytes:
-            return  # data_received refuses it
+            # Now, not after the data is parsed: a request pipelined behind this one would
+            # start the next message and hide the count.
+            self.refuse(431, b"Request Header Fields Too Large")
+            return
         parser = self.parser
         version = parser.get_http_version()
         exchange = Exchange(
