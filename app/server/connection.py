@@ -304,11 +304,12 @@ class HttpConnection(asyncio.Protocol):
             if current is not None and not current.complete:
                 current.keep_alive = False  # its app answers into a closed connection
             body = reason + b"\n"
+            date = b"".join(b"%s: %s\r\n" % header for header in self.default_headers)
             self.write(
                 (
-                    b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                    b"HTTP/1.1 %d %s\r\n%scontent-type: text/plain; charset=utf-8\r\n"
                     b"content-length: %d\r\nconnection: close\r\n\r\n%s"
-                    % (status, reason, len(body), body),
+                    % (status, reason, date, len(body), body),
                 )
             )
         self.close()
