@@ -235,8 +235,6 @@ class Exchange:
                 self.keep_alive = False
             _check_header(name, value)
             head += (name, b": ", value, b"\r\n")
-        if not self.keep_alive and not closes:
-            head.append(b"connection: close\r\n")
         scope = self.scope
         self.bodiless = scope["method"] == "HEAD" or status in _NO_BODY_STATUSES or status < 200
         if self.bodiless:
@@ -244,14 +242,14 @@ class Exchange:
         elif chunked or length is None:
             if scope["http_version"] == "1.0":
                 self.keep_alive = False  # the end of the body is the end of the connection
-                if not closes:
-                    head.append(b"connection: close\r\n")
             else:
                 self.chunked = True
                 if not chunked:
                     head.append(b"transfer-encoding: chunked\r\n")
         else:
             self.remaining = length
+        if not self.keep_alive and not closes:
+            head.append(b"connection: close\r\n")
         head.append(b"\r\n")
         self.head = b"".join(head)
         if connection.limits.access_log:
