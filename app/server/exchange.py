@@ -132,7 +132,9 @@ class Exchange:
                     self.scope["path"],
                     exc_info=exc,
                 )
-            if self.started or self.disconnected:
+            if self.complete:
+                pass  # it went out whole (a background task failed): the connection goes on
+            elif self.started or self.disconnected:
                 connection.close()
             else:
                 self.keep_alive = False
