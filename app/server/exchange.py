@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Final
@@ -301,7 +302,14 @@ class Exchange:
         await self.send({"type": "http.response.body", "body": text})
 
 
+_TOKEN: Final = b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+"""The bytes of a header name (RFC 9110's token)."""
+_CONTROL: Final = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+"""What a header value may not hold: a control character other than a tab."""
+
+
 def _check_header(name: bytes, value: bytes) -> None:
-    """A header that would break the answer's framing is the app's bug, not sent."""
-    if b"\r" in value or b"\n" in value or b"\r" in name or b"\n" in name or b":" in name:
+    """A header the client could not parse — one that may even break the answer's framing —
+    is the app's bug, not sent."""
+    if not name or name.translate(None, _TOKEN) or _CONTROL.search(value):
         raise RuntimeError(f"an invalid HTTP header: {name!r}")
