@@ -87,7 +87,10 @@ class Server:
             self.started = True
             await self._until_exit()
             await self._stop(servers)
-            await lifespan.shutdown()
+            try:
+                await lifespan.shutdown()
+            except LifespanError as exc:
+                log.error("the app's shut-down failed: %s", exc)
         finally:
             for sig in handled:
                 loop.remove_signal_handler(sig)
