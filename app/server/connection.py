@@ -225,7 +225,7 @@ class HttpConnection(asyncio.Protocol):
             "raw_path": raw_path,
             "query_string": url.query or b"",
             "headers": self.headers,
-            "state": {},
+            "state": self.state.app_state.copy(),
         }
 
     def _start(self, exchange: Exchange) -> None:

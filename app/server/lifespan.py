@@ -19,8 +19,9 @@ class LifespanError(Exception):
 class Lifespan:
     """Runs the app's lifespan in a task of its own, step by step."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: App, state: dict[str, Any] | None = None) -> None:
         self.app = app
+        self.state = {} if state is None else state  # the scope's: requests get copies
         self.task: asyncio.Task[None] | None = None
         self.inbox: asyncio.Queue[Message] = asyncio.Queue()
         self.answers: asyncio.Queue[Message] = asyncio.Queue()
@@ -54,7 +55,7 @@ class Lifespan:
         scope: dict[str, Any] = {
             "type": "lifespan",
             "asgi": {"version": "3.0", "spec_version": "2.0"},
-            "state": {},
+            "state": self.state,
         }
         try:
             await self.app(scope, self._receive, self.answers.put)
