@@ -31,13 +31,20 @@ _.on_response_complete  # app/proxy/protocol.py: uvicorn's cycle calls it when a
 _.total_requests  # app/proxy/protocol.py: uvicorn's server counts requests with it
 _.expect_100_continue  # app/server.py: uvicorn's protocol reads it when the headers end
 
-# ---- httptools calls a parser's callbacks (app/server.py, app/proxy/upstream.py, bench)
+# ---- httptools calls a parser's callbacks (app/server/connection.py, app/proxy/upstream.py, bench)
 _.on_url
 _.on_header
+_.on_message_begin
+_.on_headers_complete
+_.on_body
+_.on_message_complete
 
-# ---- asyncio calls a protocol's flow control (bench/byte_relay.py)
+# ---- asyncio calls a protocol's methods (app/server/connection.py, app/proxy/upstream.py, bench)
 _.pause_writing
 _.resume_writing
+_.data_received
+_.eof_received
+_.connection_lost
 
 # ---- the proxy's forwarding reads it on the branch that reworks the proxy
 is_problem  # app/proxy/forward.py

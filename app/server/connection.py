@@ -171,8 +171,13 @@ class HttpConnection(asyncio.Protocol):
         self.header_bytes += len(name) + len(value) + 4
 
     def on_headers_complete(self) -> None:
+        if self.refused:
+            return  # the parser goes on through the rest of the data: nothing more is served
         if self.header_bytes > self.limits.max_header_bytes:
-            return  # data_received refuses it
+            # Now, not after the data is parsed: a request pipelined behind this one would
+            # start the next message and hide the count.
+            self.refuse(431, b"Request Header Fields Too Large")
+            return
         parser = self.parser
         version = parser.get_http_version()
         exchange = Exchange(
@@ -224,7 +229,7 @@ class HttpConnection(asyncio.Protocol):
             "raw_path": raw_path,
             "query_string": url.query or b"",
             "headers": self.headers,
-            "state": {},
+            "state": self.state.app_state.copy(),
         }
 
     def _start(self, exchange: Exchange) -> None:
@@ -305,9 +310,11 @@ class HttpConnection(asyncio.Protocol):
         self.deadline = None
         self.waiting.clear()
         current = self.current
-        refusal = b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\n" % (
+        date = b"".join(b"%s: %s\r\n" % header for header in self.default_headers)
+        refusal = b"HTTP/1.1 %d %s\r\n%scontent-type: text/plain; charset=utf-8\r\n" % (
             status,
             reason,
+            date,
         ) + b"content-length: %d\r\nconnection: close\r\n\r\n%s\n" % (len(reason) + 1, reason)
         if current is None or current.complete:
             self.write((refusal,))

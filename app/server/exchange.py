@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Final
@@ -132,7 +133,9 @@ class Exchange:
                     self.scope["path"],
                     exc_info=exc,
                 )
-            if self.started or self.disconnected:
+            if self.complete:
+                pass  # it went out whole (a background task failed): the connection goes on
+            elif self.started or self.disconnected:
                 connection.close()
             else:
                 self.keep_alive = False
@@ -235,8 +238,6 @@ class Exchange:
                 self.keep_alive = False
             _check_header(name, value)
             head += (name, b": ", value, b"\r\n")
-        if not self.keep_alive and not closes:
-            head.append(b"connection: close\r\n")
         scope = self.scope
         self.bodiless = scope["method"] == "HEAD" or status in _NO_BODY_STATUSES or status < 200
         if self.bodiless:
@@ -244,14 +245,14 @@ class Exchange:
         elif chunked or length is None:
             if scope["http_version"] == "1.0":
                 self.keep_alive = False  # the end of the body is the end of the connection
-                if not closes:
-                    head.append(b"connection: close\r\n")
             else:
                 self.chunked = True
                 if not chunked:
                     head.append(b"transfer-encoding: chunked\r\n")
         else:
             self.remaining = length
+        if not self.keep_alive and not closes:
+            head.append(b"connection: close\r\n")
         head.append(b"\r\n")
         self.head = b"".join(head)
         if connection.limits.access_log:
@@ -301,7 +302,14 @@ class Exchange:
         await self.send({"type": "http.response.body", "body": text})
 
 
+_TOKEN: Final = b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+"""The bytes of a header name (RFC 9110's token)."""
+_CONTROL: Final = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+"""What a header value may not hold: a control character other than a tab."""
+
+
 def _check_header(name: bytes, value: bytes) -> None:
-    """A header that would break the answer's framing is the app's bug, not sent."""
-    if b"\r" in value or b"\n" in value or b"\r" in name or b"\n" in name or b":" in name:
+    """A header the client could not parse — one that may even break the answer's framing —
+    is the app's bug, not sent."""
+    if not name or name.translate(None, _TOKEN) or _CONTROL.search(value):
         raise RuntimeError(f"an invalid HTTP header: {name!r}")

@@ -19,12 +19,14 @@ class LifespanError(Exception):
 class Lifespan:
     """Runs the app's lifespan in a task of its own, step by step."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: App, state: dict[str, Any] | None = None) -> None:
         self.app = app
+        self.state = {} if state is None else state  # the scope's: requests get copies
         self.task: asyncio.Task[None] | None = None
         self.inbox: asyncio.Queue[Message] = asyncio.Queue()
         self.answers: asyncio.Queue[Message] = asyncio.Queue()
         self.supported = True
+        self.received = False  # the app asked for its first message
 
     async def startup(self) -> None:
         """Raises LifespanError when the app says its start-up failed."""
@@ -42,29 +44,36 @@ class Lifespan:
     async def _step(self, event: str) -> None:
         await self.inbox.put({"type": event})
         answer = await self.answers.get()
-        if answer["type"] in (f"{event}.failed", _FAILED):
+        if answer["type"] == f"{event}.failed":
             raise LifespanError(answer.get("message") or f"{event} failed")
+
+    async def _receive(self) -> Message:
+        self.received = True
+        return await self.inbox.get()
 
     async def _run(self) -> None:
         scope: dict[str, Any] = {
             "type": "lifespan",
             "asgi": {"version": "3.0", "spec_version": "2.0"},
-            "state": {},
+            "state": self.state,
         }
         try:
-            await self.app(scope, self.inbox.get, self.answers.put)
+            await self.app(scope, self._receive, self.answers.put)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.error("the app's lifespan failed", exc_info=exc)
+            # ASGI: an app that raises in its lifespan, rather than answering "failed", is
+            # served on without one, as an app that does not support it at all.
+            if self.received:
+                log.error("the app's lifespan raised", exc_info=exc)
+            else:
+                log.info("the app has no lifespan (%s: %s)", type(exc).__name__, exc)
             self.supported = False
-            await self.answers.put({"type": _FAILED, "message": str(exc)})
+            await self.answers.put({"type": _ENDED})
         else:
             self.supported = False  # returned: nothing more to step through
             await self.answers.put({"type": _ENDED})
 
 
-_FAILED = "spoolmq.lifespan.failed"
-"""The app raised: the step in progress failed."""
 _ENDED = "spoolmq.lifespan.ended"
-"""The app returned: the step in progress has nothing more to do."""
+"""The app returned or raised: the step in progress has nothing more to do."""

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from email.utils import formatdate
-from typing import Final
+from typing import Any, Final
 
 from app.server.connection import HttpConnection
 from app.server.exchange import App
@@ -40,6 +40,9 @@ class ServerState:
     connections: set[HttpConnection] = field(default_factory=set)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     default_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    app_state: dict[str, Any] = field(default_factory=dict)
+    """The lifespan scope's ``state``: what the app's start-up put there is copied into
+    each request's scope (ASGI lifespan state)."""
 
     def update_date(self) -> None:
         """The ``date`` header every answer carries, made once a second."""
@@ -72,7 +75,7 @@ class Server:
         loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         handled = self._handle_signals(loop)
-        lifespan = Lifespan(self.app)
+        lifespan = Lifespan(self.app, self.state.app_state)
         try:
             try:
                 await lifespan.startup()
@@ -87,7 +90,10 @@ class Server:
             self.started = True
             await self._until_exit()
             await self._stop(servers)
-            await lifespan.shutdown()
+            try:
+                await lifespan.shutdown()
+            except LifespanError as exc:
+                log.error("the app's shut-down failed: %s", exc)
         finally:
             for sig in handled:
                 loop.remove_signal_handler(sig)
