@@ -1,6 +1,7 @@
 # spoolmq — the two commands a fresh machine needs:
 #   make run    install and start the server on ./data
-#   make test   install everything and run lint, types, layer contracts, dead code and the tests
+#   make test   install everything and run lint, types, layer contracts, dead code, the lowest
+#               declared dependencies' smoke test and the tests
 SHELL := /bin/bash
 PYTHON ?= python3
 UV := $(shell command -v uv 2>/dev/null)
@@ -9,7 +10,7 @@ UV := $(PYTHON) -m uv
 endif
 STORE_DIR ?= ./data
 
-.PHONY: run test install bootstrap chromium etcd jq fuse lint typecheck contracts deadcode pytest bench bench-tools bench-http clean
+.PHONY: run test install bootstrap chromium etcd jq fuse lint typecheck contracts deadcode lowest-deps pytest bench bench-tools bench-http clean
 
 # The uv that made uv.lock (the Dockerfile pins the same one).
 UV_VERSION := 0.13.9
@@ -36,6 +37,15 @@ contracts: install
 # scripts/vulture_whitelist.py).
 deadcode: install
 	$(UV) run vulture
+
+# The lowest versions pyproject.toml allows, in a scratch venv: they must serve a send and a
+# pull, with a proxy in front (scripts/smoke_test.py; the floors are true, not hoped for).
+LOWEST_VENV := .venv-lowest
+lowest-deps: bootstrap etcd
+	rm -rf $(LOWEST_VENV)
+	$(UV) venv -q $(LOWEST_VENV)
+	$(UV) pip install -q --python $(LOWEST_VENV)/bin/python --resolution lowest-direct .
+	$(LOWEST_VENV)/bin/python scripts/smoke_test.py $(LOWEST_VENV)/bin
 
 # The admin page tests drive Debian's Chromium (never `playwright install`, which downloads).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -70,7 +80,7 @@ pytest: install chromium etcd jq fuse
 	$(UV) run pytest -m serial || status=$$?; \
 	exit $$status
 
-test: lint typecheck contracts deadcode pytest
+test: lint typecheck contracts deadcode lowest-deps pytest
 
 bench: install
 	$(UV) run python bench/store_bench.py
@@ -88,4 +98,4 @@ bench-http: bench-tools
 	$(UV) run --no-sync python bench/http_bench.py --repeat 3
 
 clean:
-	rm -rf .venv .mypy_cache .ruff_cache .pytest_cache
+	rm -rf .venv $(LOWEST_VENV) .mypy_cache .ruff_cache .pytest_cache

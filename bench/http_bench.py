@@ -3,8 +3,9 @@
 Every server runs pinned to CPU 0 when ``taskset`` exists; the load generator runs on CPU 1.
 Peers, measured in the same run:
 
-- a minimal FastAPI app on the same stack (uvicorn, one worker, uvloop + httptools) that parses
-  an equal JSON body (pydantic models) and answers a small JSON: one message, or a batch of 100;
+- a minimal FastAPI app on the same stack (spoolmq's HTTP server, uvloop + httptools) that
+  parses an equal JSON body (pydantic models) and answers a small JSON: one message, or a batch
+  of 100;
 - Redis Streams (Debian's ``redis-server``, AOF with ``appendfsync everysec``, no RDB) driven by
   redis-py + hiredis on one connection: ``XADD`` pipelined x100 (produce), and
   ``XREADGROUP COUNT 32`` + ``XACK`` of the batch read before, one round trip per batch
@@ -85,6 +86,12 @@ async def batch(batch: Batch) -> dict[str, object]:
 @app.post("/echo", status_code=201)
 async def echo(message: Message) -> dict[str, object]:
     return {"msg_id": "7F00000100002A9F0000000000000000", "queue_id": 0, "queue_offset": 1}
+
+if __name__ == "__main__":
+    import sys
+    from app.server import Server, listen_socket
+
+    Server(app).run([listen_socket("127.0.0.1", int(sys.argv[1]))])
 """
 
 
@@ -92,6 +99,13 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def python_of(root: Path) -> str:
+    """The Python an earlier checkout runs with: its own venv's (``uv sync`` there: its
+    dependencies may differ from this one's), else this one."""
+    own = root / ".venv" / "bin" / "python"
+    return str(own) if own.exists() else sys.executable
 
 
 def pinned(cpu: int) -> list[str]:
@@ -428,11 +442,9 @@ def measure(args: argparse.Namespace, workdir: Path, run: int = 0) -> dict[str, 
     (workdir / "baseline_app.py").write_text(BASELINE_APP)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    uvicorn = [str(BIN / "uvicorn"), "baseline_app:app", "--port", str(port)]
-    uvicorn += ["--loop", "uvloop", "--http", "httptools", "--log-level", "warning"]
-    uvicorn += ["--no-access-log", "--workers", "1"]
+    baseline = [sys.executable, "baseline_app.py", str(port)]
     one = json.dumps({"body": BODY_1K, "tags": "TagA", "keys": ["k1"], "queue_id": 0})
-    with server(uvicorn, url, "/docs", workdir):
+    with server(baseline, url, "/docs", workdir):
         wrk(url, post_script("/echo", one), 1, args.connections, workdir)  # warm up
         figures["baseline_rps"] = wrk(
             url, post_script("/echo", one), args.duration, args.connections, workdir
@@ -453,9 +465,8 @@ def measure(args: argparse.Namespace, workdir: Path, run: int = 0) -> dict[str, 
         command, cwd = [str(BIN / "spoolmq")], workdir
 
     def measure_before() -> None:
-        before = measure_spoolmq(
-            args, workdir, [sys.executable, "-m", "app.cli"], Path(args.before_root)
-        )
+        root = Path(args.before_root)
+        before = measure_spoolmq(args, workdir, [python_of(root), "-m", "app.cli"], root)
         figures.update({f"before_{key}": value for key, value in before.items()})
 
     if args.before_root and run % 2:
@@ -536,7 +547,8 @@ def main() -> int:
     parser.add_argument(
         "--before-root",
         help="a checkout of an earlier spoolmq (e.g. `git archive REV | tar -x -C DIR`) to "
-        "measure in the same runs, served from that directory with this venv",
+        "measure in the same runs, served from that directory with its own venv when it has "
+        "one (`uv sync --frozen` there), else this one",
     )
     parser.add_argument("--no-redis", dest="redis", action="store_false", help="skip Redis")
     args = parser.parse_args()

@@ -39,7 +39,8 @@ Run by hand (``apt-get install -y wrk``, or ``make bench-tools``)::
     uv run python bench/proxy_bench.py --repeat 3 --duration 5
     uv run python bench/proxy_bench.py --before-root DIR     # DIR: git archive REV | tar -x
 
-``--before-root`` runs a second proxy from an earlier checkout (with this venv) in the same run,
+``--before-root`` runs a second proxy from an earlier checkout (with its own venv when it has one:
+``uv sync --frozen`` there) in the same run,
 so the "before" column is measured on the same machine state.
 """
 
@@ -70,7 +71,7 @@ from typing import TypeVar
 
 import httpx
 from failover_bench import HttpProcess, Server, free_port, start_etcd, wait_for
-from http_bench import Connection, percentile
+from http_bench import Connection, percentile, python_of
 
 BIN = Path(sys.executable).parent
 BODY_1K = "x" * 1024
@@ -133,7 +134,7 @@ class Proxy(HttpProcess):
         if self.root is None:
             command, cwd = [str(BIN / "spoolmq"), *args], None
         else:
-            command, cwd = [sys.executable, "-m", "app.cli", *args], self.root
+            command, cwd = [python_of(self.root), "-m", "app.cli", *args], self.root
         self.process = subprocess.Popen(
             [*self.wrapper, *command], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )

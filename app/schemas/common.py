@@ -22,6 +22,7 @@ from pydantic import (
     Field,
     StringConstraints,
     WithJsonSchema,
+    with_config,
 )
 from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict
@@ -194,8 +195,7 @@ def validated_dicts(model: type[RequestBody], fields: dict[str, Any] | None = No
             kind = Annotated[(kind, *field.metadata)]
         items[name] = kind if field.is_required() else NotRequired[kind]
     typed = TypedDict(f"{model.__name__}Dict", items)  # type: ignore[misc]
-    typed.__pydantic_config__ = model.model_config  # type: ignore[attr-defined]
-    return typed
+    return with_config(model.model_config)(typed)
 
 
 class ResponseBody(BaseModel):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -28,6 +28,10 @@ from storage.record.message import MessageView, StoredMessage
 # ==================================================================== pull
 
 
+MAX_BYTES_PARAMETER: Final = 64 * 1024 * 1024
+"""The largest byte budget a pull may ask for."""
+
+
 class PullLimits(BaseModel):
     """Query parameters every pull shares."""
 
@@ -43,7 +47,7 @@ class PullLimits(BaseModel):
     max_bytes: ParamInt | None = Field(
         default=None,
         ge=1,
-        le=64 * 1024 * 1024,
+        le=MAX_BYTES_PARAMETER,
         description="Byte budget (the first message is returned even when larger); the "
         "store also caps a pull at 256 KiB of messages in memory.",
     )

@@ -26,14 +26,13 @@ from collections.abc import Mapping
 from typing import Final
 from urllib.parse import parse_qsl, quote, urlencode
 
-from annotated_types import Le
 from pydantic import TypeAdapter, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.errors import PROBLEM_MEDIA_TYPE, problem_body
 from app.routes.direct import query_pairs
 from app.routes.table import RouteTable
-from app.schemas import PullLimits
+from app.schemas.messages import MAX_BYTES_PARAMETER
 from app.security.audit import AuditRecord, target_of, utc_now
 from app.security.guard import Refusal, Security, dry_run, forbidden, unauthorized
 from app.security.login import LOGIN_PATH
@@ -57,9 +56,7 @@ from services import Broker
 
 ADMIN_PREFIX: Final = "/admin"
 _LAX_INT: Final = TypeAdapter(int)
-_SCHEMA_MAX_BYTES: Final[int] = next(
-    m.le for m in PullLimits.model_fields["max_bytes"].metadata if isinstance(m, Le)
-)  # type: ignore[assignment]
+
 
 
 class SecurityMiddleware:
@@ -310,7 +307,7 @@ def _cap_max_bytes(scope: Scope, query: Mapping[str, str], cap: int) -> None:
         scope["query_string"] = raw + (b"&" if raw else b"") + b"max_bytes=%d" % cap
         return
     value = _int(asked)
-    if cap < value <= _SCHEMA_MAX_BYTES:
+    if cap < value <= MAX_BYTES_PARAMETER:
         pairs = parse_qsl(raw.decode("latin-1"), keep_blank_values=True)
         capped = [(k, str(cap) if k == "max_bytes" else v) for k, v in pairs]
         scope["query_string"] = urlencode(capped).encode("ascii")
