@@ -118,7 +118,7 @@ def create_app(
     app.state.cluster = member
     app.state.settings = settings
     install_error_handlers(app)
-    # The API's routes first, the hot ones at the head: a request tries routes in order.
+    # The API's routes first, the busiest at the head: a request tries routes in order.
     routes = RouteTable(app.router.routes)
     for module in (
         messages,
@@ -135,7 +135,7 @@ def create_app(
     ):
         add_routes(app, module.router)
     add_routes(app, docs.router)
-    # innermost: the hot operations at once
+    # innermost: the operations clients call in loops, at once
     app.add_middleware(DirectDispatch, fastapi=app, table=routes, operations=DIRECT_OPERATIONS)
     app.add_middleware(ReplicaGuardMiddleware, replica=broker.replica)  # after security
     install_security(app, settings, routes)  # before the admin pages, inside the shell

@@ -13,7 +13,7 @@ from app.errors import PROBLEM_MEDIA_TYPE
 
 
 class OrjsonResponse(Response):
-    """JSON rendered by orjson (the hot paths build plain dicts and skip model validation).
+    """JSON rendered by orjson (the busiest routes build plain dicts and skip model validation).
 
     Without extra headers, media type or background task, the headers are built here from
     constant bytes: what ``Response.init_headers`` builds for them, without its checks."""

@@ -62,21 +62,14 @@ class Sent(Sequence[SendReceipt]):
         appended, uniq_keys = self.appended, self.uniq_keys
         assert appended is not None and uniq_keys is not None
         topic, status = self.topic, appended.status.value
-        return iter(
-            [
-                SendReceipt(
-                    r.msg_id,
-                    key,
-                    topic,
-                    r.queue_id,
-                    r.queue_offset,
-                    r.physical_offset,
-                    r.store_timestamp,
-                    status,
-                )
-                for r, key in zip(appended.results(), uniq_keys, strict=True)
-            ]  # fmt: skip
-        )
+        receipts = [
+            SendReceipt(
+                r.msg_id, key, topic, r.queue_id, r.queue_offset, r.physical_offset,
+                r.store_timestamp, status,
+            )
+            for r, key in zip(appended.results(), uniq_keys, strict=True)
+        ]  # fmt: skip
+        return iter(receipts)
 
     @overload
     def __getitem__(self, index: int) -> SendReceipt: ...

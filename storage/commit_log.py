@@ -68,7 +68,7 @@ class ReplicaAppendError(StorageError):
     code: ClassVar[str] = "REPLICA_APPEND_REJECTED"
 
 
-@dataclass(slots=True)  # not frozen: ~1 µs less per put (see StoredMessage)
+@dataclass(slots=True)  # not frozen: cheaper to build, once per put (see StoredMessage)
 class AppendResult:
     """Where one record went."""
 

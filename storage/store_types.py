@@ -76,7 +76,7 @@ class GetMessageResult:
     views: list[MessageView] = field(default_factory=list)  # a read for views
 
 
-@dataclass(slots=True)  # not frozen: ~1 µs less per put (see StoredMessage)
+@dataclass(slots=True)  # not frozen: cheaper to build, once per put (see StoredMessage)
 class DispatchRequest:
     """What the ConsumeQueue, the index and arrival listeners need of one record."""
 

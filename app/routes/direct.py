@@ -1,4 +1,4 @@
-"""The hot operations, served straight from their endpoints.
+"""The operations clients call in loops, served straight from their endpoints.
 
 FastAPI's dispatch of a request (its middleware, the router's walk, the dependency solver and
 the reading of a query model) costs as much as a whole send; for the few operations clients
@@ -41,7 +41,7 @@ _SEQUENCES: Final = (list, tuple, set, frozenset, Sequence, Collection)
 
 
 class DirectDispatch:
-    """Serves the app's hot operations (``operations``: operationIds) from their endpoints;
+    """Serves the app's busiest operations (``operations``: operationIds) from their endpoints;
     hands every other request to ``app`` (the rest of FastAPI's stack)."""
 
     def __init__(

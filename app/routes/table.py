@@ -4,7 +4,7 @@ The app's routes are read in the router's order, and a request's route is the fi
 matches it fully (path and method), as Starlette's router picks it — found with each route's
 own ``matches()``, once per method and path, then kept. A FastAPI route is known by its
 operationId. The security layer finds a route's permission rule by it
-(:mod:`app.security.middleware`), and the app serves its hot operations through it
+(:mod:`app.security.middleware`), and the app serves its busiest operations through it
 (:mod:`app.routes.direct`).
 
 Routes join the app flat (:func:`add_routes`), in the app's own list, so that every route is

@@ -1,6 +1,6 @@
 """Messages: send (JSON or raw body), pull from one queue or for a group, look up by key.
 
-The hot paths (send and pull) build plain dicts with the ``*_out`` functions below and render
+The busiest routes (send and pull) build plain dicts with the ``*_out`` functions below and render
 them with orjson; the response models document exactly those shapes.
 """
 

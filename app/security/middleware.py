@@ -58,7 +58,6 @@ ADMIN_PREFIX: Final = "/admin"
 _LAX_INT: Final = TypeAdapter(int)
 
 
-
 class SecurityMiddleware:
     def __init__(
         self, app: ASGIApp, security: Security, routes: RouteTable, broker: Broker

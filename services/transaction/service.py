@@ -146,7 +146,7 @@ class TransactionService:
         nothing was put for them yet, so their end neither reads the half back nor looks
         for an earlier commit."""
         self.loaded = False
-        self.changed: Callable[[int], None] = _nothing  # tells the check service a due time
+        self.changed: Callable[[int], None] = _no_listener  # tells the check service a due time
 
     # ------------------------------------------------------------------ state
 
@@ -466,5 +466,5 @@ def _ended_otherwise(transaction: Transaction) -> TransactionEndedError:
     )
 
 
-def _nothing(due_ms: int) -> None:
+def _no_listener(due_ms: int) -> None:
     del due_ms

@@ -10,9 +10,9 @@ holds copies, never the buffer: a mapped file that retention unmaps afterwards i
 referred to. The pull path reads records this way, straight from the mapped CommitLog file,
 and renders its answer from the views.
 
-A view is a plain tuple: a named one (:class:`NamedView`) costs about 2 µs more per message
-to make and to free, a tenth of what a pull spends on one. Readers pick single fields out by
-the ``VIEW_*`` positions; :class:`NamedView` names them all, for callers off the hot path.
+A view is a plain tuple: a named one (:class:`NamedView`) costs a pull noticeably more per
+message to make and to free (``bench/pull_instructions.py``). Readers pick single fields out by
+the ``VIEW_*`` positions; :class:`NamedView` names them all, for callers other than pulls.
 """
 
 from __future__ import annotations
