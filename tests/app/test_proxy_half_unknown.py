@@ -13,8 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.app.test_proxy import Cluster, create_topic, two_groups
-from tests.app.test_proxy_send import BadBroker, g2_is, is_problem
+from tests.app.proxy.support import BadBroker, Cluster, create_topic, g2_is, is_problem, two_groups
 
 
 @pytest.fixture

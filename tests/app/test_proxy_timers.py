@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.app.test_proxy import Cluster, create_topic, send, two_groups
+from tests.app.proxy.support import Cluster, create_topic, send, two_groups
 
 
 @pytest.fixture

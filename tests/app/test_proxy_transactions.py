@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.app.test_proxy import Cluster, create_topic, two_groups
+from tests.app.proxy.support import Cluster, create_topic, two_groups
 
 Json = dict[str, Any]
 
