@@ -210,7 +210,7 @@ def test_a_first_round_that_finds_nothing_goes_on_to_the_group_left(cluster: Clu
     assert sorted(got) == ["b0", "b1", "b2"]
 
 
-@pytest.mark.parametrize("arrives_at", ["g2"])
+@pytest.mark.parametrize("arrives_at", ["g1", "g2"])
 def test_a_long_poll_after_an_empty_first_round_gets_what_arrives(
     cluster: Cluster, arrives_at: str
 ) -> None:
