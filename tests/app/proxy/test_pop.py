@@ -102,6 +102,25 @@ def test_a_receive_asked_for_wrongly_is_the_brokers_refusal(cluster: Cluster) ->
     assert [m["body"] for m in receive(http, "W", "Wrong")] == ["kept"]  # nothing hidden before
 
 
+def deep_receive(depth: int) -> bytes:
+    """A receive whose body holds a member nested deeper than the proxy can encode again
+    (orjson reads 1024 levels but writes 254)."""
+    return b'{"max_messages":1,"invisible_ms":1500,"x":' + b"[" * depth + b"]" * depth + b"}"
+
+
+def test_a_receive_too_deep_to_pass_on_is_a_client_error(cluster: Cluster) -> None:
+    http = cluster.http
+    create_topic(http, "DeepPop", 4)
+    send(http, "DeepPop", "kept", queue_id=0)
+    failed = http.post(
+        "/v1/groups/D/topics/DeepPop/receive",
+        content=deep_receive(300),
+        headers={"content-type": "application/json"},
+    )
+    is_problem(failed, 422, "VALIDATION_FAILED")
+    assert [m["body"] for m in receive(http, "D", "DeepPop")] == ["kept"]
+
+
 def readable_on_b(cluster: Cluster, topic: str, readable: bool) -> None:
     perm = 6 if readable else 2  # 2: write only
     answer = httpx.put(
