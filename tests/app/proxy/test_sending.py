@@ -266,6 +266,19 @@ def test_a_send_the_proxy_keyed_goes_again_without_its_key_where_keys_are_not_ke
     assert local_queue_counts(cluster.b, "Hopped")[0] == 1
 
 
+def test_a_clients_keyed_send_refused_for_its_key_passes_the_refusal_on(
+    cluster: Cluster, hop: FaultyHop
+) -> None:
+    """Nothing was written, and the key cannot be kept there: the client is told at once,
+    not answered OUTCOME_UNKNOWN once the send's time is up."""
+    http = cluster.http
+    hop.plan.append("IDEMPOTENCY_UNAVAILABLE")
+    refused = send_to_g2(http, "keyed", **{"Idempotency-Key": "client-2"})
+    is_problem(refused, 501, "IDEMPOTENCY_UNAVAILABLE")
+    assert hop.keys == ["client-2"]
+    assert local_queue_counts(cluster.b, "Hopped")[0] == 0
+
+
 # ================================================================ a new master
 
 
