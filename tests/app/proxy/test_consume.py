@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlencode
@@ -42,6 +43,7 @@ from tests.app.proxy.support import (
     probe_drained_groups_once,
     put_members,
     send,
+    two_groups,
 )
 from tests.conftest import wait_until
 
@@ -234,6 +236,50 @@ def test_a_long_poll_after_an_empty_first_round_gets_what_arrives(
     assert [m["broker_group"] for m in parked["messages"]] == [arrives_at]
     # committed where it was delivered
     assert bodies(group_pull(http, "G", "Fan", max_messages=4, auto_commit="true")) == []
+
+
+@pytest.fixture
+def quick_retries(tmp_path: Path) -> Iterator[Cluster]:
+    """The cluster, with a message sent back returning after a second (delay level 1)."""
+    yield from two_groups(tmp_path, message_delay_levels=" ".join(["1s"] * 18))
+
+
+def test_a_message_sent_back_comes_through_the_proxy_from_its_retry_queue(
+    quick_retries: Cluster,
+) -> None:
+    """Its retry queue is the group's own: the message keeps that queue's id, and names the
+    group that holds it; the commit of that queue goes back there."""
+    http = quick_retries.http
+    create_topic(http, "Again")  # 4-7 are g2's 0-3
+    receipt = send(http, "Again", "fails once", queue_id=6)
+    assert bodies(group_pull(http, "R", "Again", auto_commit="true")) == ["fails once"]
+    back = httpx.post(
+        f"{quick_retries.b.url}/v1/groups/R/retry",
+        json={"msg_id": receipt["msg_id"], "delay_level": 1},
+        timeout=10,
+    )
+    assert back.status_code == 200, back.text
+
+    found: list[dict[str, Any]] = []
+
+    def returned() -> bool:
+        answer = group_pull(http, "R", "Again")
+        found[:] = [answer]
+        return bool(answer["messages"])
+
+    wait_until(returned, timeout=30)
+    [answer] = found
+    [message] = answer["messages"]
+    assert (message["body"], message["queue_topic"]) == ("fails once", "%RETRY%R")
+    assert (message["queue_id"], message["broker_group"]) == (0, "g2")
+    [retry_queue] = [q for q in answer["queues"] if q["topic"] == "%RETRY%R"]
+    assert (retry_queue["queue_id"], retry_queue["broker_group"]) == (0, "g2")
+    commit = {k: retry_queue[k] for k in ("topic", "queue_id", "broker_group")}
+    committed = http.post(
+        "/v1/groups/R/offsets", json={"offsets": [{**commit, "offset": retry_queue["next_offset"]}]}
+    )
+    assert committed.status_code == 200, committed.text
+    assert bodies(group_pull(http, "R", "Again")) == []
 
 
 # ================================================================ a group pull whose answer is lost
