@@ -108,4 +108,3 @@ def split_handle(handle: str) -> tuple[str, str] | None:
     if not sep or not group or not inner:
         return None
     return group, inner
-
