@@ -37,7 +37,6 @@ from tests.app.proxy.support import (
     Cluster,
     FaultyHop,
     create_topic,
-    g2_through_a_hop,
     is_problem,
     member,
     probe_drained_groups_once,
@@ -283,14 +282,6 @@ def test_a_message_sent_back_comes_through_the_proxy_from_its_retry_queue(
 
 
 # ================================================================ a group pull whose answer is lost
-
-
-@pytest.fixture
-def hop(cluster: Cluster) -> Iterator[FaultyHop]:
-    """Topic Hopped (queues 0, 1 on g1; 2, 3 on g2), g2's master reached through a hop."""
-    create_topic(cluster.http, "Hopped", 4)
-    with g2_through_a_hop(cluster) as hop:
-        yield hop
 
 
 def test_a_group_pull_not_answered_goes_on_to_the_group_left_not_to_the_same_broker(

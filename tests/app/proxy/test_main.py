@@ -1,6 +1,7 @@
 """The proxy app (:mod:`app.proxy.main`) as ``spoolmq proxy`` serves it: its route table from
 etcd (and what it does while etcd is away), the HTTP shell every answer passes through
-(request ids, problem answers), and its hot operations served straight from their endpoints."""
+(request ids, problem answers), and the operations clients call in loops served straight from
+their endpoints."""
 
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ def test_every_answer_carries_the_request_id_the_broker_saw(cluster: Cluster) ->
     assert is_problem(pop, 422, "VALIDATION_FAILED")["request_id"] == "rc-1"
 
 
-# ================================================================ the hot operations
+# ================================================================ served from their endpoints
 
 
 def headers_of(answer: httpx.Response) -> list[tuple[str, str]]:
@@ -91,7 +92,7 @@ def comparable(answer: httpx.Response) -> bytes | list[Any]:
     return answer.content
 
 
-def test_the_hot_operations_answer_as_fastapis_own_dispatch_would(
+def test_operations_served_from_their_endpoints_answer_as_the_router_would_serve_them(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Sends, pulls, group pulls and receives are served straight from their endpoints; the

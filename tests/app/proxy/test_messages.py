@@ -6,7 +6,6 @@ mistakes answered 4xx, never 500."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -19,7 +18,6 @@ from tests.app.proxy.support import (
     Cluster,
     FaultyHop,
     create_topic,
-    g2_through_a_hop,
     is_problem,
     local_queue_counts,
     member,
@@ -293,14 +291,6 @@ def test_a_broker_down_is_503_for_its_queues_while_the_other_group_serves(
 
 
 # ================================================================ a pull whose answer is lost
-
-
-@pytest.fixture
-def hop(cluster: Cluster) -> Iterator[FaultyHop]:
-    """Topic Hopped (queues 0, 1 on g1; 2, 3 on g2), g2's master reached through a hop."""
-    create_topic(cluster.http, "Hopped", 4)
-    with g2_through_a_hop(cluster) as hop:
-        yield hop
 
 
 def pull(http: httpx.Client, query: str = "", **kwargs: Any) -> httpx.Response:

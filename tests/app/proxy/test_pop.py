@@ -5,7 +5,6 @@ invisibility go back to the group that issued each handle."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -15,7 +14,6 @@ from tests.app.proxy.support import (
     Cluster,
     FaultyHop,
     create_topic,
-    g2_through_a_hop,
     is_problem,
     probe_drained_groups_once,
     send,
@@ -163,14 +161,6 @@ def test_a_long_poll_receive_gets_what_arrives(cluster: Cluster, arrives_at: str
 
 
 # ================================================================ a receive whose answer is lost
-
-
-@pytest.fixture
-def hop(cluster: Cluster) -> Iterator[FaultyHop]:
-    """Topic Hopped (queues 0, 1 on g1; 2, 3 on g2), g2's master reached through a hop."""
-    create_topic(cluster.http, "Hopped", 4)
-    with g2_through_a_hop(cluster) as hop:
-        yield hop
 
 
 def test_a_receive_not_answered_asks_only_the_groups_left(cluster: Cluster, hop: FaultyHop) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -25,7 +24,6 @@ from tests.app.proxy.support import (
     FaultyHop,
     create_topic,
     g2_is,
-    g2_through_a_hop,
     is_problem,
     local_queue_counts,
     member,
@@ -172,14 +170,6 @@ def test_with_no_group_to_take_it_a_send_is_503_and_nothing_is_stored(cluster: C
 
 
 # ================================================================ answers lost or replaced
-
-
-@pytest.fixture
-def hop(cluster: Cluster) -> Iterator[FaultyHop]:
-    """Topic Hopped (queues 0, 1 on g1; 2, 3 on g2), g2's master reached through a hop."""
-    create_topic(cluster.http, "Hopped", 4)
-    with g2_through_a_hop(cluster) as hop:
-        yield hop
 
 
 def send_to_g2(http: httpx.Client, body: str, **headers: str) -> httpx.Response:
