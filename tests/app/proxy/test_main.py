@@ -388,7 +388,8 @@ def test_a_keep_alive_connection_busy_past_the_deadlines_is_not_cut_off(
 def test_an_idle_connection_is_closed_after_the_keep_alive_and_a_busy_one_is_not(
     cluster: Cluster,
 ) -> None:
-    proxy = start_proxy(cluster.etcd.url, server_limits=ServerLimits(keep_alive_timeout_s=0.1))
+    # A keep-alive long enough for the test's next write to come in time on a busy machine.
+    proxy = start_proxy(cluster.etcd.url, server_limits=ServerLimits(keep_alive_timeout_s=1.0))
     ask = b"GET /healthz HTTP/1.1\r\nHost: p\r\n\r\n"
     url = httpx.URL(proxy.url)
     assert url.port is not None
@@ -400,7 +401,7 @@ def test_an_idle_connection_is_closed_after_the_keep_alive_and_a_busy_one_is_not
                 answer = read_message(sock, buffer)
                 assert answer is not None and answer.startswith(b"HTTP/1.1 200 ")
             sock.sendall(ask[:10])  # a request under way: the connection is not idle
-            time.sleep(0.3)
+            time.sleep(2.0)
             sock.sendall(ask[10:])
             answer = read_message(sock, buffer)
             assert answer is not None and answer.startswith(b"HTTP/1.1 200 ")
