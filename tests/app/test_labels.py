@@ -353,6 +353,11 @@ def test_queue_ids_that_are_not_pairs_of_numbers_are_a_400(
         ("POST", f"/v1/groups/Bad/topics/{topic}/receive", {"json": {}}),
         ("GET", f"/v1/topics/{topic}/messages", {"params": {"key": "k"}}),
         ("PUT", f"/v1/groups/Bad/topics/{topic}/queues/0/offset", {"json": {"offset": 0}}),
+        (
+            "POST",
+            "/v1/groups/Bad/invisibility",
+            {"json": {"receipt_handle": "h", "invisible_ms": 1000}},
+        ),
     ]
     for method, path, kwargs in requests:
         answer = http.request(method, path, headers=headers, **kwargs)
