@@ -26,28 +26,24 @@ system  # app/schemas/topics.py: a response field
 # ---- uvicorn
 _.should_exit  # app/cli.py: tells uvicorn's server to stop
 _.capture_signals  # app/server.py: overrides uvicorn's Server.capture_signals
-_._unset_keepalive_if_required  # app/proxy/protocol.py: overrides uvicorn's HttpToolsProtocol's
-_.on_response_complete  # app/proxy/protocol.py: uvicorn's cycle calls it when answered
-_.total_requests  # app/proxy/protocol.py: uvicorn's server counts requests with it
 _.expect_100_continue  # app/server.py: uvicorn's protocol reads it when the headers end
 
-# ---- httptools calls a parser's callbacks (app/server/connection.py, app/proxy/upstream.py, bench)
+# ---- httptools calls a parser's callbacks (app/server/connection.py, app/proxy/upstream.py,
+# bench)
+_.on_message_begin
 _.on_url
 _.on_header
-_.on_message_begin
 _.on_headers_complete
 _.on_body
 _.on_message_complete
 
-# ---- asyncio calls a protocol's methods (app/server/connection.py, app/proxy/upstream.py, bench)
-_.pause_writing
-_.resume_writing
+# ---- asyncio calls a protocol's callbacks and flow control (app/server/connection.py,
+# app/proxy/upstream.py, bench/byte_relay.py, bench/http_relay.py)
 _.data_received
 _.eof_received
 _.connection_lost
-
-# ---- the proxy's forwarding reads it on the branch that reworks the proxy
-is_problem  # app/proxy/forward.py
+_.pause_writing
+_.resume_writing
 
 # ---- RocketMQ's file shapes: fields kept so the JSON files stay RocketMQ's
 consume_from_min_enable  # storage/config_managers.py: subscriptionGroup.json

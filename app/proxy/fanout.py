@@ -226,7 +226,9 @@ async def share_out(
     result = await _ask_shares(shares, key, given, ask_now)
     left = [name for name in order if given[name] == 0]
     if left and result.refused is None and not result.found():
-        result = await _ask_shares(shares, key, shares.shares(key, left, budget), ask_now)
+        more = await _ask_shares(shares, key, shares.shares(key, left, budget), ask_now)
+        # Every group that answered is kept: a long-poll that follows races them all.
+        result = Shared(result.answers + more.answers, more.refused, more.error or result.error)
     if result.refused is None and not result.answers and result.error is not None:
         raise result.error
     if result.found():  # what one group delivered (committed, or popped) is the answer

@@ -191,7 +191,7 @@ class Forwarder:
         origin, line, host = self.line(member.http_url, method, path)
         body = content or b""
         if json is not None:
-            body = orjson.dumps(json)
+            body = _encoded(json)
         if params:
             query = urlencode(params).encode()
         head = [line, b"?", query, host] if query else [line, host]
@@ -253,6 +253,17 @@ class Forwarder:
         raise ProxyError(
             "BROKER_UNAVAILABLE", "no replica is known", {"Retry-After": str(RETRY_AFTER_S)}
         )
+
+
+def _encoded(json: Any) -> bytes:
+    """A body the proxy made from a client's JSON: one nested deeper than orjson writes (it
+    reads more levels than it writes) is the client's mistake, as the broker would say."""
+    try:
+        return orjson.dumps(json)
+    except orjson.JSONEncodeError as exc:
+        raise ApiError(
+            "VALIDATION_FAILED", f"the request body cannot be passed on: {exc}"
+        ) from None
 
 
 def broker_answer(answer: UpstreamAnswer) -> BrokerAnswer:

@@ -11,6 +11,9 @@ own retries. What happens next depends on how far an attempt got:
   master), or a broker refused it before writing (``NO_MASTER``, ``BROKER_UNAVAILABLE``): a
   round-robin send tries another group; a placed one answers 503 with ``Retry-After``;
 * a slave answered 421: the route table is read again and the send tried once more;
+* the broker keeps no idempotency keys (``IDEMPOTENCY_UNAVAILABLE``, before anything may have
+  been written): a send the proxy keyed itself goes again without its key; a client's key
+  gets the refusal;
 * it may have been written (the connection broke or timed out after the write, or a 5xx that
   does not say nothing was written): never another group. The same queue of the same group is
   tried again with the same key — on its new master after a failover (the route table is read
@@ -222,7 +225,9 @@ async def _retry_after_refusal(
     """Whether a broker's non-2xx answer is to be retried (False: it is the answer)."""
     code = answer.problem_code()
     own_key = attempts.key and not attempts.target.client_key
-    if code == "IDEMPOTENCY_UNAVAILABLE" and own_key and attempts.pinned is None:
+    if code == "IDEMPOTENCY_UNAVAILABLE" and attempts.pinned is None:
+        if not own_key:  # nothing written, and the client's key cannot be kept: it is told
+            return False
         attempts.key = None  # the broker keeps no keys: nothing written, send without one
         return True
     # Once an attempt may have been written, a keyless repeat could store it twice: the

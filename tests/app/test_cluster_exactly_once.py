@@ -20,7 +20,7 @@ import httpx
 
 from app.proxy.context import ProxyLimits
 from tests.app.cluster_support import ClusterBroker
-from tests.app.test_proxy import ProxyServer, start_proxy
+from tests.app.proxy.support import ProxyServer, start_proxy
 from tests.conftest import wait_until
 from tests.etcd_support import EtcdServer, start_etcd
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tests.app.cluster_support import ClusterBroker
-from tests.app.test_proxy import ProxyServer, start_proxy
+from tests.app.proxy.support import ProxyServer, start_proxy
 from tests.conftest import wait_until
 from tests.etcd_support import EtcdServer, start_etcd
 

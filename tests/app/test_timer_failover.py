@@ -16,8 +16,8 @@ import httpx
 
 from services.timer.progress_file import load_progress
 from tests.app.cluster_support import ClusterBroker
+from tests.app.proxy.support import create_topic, start_proxy
 from tests.app.test_cluster_failover import is_master
-from tests.app.test_proxy import create_topic, start_proxy
 from tests.conftest import wait_until
 from tests.etcd_support import start_etcd
 from tests.timer_rounds import delivered

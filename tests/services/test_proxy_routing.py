@@ -14,14 +14,10 @@ from services.cluster.proxy_routing import (
     SplitBatchError,
     batch_queue_id,
     batch_sharding_key,
-    globalize,
     localize_send,
-    merge_group_pulls,
-    prefix_handle,
     queue_route,
     readers,
     split_commits,
-    split_handle,
     timer_group,
     topic_route,
 )
@@ -55,13 +51,8 @@ def test_queue_ids_map_to_groups_and_back() -> None:
     assert (q.group, q.local_queue_id) == ("g2", 1)
     with pytest.raises(QueueNotRoutedError):
         queue_route(ROUTE, 6)
-    items = [
-        {"topic": "T", "queue_id": 1},
-        {"topic": "%RETRY%G", "queue_id": 0},
-        {"topic": "T", "queue_id": 0, "queue_topic": "%RETRY%G"},
-    ]
-    globalize(ROUTE, "g2", items)
-    assert [i["queue_id"] for i in items] == [4, 0, 0]
+    assert ROUTE.global_id("g2", 1) == 4
+    assert ROUTE.global_id("g2", 3) is None
 
 
 def test_reads_go_to_the_master_first_then_slaves() -> None:
@@ -144,36 +135,6 @@ def test_commits_split_per_group_with_local_ids() -> None:
     }
     with pytest.raises(QueueNotRoutedError):
         split_commits([{"topic": "T", "queue_id": 9, "offset": 0}], {"T": ROUTE})
-
-
-def test_group_pulls_merge_with_cluster_wide_ids() -> None:
-    merged = merge_group_pulls(
-        ROUTE,
-        [
-            ("g1", {"messages": [{"topic": "T", "queue_id": 2}], "queues": []}),
-            (
-                "g2",
-                {
-                    "messages": [{"topic": "T", "queue_id": 0}],
-                    "queues": [{"topic": "T", "queue_id": 0, "next_offset": 1}],
-                },
-            ),
-        ],
-        "G",
-    )
-    assert [(m["queue_id"], m["broker_group"]) for m in merged["messages"]] == [
-        (2, "g1"),
-        (3, "g2"),
-    ]
-    assert merged["queues"] == [
-        {"topic": "T", "queue_id": 3, "next_offset": 1, "broker_group": "g2"}
-    ]
-
-
-def test_receipt_handles_carry_their_group() -> None:
-    assert split_handle(prefix_handle("g2", "abc.def")) == ("g2", "abc.def")
-    assert split_handle("no-group") is None
-    assert split_handle("~x") is None
 
 
 def test_a_timer_handle_goes_to_the_group_it_names() -> None:

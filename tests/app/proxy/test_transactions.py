@@ -1,5 +1,6 @@
-"""Transactions through the proxy: a half send lands in the group of its queue, and its end,
-its state and its check answers go back to that group (real etcd, two brokers, the proxy)."""
+"""Transactions through the proxy (:mod:`app.proxy.transactions`): a half send lands in the
+group of its queue, and its end, its state and its check answers go back to that group, in
+the cluster's terms (transaction ids that name their group, cluster-wide queue ids)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.app.test_proxy import Cluster, create_topic, two_groups
+from tests.app.proxy.support import BadBroker, Cluster, create_topic, g2_is, is_problem, two_groups
 
 Json = dict[str, Any]
 
@@ -85,3 +86,53 @@ def test_ends_and_checks_reach_the_group_holding_the_half(cluster: Cluster) -> N
     assert listed == []
     unknown = end(http, "g9~nothing", "commit")
     assert unknown.status_code == 404
+
+
+def test_a_half_send_naming_its_queue_wrongly_is_refused_not_placed_elsewhere(
+    cluster: Cluster,
+) -> None:
+    """As a send's: the broker would refuse these, so the proxy must not replace them."""
+    http = cluster.http
+    create_topic(http, "HalfMistakes", 4)
+    for named in ({"queue_id": "2"}, {"queue_id": True}, {"queue_id": -1}, {"sharding_key": 5}):
+        message = {"body": "x", **named}
+        answer = http.post(
+            "/v1/topics/HalfMistakes/transactions",
+            json={"producer_group": "P", "message": message},
+        )
+        assert answer.status_code == 422, (named, answer.status_code, answer.text)
+        assert answer.headers["content-type"].startswith("application/problem+json")
+    deep = b'{"producer_group":"P","message":{"body":"x"},"x":%s%s}' % (b"[" * 300, b"]" * 300)
+    too_deep = http.post(
+        "/v1/topics/HalfMistakes/transactions",
+        content=deep,
+        headers={"content-type": "application/json"},
+    )
+    is_problem(too_deep, 422, "VALIDATION_FAILED")
+    assert http.get("/v1/transactions").json()["transactions"] == []
+
+
+def test_a_half_send_that_may_have_been_written_is_an_unknown_outcome(cluster: Cluster) -> None:
+    """Not 503 with Retry-After: the proxy does not send it again (a second half is a second
+    transaction), and neither should its client — if it was stored, the broker's check-back
+    asks the producer group."""
+    create_topic(cluster.http, "HalfUnsure", 4)  # queues 2, 3 on g2
+    bad = BadBroker("hang_up")
+    with g2_is(cluster, bad) as proxy, httpx.Client(base_url=proxy.url, timeout=30) as http:
+        answer = http.post(
+            "/v1/topics/HalfUnsure/transactions",
+            json={"producer_group": "pg", "message": {"body": "x", "queue_id": 3}},
+        )
+    is_problem(answer, 504, "OUTCOME_UNKNOWN")
+    assert "retry-after" not in answer.headers
+    assert len(bad.keys) == 1  # tried once
+
+
+def test_a_transaction_id_the_proxy_did_not_answer_is_not_found(cluster: Cluster) -> None:
+    http = cluster.http
+    for transaction_id in ("plain", "g9~x", "~x"):
+        is_problem(http.get(f"/v1/transactions/{transaction_id}"), 404, "TRANSACTION_NOT_FOUND")
+        ended = http.post(
+            f"/v1/transactions/{transaction_id}/commit", json={"producer_group": "pg"}
+        )
+        is_problem(ended, 404, "TRANSACTION_NOT_FOUND")

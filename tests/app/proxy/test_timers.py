@@ -1,21 +1,13 @@
-"""Timer cancels through the proxy: each reaches the group holding the message, named by the
-receipt's handle (real etcd, two brokers, the proxy)."""
+"""Timer cancels through the proxy (:mod:`app.proxy.timers`): each reaches the group holding
+the message, named by the receipt's handle, and is answered with that ``broker_group``."""
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
-import pytest
 
-from tests.app.test_proxy import Cluster, create_topic, send, two_groups
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    yield from two_groups(tmp_path)
+from tests.app.proxy.support import Cluster, create_topic, send
 
 
 def handle_naming(broker: str, topic: str) -> str:
