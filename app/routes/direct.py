@@ -120,21 +120,20 @@ class EndpointArguments:
         if isinstance(marker, Depends):
             call = marker.dependency
             if call is None or len(inspect.signature(call).parameters) != 1:
-                raise TypeError(
-                    f"{self.endpoint.__name__}: {name} depends on more than the request"
-                )
+                raise self._refused(name, "depends on more than the request")
             self.dependencies.append((name, call))
         elif isinstance(marker, Query):
             model = get_args(hint)[0]
-            if self.query is not None or not (
-                inspect.isclass(model) and issubclass(model, BaseModel)
-            ):
-                raise TypeError(f"{self.endpoint.__name__}: {name} is not the one query model")
+            if self.query is not None or not _is_model(model):
+                raise self._refused(name, "is not the one query model")
             self.query, self.query_name = QueryModel(model), name
-        elif isinstance(marker, Path) or marker is None:
+        elif name in self.path_names and (marker is None or isinstance(marker, Path)):
             self.path.append((name, TypeAdapter(hint)))
         else:
-            raise TypeError(f"{self.endpoint.__name__}: {name} is not read by direct dispatch")
+            raise self._refused(name, "is not read by direct dispatch")
+
+    def _refused(self, name: str, why: str) -> TypeError:
+        return TypeError(f"{self.endpoint.__name__}: parameter {name} {why}")
 
     async def read(self, request: Request, app: FastAPI) -> dict[str, Any]:
         """The endpoint's keyword arguments; RequestValidationError (FastAPI's, with the same
