@@ -28,21 +28,21 @@ def requested(request: Request, topic: str) -> ClusterLabels | None:
 
 def on_send(out: dict[str, Any], labels: ClusterLabels) -> dict[str, Any]:
     """A send's receipts: cluster-wide queue ids, and the group that stored them."""
-    labels.relabel(out["messages"], tag=False)
+    labels.apply(out["messages"], tag=False)
     return {"broker_group": labels.group, **out}
 
 
 def on_pull(out: dict[str, Any], labels: ClusterLabels) -> None:
     """A pull of one queue: the queue's cluster-wide id, on it and on its messages."""
     out["queue_id"] = labels.queue_id(out["queue_id"])
-    labels.relabel(out["messages"], tag=False)
+    labels.apply(out["messages"], tag=False)
 
 
 def on_group_pull(out: dict[str, Any], labels: ClusterLabels) -> dict[str, str]:
     """A group pull: cluster-wide ids and the group on every message and queue position; the
     answer's headers say how many messages it holds (the proxy shares budgets by them)."""
-    labels.relabel(out["messages"], tag=True)
-    labels.relabel(out["queues"], tag=True)
+    labels.apply(out["messages"], tag=True)
+    labels.apply(out["queues"], tag=True)
     return counted(out)
 
 
@@ -50,7 +50,7 @@ def on_receive(out: dict[str, Any], labels: ClusterLabels) -> dict[str, str]:
     """A POP receive: cluster-wide ids, the group, and handles that name the group; the
     answer's headers say how many messages it holds."""
     messages = out["messages"]
-    labels.relabel(messages, tag=True)
+    labels.apply(messages, tag=True)
     for message in messages:
         message["receipt_handle"] = labels.handle(message["receipt_handle"])
     return counted(out)

@@ -4,7 +4,7 @@ It accepts connections and copies bytes both ways between each client and its ow
 to the upstream broker, without parsing anything: the same event loop (uvloop), the same
 asyncio protocols and ``TCP_NODELAY`` as ``spoolmq proxy``, and nothing else. A request through
 it pays what any hop pays on this machine — two more socket transfers each way and the wakeups
-of one more process — and none of the proxy's work (HTTP parsing, routing, keys, relabelling).
+of one more process — and none of the proxy's work (HTTP parsing, routing, keys, merging answers).
 ``proxy_bench.py`` measures it next to the proxy, so the latency a hop adds is shown against
 the floor of any hop.
 

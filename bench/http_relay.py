@@ -1,8 +1,8 @@
 """An HTTP relay in front of one broker: the least that a Python proxy which reads HTTP costs.
 
 ``byte_relay.py`` copies bytes and parses nothing; ``spoolmq proxy`` parses, routes, keys,
-relabels and handles every failure. This relay sits between them: it parses each request and
-each answer with httptools (the parser the proxy and uvicorn use), writes a new request head
+merges answers and handles every failure. This relay sits between them: it parses each request and
+each answer with httptools (the parser the proxy and spoolmq's server use), writes a new request head
 for the broker (the client's Content-Type and the body's length, and for a send a new
 Idempotency-Key, as the proxy gives every send) and a new answer head for the client, each in
 one write, from protocol callbacks alone: no task, no request or response object, no routing,

@@ -26,7 +26,7 @@ each, as the proxy sends them, so "after over the relay" is what the proxy's own
 They also run through ``bench/http_relay.py`` ("http", pinned there too): each request and
 answer parsed with httptools and given a new head (a send its key), from protocol callbacks
 alone, and nothing else done — the least a Python hop that reads HTTP costs, so "after over
-the http relay" is what the proxy does beyond reading HTTP: routing, keys, relabelling, and
+the http relay" is what the proxy does beyond reading HTTP: routing, keys, merging answers, and
 the layers they run in.
 
 Every run also gives the CPU time per request of the process that answered (the broker

@@ -104,8 +104,8 @@ class PassedResponse(Response):
     """A Starlette Response of a body already in bytes, its raw headers built directly — the
     same list, in the same order, that Starlette's ``init_headers`` builds (given headers, then
     Content-Length unless given or the status has no body, then Content-Type with a text
-    type's charset unless given), without its general machinery: on the proxy's hot path it
-    cost more than the answer's routing."""
+    type's charset unless given), without its general machinery, which cost a proxied request
+    more than its routing."""
 
     def __init__(
         self,
@@ -218,7 +218,7 @@ class Forwarder:
     def line(self, url: str, method: str, path: str) -> tuple[Origin, bytes, bytes]:
         """The broker's address, the request line up to its query (``POST /v1/...``) and
         the rest of it with the Host header: made once per broker, method and path (a
-        proxy's hot paths are few), not formatted per request."""
+        proxy's busiest paths are few), not formatted per request."""
         key = (url, method, path)
         known = self._lines.get(key)
         if known is None:

@@ -1,5 +1,5 @@
 """The proxy's ASGI app: one route registry (kept fresh by an etcd watch), keep-alive
-connections to the brokers, and the proxy's endpoints — the hot ones served straight from
+connections to the brokers, and the proxy's endpoints — the busiest served straight from
 their endpoints (:mod:`app.routes.direct`) — inside the HTTP shell every spoolmq server has
 (request ids, the body cap, problem answers for unexpected errors)."""
 

@@ -191,7 +191,7 @@ async def get_message(msg_id: str, request: Request) -> Response:
             out = answer.json()
             route = view.topics.get(str(out.get("topic")))
             if route is not None:  # its topic is known only now: labelled here
-                ClusterLabels.of(route, group).relabel([out], tag=False)
+                ClusterLabels.of(route, group).apply([out], tag=False)
             return answer.with_body(out)
         missing = missing or answer
     if missing is None:

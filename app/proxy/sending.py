@@ -135,7 +135,7 @@ class _Attempts:
             idempotency_key=self.target.client_key,
         )
 
-    async def settle(self) -> None:
+    async def wait_before_retry(self) -> None:
         """Before trying a maybe-written send again: a pause (growing), the route table read."""
         await asyncio.sleep(min(self.pause_s, max(self.remaining(), 0)))
         self.pause_s = min(self.pause_s * 2, 0.5)
@@ -186,7 +186,7 @@ async def _attempt(attempts: _Attempts, queue: QueueRoute) -> BrokerAnswer | Non
         )
     except BrokerNoAnswerError as exc:
         _maybe_written(attempts, queue, exc.detail)
-        await attempts.settle()
+        await attempts.wait_before_retry()
         return None
     except BrokerUnreachableError as exc:
         await _not_sent(attempts, queue, exc)
@@ -198,7 +198,7 @@ async def _not_sent(
 ) -> None:
     """Nothing reached a broker this time: another group, the same one again, or 503."""
     if attempts.pinned is not None:  # an earlier attempt may have been written: wait it out
-        await attempts.settle()
+        await attempts.wait_before_retry()
         return
     if attempts.target.placed:
         raise exc
@@ -234,7 +234,7 @@ async def _retry_after_refusal(
     # refusal is one more unknown outcome (a 5xx), tried again with the key until the time is up.
     if code in NOTHING_WRITTEN or answer.status == 421:
         if attempts.pinned is not None:
-            await attempts.settle()
+            await attempts.wait_before_retry()
             return True
         if answer.status == 421 and not attempts.refreshed:
             attempts.refreshed = True  # the route table may be behind a failover
@@ -249,7 +249,7 @@ async def _retry_after_refusal(
         return False
     if answer.status >= 500 and attempts.key:
         _maybe_written(attempts, queue, f"the broker answered {answer.status} {code or ''}")
-        await attempts.settle()
+        await attempts.wait_before_retry()
         return True
     if answer.status >= 500:  # no key to retry with safely
         _maybe_written(attempts, queue, f"the broker answered {answer.status} {code or ''}")

@@ -221,7 +221,7 @@ async def get_topic(topic: str, request: Request) -> Response:
         routed = [
             q for q in detail.get("queues", ()) if route.global_id(group, q["queue_id"]) is not None
         ]
-        ClusterLabels.of(route, group).relabel(routed, tag=True)
+        ClusterLabels.of(route, group).apply(routed, tag=True)
         queues += routed
     count = len(route.queues)
     queues.sort(key=lambda q: int(q["queue_id"]))

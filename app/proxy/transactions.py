@@ -70,7 +70,7 @@ async def send_half(topic: str, request: Request) -> Response:
         raise ProxyError(
             "OUTCOME_UNKNOWN", detail + "its check-back asks the producer group"
         ) from None
-    return _relabeled(answer, view, queue.group)
+    return _in_cluster_terms(answer, view, queue.group)
 
 
 @router.get("/v1/transactions/{transaction_id}")
@@ -105,7 +105,7 @@ async def list_transactions(request: Request) -> Response:
         if not answer.ok:
             return answer.response()
         for item in answer.json()["transactions"]:
-            found.append(_relabel(item, view, name))
+            found.append(_labelled(item, view, name))
     found.sort(key=lambda t: t["half"]["store_timestamp"])
     return OrjsonResponse({"transactions": found})
 
@@ -144,7 +144,7 @@ def _checks(
     view: ClusterView, answers: Iterable[tuple[str, BrokerAnswer | None]]
 ) -> list[dict[str, Any]]:
     return [
-        _relabel(check, view, name)
+        _labelled(check, view, name)
         for name, answer in answers
         if answer is not None and answer.ok
         for check in answer.json()["checks"]
@@ -188,16 +188,16 @@ async def _to_holder(request: Request, transaction_id: str, method: str, action:
         content=await request.body() if method == "POST" else None,
         request=request,
     )
-    return _relabeled(answer, view, name)
+    return _in_cluster_terms(answer, view, name)
 
 
-def _relabeled(answer: BrokerAnswer, view: ClusterView, group: str) -> Response:
+def _in_cluster_terms(answer: BrokerAnswer, view: ClusterView, group: str) -> Response:
     if not answer.ok or not answer.content:
         return answer.response()
-    return answer.with_body(_relabel(answer.json(), view, group))
+    return answer.with_body(_labelled(answer.json(), view, group))
 
 
-def _relabel(item: dict[str, Any], view: ClusterView, group: str) -> dict[str, Any]:
+def _labelled(item: dict[str, Any], view: ClusterView, group: str) -> dict[str, Any]:
     """A broker's transaction, end or check with the proxy's transaction id, cluster-wide
     queue ids and its ``broker_group``."""
     item["transaction_id"] = prefix_handle(group, item["transaction_id"])
@@ -206,5 +206,5 @@ def _relabel(item: dict[str, Any], view: ClusterView, group: str) -> dict[str, A
         if isinstance(holder, dict):
             route = view.topics.get(holder.get("topic", ""))
             if route is not None:
-                ClusterLabels.of(route, group).relabel([holder], tag=False)
+                ClusterLabels.of(route, group).apply([holder], tag=False)
     return item

@@ -1,5 +1,5 @@
 """Keep-alive HTTP/1.1 connections from the proxy to its brokers: asyncio protocols with
-httptools' response parser (the parser uvicorn uses for requests).
+httptools' response parser (the parser spoolmq's server uses for requests).
 
 Why not a general-purpose client: the proxy makes one kind of request to servers it knows —
 small heads, bodies already in memory, answers with a Content-Length — thousands of times a

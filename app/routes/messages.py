@@ -190,7 +190,7 @@ async def query_messages_by_key(
     messages = [message_out(m, query.body_encoding) for m in found]
     labels = requested(request, topic)
     if labels is not None:
-        labels.relabel(messages, tag=False)
+        labels.apply(messages, tag=False)
     return OrjsonResponse({"topic": topic, "messages": messages})
 
 

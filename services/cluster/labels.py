@@ -81,7 +81,7 @@ class ClusterLabels:
         """The cluster-wide id of the topic's local queue ``local``."""
         return self.queue_ids.get(local, local)
 
-    def relabel(self, items: Iterable[dict[str, Any]], *, tag: bool) -> None:
+    def apply(self, items: Iterable[dict[str, Any]], *, tag: bool) -> None:
         """Cluster-wide queue ids in ``items`` (messages, receipts or queue positions) that
         are of the topic (not of a retry topic); with ``tag``, ``broker_group`` on each."""
         topic, queue_ids, group = self.topic, self.queue_ids, self.group

@@ -164,8 +164,8 @@ def test_a_group_pull_answers_every_message_and_queue_in_the_clusters_terms(
     assert COUNT not in plain.headers
     assert labelled.headers[COUNT] == str(sent)
     expected = plain.json()
-    labels_of(topic).relabel(expected["messages"], tag=True)
-    labels_of(topic).relabel(expected["queues"], tag=True)
+    labels_of(topic).apply(expected["messages"], tag=True)
+    labels_of(topic).apply(expected["queues"], tag=True)
     assert in_one_order(labelled.json()) == in_one_order(expected)
     messages = labelled.json()["messages"]
     assert {(m["queue_id"], m["broker_group"]) for m in messages} == {
@@ -203,7 +203,7 @@ def test_a_key_lookup_answers_cluster_wide_ids(http: httpx.Client, topic: str) -
     plain = http.get(url, params={"key": "shared"}).json()
     labelled = http.get(url, params={"key": "shared"}, headers=AS_G2).json()
     assert len(labelled["messages"]) == len(NASTY)
-    labels_of(topic).relabel(plain["messages"], tag=False)
+    labels_of(topic).apply(plain["messages"], tag=False)
     assert labelled == plain
     assert all("broker_group" not in m for m in labelled["messages"])
 

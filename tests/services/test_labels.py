@@ -72,7 +72,7 @@ def test_queue_ids_of_the_topic_become_cluster_wide() -> None:
         {"topic": "T", "queue_id": "1"},  # not a number: as it is
         {"topic": "T"},
     ]
-    labels.relabel(items, tag=False)
+    labels.apply(items, tag=False)
     assert items == [
         {"topic": "T", "queue_id": 4, "body": '"queue_id":1'},
         {"queue_id": 5},
@@ -93,7 +93,7 @@ def test_a_retry_topics_items_keep_their_own_queue_ids() -> None:
         {"topic": "Other", "queue_id": 1},
         {"topic": "T", "queue_id": 0},
     ]
-    labels.relabel(items, tag=True)
+    labels.apply(items, tag=True)
     assert [(i["queue_id"], i["broker_group"]) for i in items] == [
         (0, "g2"),
         (0, "g2"),
@@ -104,10 +104,10 @@ def test_a_retry_topics_items_keep_their_own_queue_ids() -> None:
 
 def test_a_tag_names_the_group_on_every_item_and_without_it_none() -> None:
     untagged: list[dict[str, Any]] = [{"topic": "T", "queue_id": 0}]
-    ClusterLabels.of(ROUTE, "g1").relabel(untagged, tag=False)
+    ClusterLabels.of(ROUTE, "g1").apply(untagged, tag=False)
     assert untagged == [{"topic": "T", "queue_id": 0}]
     tagged: list[dict[str, Any]] = [{"topic": "T", "queue_id": 0}, {"broker_group": "old"}]
-    ClusterLabels.of(ROUTE, "g1").relabel(tagged, tag=True)
+    ClusterLabels.of(ROUTE, "g1").apply(tagged, tag=True)
     assert tagged == [{"topic": "T", "queue_id": 0, "broker_group": "g1"}, {"broker_group": "g1"}]
 
 
