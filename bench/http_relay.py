@@ -1,13 +1,13 @@
 """An HTTP relay in front of one broker: the least that a Python proxy which reads HTTP costs.
 
 ``byte_relay.py`` copies bytes and parses nothing; ``spoolmq proxy`` parses, routes, keys,
-merges answers and handles every failure. This relay sits between them: it parses each request and
-each answer with httptools (the parser the proxy and spoolmq's server use), writes a new request head
-for the broker (the client's Content-Type and the body's length, and for a send a new
-Idempotency-Key, as the proxy gives every send) and a new answer head for the client, each in
-one write, from protocol callbacks alone: no task, no request or response object, no routing,
-no retry. What it adds over the byte relay is the floor of HTTP parsing in Python; what the proxy
-adds over it is everything else the proxy does.
+merges answers and handles every failure. This relay sits between them: it parses each
+request and each answer with httptools (the parser of the proxy and of spoolmq's server),
+writes a new request head for the broker (the client's Content-Type and the body's length,
+and for a send a new Idempotency-Key, as the proxy gives every send) and a new answer head
+for the client, each in one write, from protocol callbacks alone: no task, no request or
+response object, no routing, no retry. What it adds over the byte relay is the floor of HTTP
+parsing in Python; what the proxy adds over it is everything else the proxy does.
 
 Not a proxy: no error handling beyond closing both connections, no pipelining, no flow
 control, bodies with a Content-Length only.
