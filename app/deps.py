@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 from fastapi import Depends, Request
+from starlette.requests import ClientDisconnect
 
 from app.settings import Settings
 from services import Broker
@@ -43,6 +44,30 @@ async def cluster_member(request: Request) -> ClusterMember | None:
 
 
 ClusterDep = Annotated[ClusterMember | None, Depends(cluster_member)]
+
+
+def header(request: Request, name: bytes) -> str:
+    """The first value of header ``name`` (lower case) as text, "" when there is none: one
+    pass over the raw headers, no header object made."""
+    for key, value in request.scope["headers"]:
+        if key == name:
+            return bytes(value).decode("latin-1")
+    return ""
+
+
+async def read_body(request: Request) -> bytes:
+    """The request's body, read once straight from its ASGI ``receive`` (``request.body()``
+    goes through an async generator, a noticeable part of a small send): for a route that
+    reads its body exactly once. ClientDisconnect when the client went away first."""
+    chunks: list[bytes] = []
+    receive = request.receive
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise ClientDisconnect()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def disconnect_watch(request: Request) -> Callable[[], Awaitable[None]]:

@@ -56,6 +56,16 @@ from storage.timer.transform import fire_time
 
 _BODY: Final = attrgetter("body")
 _QUEUE_ID: Final = attrgetter("queue_id")
+
+
+def _delayed_or_timed(message: OutgoingMessage) -> bool:
+    return bool(
+        message.delay_level
+        or message.deliver_at is not None
+        or message.deliver_after_ms is not None
+    )
+
+
 _SHARDING_KEY: Final = attrgetter("sharding_key")
 
 
@@ -155,7 +165,9 @@ class SendService:
             assert isinstance(written.results, Appended)
             appended = written.results
         self._metrics.sent(topic, len(bodies), sum(map(len, bodies)))
-        if alone and appended.topic == topic:  # stored where sent: the put's columns
+        if appended.topic == topic:  # stored where sent (no delay, no timer): as columns
+            if not alone:  # a message may bring its own UNIQ_KEY
+                uniq_keys = [m.properties[PROPERTY_UNIQ_KEY] for m in stored]
             return Sent(topic, appended=appended, uniq_keys=uniq_keys)
         return Sent(
             topic,
@@ -172,6 +184,8 @@ class SendService:
         checked; a batch is delayed by none and timed as a whole."""
         for message in messages:
             check_message(message)
+        if not any(map(_delayed_or_timed, messages)):  # the usual send: neither
+            return [0] * len(messages), [None] * len(messages)
         levels = [self.delay_level_of(m) for m in messages]
         if len(messages) > 1 and any(levels):
             raise BatchRejectedError("a batch cannot be delayed: send delayed messages one by one")

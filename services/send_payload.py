@@ -66,8 +66,19 @@ class Fingerprint:
 
 def plain(messages: Sequence[OutgoingMessage]) -> bool:
     """Whether no message has tags, keys, properties, a delay or a delivery time: each is its
-    body alone (one C call per message to tell)."""
-    return list(map(_EXTRAS, messages)).count(_NO_EXTRAS) == len(messages)
+    body alone (told column by column: C calls only)."""
+    if not messages:
+        return True
+    _, tags, keys, properties, _, _, levels, after, at = zip(*messages, strict=True)
+    count = len(messages)
+    return (
+        tags.count(None) == count
+        and keys.count(()) == count
+        and properties.count(NO_PROPERTIES) == count
+        and levels.count(0) == count
+        and after.count(None) == count
+        and at.count(None) == count
+    )
 
 
 def fingerprint(

@@ -61,14 +61,14 @@ class Sent(Sequence[SendReceipt]):
             return iter(self.listed)
         appended, uniq_keys = self.appended, self.uniq_keys
         assert appended is not None and uniq_keys is not None
-        topic, status = self.topic, appended.status.value
+        topic, queue_id, stored_at = self.topic, appended.queue_id, appended.store_timestamp
+        status, first = appended.status.value, appended.first_queue_offset
         receipts = [
-            SendReceipt(
-                r.msg_id, key, topic, r.queue_id, r.queue_offset, r.physical_offset,
-                r.store_timestamp, status,
+            SendReceipt(msg_id, key, topic, queue_id, first + number, offset, stored_at, status)
+            for number, (msg_id, key, offset) in enumerate(
+                zip(appended.msg_ids(), uniq_keys, appended.offsets, strict=True)
             )
-            for r, key in zip(appended.results(), uniq_keys, strict=True)
-        ]  # fmt: skip
+        ]
         return iter(receipts)
 
     @overload

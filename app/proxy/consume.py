@@ -21,9 +21,9 @@ from app.proxy.context import (
     query_items,
 )
 from app.proxy.fanout import GroupAnswer, first_non_empty, share_out
-from app.proxy.forward import BrokerAnswer, PassedResponse, broker_path, long_poll_timeout
+from app.proxy.forward import BrokerAnswer, broker_path, long_poll_timeout
 from app.proxy.merge import merged_pull
-from app.responses import OrjsonResponse
+from app.responses import BytesResponse, OrjsonResponse
 from app.schemas.messages import GroupPullQuery
 from services.cluster import (
     ClusterLabels,
@@ -108,7 +108,7 @@ async def pull_group(group: str, topic: str, request: Request) -> Response:
             if auto_commit:
                 await _commit_delivered(request, group, route, polled)
             answers = [polled]
-    return PassedResponse(merged_pull(group, topic, answers), media_type="application/json")
+    return BytesResponse(merged_pull(group, topic, answers), media_type="application/json")
 
 
 def share_query(

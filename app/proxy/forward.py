@@ -14,7 +14,7 @@ proxy made), so the broker's answer, its problem bodies and its logs name the sa
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import quote, urlencode, urlsplit
@@ -26,6 +26,7 @@ from starlette.responses import Response
 from app.errors import PROBLEM_MEDIA_TYPE, ApiError
 from app.labels import MESSAGE_COUNT_HEADER as MESSAGE_COUNT
 from app.proxy.upstream import Body, NotSentError, Origin, Upstream, UpstreamAnswer
+from app.responses import BytesResponse
 from services.cluster import BrokerMember, ClusterLabels
 
 RETRY_AFTER_S = 1
@@ -93,63 +94,11 @@ class BrokerAnswer:
     def response(self, content: bytes | None = None) -> Response:
         """Pass the answer on, unchanged or with ``content`` (rewritten) as its body."""
         body = self.content if content is None else content
-        return PassedResponse(body, self.status, self.headers, self.content_type)
+        return BytesResponse(body, self.status, self.headers, self.content_type)
 
     def with_body(self, body: Any) -> Response:
         """Pass the answer on with a rewritten JSON body."""
-        return PassedResponse(orjson.dumps(body), self.status, self.headers, self.content_type)
-
-
-class PassedResponse(Response):
-    """A Starlette Response of a body already in bytes, its raw headers built directly — the
-    same list, in the same order, that Starlette's ``init_headers`` builds (given headers, then
-    Content-Length unless given or the status has no body, then Content-Type with a text
-    type's charset unless given), without its general machinery, which cost a proxied request
-    more than its routing."""
-
-    def __init__(
-        self,
-        content: bytes,
-        status_code: int = 200,
-        headers: Mapping[str, str] | None = None,
-        media_type: str | None = None,
-    ) -> None:
-        self.status_code = status_code
-        if media_type is not None:
-            self.media_type = media_type
-        self.background = None
-        self.body = content
-        raw: list[tuple[bytes, bytes]] = []
-        length = kind = True
-        if headers:
-            for name, value in headers.items():
-                key = name.lower().encode("latin-1")
-                raw.append((key, value.encode("latin-1")))
-                if key == b"content-length":
-                    length = False
-                elif key == b"content-type":
-                    kind = False
-        if length and status_code >= 200 and status_code != 204 and status_code != 304:
-            raw.append((b"content-length", b"%d" % len(content)))
-        if kind and self.media_type is not None:
-            raw.append((b"content-type", _content_type(self.media_type)))
-        self.raw_headers = raw
-
-
-_CONTENT_TYPES: dict[str, bytes] = {}
-
-
-def _content_type(media_type: str) -> bytes:
-    """A Content-Type header's value as Starlette writes it (a text type gets a charset)."""
-    value = _CONTENT_TYPES.get(media_type)
-    if value is None:
-        text = media_type
-        if text.startswith("text/") and "charset=" not in text.lower():
-            text += "; charset=" + Response.charset
-        value = text.encode("latin-1")
-        if len(_CONTENT_TYPES) < 256:  # brokers name a handful; anything else is not kept
-            _CONTENT_TYPES[media_type] = value
-    return value
+        return BytesResponse(orjson.dumps(body), self.status, self.headers, self.content_type)
 
 
 def is_problem(answer: BrokerAnswer) -> bool:

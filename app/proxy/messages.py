@@ -10,6 +10,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from app.deps import read_body
 from app.errors import ApiError, is_json_media_type
 from app.proxy.bodies import JsonSend
 from app.proxy.context import (
@@ -44,7 +45,7 @@ router = APIRouter()
 async def send(topic: str, request: Request) -> Response:
     """Pick the cluster-wide queue, send to its group's master with the local id, at most
     once (:mod:`app.proxy.sending`)."""
-    raw = await request.body()
+    raw = await read_body(request)
     content_type, keyed = send_headers(request.scope["headers"])
     client_key = idempotency_key(request) if keyed else None
     if is_json_media_type(content_type):  # the broker's own rule

@@ -9,19 +9,19 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from app.deps import read_body
 from app.errors import ApiError
 from app.proxy.bodies import json_body
 from app.proxy.context import budget_shares, cluster_view, forwarder
 from app.proxy.fanout import first_non_empty, share_out
 from app.proxy.forward import (
     BrokerAnswer,
-    PassedResponse,
     ProxyError,
     broker_path,
     long_poll_timeout,
 )
 from app.proxy.merge import merged_receive
-from app.responses import OrjsonResponse
+from app.responses import BytesResponse, OrjsonResponse
 from app.schemas.pop import ReceiveIn
 from services.cluster import ClusterLabels, master_of, split_handle, topic_route
 
@@ -37,7 +37,7 @@ RECEIVE_DEFAULT: int = ReceiveIn.model_fields["max_messages"].default
 async def receive(group: str, topic: str, request: Request) -> Response:
     """Receive from every group hosting the topic at once, each for its share of
     ``max_messages`` (:mod:`app.proxy.fanout`); long-poll all at once when none has anything."""
-    body = json_body(await request.body())
+    body = json_body(await read_body(request))
     view = cluster_view(request)
     route = topic_route(view, topic)
     wait_ms = body.get("wait_ms", 0)
@@ -65,7 +65,7 @@ async def receive(group: str, topic: str, request: Request) -> Response:
     if not found.found() and isinstance(wait_ms, int) and wait_ms > 0:
         polled = await first_non_empty(route.groups(), lambda name: ask(name, budget, wait_ms))
         answers = [polled] if polled is not None else []
-    return PassedResponse(merged_receive(group, topic, answers), media_type="application/json")
+    return BytesResponse(merged_receive(group, topic, answers), media_type="application/json")
 
 
 @functools.lru_cache(maxsize=4096)

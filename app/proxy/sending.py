@@ -47,11 +47,11 @@ from app.proxy.forward import (
     BrokerAnswer,
     BrokerNoAnswerError,
     BrokerUnreachableError,
-    PassedResponse,
     ProxyError,
     broker_path,
 )
 from app.proxy.upstream import Body
+from app.responses import BytesResponse
 from services.cluster import (
     ClusterLabels,
     EtcdUnavailableError,
@@ -264,7 +264,7 @@ def receipts(answer: BrokerAnswer, client_key: str | None) -> Response:
     headers = answer.headers
     if not client_key and "idempotent-replayed" in headers:
         headers = {k: v for k, v in headers.items() if k != "idempotent-replayed"}
-    return PassedResponse(answer.content, answer.status, headers, answer.content_type)
+    return BytesResponse(answer.content, answer.status, headers, answer.content_type)
 
 
 def _outcome_unknown(attempts: _Attempts) -> Response:

@@ -107,7 +107,7 @@ class EndpointArguments:
         self.path: list[tuple[str, TypeAdapter[Any]]] = []
         self.query: QueryModel | None = None
         self.query_name = ""
-        self.dependencies: list[tuple[str, Callable[[Request], Any]]] = []
+        self.dependencies: list[tuple[str, Callable[[Request], Any], bool]] = []
         hints = typing.get_type_hints(endpoint, include_extras=True)
         for name in inspect.signature(endpoint).parameters:
             self._declare(name, hints[name])
@@ -121,7 +121,7 @@ class EndpointArguments:
             call = marker.dependency
             if call is None or len(inspect.signature(call).parameters) != 1:
                 raise self._refused(name, "depends on more than the request")
-            self.dependencies.append((name, call))
+            self.dependencies.append((name, call, inspect.iscoroutinefunction(call)))
         elif isinstance(marker, Query):
             model = get_args(hint)[0]
             if self.query is not None or not _is_model(model):
@@ -156,9 +156,11 @@ class EndpointArguments:
         if self.request_name is not None:
             values[self.request_name] = request
         overrides: dict[Any, Callable[[Request], Any]] = app.dependency_overrides
-        for name, call in self.dependencies:
-            value = overrides.get(call, call)(request)
-            values[name] = await value if inspect.isawaitable(value) else value
+        for name, call, awaited in self.dependencies:
+            if overrides:
+                call = overrides.get(call, call)
+                awaited = inspect.iscoroutinefunction(call)
+            values[name] = await call(request) if awaited else call(request)
         return values
 
 
@@ -169,6 +171,7 @@ class QueryModel:
 
     def __init__(self, model: type[BaseModel]) -> None:
         self.model = model
+        self.empty: BaseModel | None = None
         self.lists = frozenset(
             field.alias or name
             for name, field in model.model_fields.items()
@@ -176,6 +179,10 @@ class QueryModel:
         )
 
     def read(self, query_string: bytes) -> BaseModel:
+        if not query_string:  # the usual send: one read-only instance of the defaults
+            if self.empty is None:
+                self.empty = self.model.model_validate({})
+            return self.empty
         data: dict[str, Any] = {}
         lists = self.lists
         for name, value in query_pairs(query_string):

@@ -8,10 +8,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
-from app.deps import BrokerDep, SettingsDep, born_host, disconnect_watch
+from app.deps import BrokerDep, SettingsDep, born_host, disconnect_watch, header, read_body
 from app.errors import ApiError, is_json_media_type
 from app.labels import on_pull, on_send, requested
-from app.responses import OrjsonResponse, problems
+from app.responses import BytesResponse, OrjsonResponse, problems
 from app.routes.idempotency import (
     IDEMPOTENCY_KEY_PARAMETER,
     REPLAYED_HEADERS,
@@ -86,10 +86,10 @@ async def send_messages(
 ) -> Response:
     key = idempotency_key(request)
     labels = requested(request, topic)
-    body = await request.body()
-    content_type = request.headers.get("content-type", "")
+    body = await read_body(request)
+    content_type = header(request, b"content-type")
     if is_json_media_type(content_type):
-        if query.given():
+        if query.model_fields_set:
             raise ApiError(
                 "PARAMETER_NOT_ALLOWED",
                 "tags, keys, property, queue_id and sharding_key query parameters describe a "
@@ -112,10 +112,10 @@ async def send_messages(
 def send_answer(sent: Sent, labels: ClusterLabels | None) -> Response:
     """201 and the receipts (labelled for the cluster where a proxy asks); a replay of a
     keyed send says so in a header."""
-    if labels is None and sent.listed is None:
-        content = sent_json(sent)  # the usual send: from the put's columns
+    if labels is None and sent.listed is None and len(sent) > 1:
+        content = sent_json(sent)  # the usual batch: from the put's columns
         if content is not None:
-            return Response(content, status_code=201, media_type=OrjsonResponse.media_type)
+            return BytesResponse(content, 201, media_type=OrjsonResponse.media_type)
     out = send_response_out(sent)
     if labels is not None:
         out = on_send(out, labels)

@@ -252,21 +252,6 @@ class RawSendQuery(BaseModel):
         default=None, description="Raw body only: a timer message, delivered at this time."
     )
 
-    def given(self) -> bool:
-        return any(
-            v is not None
-            for v in (
-                self.tags,
-                self.keys,
-                self.properties,
-                self.queue_id,
-                self.sharding_key,
-                self.delay_level,
-                self.deliver_after_ms,
-                self.deliver_at,
-            )
-        )
-
 
 # ==================================================================== reading a send's body
 

@@ -19,13 +19,13 @@ from app.proxy.forward import (
     BrokerNoAnswerError,
     BrokerUnreachableError,
     Forwarder,
-    PassedResponse,
     ProxyError,
     broker_answer,
     broker_path,
     long_poll_timeout,
 )
 from app.proxy.upstream import NotSentError, OutcomeUnknownError, UpstreamAnswer
+from app.responses import BytesResponse
 from services.cluster import BrokerMember, ClusterLabels
 
 STATUSES = (100, 199, 200, 201, 204, 206, 301, 304, 400, 404, 409, 421, 500, 503, 504)
@@ -71,14 +71,14 @@ def test_the_headers_are_starlettes(
     for body in BODIES:
         given = None if headers is None else dict(headers)
         same(
-            PassedResponse(body, status, given, media_type),
+            BytesResponse(body, status, given, media_type),
             Response(body, status, headers, media_type),
         )
 
 
 def test_a_default_answer_is_starlettes() -> None:
-    same(PassedResponse(b"x"), Response(b"x"))
-    same(PassedResponse(b"x", media_type="text/plain"), Response(b"x", media_type="text/plain"))
+    same(BytesResponse(b"x"), Response(b"x"))
+    same(BytesResponse(b"x", media_type="text/plain"), Response(b"x", media_type="text/plain"))
 
 
 @pytest.mark.parametrize("status", STATUSES)
@@ -106,7 +106,7 @@ async def test_it_is_sent_as_starlettes_is() -> None:
         return messages
 
     headers = {"Retry-After": "1"}
-    assert await sent(PassedResponse(b"{}", 503, headers, "application/problem+json")) == (
+    assert await sent(BytesResponse(b"{}", 503, headers, "application/problem+json")) == (
         await sent(Response(b"{}", 503, headers, media_type="application/problem+json"))
     )
 
