@@ -25,7 +25,7 @@ from pydantic.fields import FieldInfo
 
 from app.main import build_server, create_app
 from app.proxy.context import ProxyLimits
-from app.proxy.main import create_proxy_app
+from app.proxy.main import create_proxy_app, proxy_server
 from app.security import (
     AuthFileError,
     UnsafeBindError,
@@ -35,7 +35,7 @@ from app.security import (
     new_token,
 )
 from app.security.principals import ConsumeGrant
-from app.server import ListenError, Server, ServerLimits, listen_socket
+from app.server import ListenError, listen_socket
 from app.settings import SETTING_SECTIONS, Settings
 from services import Broker, OutgoingMessage, PullOptions
 from services.errors import MasterRoleLostError, ServiceError, StorageError
@@ -244,7 +244,7 @@ def _proxy(args: argparse.Namespace) -> int:
         return 2
     app = create_proxy_app(args.cluster, args.etcd, limits)
     with sock:
-        Server(app, ServerLimits()).run(sockets=[sock])
+        proxy_server(app).run(sockets=[sock])
     return 0
 
 

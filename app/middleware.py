@@ -1,4 +1,8 @@
-"""The pure-ASGI shell around every request: request ids, the body-size cap, path decoding, 500s.
+"""The HTTP shell around every request: request ids, the body-size cap, path decoding, 500s.
+
+:class:`HttpShellMiddleware` applies these rules to every request an app gets through ASGI;
+the wire face of the proxy (:mod:`app.routes.wire`) applies them, with the functions below, to
+the requests it takes.
 
 * ``X-Request-Id``: the client's (when it is a sane token) or a new one, on every response —
   problem responses included — and in ``scope["state"]["request_id"]``.
@@ -56,9 +60,9 @@ class HttpShellMiddleware:
         request_id = request_id_of(scope)
         scope.setdefault("state", {})["request_id"] = request_id
         id_header = (b"x-request-id", request_id.encode())
-        _keep_encoded_slashes(scope)
+        keep_encoded_slashes(scope)
         limit = self.max_request_bytes
-        declared = _content_length(scope)
+        declared = declared_length(scope)
         if declared is not None and declared > limit:
             await _send_too_large(scope, send, id_header, limit, declared)
             return
@@ -77,10 +81,7 @@ class HttpShellMiddleware:
             log.exception(
                 "unhandled error in %s %s (request %s)", scope["method"], scope["path"], request_id
             )
-            body = problem_body(
-                500, "INTERNAL_ERROR", "the server failed; see its log", scope["path"], request_id
-            )
-            await _send_problem(send, 500, body, id_header)
+            await _send_problem(send, 500, internal_error_problem(scope, request_id), id_header)
 
 
 class _Exchange:
@@ -133,7 +134,7 @@ class _Exchange:
                 self.started = True
                 request_id = self.id_header[1].decode()
                 if self.too_large:
-                    status, body = 413, _too_large_body(self.limit, None, self.path, request_id)
+                    status, body = 413, too_large_problem(self.limit, None, self.path, request_id)
                 else:
                     status, body = 408, stalled_body_problem(self.path, request_id)
                 await _send_problem(self._send, status, body, self.id_header, close=True)
@@ -146,8 +147,7 @@ class _Exchange:
 
 
 def request_id_of(scope: Scope) -> str:
-    """The client's ``X-Request-Id`` when it is a valid one, else a new id: the one rule the
-    HTTP shell and the proxy's own protocol share."""
+    """The client's ``X-Request-Id`` when it is a valid one, else a new id."""
     for name, value in scope["headers"]:
         if name == b"x-request-id":
             if _REQUEST_ID.match(value):
@@ -157,7 +157,15 @@ def request_id_of(scope: Scope) -> str:
     return f"{_ID_PREFIX}{next(_ID_COUNTER) & 0xFFFFFFFFFFFFFFFF:016x}"
 
 
-def _content_length(scope: Scope) -> int | None:
+def internal_error_problem(scope: Scope, request_id: str) -> bytes:
+    """The 500 problem for an unexpected error (logged where it was caught)."""
+    return problem_body(
+        500, "INTERNAL_ERROR", "the server failed; see its log", scope["path"], request_id
+    )
+
+
+def declared_length(scope: Scope) -> int | None:
+    """The request's Content-Length, None when it has none (or not a number)."""
     for name, value in scope["headers"]:
         if name == b"content-length":
             try:
@@ -167,7 +175,8 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-def _keep_encoded_slashes(scope: Scope) -> None:
+def keep_encoded_slashes(scope: Scope) -> None:
+    """A path segment that decodes to something holding ``/`` keeps it as U+2215."""
     raw = scope.get("raw_path")
     if not raw or b"%2" not in raw.upper():
         return
@@ -178,7 +187,8 @@ def _keep_encoded_slashes(scope: Scope) -> None:
     scope["path"] = "/".join(segments)
 
 
-def _too_large_body(limit: int, declared: int | None, path: str, request_id: str) -> bytes:
+def too_large_problem(limit: int, declared: int | None, path: str, request_id: str) -> bytes:
+    """The 413 problem for a body over ``limit`` (``declared``: its Content-Length)."""
     size = f"{declared} bytes" if declared is not None else "more than that"
     return problem_body(
         413,
@@ -192,7 +202,7 @@ def _too_large_body(limit: int, declared: int | None, path: str, request_id: str
 async def _send_too_large(
     scope: Scope, send: Send, id_header: tuple[bytes, bytes], limit: int, declared: int | None
 ) -> None:
-    body = _too_large_body(limit, declared, scope["path"], id_header[1].decode())
+    body = too_large_problem(limit, declared, scope["path"], id_header[1].decode())
     await _send_problem(send, 413, body, id_header, close=True)
 
 
@@ -208,9 +218,11 @@ async def _send_timeout(scope: Scope, send: Send, id_header: tuple[bytes, bytes]
     await _send_problem(send, 408, body, id_header, close=True)
 
 
-async def _send_problem(
-    send: Send, status: int, body: bytes, id_header: tuple[bytes, bytes], close: bool = False
-) -> None:
+def problem_headers(
+    body: bytes, id_header: tuple[bytes, bytes], close: bool = False
+) -> list[tuple[bytes, bytes]]:
+    """The headers of a problem answer the shell makes itself (``close``: the connection
+    closes after it)."""
     headers = [
         (b"content-type", PROBLEM_MEDIA_TYPE.encode()),
         (b"content-length", str(len(body)).encode()),
@@ -218,5 +230,12 @@ async def _send_problem(
     ]
     if close:
         headers.append((b"connection", b"close"))
+    return headers
+
+
+async def _send_problem(
+    send: Send, status: int, body: bytes, id_header: tuple[bytes, bytes], close: bool = False
+) -> None:
+    headers = problem_headers(body, id_header, close)
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -1,7 +1,8 @@
 """The proxy's ASGI app: one route registry (kept fresh by an etcd watch), keep-alive
-connections to the brokers, and the proxy's endpoints — the busiest served straight from
-their endpoints (:mod:`app.routes.direct`) — inside the HTTP shell every spoolmq server has
-(request ids, the body cap, problem answers for unexpected errors)."""
+connections to the brokers, and the proxy's endpoints inside the HTTP shell every spoolmq
+server has (request ids, the body cap, problem answers for unexpected errors) — and the server
+that serves it (:func:`proxy_server`), the busiest operations through its wire face
+(:mod:`app.routes.wire`): the same endpoints, below ASGI."""
 
 from __future__ import annotations
 
@@ -19,14 +20,16 @@ from app.proxy.context import Proxy, ProxyLimits
 from app.proxy.fanout import BudgetShares
 from app.proxy.forward import Forwarder
 from app.proxy.upstream import Upstream
-from app.routes.direct import DirectDispatch
+from app.routes.direct import DirectOperations
 from app.routes.table import RouteTable, add_routes
+from app.routes.wire import EndpointFace
+from app.server import Server, ServerLimits
 from services.cluster import EtcdClient, EtcdError, EtcdUnavailableError, RouteRegistry, SendPicker
 
 DIRECT_OPERATIONS: Final = frozenset(
     {"sendMessages", "pullMessages", "pullGroupMessages", "receiveMessages"}
 )
-"""The operations clients call in loops, served straight from their endpoints."""
+"""The operations clients call in loops, served by the server's wire face."""
 
 
 def create_proxy_app(
@@ -64,12 +67,19 @@ def create_proxy_app(
     install_error_handlers(app)
     app.add_exception_handler(EtcdError, _etcd_error)
     app.add_exception_handler(EtcdUnavailableError, _etcd_error)
-    routes = RouteTable(app.router.routes)
     for module in (messages, consume, pop, topics, transactions, timers):
         add_routes(app, module.router)
-    app.add_middleware(DirectDispatch, fastapi=app, table=routes, operations=DIRECT_OPERATIONS)
     app.add_middleware(HttpShellMiddleware, max_request_bytes=limits.max_request_bytes)
+    app.state.limits = limits
     return app
+
+
+def proxy_server(app: FastAPI, limits: ServerLimits | None = None) -> Server:
+    """The server ``spoolmq proxy`` runs ``app`` (from :func:`create_proxy_app`) on: its
+    :data:`DIRECT_OPERATIONS` served by the wire face, every other request by the app."""
+    proxy_limits: ProxyLimits = app.state.limits
+    direct = DirectOperations(app, RouteTable(app.router.routes), DIRECT_OPERATIONS)
+    return Server(app, limits, face=EndpointFace(direct, proxy_limits.max_request_bytes))
 
 
 async def _etcd_error(request: Request, exc: Exception) -> Response:

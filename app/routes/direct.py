@@ -2,11 +2,14 @@
 
 FastAPI's dispatch of a request (its middleware, the router's walk, the dependency solver and
 the reading of a query model) costs as much as a whole send; for the few operations clients
-call in loops that doubles their cost (``bench/asgi_bench.py``). :class:`DirectDispatch`, the
-innermost layer of an app's middleware, serves those operations itself: the route found by
-the app's route table (:mod:`app.routes.table`), the endpoint's arguments read from the
-request by the declarations of its signature (:class:`EndpointArguments`), the endpoint
-awaited, an exception answered by the app's handler for it. Every other route is FastAPI's.
+call in loops that doubles their cost (``bench/asgi_bench.py``). :class:`DirectOperations`
+serves those operations itself: the route found by the app's route table
+(:mod:`app.routes.table`), the endpoint's arguments read from the request by the
+declarations of its signature (:class:`EndpointArguments`), the endpoint awaited, an exception
+answered by the app's handler for it. It does so inside the app's ASGI stack, as its
+innermost middleware (:class:`DirectDispatch`: the broker, whose security sits outside it),
+or below ASGI as the server's wire face (:class:`~app.routes.wire.EndpointFace`: the proxy).
+Every other route is FastAPI's.
 
 Which operations are served here is fixed when the app is built (their operationIds), not
 chosen per request: an operation is always served the same way, in tests as in production.
@@ -40,45 +43,43 @@ Endpoint = Callable[..., Awaitable[Response]]
 _SEQUENCES: Final = (list, tuple, set, frozenset, Sequence, Collection)
 
 
-class DirectDispatch:
-    """Serves the app's busiest operations (``operations``: operationIds) from their endpoints;
-    hands every other request to ``app`` (the rest of FastAPI's stack)."""
+class DirectOperations:
+    """The operations (``operations``: operationIds) an app serves straight from their
+    endpoints: found by its route table, their arguments read, their exceptions answered by
+    the app's handlers. :class:`DirectDispatch` serves them inside the app's ASGI stack,
+    :class:`~app.routes.wire.EndpointFace` below it."""
 
-    def __init__(
-        self, app: ASGIApp, fastapi: FastAPI, table: RouteTable, operations: Collection[str]
-    ) -> None:
-        self.app = app
+    def __init__(self, fastapi: FastAPI, table: RouteTable, operations: Collection[str]) -> None:
         self.fastapi = fastapi
         self.table = table
         self.operations = frozenset(operations)
         self._arguments: dict[str, EndpointArguments] = {}  # by operationId
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            found = self.table.find(scope)
-            if found is not None and found.key in self.operations:
-                route = found.route
-                assert isinstance(route, APIRoute) and found.key is not None
-                scope["path_params"] = dict(found.path_params)
-                scope["route"] = route
-                scope["endpoint"] = route.endpoint
-                arguments = self._arguments.get(found.key)
-                if arguments is None:
-                    arguments = EndpointArguments(route.endpoint, route.param_convertors)
-                    self._arguments[found.key] = arguments
-                await self.serve(route, arguments, Request(scope, receive, send), send)
-                return
-        await self.app(scope, receive, send)
+    def take(self, scope: Scope) -> EndpointArguments | None:
+        """The endpoint of the operation ``scope`` asks for, if it is one of these — its
+        route's parts then in ``scope`` as the router puts them there — else None."""
+        found = self.table.find(scope)
+        if found is None or found.key not in self.operations:
+            return None
+        route = found.route
+        assert isinstance(route, APIRoute) and found.key is not None
+        scope["app"] = self.fastapi
+        scope["path_params"] = dict(found.path_params)
+        scope["route"] = route
+        scope["endpoint"] = route.endpoint
+        arguments = self._arguments.get(found.key)
+        if arguments is None:
+            arguments = EndpointArguments(route.endpoint, route.param_convertors)
+            self._arguments[found.key] = arguments
+        return arguments
 
-    async def serve(
-        self, route: APIRoute, arguments: EndpointArguments, request: Request, send: Send
-    ) -> None:
+    async def answer(self, arguments: EndpointArguments, request: Request) -> Response:
+        """The endpoint's answer to ``request``, or the app's answer to what it raised."""
         try:
             values = await arguments.read(request, self.fastapi)
-            response = await route.endpoint(**values)
+            return await arguments.endpoint(**values)
         except Exception as exc:
-            response = await self.handled(request, exc)
-        await response(request.scope, request.receive, send)
+            return await self.handled(request, exc)
 
     async def handled(self, request: Request, exc: Exception) -> Response:
         """The app's answer to ``exc`` (an HTTPException's handler by its status first, else
@@ -94,6 +95,26 @@ class DirectDispatch:
             answer = await answer
         assert isinstance(answer, Response)
         return answer
+
+
+class DirectDispatch:
+    """ASGI middleware serving the app's direct operations (:class:`DirectOperations`);
+    hands every other request to ``app`` (the rest of FastAPI's stack)."""
+
+    def __init__(
+        self, app: ASGIApp, fastapi: FastAPI, table: RouteTable, operations: Collection[str]
+    ) -> None:
+        self.app = app
+        self.direct = DirectOperations(fastapi, table, operations)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            arguments = self.direct.take(scope)
+            if arguments is not None:
+                response = await self.direct.answer(arguments, Request(scope, receive, send))
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class EndpointArguments:

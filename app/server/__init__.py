@@ -2,7 +2,27 @@
 with deadlines and size caps for slow clients, one write per small answer, and a graceful
 shutdown (:mod:`app.server.serve`)."""
 
+from app.server.exchange import (
+    BodyStalledError,
+    BodyTooLargeError,
+    ClientGoneError,
+    Exchange,
+    Handler,
+    WireFace,
+)
 from app.server.limits import BODY_STALLED, ServerLimits
 from app.server.serve import ListenError, Server, listen_socket
 
-__all__ = ["BODY_STALLED", "ListenError", "Server", "ServerLimits", "listen_socket"]
+__all__ = [
+    "BODY_STALLED",
+    "BodyStalledError",
+    "BodyTooLargeError",
+    "ClientGoneError",
+    "Exchange",
+    "Handler",
+    "ListenError",
+    "Server",
+    "ServerLimits",
+    "WireFace",
+    "listen_socket",
+]

@@ -1,5 +1,6 @@
 """One client connection of the HTTP/1.1 server: httptools parses the requests, an ASGI app
-answers each in turn (:class:`~app.server.exchange.Exchange`).
+answers each in turn (:class:`~app.server.exchange.Exchange`) — or the server's wire face, for
+the requests it takes.
 
 Why not uvicorn: the server must hold slow clients to deadlines (a request's headers within
 ``header_timeout_s``, a body that never pauses for ``body_timeout_s``) and cap a request's
@@ -32,8 +33,10 @@ from app.server.limits import BODY_STALLED, ServerLimits
 if TYPE_CHECKING:
     from app.server.serve import ServerState
 
-HIGH_WATER: Final = 64 * 1024
-"""Request body bytes held for the app before the connection stops reading."""
+HIGH_WATER: Final = 256 * 1024
+"""Request body bytes held for the app before the connection stops reading: above what one
+read brings, so that a body that came whole with its headers (the app not yet running) does
+not stop and start the reading — two more system calls for each such request."""
 _ASGI: Final = {"version": "3.0", "spec_version": "2.3"}
 
 
@@ -180,11 +183,14 @@ class HttpConnection(asyncio.Protocol):
             return
         parser = self.parser
         version = parser.get_http_version()
+        scope = self._scope(parser.get_method().decode("ascii"), version)
+        face = self.state.face
         exchange = Exchange(
             self,
-            self._scope(parser.get_method().decode("ascii"), version),
+            scope,
             keep_alive=version != "1.0" and parser.should_keep_alive(),
             expect_continue=self.expect_continue,
+            handler=face.handler(scope) if face is not None else None,
         )
         self.parsing = exchange
         self._expect(Phase.BODY, self.limits.body_timeout_s)
@@ -200,6 +206,7 @@ class HttpConnection(asyncio.Protocol):
             return
         if exchange.add_body(body) > HIGH_WATER:
             self.pause_reading()
+            exchange.wake()  # its reader takes what is held, and reading starts again
 
     def on_message_complete(self) -> None:
         exchange, self.parsing = self.parsing, None
@@ -259,7 +266,7 @@ class HttpConnection(asyncio.Protocol):
         elif self.phase is Phase.ANSWERING:
             self._expect(Phase.KEEP_ALIVE, self.limits.keep_alive_timeout_s)
 
-    def write(self, pieces: Iterable[bytes]) -> None:
+    def write(self, pieces: Iterable[bytes | memoryview]) -> None:
         assert self.transport is not None
         self.transport.writelines(pieces)
 

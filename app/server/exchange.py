@@ -5,6 +5,12 @@ status line and headers are held until its first body bytes, so a whole small an
 in one write — one system call, and one wake-up of the client instead of two. An answer
 without a ``Content-Length`` is sent chunked (close-delimited to an HTTP/1.0 client); a HEAD
 request's answer has its headers only.
+
+A :class:`WireFace` may take some requests below ASGI: the connection asks it for each
+request's handler once the headers are parsed, and the handler reads the whole body
+(:meth:`Exchange.read_body`) and writes the whole answer (:meth:`Exchange.respond`) — no ASGI
+messages in between. Everything else about the exchange (deadlines, 100-continue, pipelining,
+keep-alive, the access log) is the same for both.
 """
 
 from __future__ import annotations
@@ -12,9 +18,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from app.server.limits import BODY_STALLED
 
@@ -26,6 +32,30 @@ access_log = logging.getLogger("spoolmq.access")
 
 Message = dict[str, Any]
 App = Callable[[dict[str, Any], Callable[..., Any], Callable[..., Any]], Any]
+
+Handler = Callable[["Exchange"], Awaitable[None]]
+"""How a wire face answers one request: it reads and answers it through the exchange."""
+
+
+class WireFace(Protocol):
+    """Takes the requests it serves below ASGI; the ASGI app gets every other."""
+
+    def handler(self, scope: dict[str, Any]) -> Handler | None:
+        """The handler of the request ``scope`` describes (its headers are parsed, its body
+        may still be coming), or None to leave it to the app. The face may add to ``scope``."""
+
+
+class BodyTooLargeError(Exception):
+    """The request body passed the size :meth:`Exchange.read_body` was given."""
+
+
+class BodyStalledError(Exception):
+    """The client stopped sending the request body (:data:`BODY_STALLED`)."""
+
+
+class ClientGoneError(Exception):
+    """The client went away before its request was read."""
+
 
 DISCONNECT: Final[Message] = {"type": "http.disconnect"}
 _NO_BODY_STATUSES: Final = frozenset({204, 304})
@@ -59,7 +89,9 @@ class Exchange:
         "disconnected",
         "end_given",
         "expect_continue",
+        "handler",
         "head",
+        "held",
         "keep_alive",
         "more_body",
         "remaining",
@@ -67,6 +99,7 @@ class Exchange:
         "started",
         "status",
         "waiter",
+        "wake_above",
     )
 
     def __init__(
@@ -75,13 +108,17 @@ class Exchange:
         scope: dict[str, Any],
         keep_alive: bool,
         expect_continue: bool,
+        handler: Handler | None = None,
     ) -> None:
         self.connection = connection
         self.scope = scope
         self.keep_alive = keep_alive
         self.expect_continue = expect_continue
+        self.handler = handler
         # request
         self.body: list[bytes] = []
+        self.held = 0  # the bytes of ``body``
+        self.wake_above = 0  # a reader waits for more than this many bytes of it
         self.more_body = True  # the request's body is still coming
         self.end_given = False  # the body's last message went to the app
         self.waiter: asyncio.Future[None] | None = None
@@ -100,8 +137,10 @@ class Exchange:
     def add_body(self, piece: bytes) -> int:
         """A piece of the request body arrived; how many bytes are now held for the app."""
         self.body.append(piece)
-        self.wake()
-        return sum(map(len, self.body))
+        self.held += len(piece)
+        if self.held > self.wake_above:
+            self.wake()
+        return self.held
 
     def end_body(self) -> None:
         self.more_body = False
@@ -121,10 +160,14 @@ class Exchange:
     # ---------------------------------------------------------------- ASGI
 
     async def run(self, app: App) -> None:
-        """Let ``app`` answer; a failure before the answer started is a plain 500."""
+        """Let the wire face's handler answer, else ``app``; a failure before the answer
+        started is a plain 500."""
         connection = self.connection
         try:
-            await app(self.scope, self.receive, self.send)
+            if self.handler is not None:
+                await self.handler(self)
+            else:
+                await app(self.scope, self.receive, self.send)
         except BaseException as exc:
             if not isinstance(exc, asyncio.CancelledError):
                 log.error(
@@ -160,11 +203,8 @@ class Exchange:
                 connection.answered(self)
 
     async def receive(self) -> Message:
-        connection = self.connection
         if self.expect_continue:
-            self.expect_continue = False
-            if not connection.closing():
-                connection.write((b"HTTP/1.1 100 Continue\r\n\r\n",))
+            self._continue()
         while True:
             if self.disconnected or self.complete:
                 return DISCONNECT
@@ -175,15 +215,70 @@ class Exchange:
                     return DISCONNECT
                 self.end_given = True  # the app is told once; then the client counts as gone
                 return {"type": "http.request", "body": b"", "more_body": True}
-            connection.resume_reading()
-            waiter = self.waiter = connection.loop.create_future()
-            try:
-                await waiter
-            finally:
-                self.waiter = None
+            await self._more_body()
+
+    # ---------------------------------------------------------------- wire face
+
+    async def read_body(self, limit: int) -> bytes:
+        """The whole request body, for a wire face's handler. BodyTooLargeError once it
+        passes ``limit`` bytes, BodyStalledError when the client stops sending it,
+        ClientGoneError when the client went away."""
+        if self.expect_continue:
+            self._continue()
+        pieces: list[bytes] = []
+        size = 0
+        # Woken at the body's end (or when the connection stops reading), not for each piece.
+        self.wake_above = limit
+        while True:
+            if self.disconnected or self.complete:
+                raise ClientGoneError
+            if self.body:
+                size += self.held
+                pieces += self.body
+                self.body, self.held = [], 0
+                if size > limit:
+                    raise BodyTooLargeError
+                self.wake_above = limit - size
+            if not self.more_body:
+                self.end_given = True
+                self.wake_above = 0
+                if not pieces:
+                    return b""
+                return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            if self.scope.get(BODY_STALLED):
+                raise BodyStalledError
+            await self._more_body()
+
+    def respond(
+        self, status: int, headers: Iterable[tuple[bytes, bytes]], body: bytes | memoryview
+    ) -> None:
+        """The whole answer at once, in one write, for a wire face's handler (a HEAD
+        request's without its body). The transport holds what the client has not read yet:
+        an answer is as large as its body, no flow control is needed for it."""
+        if self.started:
+            raise RuntimeError("the answer has started already")
+        self._start(status, headers)
+        self._finish(body, more=False)
+
+    def _continue(self) -> None:
+        """The client waits for a go-ahead before it sends the body: the body is read now."""
+        self.expect_continue = False
+        if not self.connection.closing():
+            self.connection.write((b"HTTP/1.1 100 Continue\r\n\r\n",))
+
+    async def _more_body(self) -> None:
+        """Wait for more of the body (or the end of it, or its stall, or the client gone)."""
+        connection = self.connection
+        connection.resume_reading()
+        waiter = self.waiter = connection.loop.create_future()
+        try:
+            await waiter
+        finally:
+            self.waiter = None
 
     def _body_message(self) -> Message:
         pieces, self.body = self.body, []
+        self.held = 0
         body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         if not self.more_body:
             self.end_given = True
@@ -205,6 +300,11 @@ class Exchange:
         connection = self.connection
         if connection.write_paused and not self.disconnected:
             await connection.drain()
+        self._finish(body, more)
+
+    def _finish(self, body: bytes | memoryview, more: bool) -> None:
+        """Write a piece of the answer's body (the held head first); the last completes it."""
+        connection = self.connection
         pieces = self._framed(body, more)
         if not self.disconnected:
             connection.write(pieces)
@@ -265,9 +365,9 @@ class Exchange:
                 '%s - "%s %s HTTP/%s" %d', who, scope["method"], path, scope["http_version"], status
             )
 
-    def _framed(self, body: bytes, more: bool) -> list[bytes]:
+    def _framed(self, body: bytes | memoryview, more: bool) -> list[bytes | memoryview]:
         """What to write for a piece of the answer's body: the held head first."""
-        pieces = []
+        pieces: list[bytes | memoryview] = []
         if self.head is not None:
             pieces.append(self.head)
             self.head = None

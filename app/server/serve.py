@@ -22,7 +22,7 @@ from email.utils import formatdate
 from typing import Any, Final
 
 from app.server.connection import HttpConnection
-from app.server.exchange import App
+from app.server.exchange import App, WireFace
 from app.server.lifespan import Lifespan, LifespanError
 from app.server.limits import ServerLimits
 
@@ -40,6 +40,8 @@ class ServerState:
     connections: set[HttpConnection] = field(default_factory=set)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     default_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    face: WireFace | None = None
+    """Takes the requests it serves below ASGI (:class:`~app.server.exchange.WireFace`)."""
     app_state: dict[str, Any] = field(default_factory=dict)
     """The lifespan scope's ``state``: what the app's start-up put there is copied into
     each request's scope (ASGI lifespan state)."""
@@ -50,20 +52,22 @@ class ServerState:
 
 
 class Server:
-    """One ASGI app served over HTTP/1.1 on the sockets given to :meth:`run`."""
+    """One ASGI app served over HTTP/1.1 on the sockets given to :meth:`run` — the requests
+    ``face`` takes, if one is given, by the face below ASGI."""
 
     def __init__(
         self,
         app: App,
         limits: ServerLimits | None = None,
         on_shutdown: Callable[[], None] | None = None,
+        face: WireFace | None = None,
     ) -> None:
         self.app = app
         self.limits = limits or ServerLimits()
         self.on_shutdown = on_shutdown
         self.should_exit = False
         self.started = False
-        self.state = ServerState(self.limits)
+        self.state = ServerState(self.limits, face=face)
         self._wake: asyncio.Event | None = None
 
     def run(self, sockets: Sequence[socket.socket]) -> None:

@@ -1,16 +1,19 @@
 """The busiest operations served straight from their endpoints (``app.routes.direct``): their
-arguments are read as FastAPI reads them, their errors answered by the app's handlers.
+arguments are read as FastAPI reads them, their errors answered by the app's handlers —
+whether the ASGI middleware serves them or the server's wire face (``app.routes.wire``).
 
 An app with endpoints of every shape the dispatch reads — path parameters with constraints, a
 query model with lists, aliases, booleans and extras, the request, request-only dependencies —
-is called in process twice for each request: with the dispatch serving its operations, and
-with FastAPI serving them. Status, headers and body must be the same. The real query models
-of the broker's pulls and raw sends are among them.
+is called three times for each request: in process with the dispatch serving its operations,
+through a real server on 127.0.0.1 whose wire face serves them, and in process with FastAPI
+serving them. Status, content type and body must be the same. The real query models of the
+broker's pulls and raw sends are among them.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import httpx
@@ -23,14 +26,17 @@ from starlette.responses import JSONResponse, Response
 
 from app.errors import install_error_handlers
 from app.main import DIRECT_OPERATIONS, create_app
+from app.middleware import HttpShellMiddleware
 from app.proxy.main import DIRECT_OPERATIONS as PROXY_DIRECT_OPERATIONS
 from app.proxy.main import create_proxy_app
-from app.routes.direct import DirectDispatch, EndpointArguments, query_pairs
+from app.routes.direct import DirectDispatch, DirectOperations, EndpointArguments, query_pairs
 from app.routes.params import GroupPath, QueueIdPath, TopicPath
 from app.routes.table import RouteTable
+from app.routes.wire import EndpointFace
 from app.schemas import GroupPullQuery, PullQuery, RawSendQuery
 from app.settings import Settings
 from services.errors import TopicNotFoundError
+from tests.app.server.support import serving
 
 
 class Strict(BaseModel):
@@ -54,13 +60,21 @@ def _answer(**values: Any) -> Response:
 
 
 SERVED: list[str] = []
-"""The paths the dispatch served itself (the other app's go to FastAPI)."""
+"""The paths the dispatch and the face served themselves (FastAPI's app's go to FastAPI)."""
+OPERATIONS = {"pull", "group", "raw", "strict", "fails"}
+LIMIT = 1 << 20
+
+
+class CountingOperations(DirectOperations):
+    async def answer(self, arguments: EndpointArguments, request: Request) -> Response:
+        SERVED.append(request.url.path)
+        return await super().answer(arguments, request)
 
 
 class CountingDispatch(DirectDispatch):
-    async def serve(self, route: Any, arguments: Any, request: Request, send: Any) -> None:
-        SERVED.append(request.url.path)
-        await super().serve(route, arguments, request, send)
+    def __init__(self, app: Any, fastapi: FastAPI, table: RouteTable, operations: Any) -> None:
+        super().__init__(app, fastapi, table, operations)
+        self.direct = CountingOperations(fastapi, table, operations)
 
 
 def make_app(direct: bool) -> FastAPI:
@@ -104,29 +118,47 @@ def make_app(direct: bool) -> FastAPI:
 
     if direct:
         table = RouteTable(app.router.routes)
-        operations = {"pull", "group", "raw", "strict", "fails"}
-        app.add_middleware(CountingDispatch, fastapi=app, table=table, operations=operations)
+        app.add_middleware(CountingDispatch, fastapi=app, table=table, operations=OPERATIONS)
+    app.add_middleware(HttpShellMiddleware, max_request_bytes=LIMIT)
     return app
 
 
-DIRECT, FASTAPIS = make_app(True), make_app(False)
+DIRECT, FACED, FASTAPIS = make_app(True), make_app(False), make_app(False)
+FACE: list[httpx.Client] = []
+"""A client of the server whose wire face serves FACED's operations (while the module runs)."""
 
 
-def answers(method: str, url: str, **kwargs: Any) -> tuple[Any, Any]:
-    async def both() -> tuple[Any, Any]:
-        served = len(SERVED)
-        found = []
-        for app in (DIRECT, FASTAPIS):
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-                answer = await client.request(method, url, **kwargs)
-                found.append(
-                    (answer.status_code, answer.headers.get("content-type"), answer.json())
-                )
-        assert len(SERVED) == served + 1, "the dispatch did not serve the direct app's request"
-        return found[0], found[1]
+@pytest.fixture(scope="module", autouse=True)
+def face_server() -> Iterator[None]:
+    direct = CountingOperations(FACED, RouteTable(FACED.router.routes), OPERATIONS)
+    with (
+        serving(FACED, face=EndpointFace(direct, LIMIT)) as running,
+        httpx.Client(base_url=f"http://127.0.0.1:{running.port}") as client,
+    ):
+        FACE.append(client)
+        yield
+        FACE.clear()
 
-    return asyncio.run(both())
+
+def _seen(answer: httpx.Response) -> tuple[int, str | None, Any]:
+    return answer.status_code, answer.headers.get("content-type"), answer.json()
+
+
+def answers(method: str, url: str, **kwargs: Any) -> tuple[Any, Any, Any]:
+    """The answers of the dispatch, the face and FastAPI (to a request with an id)."""
+    kwargs["headers"] = {**kwargs.get("headers", {}), "x-request-id": "compared"}
+
+    async def in_process(app: FastAPI) -> Any:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            return _seen(await client.request(method, url, **kwargs))
+
+    served = len(SERVED)
+    direct = asyncio.run(in_process(DIRECT))
+    faced = _seen(FACE[0].request(method, url, **kwargs))
+    fastapi = asyncio.run(in_process(FASTAPIS))
+    assert len(SERVED) == served + 2, "the dispatch or the face did not serve the request"
+    return direct, faced, fastapi
 
 
 VALUES = st.sampled_from(["1", "0", "-1", "32", "5.0", "1e3", "x", "", "true", "yes", "2" * 30])
@@ -145,8 +177,8 @@ QUERIES = st.lists(st.tuples(NAMES, VALUES | st.sampled_from(["a||b", "base64", 
     QUERIES,
 )
 def test_a_query_is_read_as_fastapi_reads_it(path: str, queue: str, query: Any) -> None:
-    direct, fastapi = answers("GET", path.format(q=queue), params=query)
-    assert direct == fastapi
+    direct, faced, fastapi = answers("GET", path.format(q=queue), params=query)
+    assert direct == faced == fastapi
 
 
 @settings(max_examples=60, deadline=None)
@@ -154,33 +186,33 @@ def test_a_query_is_read_as_fastapi_reads_it(path: str, queue: str, query: Any) 
 def test_a_raw_send_reads_its_query_request_and_dependency_as_fastapi(
     query: Any, headers: dict[str, str]
 ) -> None:
-    direct, fastapi = answers("POST", "/raw/T", params=query, content=b"body", headers=headers)
-    assert direct == fastapi
+    direct, faced, fastapi = answers(
+        "POST", "/raw/T", params=query, content=b"body", headers=headers
+    )
+    assert direct == faced == fastapi
 
 
 @pytest.mark.parametrize("how", ["http", "domain"])
 def test_errors_are_answered_by_the_apps_handlers(how: str) -> None:
-    direct, fastapi = answers("GET", f"/fails/{how}")
-    assert direct == fastapi and direct[0] in (404, 409)
+    direct, faced, fastapi = answers("GET", f"/fails/{how}")
+    assert direct == faced == fastapi and direct[0] in (404, 409)
 
 
-def test_an_error_without_a_handler_is_raised() -> None:
-    async def call() -> None:
-        transport = httpx.ASGITransport(app=DIRECT, raise_app_exceptions=True)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-            await client.get("/fails/other")
-
-    with pytest.raises(RuntimeError, match="unexpected"):
-        asyncio.run(call())
+def test_an_error_without_a_handler_is_the_shells_500() -> None:
+    direct, faced, fastapi = answers("GET", "/fails/other")
+    assert direct == faced == fastapi
+    assert direct[0] == 500 and direct[2]["code"] == "INTERNAL_ERROR"
 
 
 def test_a_dependency_override_is_honoured() -> None:
-    DIRECT.dependency_overrides[caller] = lambda request: "overridden"
+    for app in (DIRECT, FACED):
+        app.dependency_overrides[caller] = lambda request: "overridden"
     try:
-        direct, _ = answers("POST", "/raw/T", content=b"x")
+        direct, faced, _ = answers("POST", "/raw/T", content=b"x")
     finally:
         DIRECT.dependency_overrides.clear()
-    assert direct[2]["who"] == "overridden"
+        FACED.dependency_overrides.clear()
+    assert direct[2]["who"] == faced[2]["who"] == "overridden"
 
 
 def test_a_signature_with_anything_else_is_refused() -> None:

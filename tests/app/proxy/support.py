@@ -19,7 +19,7 @@ import httpx
 from fastapi import FastAPI
 
 from app.proxy.context import Proxy, ProxyLimits
-from app.proxy.main import create_proxy_app
+from app.proxy.main import create_proxy_app, proxy_server
 from app.server import Server, ServerLimits
 from services.cluster import BrokerMember, ClusterKeys, EtcdClient
 from tests.conftest import LiveServer, start_server, wait_until
@@ -59,7 +59,7 @@ def start_proxy(
 ) -> ProxyServer:
     """A proxy served as ``spoolmq proxy`` serves it, on a free port of 127.0.0.1."""
     app = create_proxy_app(cluster, [etcd_url], limits)
-    server = Server(app, server_limits)
+    server = proxy_server(app, server_limits)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"

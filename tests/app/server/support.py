@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.server import Server, ServerLimits
+from app.server import Server, ServerLimits, WireFace
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -251,6 +251,7 @@ def start(
     limits: ServerLimits = FAST,
     on_shutdown: Callable[[], None] | None = None,
     sockets: int = 1,
+    face: WireFace | None = None,
 ) -> Running:
     """Serve ``app`` on a socket bound to a free port of 127.0.0.1 (``sockets`` of them), once
     it serves; if it never does (its start-up failed), the thread has ended."""
@@ -260,7 +261,7 @@ def start(
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
         socks.append(sock)
-    server = Server(app, limits, on_shutdown=on_shutdown)
+    server = Server(app, limits, on_shutdown=on_shutdown, face=face)
     thread = threading.Thread(
         target=server.run, kwargs={"sockets": socks}, name="test-server", daemon=True
     )
@@ -277,9 +278,10 @@ def serving(
     app: Any,
     limits: ServerLimits = FAST,
     on_shutdown: Callable[[], None] | None = None,
+    face: WireFace | None = None,
 ) -> Iterator[Running]:
     """A running server for the ``with`` block; stopped (and its clients closed) after it."""
-    running = start(app, limits, on_shutdown)
+    running = start(app, limits, on_shutdown, face=face)
     assert running.server.started, "the server did not start"
     try:
         yield running
