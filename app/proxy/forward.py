@@ -69,8 +69,8 @@ class BrokerAnswer:
     status: int
     content: bytes
     content_type: str
-    headers: dict[str, str]
-    """The broker's headers a client gets."""
+    kept: list[tuple[bytes, bytes]]
+    """The broker's headers a client gets, as they came."""
     message_count: int | None = None
     """The messages of a labelled group pull or POP receive (:data:`MESSAGE_COUNT_HEADER`)."""
 
@@ -94,11 +94,18 @@ class BrokerAnswer:
     def response(self, content: bytes | None = None) -> Response:
         """Pass the answer on, unchanged or with ``content`` (rewritten) as its body."""
         body = self.content if content is None else content
-        return BytesResponse(body, self.status, self.headers, self.content_type)
+        return with_kept(BytesResponse(body, self.status, None, self.content_type), self.kept)
 
     def with_body(self, body: Any) -> Response:
         """Pass the answer on with a rewritten JSON body."""
-        return BytesResponse(orjson.dumps(body), self.status, self.headers, self.content_type)
+        return self.response(orjson.dumps(body))
+
+
+def with_kept(response: Response, kept: list[tuple[bytes, bytes]]) -> Response:
+    """``response`` with a broker's ``kept`` headers first, as a client gets them."""
+    if kept:
+        response.raw_headers[:0] = kept
+    return response
 
 
 def is_problem(answer: BrokerAnswer) -> bool:
@@ -217,14 +224,14 @@ def _encoded(json: Any) -> bytes:
 
 def broker_answer(answer: UpstreamAnswer) -> BrokerAnswer:
     """An answer as the proxy passes it on: its Content-Type and the headers a client gets."""
-    kept: dict[str, str] = {}
+    kept: list[tuple[bytes, bytes]] = []
     content_type = "application/json"
     count: int | None = None
     for name, value in answer.headers:
         if name == b"content-type":
             content_type = value.decode("latin-1")
         elif name in _KEPT_RESPONSE_HEADERS:
-            kept[name.decode()] = value.decode("latin-1")
+            kept.append((name, value))
         elif name == MESSAGE_COUNT_HEADER and value.isdigit():
             count = int(value)
     return BrokerAnswer(answer.status, answer.body, content_type, kept, count)

@@ -41,7 +41,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app.errors import PROBLEM_MEDIA_TYPE, STATUS_BY_CODE, problem_body
-from app.proxy.context import cluster_view, forwarder, proxy_limits, route_registry, send_picker
+from app.proxy.context import proxy_of
 from app.proxy.forward import (
     RETRY_AFTER_S,
     BrokerAnswer,
@@ -49,6 +49,7 @@ from app.proxy.forward import (
     BrokerUnreachableError,
     ProxyError,
     broker_path,
+    with_kept,
 )
 from app.proxy.upstream import Body
 from app.responses import BytesResponse
@@ -57,6 +58,7 @@ from services.cluster import (
     EtcdUnavailableError,
     NoMasterError,
     QueueRoute,
+    TopicRoute,
     topic_route,
 )
 
@@ -104,13 +106,15 @@ class _Attempts:
     def __init__(self, request: Request, target: SendTarget) -> None:
         self.request = request
         self.target = target
-        self.limits = proxy_limits(request)
+        self.proxy = proxy = proxy_of(request)
+        self.limits = proxy.limits
         # A clock of its own, not the loop's: on Python 3.11 every asyncio.get_running_loop()
         # makes a getpid system call (its check for a fork), one more per proxied send.
         self.deadline = time.monotonic() + self.limits.send_timeout_s
         self.key: str | None = target.client_key or own_key()
         self.failed: list[str] = []  # groups a round-robin send skips: nothing reached them
         self.pinned: QueueRoute | None = None  # once a send may have been written: its queue
+        self.route: TopicRoute | None = None  # the topic's route the last queue was picked from
         self.refreshed = False
         self.pause_s = 0.05
         self.unknown = ""  # why the outcome is unknown
@@ -122,11 +126,12 @@ class _Attempts:
         return max(min(self.remaining(), self.limits.send_attempt_timeout_s), 0.001)
 
     def queue(self) -> QueueRoute:
+        """The queue of the next attempt (the topic's route read again for each)."""
+        view = self.proxy.registry.view
+        self.route = route = topic_route(view, self.target.topic)
         if self.pinned is not None:
             return self.pinned
-        view = cluster_view(self.request)
-        route = topic_route(view, self.target.topic)
-        return send_picker(self.request).pick(
+        return self.proxy.picker.pick(
             view,
             route,
             self.target.queue_id,
@@ -140,7 +145,7 @@ class _Attempts:
         await asyncio.sleep(min(self.pause_s, max(self.remaining(), 0)))
         self.pause_s = min(self.pause_s * 2, 0.5)
         try:
-            await route_registry(self.request).refresh()
+            await self.proxy.registry.refresh()
         except EtcdUnavailableError:
             pass  # the watch keeps the last view; the next pause tries again
 
@@ -165,15 +170,17 @@ async def forward_send(request: Request, target: SendTarget) -> Response:
 async def _attempt(attempts: _Attempts, queue: QueueRoute) -> BrokerAnswer | None:
     """One attempt; None when the send is to be tried again (raises when it cannot be)."""
     target = attempts.target
-    master = cluster_view(attempts.request).master_of(queue.group)
+    proxy = attempts.proxy
+    master = proxy.registry.view.master_of(queue.group)
     if master is None:
         missing = NoMasterError(f"broker group {queue.group!r} has no master right now")
         await _not_sent(attempts, queue, missing)
         return None
     headers = [(b"idempotency-key", attempts.key.encode())] if attempts.key else []
-    route = topic_route(cluster_view(attempts.request), target.topic)
+    route = attempts.route
+    assert route is not None  # picked with the queue
     try:
-        return await forwarder(attempts.request).call(
+        return await proxy.forwarder.call(
             master,
             "POST",
             send_path(target.topic),
@@ -239,7 +246,7 @@ async def _retry_after_refusal(
         if answer.status == 421 and not attempts.refreshed:
             attempts.refreshed = True  # the route table may be behind a failover
             try:
-                await route_registry(attempts.request).refresh()
+                await attempts.proxy.registry.refresh()
             except EtcdUnavailableError:
                 return False
             return True
@@ -261,10 +268,11 @@ async def _retry_after_refusal(
 def receipts(answer: BrokerAnswer, client_key: str | None) -> Response:
     """A broker's receipts (labelled by the broker) as the client gets them: a replay of a
     retry with the proxy's own key is no replay to the client."""
-    headers = answer.headers
-    if not client_key and "idempotent-replayed" in headers:
-        headers = {k: v for k, v in headers.items() if k != "idempotent-replayed"}
-    return BytesResponse(answer.content, answer.status, headers, answer.content_type)
+    kept = answer.kept
+    if not client_key and kept:
+        kept = [(k, v) for k, v in kept if k != b"idempotent-replayed"]
+    response = BytesResponse(answer.content, answer.status, None, answer.content_type)
+    return with_kept(response, kept)
 
 
 def _outcome_unknown(attempts: _Attempts) -> Response:

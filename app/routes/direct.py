@@ -149,7 +149,7 @@ class EndpointArguments:
                 raise self._refused(name, "is not the one query model")
             self.query, self.query_name = QueryModel(model), name
         elif name in self.path_names and (marker is None or isinstance(marker, Path)):
-            self.path.append((name, TypeAdapter(hint)))
+            self.path.append((name, _AS_GIVEN if hint is str else TypeAdapter(hint)))
         else:
             raise self._refused(name, "is not read by direct dispatch")
 
@@ -183,6 +183,17 @@ class EndpointArguments:
                 awaited = inspect.iscoroutinefunction(call)
             values[name] = await call(request) if awaited else call(request)
         return values
+
+
+class _AsGiven:
+    """A plain ``str`` path parameter's reading: the text the route matched, as it is."""
+
+    @staticmethod
+    def validate_python(value: str) -> str:
+        return value
+
+
+_AS_GIVEN: Final[Any] = _AsGiven()
 
 
 class QueryModel:

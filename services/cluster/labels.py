@@ -21,7 +21,7 @@ answer), it applies the same :class:`ClusterLabels` itself: one rule, whoever ap
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from services.cluster.route_table import TopicRoute
@@ -42,10 +42,23 @@ class ClusterLabels:
     topic: str
     queue_ids: Mapping[int, int]
     """The group's local queue ids of ``topic`` that differ from their cluster-wide ids."""
+    _headers: list[tuple[bytes, bytes]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     @classmethod
     def of(cls, route: TopicRoute, group: str) -> ClusterLabels:
-        return cls(group, route.topic, route.renumbered(group))
+        """``group``'s labels for ``route``'s topic: made once per route and group (a proxy
+        asks for them on every request; a changed route is a new one)."""
+        key = (route.topic, group)
+        known = _LABELS.get(key)
+        if known is not None and known[0] is route:
+            return known[1]
+        labels = cls(group, route.topic, route.renumbered(group))
+        if len(_LABELS) >= _MAX_LABELS:
+            _LABELS.clear()
+        _LABELS[key] = (route, labels)
+        return labels
 
     @classmethod
     def from_headers(
@@ -70,11 +83,14 @@ class ClusterLabels:
         return cls(group.decode("latin-1"), topic, queue_ids)
 
     def headers(self) -> list[tuple[bytes, bytes]]:
-        """The request headers that ask a broker for these labels."""
+        """The request headers that ask a broker for these labels (made once; read only)."""
+        if self._headers is not None:
+            return self._headers
         headers = [(BROKER_GROUP_HEADER, self.group.encode("latin-1"))]
         if self.queue_ids:
             pairs = ",".join(f"{local}={cluster}" for local, cluster in self.queue_ids.items())
             headers.append((QUEUE_IDS_HEADER, pairs.encode()))
+        object.__setattr__(self, "_headers", headers)
         return headers
 
     def queue_id(self, local: int) -> int:
@@ -96,6 +112,11 @@ class ClusterLabels:
     def handle(self, handle: str) -> str:
         """A receipt handle as the proxy's client holds it."""
         return prefix_handle(self.group, handle)
+
+
+_LABELS: dict[tuple[str, str], tuple[TopicRoute, ClusterLabels]] = {}
+"""The labels of a topic and group, with the route they were made from."""
+_MAX_LABELS: Final = 4096
 
 
 def prefix_handle(group: str, handle: str) -> str:

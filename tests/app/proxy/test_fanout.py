@@ -138,7 +138,7 @@ def pulled(count: int, status: int = 200, header: bool = True) -> BrokerAnswer:
     if status != 200:
         body = {"code": "REFUSED", "status": status}
     return BrokerAnswer(
-        status, orjson.dumps(body), "application/json", {}, count if header else None
+        status, orjson.dumps(body), "application/json", [], count if header else None
     )
 
 
@@ -290,5 +290,5 @@ async def test_each_group_is_asked_at_once_and_an_unreachable_one_kept_as_its_er
 def test_a_groups_messages_are_counted_by_its_header_else_its_body() -> None:
     assert group_answer("g1", pulled(3)) == GroupAnswer("g1", pulled(3), 3)
     assert group_answer("g1", pulled(3, header=False)).count == 3
-    empty = BrokerAnswer(200, b"{}", "application/json", {})
+    empty = BrokerAnswer(200, b"{}", "application/json", [])
     assert group_answer("g1", empty).count == 0

@@ -83,10 +83,11 @@ def test_a_default_answer_is_starlettes() -> None:
 
 @pytest.mark.parametrize("status", STATUSES)
 def test_a_broker_answer_passed_on_is_starlettes(status: int) -> None:
-    answer = BrokerAnswer(status, b'{"a":1}', "application/json", {"retry-after": "1"})
-    expected = Response(answer.content, status, answer.headers, media_type=answer.content_type)
+    answer = BrokerAnswer(status, b'{"a":1}', "application/json", [(b"retry-after", b"1")])
+    headers = {"retry-after": "1"}
+    expected = Response(answer.content, status, headers, media_type=answer.content_type)
     same(answer.response(), expected)
-    rewritten = Response(b"{}", status, answer.headers, media_type=answer.content_type)
+    rewritten = Response(b"{}", status, headers, media_type=answer.content_type)
     same(answer.response(b"{}"), rewritten)
     same(answer.with_body({}), rewritten)
 
@@ -247,11 +248,11 @@ def test_a_broker_answer_keeps_the_headers_a_client_gets_and_its_message_count()
         )
     )
     assert (answer.status, answer.content, answer.content_type) == (200, b"{}", "application/json")
-    assert answer.headers == {
-        "retry-after": "1",
-        "location": "/v1/topics/T",
-        "idempotent-replayed": "true",
-    }
+    assert answer.kept == [
+        (b"retry-after", b"1"),
+        (b"location", b"/v1/topics/T"),
+        (b"idempotent-replayed", b"true"),
+    ]
     assert answer.message_count == 3
     for count in (b"", b"x", b"-1", b"1.5"):  # not a count: the proxy reads the body instead
         odd = broker_answer(UpstreamAnswer(200, [(b"spoolmq-message-count", count)], b"{}"))
@@ -273,7 +274,7 @@ def test_a_broker_answer_keeps_the_headers_a_client_gets_and_its_message_count()
 def test_a_problems_code_is_read_from_a_problem_answer_only(
     content_type: str, content: bytes, code: str | None
 ) -> None:
-    assert BrokerAnswer(421, content, content_type, {}).problem_code() == code
+    assert BrokerAnswer(421, content, content_type, []).problem_code() == code
 
 
 class _Failing:

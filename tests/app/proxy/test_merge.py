@@ -73,7 +73,7 @@ def asked(live: LiveServer, name: str, method: str, path: str, **kwargs: Any) ->
         200,
         answer.content,
         answer.headers["content-type"],
-        {},
+        [],
         None if count is None else int(count),
     )
     return group_answer(name, kept)
