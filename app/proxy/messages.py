@@ -107,13 +107,15 @@ async def pull_queue(topic: str, queue_id: int, request: Request) -> Response:
     commits = may_name(raw, b"commit_offset") and query_param(request, "commit_offset") is not None
     members = [master_of(view, group)] if commits else readers(view, group)
     wait_ms = int_param(request, "wait_ms", 0) if may_name(raw, b"wait_ms") else 0
+    labels = ClusterLabels.of(route, group)
     _, answer = await forwarder(request).call_any(
         members,
         "GET",
         _pull_path(topic, queue.local_queue_id),
         query=raw,
         request=request,
-        labels=ClusterLabels.of(route, group),
+        # a pull of one queue is labelled only where its queue ids differ
+        labels=labels if labels.queue_ids else None,
         timeout_s=long_poll_timeout(wait_ms),
     )
     return answer.response()

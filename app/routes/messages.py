@@ -112,14 +112,14 @@ async def send_messages(
 def send_answer(sent: Sent, labels: ClusterLabels | None) -> Response:
     """201 and the receipts (labelled for the cluster where a proxy asks); a replay of a
     keyed send says so in a header."""
-    if labels is None and sent.listed is None and len(sent) > 1:
-        content = sent_json(sent)  # the usual batch: from the put's columns
+    headers = REPLAYED_HEADERS if sent.replayed else None
+    if sent.listed is None and len(sent) > 1:
+        content = sent_json(sent, labels)  # the usual batch: from the put's columns
         if content is not None:
-            return BytesResponse(content, 201, media_type=OrjsonResponse.media_type)
+            return BytesResponse(content, 201, headers, OrjsonResponse.media_type)
     out = send_response_out(sent)
     if labels is not None:
         out = on_send(out, labels)
-    headers = REPLAYED_HEADERS if sent.replayed else None
     return OrjsonResponse(out, status_code=201, headers=headers)
 
 

@@ -7,7 +7,9 @@ answer cost. Here every column is rendered by one C call for the whole batch —
 offsets by one ``hex`` over their packed bytes, the offsets and queue offsets by one
 ``orjson.dumps`` — and the columns are interleaved with the constant JSON between them by
 slice assignment into one list, joined once. The bytes are those of
-``orjson.dumps(send_response_out(sent))`` (a property test holds the two together).
+``orjson.dumps(send_response_out(sent))`` — with a proxy's labels, those of
+``orjson.dumps(on_send(send_response_out(sent), labels))`` (:mod:`app.labels`); property tests
+hold them together.
 """
 
 from __future__ import annotations
@@ -18,16 +20,18 @@ from typing import Final
 import orjson
 
 from services import Sent
+from services.cluster import ClusterLabels
 
 _FIELDS_PER_MESSAGE: Final = 8
 """msg id's offset, ``","uniq_key":"``, UNIQ_KEY, ``..."queue_offset":``, queue offset,
 ``,"commit_log_offset":``, CommitLog offset, the rest of the message and the next's start."""
 
 
-def sent_json(sent: Sent) -> bytes | None:
-    """``orjson.dumps(send_response_out(sent))``, built from the columns of a send whose
-    receipts are columns; None for any other, or when a UNIQ_KEY is not ASCII or needs
-    escaping in JSON (then the receipts must be rendered)."""
+def sent_json(sent: Sent, labels: ClusterLabels | None = None) -> bytes | None:
+    """``orjson.dumps(send_response_out(sent))`` (labelled by ``labels``, as
+    :func:`app.labels.on_send` labels it), built from the columns of a send whose receipts
+    are columns; None for any other, or when a UNIQ_KEY is not ASCII or needs escaping in
+    JSON (then the receipts must be rendered)."""
     put, uniq_keys = sent.appended, sent.uniq_keys
     if put is None or uniq_keys is None:
         return None
@@ -36,7 +40,11 @@ def sent_json(sent: Sent) -> bytes | None:
         return None
     offsets = put.offsets
     count = len(offsets)
+    queue_id = put.queue_id
     head = b'{"topic":%s,"messages":[' % orjson.dumps(sent.topic)
+    if labels is not None:
+        queue_id = labels.queue_id(queue_id)  # the send's topic is the labels' topic
+        head = b'{"broker_group":%s,%s' % (orjson.dumps(labels.group), head[1:])
     if not count:
         return head + b"]}"
     start = '{"msg_id":"' + put.msg_id_prefix
@@ -45,7 +53,7 @@ def sent_json(sent: Sent) -> bytes | None:
         '"delay_level":0,"deliver_at":null,"timer_handle":null}'
     )
     parts = [
-        "", '","uniq_key":"', "", f'","queue_id":{put.queue_id},"queue_offset":', "",
+        "", '","uniq_key":"', "", f'","queue_id":{queue_id},"queue_offset":', "",
         ',"commit_log_offset":', "", end + "," + start,
     ] * count  # fmt: skip
     parts[0::_FIELDS_PER_MESSAGE] = offset_hex(offsets)

@@ -101,6 +101,8 @@ class ClusterLabels:
         """Cluster-wide queue ids in ``items`` (messages, receipts or queue positions) that
         are of the topic (not of a retry topic); with ``tag``, ``broker_group`` on each."""
         topic, queue_ids, group = self.topic, self.queue_ids, self.group
+        if not queue_ids and not tag:
+            return  # nothing to change
         for item in items:
             if queue_ids and item.get("queue_topic") is None and item.get("topic", topic) == topic:
                 local = item.get("queue_id")

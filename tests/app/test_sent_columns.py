@@ -1,6 +1,7 @@
 """The answer to a send rendered from its columns (``app.schemas.sent_columns``): each helper
 gives what the per-value formatting it replaces gives, and ``sent_json`` gives byte for byte
-the JSON the receipts render to, for any topic, UNIQ_KEY, offset, time and status."""
+the JSON the receipts render to, for any topic, UNIQ_KEY, offset, time and status — labelled for
+a proxy too."""
 
 from __future__ import annotations
 
@@ -10,14 +11,17 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.labels import on_send
 from app.schemas import send_response_out, sent_json
 from app.schemas.sent_columns import decimals, offset_hex
 from services import Sent
+from services.cluster import ClusterLabels
 from storage import Appended, PutStatus
 
 HEX = st.text("0123456789ABCDEF", min_size=32, max_size=32)
 KEYS = HEX | st.text(max_size=6)
 INT64 = st.integers(0, 2**63 - 1)
+QUEUE_IDS = st.integers(0, 2**31 - 1)
 
 
 @given(st.lists(st.integers(0, 2**64 - 1), max_size=40))
@@ -58,6 +62,20 @@ def test_the_columns_render_the_json_of_the_receipts(sent: Sent) -> None:
         assert found == expected
     else:
         assert found is None  # the route renders the receipts instead
+
+
+@given(sends(), st.sampled_from(["g1", "grp-\u00e9"]), st.dictionaries(QUEUE_IDS, QUEUE_IDS))
+def test_labelled_receipts_render_what_the_labels_give(
+    sent: Sent, group: str, queue_ids: dict[int, int]
+) -> None:
+    labels = ClusterLabels(group, sent.topic, queue_ids)
+    expected = orjson.dumps(on_send(send_response_out(sent), labels))
+    found = sent_json(sent, labels)
+    joined = "".join(sent.uniq_keys or ())
+    if joined.isascii() and orjson.dumps(joined) == b'"%s"' % joined.encode():
+        assert found == expected
+    else:
+        assert found is None
 
 
 def test_listed_receipts_are_not_rendered_from_columns() -> None:
