@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 import orjson
+from starlette.background import BackgroundTask
 from starlette.responses import Response
 
 from app.errors import PROBLEM_MEDIA_TYPE
@@ -24,11 +25,12 @@ class BytesResponse(Response):
         status_code: int = 200,
         headers: Mapping[str, str] | None = None,
         media_type: str | None = None,
+        background: BackgroundTask | None = None,
     ) -> None:
         self.status_code = status_code
         if media_type is not None:
             self.media_type = media_type
-        self.background = None
+        self.background = background
         self.body = content
         raw: list[tuple[bytes, bytes]] = []
         length = kind = True
@@ -74,8 +76,10 @@ class OrjsonResponse(BytesResponse):
         content: Any = None,
         status_code: int = 200,
         headers: Mapping[str, str] | None = None,
+        media_type: str | None = None,
+        background: BackgroundTask | None = None,
     ) -> None:
-        super().__init__(orjson.dumps(content), status_code, headers)
+        super().__init__(orjson.dumps(content), status_code, headers, media_type, background)
 
     def render(self, content: Any) -> bytes:
         return orjson.dumps(content)
