@@ -92,7 +92,7 @@ class AckResponse(ResponseBody):
 
 
 def ack_out(group: str, results: list[AckResult]) -> dict[str, object]:
-    """The answer as plain JSON (an ack is on every worker's hot path)."""
+    """The answer as plain JSON (every worker acks every message it receives)."""
     return {
         "group": group,
         "results": [

@@ -473,6 +473,16 @@ def test_a_huge_header_is_refused_even_with_a_request_after_it() -> None:
     assert calls.empty()
 
 
+def test_a_malformed_request_behind_one_being_answered_is_refused_after_its_answer() -> None:
+    """The request in progress is answered whole first; then the refusal, then the close."""
+    with serving(ECHO) as running:
+        client = running.connect()
+        client.send(request_bytes("GET", "/slow?0.2") + b"GARBAGE\r\n\r\n")
+        first = client.read_answer()
+        assert first.status == 200 and json.loads(first.body)["path"] == "/slow"
+        _refusal(client, 400)
+
+
 @pytest.mark.parametrize(
     "wire",
     [b"GARBAGE\r\n\r\n", b"GET / HTTP/1.1\r\nNo colon here\r\n\r\n", b"GET / HTTP/9.9x\r\n\r\n"],
