@@ -19,6 +19,9 @@ query exception or the replay's error line. A bad option is
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 
 class SpoolmqError(RuntimeError):
     """Any failure talking to spoolmq from a Spark job."""
@@ -59,5 +62,37 @@ class OutcomeUnknownError(BrokerUnavailableError):
     same key inside the dedup window is safe."""
 
 
+@dataclass(frozen=True, slots=True)
+class LostOffsets:
+    """Offsets [lost_from, lost_to) of one queue, no longer stored."""
+
+    topic: str
+    queue_id: int
+    lost_from: int
+    lost_to: int
+
+    @property
+    def count(self) -> int:
+        return self.lost_to - self.lost_from
+
+    def __str__(self) -> str:
+        return (
+            f"{self.topic}/{self.queue_id}: offsets {self.lost_from} to {self.lost_to - 1} "
+            f"({self.count:,} messages)"
+        )
+
+
 class DataLossError(SpoolmqError):
-    """Offsets between a query's position and a queue's min offset are gone (retention)."""
+    """Offsets a query needs are gone (retention): every queue's lost range, and ``advice``,
+    what to change (it depends on where the query's positions came from)."""
+
+    def __init__(self, losses: Sequence[LostOffsets], advice: str) -> None:
+        self.losses = tuple(losses)
+        self.advice = advice
+        total = sum(loss.count for loss in self.losses)
+        queues = "queue" if len(self.losses) == 1 else "queues"
+        listed = "; ".join(str(loss) for loss in self.losses)
+        super().__init__(
+            f"Offsets the query needs are no longer stored ({total:,} in {len(self.losses)} "
+            f"{queues}): {listed}. {advice}"
+        )

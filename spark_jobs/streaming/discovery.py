@@ -8,9 +8,10 @@ Queues are discovered on every trigger: a topic that gains queues, or a new topi
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from enum import Enum
 
-from spark_jobs.errors import DataLossError, UnknownTopicError
+from spark_jobs.errors import DataLossError, LostOffsets, UnknownTopicError
 from spark_jobs.http_client import QueueState, SpoolmqClient
 from spark_jobs.options import OptionError
 from spark_jobs.streaming.offsets import Positions
@@ -86,32 +87,59 @@ def with_new_queues(start: Positions, states: QueueStates) -> Positions:
     return begin
 
 
-def skip_lost(begin: Positions, states: QueueStates, fail_on_data_loss: bool) -> Positions:
+class LossCase(Enum):
+    """Where positions below a queue's min offset came from: it decides what to change."""
+
+    STARTING_OFFSETS = "startingOffsets"
+    """A new query's start (or a batch read's), resolved from ``startingOffsets``."""
+    CHECKPOINT = "checkpoint"
+    """A position the query had reached: its checkpoint's after a restart, or its last
+    micro-batch's end."""
+    WHILE_READING = "while reading"
+    """A planned range whose offsets went while an executor read it."""
+
+
+def skip_lost(
+    begin: Positions, states: QueueStates, case: LossCase, fail_on_data_loss: bool
+) -> Positions:
     """``begin`` with every queue that retention cut below moved up to its min offset, or
-    DataLossError when ``fail_on_data_loss``."""
-    moved = dict(begin)
-    for key, offset in begin.items():
-        state = states.get(key)
-        if state is None or offset >= state.min_offset:
-            continue
-        report_loss(key[0], key[1], offset, state.min_offset, fail_on_data_loss)
-        moved[key] = state.min_offset
-    return moved
+    DataLossError naming all of them when ``fail_on_data_loss``."""
+    lost = [
+        LostOffsets(key[0], key[1], offset, states[key].min_offset)
+        for key, offset in sorted(begin.items())
+        if key in states and offset < states[key].min_offset
+    ]
+    report_losses(lost, case, fail_on_data_loss)
+    return {**begin, **{(loss.topic, loss.queue_id): loss.lost_to for loss in lost}}
 
 
-def report_loss(topic: str, queue_id: int, lost_from: int, lost_to: int, fail: bool) -> None:
-    """Offsets [lost_from, lost_to) are gone: fail, or log and go on."""
-    count = lost_to - lost_from
-    what = (
-        f"{topic}/{queue_id}: offsets {lost_from} to {lost_to - 1} ({count:,} messages) are "
-        "no longer stored (retention removed them before the query read them)"
-    )
-    if fail:
-        raise DataLossError(
-            f"{what}. Restart the query from a new checkpoint, or set failOnDataLoss=false "
-            "to skip what is gone and read on."
+def report_losses(losses: Sequence[LostOffsets], case: LossCase, fail: bool) -> None:
+    """``losses`` are gone: DataLossError naming every one of them, or log them and go on."""
+    if losses and fail:
+        raise DataLossError(losses, loss_advice(case, losses))
+    for loss in losses:
+        LOG.warning("%s are no longer stored; skipped (failOnDataLoss=false)", loss)
+
+
+def loss_advice(case: LossCase, losses: Sequence[LostOffsets]) -> str:
+    """What the user can change about ``losses``, which came about as ``case`` says."""
+    skip = "or set failOnDataLoss=false to skip what is gone and read on"
+    if case is LossCase.STARTING_OFFSETS:
+        floors = "; ".join(f"{loss.topic}/{loss.queue_id}: {loss.lost_to}" for loss in losses)
+        return (
+            f"The query's startingOffsets lie below the queues' min offsets ({floors}): "
+            f'start from "earliest" or from offsets at or above the min offsets, {skip}.'
         )
-    LOG.warning("%s; skipped (failOnDataLoss=false)", what)
+    if case is LossCase.CHECKPOINT:
+        return (
+            "The query's checkpoint points below the queues' min offsets (retention removed "
+            "what the query had not read yet): restart it from a new checkpoint (it then "
+            f"starts at startingOffsets), {skip}."
+        )
+    return (
+        "Retention removed them while the query read them: run it again (a streaming query "
+        f"from a new checkpoint), {skip}."
+    )
 
 
 def group_of(states: Mapping[tuple[str, int], QueueState]) -> dict[tuple[str, int], str | None]:

@@ -19,15 +19,16 @@ from __future__ import annotations
 
 import time
 from binascii import a2b_base64
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
+from spark_jobs.errors import LostOffsets
 from spark_jobs.http_client import SpoolmqClient
 from spark_jobs.properties_column import KEYS_TYPE, PROPERTIES_TYPE
 from spark_jobs.records import TIMESTAMP_TYPE
-from spark_jobs.streaming.discovery import report_loss
+from spark_jobs.streaming.discovery import LossCase, report_losses
 from spark_jobs.streaming.offsets import QueueRange
 
 ROWS_PER_BATCH: Final = 4096
@@ -71,25 +72,33 @@ def fetch_range(
         if status in _READ and next_offset > offset:
             messages = [m for m in answer["messages"] if m["queue_offset"] < end]
             if tags is None:
-                for lost_from, lost_to in gaps(offset, min(next_offset, end), messages):
-                    report_loss(topic, queue_id, lost_from, lost_to, fail_on_data_loss)
+                holes = gaps(offset, min(next_offset, end), messages)
+                report_lost_runs(topic, queue_id, holes, fail_on_data_loss)
             pending.extend(messages)
             offset, waits = next_offset, 0
         elif status in _REMOVED and next_offset > offset:
-            report_loss(topic, queue_id, offset, min(next_offset, end), fail_on_data_loss)
+            report_lost_runs(topic, queue_id, [(offset, min(next_offset, end))], fail_on_data_loss)
             offset, waits = min(next_offset, end), 0
         elif waits < client.retry.retries:
             sleep(client.retry.delay_s(waits))
             waits += 1
         else:
             behind = int(answer.get("max_offset", offset))
-            report_loss(topic, queue_id, max(offset, behind), end, fail_on_data_loss)
+            report_lost_runs(topic, queue_id, [(max(offset, behind), end)], fail_on_data_loss)
             offset = end
         if len(pending) >= ROWS_PER_BATCH:
             yield to_batch(pending, queue_range)
             pending = []
     if pending:
         yield to_batch(pending, queue_range)
+
+
+def report_lost_runs(
+    topic: str, queue_id: int, runs: Iterable[tuple[int, int]], fail: bool
+) -> None:
+    """The runs [from, to) of one queue went from under a planned range."""
+    losses = [LostOffsets(topic, queue_id, start, stop) for start, stop in runs]
+    report_losses(losses, LossCase.WHILE_READING, fail)
 
 
 def gaps(start: int, stop: int, messages: list[dict[str, Any]]) -> Iterator[tuple[int, int]]:

@@ -26,6 +26,7 @@ from pyspark.sql.streaming.datasource import (
 from spark_jobs.errors import SpoolmqError
 from spark_jobs.http_client import SpoolmqClient
 from spark_jobs.streaming.discovery import (
+    LossCase,
     QueueStates,
     discover,
     group_of,
@@ -62,12 +63,15 @@ class _Reads:
     def discover(self) -> QueueStates:
         return discover(self.client, self.options.subscription)
 
-    def plan(self, begin: Positions, end: Positions, states: QueueStates) -> list[InputPartition]:
-        """Partitions for [begin, end): retention's losses handled, large ranges cut."""
+    def plan(
+        self, begin: Positions, end: Positions, states: QueueStates, case: LossCase
+    ) -> list[InputPartition]:
+        """Partitions for [begin, end): retention's losses handled (``case`` says where
+        ``begin`` came from), large ranges cut."""
         for key in end:  # a queue found after ``begin`` was fixed starts at its min offset
             if key not in begin and key in states:
                 begin[key] = states[key].min_offset
-        begin = skip_lost(begin, states, self.options.fail_on_data_loss)
+        begin = skip_lost(begin, states, case, self.options.fail_on_data_loss)
         ranges = plan_ranges(
             begin,
             end,
@@ -102,14 +106,24 @@ class SpoolmqStreamReader(_Reads, DataSourceStreamReader, SupportsTriggerAvailab
         self._target: Positions | None = None
         self._held: set[tuple[str, int]] = set()
         self._committed: Positions = {}
+        self._initial: Positions | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        cleared: dict[str, Any] = {"_latest": {}, "_target": None, "_held": set(), "_committed": {}}
+        cleared: dict[str, Any] = {
+            "_latest": {},
+            "_target": None,
+            "_held": set(),
+            "_committed": {},
+            "_initial": None,
+        }
         return {**super().__getstate__(), **cleared}
 
     def initialOffset(self) -> dict[str, Any]:
-        """A new query's start: ``startingOffsets`` / ``startingTimestamp`` (default latest)."""
-        return to_json(resolve(self.client, self.options.starting, self.discover()))
+        """A new query's start: ``startingOffsets`` / ``startingTimestamp`` (default latest).
+        Spark asks only when the checkpoint has no offsets yet; remembered, so a loss at
+        this start is blamed on ``startingOffsets`` rather than on a checkpoint."""
+        self._initial = resolve(self.client, self.options.starting, self.discover())
+        return to_json(self._initial)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         limit = self.options.max_offsets_per_trigger
@@ -162,7 +176,11 @@ class SpoolmqStreamReader(_Reads, DataSourceStreamReader, SupportsTriggerAvailab
         begin, stop = from_json(start), from_json(end)
         if begin == stop:
             return []
-        return self.plan(begin, stop, self.discover())
+        return self.plan(begin, stop, self.discover(), self._loss_case(begin))
+
+    def _loss_case(self, begin: Positions) -> LossCase:
+        """Where ``begin`` came from: this query's ``startingOffsets``, or its checkpoint."""
+        return LossCase.STARTING_OFFSETS if begin == self._initial else LossCase.CHECKPOINT
 
     def commit(self, end: dict[str, Any]) -> None:
         """Everything up to ``end`` is processed: store it as ``consumerGroup``'s offsets,
@@ -196,6 +214,7 @@ class SpoolmqBatchReader(_Reads, DataSourceReader):
         begin = resolve(self.client, self.options.starting, states)
         end = resolve(self.client, self.options.ending, states)
         try:
-            return self.plan(begin, end, states) or [InputPartition(None)]
+            plan = self.plan(begin, end, states, LossCase.STARTING_OFFSETS)
+            return plan or [InputPartition(None)]
         finally:
             self.close()
