@@ -18,7 +18,7 @@ import types
 import typing
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from pydantic import ValidationError
 from pydantic.fields import FieldInfo
@@ -44,9 +44,38 @@ from services.ha import split_host_port
 DEMO_TOPIC = "DemoTopic"
 
 
+BOUND_TEXTS: Final = {
+    "gt": "> {}",
+    "ge": ">= {}",
+    "lt": "< {}",
+    "le": "<= {}",
+    "min_length": "length >= {}",
+    "max_length": "length <= {}",
+}
+"""How each bound a setting's ``Field`` may set (``gt=0``, ``le=95``, ...) reads in --help."""
+
+
+def allowed_range(field: FieldInfo) -> str | None:
+    """The bounds of a setting, as ``--help`` states them (``>= 10, <= 95``); None if none."""
+    bounds = [
+        text.format(getattr(rule, name))
+        for rule in field.metadata
+        for name, text in BOUND_TEXTS.items()
+        if getattr(rule, name, None) is not None
+    ]
+    return ", ".join(bounds) or None
+
+
+def setting_help(name: str, field: FieldInfo) -> str:
+    """A setting's flag help: what it does, its allowed range, its variable and default."""
+    bounds = allowed_range(field)
+    allowed = f"allowed {bounds}; " if bounds else ""
+    return f"{field.description} ({allowed}env SPOOLMQ_{name.upper()}, default {field.default})"
+
+
 def _add_setting(parser: Any, name: str, field: FieldInfo) -> None:
     flag = "--" + name.replace("_", "-")
-    help_text = f"{field.description} (env SPOOLMQ_{name.upper()}, default {field.default})"
+    help_text = setting_help(name, field)
     annotation = field.annotation
     kwargs: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS, "help": help_text}
     if annotation is bool:

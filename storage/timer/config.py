@@ -21,8 +21,8 @@ class TimerConfig:
     "now + TTL" halves never meet). A message due further than ``roll_window_slots`` slots
     ahead waits in an intermediate slot and is put again (it "rolls") — so its CommitLog
     record is at most one roll window old when it fires or rolls, whatever its delay: the
-    roll window, not the maximum delay, must stay below the CommitLog's retention time
-    (:func:`check_timer_config`).
+    roll window, not the maximum delay, must stay below the CommitLog's retention time while
+    the wheel runs (:func:`check_timer_config`).
     """
 
     enabled: bool = True
@@ -67,7 +67,7 @@ def check_timer_config(config: TimerConfig, retention_hours: float) -> list[str]
         problems.append(f"the wheel needs more than {TIMER_BLANK_SLOTS + 2} slots")
     if config.max_delay_s <= 0:
         problems.append("the maximum timer delay must be positive")
-    if config.roll_window_ms >= retention_hours * 3_600_000:
+    if config.enabled and config.roll_window_ms >= retention_hours * 3_600_000:
         problems.append(
             f"the timer roll window ({config.roll_window_ms // 1000} s) must be shorter than "
             f"the CommitLog retention ({retention_hours} h): a waiting message's record would "

@@ -52,6 +52,63 @@ def test_serve_help_lists_the_flags_by_section(capsys: pytest.CaptureFixture[str
     )
 
 
+def flag_helps(help_text: str) -> dict[str, str]:
+    """Each flag of a --help output and its help, on one line (argparse wraps it)."""
+    helps: dict[str, list[str]] = {}
+    entry: list[str] = []
+    for line in help_text.splitlines():
+        started = re.match(r"  (--[a-z0-9-]+)", line)
+        if started:
+            entry = helps.setdefault(started[1], [])
+        elif not line.startswith(" "):
+            entry = []  # a section heading or a blank line ends an entry
+        entry.append(line)
+    return {flag: " ".join(" ".join(lines).split()) for flag, lines in helps.items()}
+
+
+SHOWN_BOUNDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "max_length": "length <="}
+
+
+def test_serve_help_states_the_allowed_range_of_every_bounded_flag() -> None:
+    result = subprocess.run(
+        [str(BIN / "spoolmq"), "serve", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    helps = flag_helps(result.stdout)
+    bounded = 0
+    for name, field in Settings.model_fields.items():
+        shown = helps["--" + name.replace("_", "-")]
+        for rule in field.metadata:
+            if getattr(rule, "pattern", None) is not None:
+                continue  # a format, not a range
+            found = [(k, getattr(rule, k)) for k in SHOWN_BOUNDS if hasattr(rule, k)]
+            assert len(found) == 1, f"{name}: {rule!r} is no bound --help knows"
+            [(kind, value)] = found
+            assert f"{SHOWN_BOUNDS[kind]} {value}" in shown, f"{name}: {shown}"
+            bounded += 1
+    assert bounded > 50
+    assert "(allowed >= 10, <= 95; env" in helps["--disk-max-used-space-ratio"]
+    assert "(allowed >= 10, <= 100; env" in helps["--disk-space-clean-forcibly-ratio"]
+    assert (
+        "(allowed > 0; env SPOOLMQ_FILE_RESERVED_TIME_HOURS" in helps["--file-reserved-time-hours"]
+    )
+    assert "allowed" not in helps["--store-dir"]  # unbounded: no range
+
+
+def test_retention_below_the_timer_roll_window_is_refused_only_with_timers_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flags = ["serve", "--store-dir", str(tmp_path), "--file-reserved-time-hours", "24"]
+    assert main(flags) == 2  # the roll window is 48 h: a timed record would expire first
+    assert "the timer roll window (172800 s) must be shorter than" in capsys.readouterr().err
+    args = build_parser().parse_args([*flags, "--no-timer-enabled"])
+    settings = Settings(**{k: v for k, v in vars(args).items() if k in Settings.model_fields})
+    assert (settings.file_reserved_time_hours, settings.timer_enabled) == (24, False)
+
+
 def test_every_store_size_and_limit_is_a_setting() -> None:
     settings = Settings.model_construct()
     store = StoreConfig()

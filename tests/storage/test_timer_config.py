@@ -1,4 +1,5 @@
-"""Timer settings: precision snapping, the roll window clamp, and the retention rule."""
+"""Timer settings: precision snapping, the roll window clamp, and the retention rule (which
+holds while the wheel runs)."""
 
 from __future__ import annotations
 
@@ -17,4 +18,5 @@ def test_the_roll_window_is_clamped_and_must_be_shorter_than_retention() -> None
     assert TimerConfig(slots_total=100, roll_window_slots=500).effective_roll_window_slots == 40
     [problem] = check_timer_config(TimerConfig(), retention_hours=24)
     assert "roll window" in problem
+    assert check_timer_config(TimerConfig(enabled=False), retention_hours=24) == []
     assert check_timer_config(TimerConfig(precision_ms=300), 72)[0].startswith("timer precision")
