@@ -40,7 +40,7 @@ from services.messages import QueuePage
 from services.metrics import Histogram, Metrics
 from services.offset_reset import ResetPlan, ResetRequest, ResetTarget
 from services.offsets import OffsetCommit, QueueLag, TopicLag
-from services.outgoing import OutgoingMessage
+from services.outgoing import RESERVED_PROPERTIES, OutgoingMessage
 from services.pop.handles import MAX_HANDLE_LENGTH
 from services.pop.service import (
     DEFAULT_INVISIBLE_MS,
@@ -139,6 +139,7 @@ __all__ = [
     "PROPERTY_REDRIVEN_FROM",
     "PROPERTY_RETRY_TOPIC",
     "REDRIVE_PROMPT_S",
+    "RESERVED_PROPERTIES",
     "RETRY_GROUP_TOPIC_PREFIX",
     "SYSTEM_TOPICS",
     "TIMER_BUCKETS",

@@ -154,6 +154,7 @@ class Broker:
             consumer_offsets=self.consumer_offsets,
             metrics=self.metrics,
             waiters=self.waiters,
+            on_slave=lambda: self.replica.role == "slave",
         )
         store.arrival_listeners.append(self._on_arrival)
         # Built on a slave too (its delay progress is readable), started only on a master.

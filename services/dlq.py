@@ -35,6 +35,7 @@ from services.errors import (
     ServiceError,
 )
 from services.idempotency import IdempotencyService
+from services.messages import as_shown
 from services.send_back import DLQ_NUMS_PER_GROUP, dlq_topic, original_topic
 from storage import GetMessageStatus, Message, MessageStore, StorageError, StoredMessage
 from storage.config_managers import TopicConfig
@@ -280,7 +281,10 @@ class DlqService:
     def _entry(self, message: StoredMessage, target: str | None) -> DlqEntry:
         destination = target or original_topic(message)
         return DlqEntry(
-            message.queue_offset, message, destination, self._find_copy(message, destination)
+            message.queue_offset,
+            as_shown(message),
+            destination,
+            self._find_copy(message, destination),
         )
 
     def _find_copy(self, dead: StoredMessage, target: str) -> str | None:

@@ -3,10 +3,15 @@ page of one queue.
 
 Browsing a queue reads the store directly, not through the pull service: looking at a queue
 is not consuming it, so it counts no traffic and moves no offset.
+
+Every message a reader is given leaves services through :func:`as_shown`: without the
+broker's bookkeeping properties (pulls get their views so from the store, which applies the
+same rule, :func:`~storage.record.properties.shown_properties`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import string
 import struct
 from dataclasses import dataclass
@@ -15,6 +20,7 @@ from services.errors import InvalidMessageIdError, MessageNotFoundError
 from services.topics import TopicService
 from storage import MessageStore, StoredMessage
 from storage.record.msg_id import decode_msg_id
+from storage.record.properties import shown_properties
 
 MAX_KEY_RESULTS = 64
 """The store's cap on one key query (RocketMQ's ``maxNum`` default)."""
@@ -32,6 +38,15 @@ class QueuePage:
     more: bool  # the queue holds more messages after the last one (within the time bound)
     min_offset: int
     max_offset: int
+
+
+def as_shown(message: StoredMessage) -> StoredMessage:
+    """``message`` as a reader is shown it (a consumer, a lookup, the admin pages): without
+    the broker's bookkeeping properties; the same object when it carries none."""
+    properties = shown_properties(message.properties)
+    if properties is message.properties:
+        return message
+    return dataclasses.replace(message, properties=properties)
 
 
 def within_bytes(messages: list[StoredMessage], max_bytes: int | None) -> list[StoredMessage]:
@@ -72,7 +87,7 @@ class MessageQueryService:
         self._topics.get(topic)
         limit = max(1, min(max_messages, MAX_KEY_RESULTS))
         found = self._store.query_message(topic, key, limit, begin, end)[:limit]
-        return within_bytes(found, max_bytes)
+        return within_bytes([as_shown(m) for m in found], max_bytes)
 
     def browse(
         self,
@@ -101,7 +116,7 @@ class MessageQueryService:
                     return QueuePage(found, False, low, high)
                 if len(found) == limit:
                     return QueuePage(found, True, low, high)
-                found.append(message)
+                found.append(as_shown(message))
             if result.next_begin_offset <= offset:
                 break
             offset = result.next_begin_offset
@@ -124,7 +139,7 @@ class MessageQueryService:
             message = self._by_uniq_key(msg_id.upper())
         if message is None:
             raise MessageNotFoundError(f"message {msg_id} does not exist (or has expired)")
-        return message
+        return as_shown(message)
 
     def _by_offset_id(self, msg_id: str) -> StoredMessage | None:
         decoded = decode_msg_id(msg_id)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from services.background import BackgroundLoop
-from services.errors import InvalidOffsetError
+from services.errors import InvalidOffsetError, ServiceError
 from services.groups import GroupService, check_group_name, check_offsets_mode
 from services.topics import TopicService
 from storage import MessageStore
@@ -24,6 +24,7 @@ from storage.config_managers import (
     SubscriptionGroupConfig,
 )
 from storage.lag_model import LagFigures, queue_lag_figures
+from storage.topic_names import retry_topic
 
 log = logging.getLogger(__name__)
 
@@ -79,25 +80,33 @@ class OffsetService:
         self._groups = groups
 
     def position(self, group: SubscriptionGroupConfig, topic: str, queue_id: int) -> int:
-        """Where the group reads next; a first read resolves ``consume_from`` and commits it.
+        """Where the group reads next; a first read resolves ``consume_from`` and pins it.
 
-        Committing the resolved start pins it: with ``latest`` a later pull must not jump past
-        messages that arrived after the first one.
+        Storing the resolved start pins it: with ``latest`` a later pull must not jump past
+        messages that arrived after the first one. A pin is not a commit: the queue has no
+        last commit time until the group commits it.
         """
         name = group.group_name
         committed = self._manager.query_offset(name, topic, queue_id)
         if committed >= 0:
             return committed
+        start = self._start_offset(group, topic, queue_id)
+        self._manager.pin_offset(name, topic, queue_id, start)
+        return start
+
+    def _start_offset(self, group: SubscriptionGroupConfig, topic: str, queue_id: int) -> int:
+        """Where the group's first read of a queue starts: as its ``consume_from`` says; in
+        its own retry topic, at the queue's min offset whatever it says (every message there
+        is one of its retries: RocketMQ's consumers start a retry queue at 0)."""
         store = self._store
+        if topic == retry_topic(group.group_name):
+            return store.min_offset_in_queue(topic, queue_id)
         timestamp = group.consume_from_timestamp
         if timestamp is not None:
-            start = store.first_offset_at_or_after(topic, queue_id, timestamp)
-        elif group.consume_from == CONSUME_FROM_LATEST:
-            start = store.max_offset_in_queue(topic, queue_id)
-        else:
-            start = store.min_offset_in_queue(topic, queue_id)
-        self._manager.commit_offset(name, topic, queue_id, start)
-        return start
+            return store.first_offset_at_or_after(topic, queue_id, timestamp)
+        if group.consume_from == CONSUME_FROM_LATEST:
+            return store.max_offset_in_queue(topic, queue_id)
+        return store.min_offset_in_queue(topic, queue_id)
 
     def committed(self, group: str, topic: str, queue_id: int) -> int:
         """The group's committed offset on the queue; -1 when it never committed there."""
@@ -131,33 +140,63 @@ class OffsetService:
             )
 
     def report(self, group: str, topic: str | None = None) -> list[TopicLag]:
-        """Committed offset, min/max offset and lag of every queue the group committed."""
+        """Committed offset, min/max offset and lag of every queue the group committed, and
+        of its retry topic's queues as soon as that holds messages (a group has an offset
+        there only once it reads there: until then each queue counts from where it will
+        start)."""
         if not self._groups.exists(group):
             self._groups.get(group)  # raises GroupNotFoundError
-        store = self._store
         report = []
         for key in self._manager.topic_groups():
             if key.group != group or (topic is not None and key.topic != topic):
                 continue
             times = self._manager.commit_times_of(group, key.topic)
-            queues = []
-            for queue_id, committed in self._manager.offsets_of(group, key.topic).items():
-                max_offset = store.max_offset_in_queue(key.topic, queue_id)
-                min_offset = store.min_offset_in_queue(key.topic, queue_id)
-                figures = self._queue_lag(key.topic, queue_id, committed, min_offset, max_offset)
-                queues.append(
-                    QueueLag(
-                        queue_id=queue_id,
-                        committed_offset=committed,
-                        min_offset=min_offset,
-                        max_offset=max_offset,
-                        lag=figures.lag,
-                        last_commit_timestamp=times.get(queue_id, 0),
-                        lag_seconds=figures.lag_seconds,
-                    )
-                )
+            queues = [
+                self._queue_report(key.topic, queue_id, committed, times.get(queue_id, 0))
+                for queue_id, committed in self._manager.offsets_of(group, key.topic).items()
+            ]
             report.append(TopicLag(key.topic, queues))
+        retry = retry_topic(group)
+        if (topic is None or topic == retry) and not self._manager.offsets_of(group, retry):
+            waiting = self._unread_retries(group)
+            if waiting is not None:
+                report.append(waiting)
         return report
+
+    def _unread_retries(self, group: str) -> TopicLag | None:
+        """The group's retry topic before the group has an offset there, each queue from
+        where the group will start; None while it holds no message (or does not exist)."""
+        topic = retry_topic(group)
+        try:
+            config = self._topics.get(topic)
+        except ServiceError:  # no retry topic yet
+            return None
+        # Only the group's name decides where it starts in its retry topic.
+        reader = SubscriptionGroupConfig(group)
+        queues = [
+            self._queue_report(topic, queue_id, self._start_offset(reader, topic, queue_id), 0)
+            for queue_id in range(config.read_queue_nums)
+        ]
+        if all(q.max_offset == q.min_offset for q in queues):
+            return None
+        return TopicLag(topic, queues)
+
+    def _queue_report(
+        self, topic: str, queue_id: int, committed: int, last_commit_timestamp: int
+    ) -> QueueLag:
+        store = self._store
+        max_offset = store.max_offset_in_queue(topic, queue_id)
+        min_offset = store.min_offset_in_queue(topic, queue_id)
+        figures = self._queue_lag(topic, queue_id, committed, min_offset, max_offset)
+        return QueueLag(
+            queue_id=queue_id,
+            committed_offset=committed,
+            min_offset=min_offset,
+            max_offset=max_offset,
+            lag=figures.lag,
+            last_commit_timestamp=last_commit_timestamp,
+            lag_seconds=figures.lag_seconds,
+        )
 
     def _queue_lag(
         self, topic: str, queue_id: int, committed: int, min_offset: int, max_offset: int

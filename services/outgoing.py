@@ -14,7 +14,7 @@ from typing import Final, NamedTuple
 
 from services.errors import InvalidPropertyError
 from storage.record.properties import (
-    IDEMPOTENCY_PROPERTIES,
+    BOOKKEEPING_PROPERTIES,
     KEY_SEPARATOR,
     NAME_VALUE_SEPARATOR,
     PROPERTY_KEYS,
@@ -46,11 +46,9 @@ RESERVED_PROPERTIES: Final = frozenset(
         "TRANSACTION_CHECK_TIMES",
         "TRAN_PREPARED_QUEUE_OFFSET",
         "CHECK_IMMUNITY_TIME_IN_SECONDS",
-        "TRAN_END",
-        "TRAN_DELAY",
         "MIN_OFFSET",
         "MAX_OFFSET",
-        *IDEMPOTENCY_PROPERTIES,  # use the Idempotency-Key header
+        *BOOKKEEPING_PROPERTIES,  # the broker's own; for a key, use the Idempotency-Key header
         # use deliver_at / deliver_after_ms
         PROPERTY_TIMER_DELIVER_MS,
         PROPERTY_TIMER_DELAY_MS,

@@ -7,7 +7,8 @@ demand). A pull parks only where RocketMQ answers PULL_NOT_FOUND, the long-poll 
 missing ConsumeQueue file; it parks once, then answers with the next file's start). A
 tag-filtered scan that matched nothing moves on from ``next_begin_offset`` while wait time is
 left. A group pull also reads the group's ``%RETRY%`` queues, whatever the tag filter, and an
-arrival there wakes it.
+arrival there wakes it. On a slave an offset wrong for its queue is answered with that offset
+as the next one: a slave behind its master moves no consumer (nor a group's position) back.
 """
 
 from __future__ import annotations
@@ -148,8 +149,10 @@ class PullService:
         metrics: Metrics,
         *,
         max_wait_ms: int = 30_000,
+        on_slave: Callable[[], bool] = lambda: False,
     ) -> None:
         self._max_wait_ms = max_wait_ms
+        self._on_slave = on_slave  # whether this broker serves as a slave now
         self._store = store
         self._topics = topics
         self._groups = groups
@@ -413,13 +416,14 @@ class PullService:
             options.max_bytes,
             None if tag_filter.matches_all else tag_filter,
             views=True,
+            on_slave=self._on_slave(),
         )
         if result.status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE:
             # Callers read only queues the topic declares; RocketMQ's findConsumeQueue creates
             # a missing ConsumeQueue on demand, so such a queue is simply empty.
             result = GetMessageResult(
                 status=GetMessageStatus.NO_MESSAGE_IN_QUEUE,
-                next_begin_offset=0,
+                next_begin_offset=result.next_begin_offset,
                 min_offset=0,
                 max_offset=0,
             )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from services.appender import Appender
@@ -62,6 +63,7 @@ class BrokerServices:
         consumer_offsets: ConsumerOffsetManager,
         metrics: Metrics,
         waiters: WaiterRegistry,
+        on_slave: Callable[[], bool],
     ) -> BrokerServices:
         put = appender.put
         idempotency = IdempotencyService(store, appender, config.dedup_window_s)
@@ -95,6 +97,7 @@ class BrokerServices:
                 waiters,
                 metrics,
                 max_wait_ms=config.max_wait_ms,
+                on_slave=on_slave,
             ),
             messages=MessageQueryService(store, topics),
             send_back=send_back,

@@ -12,11 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from storage.record.properties import (
-    PROPERTY_IDEMPOTENCY_BATCH,
-    PROPERTY_IDEMPOTENCY_FINGERPRINT,
-    PROPERTY_IDEMPOTENCY_KEY,
-)
+from storage.record.properties import BOOKKEEPING_PROPERTIES
 
 SYSTEM_PROPERTIES: Final = frozenset(
     {
@@ -29,11 +25,10 @@ SYSTEM_PROPERTIES: Final = frozenset(
         "MSG_TYPE", "INNER_MULTI_DISPATCH", "INNER_MULTI_QUEUE_OFFSET", "__SHARDINGKEY",
         "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC",
         "TIMER_DELAY_MS", "TIMER_OUT_MS", "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS",
-        "TIMER_ROLL_TIMES", "TIMER_DEL_UNIQKEY", PROPERTY_IDEMPOTENCY_KEY,
-        PROPERTY_IDEMPOTENCY_FINGERPRINT, PROPERTY_IDEMPOTENCY_BATCH,
+        "TIMER_ROLL_TIMES", "TIMER_DEL_UNIQKEY", *BOOKKEEPING_PROPERTIES,
     }
 )  # fmt: skip
-"""RocketMQ's system property names, and spoolmq's idempotency ones: never sent again."""
+"""RocketMQ's system property names, and spoolmq's bookkeeping ones: never sent again."""
 _SEPARATORS: Final = ("\x01", "\x02")
 
 

@@ -3,7 +3,9 @@
 :func:`properties_columns` splits every record's PROPERTIES text at once with numpy. A batch
 that path does not cover (a property name repeated in one record, bytes that are not UTF-8)
 is decoded record by record with :func:`storage.record.properties.decode_properties`, whose
-result the vectorised split equals wherever it applies.
+result the vectorised split equals wherever it applies. Either way the map leaves out the
+broker's bookkeeping, as every reader of the broker is shown a message
+(:func:`storage.record.properties.shown_properties`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from spark_jobs.arrays import Bytes, Int64Array, gather_ranges, offsets_of, string_array
 from storage.record.properties import (
+    BOOKKEEPING_PROPERTIES,
     KEY_SEPARATOR,
     NAME_VALUE_SEPARATOR,
     PROPERTY_KEYS,
@@ -25,6 +28,7 @@ from storage.record.properties import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     decode_properties,
+    shown_properties,
     split_keys,
 )
 
@@ -37,6 +41,7 @@ _PROPERTY_SEPARATOR: Final = ord(PROPERTY_SEPARATOR)
 _TAGS: Final = PROPERTY_TAGS.encode()
 _KEYS: Final = PROPERTY_KEYS.encode()
 _UNIQ_KEY: Final = PROPERTY_UNIQ_KEY.encode()
+_BOOKKEEPING: Final = pa.array(sorted(BOOKKEEPING_PROPERTIES), pa.string())
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +106,17 @@ def _has_repeated_names(names: Any, owners: Int64Array) -> bool:
     return bool(np.any(keys[1:] == keys[:-1]))
 
 
+def _without_bookkeeping(names: Any, items: Any, owners: Int64Array) -> tuple[Any, Any, Int64Array]:
+    """The (name, value, record) entries but those of the broker's bookkeeping."""
+    hidden = np.asarray(
+        pc.is_in(names, value_set=_BOOKKEEPING).to_numpy(zero_copy_only=False), dtype=bool
+    )
+    if not hidden.any():
+        return names, items, owners
+    shown = np.flatnonzero(~hidden)
+    return names.take(pa.array(shown)), items.take(pa.array(shown)), owners[shown]
+
+
 def _parse_properties(values: Bytes, offsets: Int64Array) -> PropertiesColumns:
     """Properties of n records (concatenated raw bytes) as a map, like ``decode_properties``."""
     n = len(offsets) - 1
@@ -123,6 +139,7 @@ def _parse_properties(values: Bytes, offsets: Int64Array) -> PropertiesColumns:
         items.validate(full=True)
     except pa.ArrowInvalid as exc:
         raise _NeedsSlowPath("properties are not valid UTF-8") from exc
+    names, items, owner = _without_bookkeeping(names, items, owner)
     if _has_repeated_names(names, owner):
         raise _NeedsSlowPath("a property name repeats within a record")
     counts = np.bincount(owner, minlength=n).astype(np.int64)
@@ -139,11 +156,12 @@ def _parse_properties(values: Bytes, offsets: Int64Array) -> PropertiesColumns:
 
 def _per_record_properties(values: Bytes, offsets: Int64Array) -> PropertiesColumns:
     """Properties decoded record by record with
-    :func:`storage.record.properties.decode_properties`: for batches the vectorised split
-    does not cover (a repeated name keeps its last value, bytes that are not UTF-8 are
-    replaced)."""
+    :func:`storage.record.properties.decode_properties` (and shown as
+    :func:`~storage.record.properties.shown_properties` shows them): for batches the
+    vectorised split does not cover (a repeated name keeps its last value, bytes that are
+    not UTF-8 are replaced)."""
     decoded = [
-        decode_properties(values[start:end].tobytes())
+        shown_properties(decode_properties(values[start:end].tobytes()))
         for start, end in itertools.pairwise(offsets.tolist())
     ]
     return PropertiesColumns(

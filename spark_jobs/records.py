@@ -56,6 +56,7 @@ from storage.record.layout import (
     Buffer,
 )
 from storage.record.message import StoredMessage
+from storage.record.properties import shown_properties
 from storage.store_reader import buffer_size
 
 COLUMNS: Final = (
@@ -399,7 +400,7 @@ def record_row(message: StoredMessage, commit_log_offset: int, store_dir: str) -
         "uniq_key": message.uniq_key,
         "tags": message.tags,
         "keys": message.keys,
-        "properties": list(message.properties.items()),
+        "properties": list(shown_properties(message.properties).items()),
         "body": message.body,
         "born_timestamp": message.born_timestamp * 1000,
         "store_timestamp": message.store_timestamp * 1000,

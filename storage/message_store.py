@@ -40,7 +40,7 @@ from storage.errors import (
 from storage.flush_service import DiskWatchService
 from storage.index_service import IndexService, load_index
 from storage.keyed_records import KeyedRecords
-from storage.queue_reader import QueueReader
+from storage.queue_reader import QueueReader, next_offset_correction
 from storage.record.encode import EncodedBatch, EncodedMessage, check_batch
 from storage.record.message import Appended, GetMessageStatus, Message, StoredMessage
 from storage.record.msg_id import msg_id_prefix
@@ -456,20 +456,24 @@ class MessageStore:
         max_bytes: int | None = None,
         tag_filter: TagFilter | None = None,
         views: bool = False,
+        on_slave: bool = False,
     ) -> GetMessageResult:
         """Read up to ``max_messages`` from ``offset`` of one queue (reference §10.3); the
         first message always, even over the byte cap. ``views``: records come as views (what
-        a consumer is shown of each), in ``views``. ``group`` is there for parity with
-        RocketMQ; reads do not depend on it.
+        a consumer is shown of each), in ``views``. ``on_slave``: read by a slave, which
+        answers an offset wrong for the queue with that offset as the next one
+        (:func:`~storage.queue_reader.next_offset_correction`). ``group`` is there for parity
+        with RocketMQ; reads do not depend on it.
         """
         del group
         if self._closed:
             raise StoreClosedError("the store is closed")
         queue = self.consume_queue_table.find(topic, queue_id)
         if queue is None:
-            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+            next_offset = next_offset_correction(offset, 0, on_slave)
+            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, next_offset, 0, 0)
         codes = None if tag_filter is None else tag_filter.codes
-        return self._reader.read(queue, offset, max_messages, max_bytes, codes, views)
+        return self._reader.read(queue, offset, max_messages, max_bytes, codes, views, on_slave)
 
     # ================================================================== lookups
 

@@ -7,6 +7,9 @@ files (:meth:`QueueReader.read_units`), capped like RocketMQ's ``isTheBatchFull`
 ``next_begin_offset`` counts every unit examined, filtered-out ones included. Records come
 decoded, or as views (what a consumer is shown of each, read straight from the mapped file
 in the same pass: :func:`~storage.record.fields.message_view`).
+
+Where the offset is wrong for the queue, a master moves the consumer (``next_begin_offset``
+is where to go on); a slave leaves it where it asked (:func:`next_offset_correction`).
 """
 
 from __future__ import annotations
@@ -74,11 +77,13 @@ class QueueReader:
         max_bytes: int | None,
         codes: frozenset[int] | None,
         views: bool = False,
+        on_slave: bool = False,
     ) -> GetMessageResult:
         """Up to ``max_messages`` of ``queue`` from ``offset`` whose tags code is in
-        ``codes`` (None: every message); ``views``: as views, in the result's ``views``."""
+        ``codes`` (None: every message); ``views``: as views, in the result's ``views``;
+        ``on_slave``: read by a slave (see :func:`next_offset_correction`)."""
         min_offset, max_offset = queue.min_offset, queue.max_offset
-        status, next_offset = position_status(offset, min_offset, max_offset)
+        status, next_offset = position_status(offset, min_offset, max_offset, on_slave=on_slave)
         if status is not None:
             return GetMessageResult(status, next_offset, min_offset, max_offset)
         max_messages = max(1, max_messages)
@@ -88,7 +93,7 @@ class QueueReader:
         first = max_messages * CQ_UNIT_SIZE if codes is None else window
         found = queue.get_units(offset, first)
         if found is None:
-            next_file = queue.roll_next_file(offset)
+            next_file = next_offset_correction(offset, queue.roll_next_file(offset), on_slave)
             return GetMessageResult(
                 GetMessageStatus.OFFSET_FOUND_NULL, next_file, min_offset, max_offset
             )
@@ -209,18 +214,33 @@ def _short(read: UnitsRead[T], units: bytes, asked: int, window: int, max_messag
 
 
 def position_status(
-    offset: int, min_offset: int, max_offset: int
+    offset: int, min_offset: int, max_offset: int, *, on_slave: bool = False
 ) -> tuple[GetMessageStatus | None, int]:
-    """The status decided by the offset alone, and the next offset; None to read units."""
+    """The status decided by the offset alone, and the next offset; None to read units.
+
+    Far past the end the next offset is the min offset when that is 0, else the max offset:
+    RocketMQ 4.x's rule, which the reference follows (5.x always answers the max offset).
+    """
     if max_offset == 0:
-        return GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0
-    if offset < min_offset:
-        return GetMessageStatus.OFFSET_TOO_SMALL, min_offset
-    if offset == max_offset:
-        return GetMessageStatus.OFFSET_OVERFLOW_ONE, offset
-    if offset > max_offset:
-        return GetMessageStatus.OFFSET_OVERFLOW_BADLY, min_offset if min_offset == 0 else max_offset
-    return None, offset
+        status, corrected = GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0
+    elif offset < min_offset:
+        status, corrected = GetMessageStatus.OFFSET_TOO_SMALL, min_offset
+    elif offset == max_offset:
+        status, corrected = GetMessageStatus.OFFSET_OVERFLOW_ONE, offset
+    elif offset > max_offset:
+        status = GetMessageStatus.OFFSET_OVERFLOW_BADLY
+        corrected = min_offset if min_offset == 0 else max_offset
+    else:
+        return None, offset
+    return status, next_offset_correction(offset, corrected, on_slave)
+
+
+def next_offset_correction(offset: int, corrected: int, on_slave: bool) -> int:
+    """Where a pull at an offset that is wrong for its queue goes on (RocketMQ's
+    ``nextOffsetCorrection``): ``corrected`` on a master; ``offset`` itself on a slave
+    (``offsetCheckInSlave`` off), which may only be behind its master and must not move a
+    consumer back."""
+    return offset if on_slave else corrected
 
 
 def _read_status(read: UnitsRead[T]) -> GetMessageStatus:

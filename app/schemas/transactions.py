@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Annotated, Final, Literal
 
 from pydantic import AfterValidator, Field, WithJsonSchema
@@ -15,7 +14,7 @@ from app.schemas.common import (
     ResponseBody,
     checked_group_name,
 )
-from app.schemas.messages import MessageOut, message_out
+from app.schemas.messages import message_out
 from app.schemas.send import SendMessage
 from services import CheckOffer, Ended, Transaction
 
@@ -23,9 +22,6 @@ MAX_CHECK_IMMUNITY_S: Final = 3600
 MAX_CHECKS_PER_POLL: Final = 32
 MIN_LEASE_MS: Final = 1_000
 MAX_LEASE_MS: Final = 300_000
-_HALF_ONLY: Final = frozenset(
-    {"TRAN_MSG", "REAL_TOPIC", "REAL_QID", "TRANSACTION_CHECK_TIMES", "TRAN_DELAY"}
-)
 
 ProducerGroup = Annotated[
     str,
@@ -99,12 +95,16 @@ def transaction_out(transaction: Transaction, check_interval_ms: int) -> Transac
         state=transaction.state.value,
         checks=transaction.checks,
         next_check_at=next_check,
-        half=HalfOut(
-            msg_id=transaction.half_msg_id,
-            queue_offset=transaction.half_offset,
-            commit_log_offset=transaction.commit_log_offset,
-            store_timestamp=transaction.store_timestamp,
-        ),
+        half=half_out(transaction),
+    )
+
+
+def half_out(transaction: Transaction) -> HalfOut:
+    return HalfOut(
+        msg_id=transaction.half_msg_id,
+        queue_offset=transaction.half_offset,
+        commit_log_offset=transaction.commit_log_offset,
+        store_timestamp=transaction.store_timestamp,
     )
 
 
@@ -172,12 +172,38 @@ class CheckPollIn(RequestBody):
     body_encoding: Literal["auto", "base64"] = "auto"
 
 
+class CheckedMessageOut(ResponseBody):
+    """The half message as its producer sent it. It has no offset in its topic until it is
+    committed: where it is stored now is the check's ``half``."""
+
+    topic: str = Field(description="The topic it is delivered to once committed.")
+    queue_id: int = Field(description="The queue of `topic` it is delivered to once committed.")
+    body: str
+    body_encoding: Literal["utf-8", "base64"]
+    tags: str | None
+    keys: list[str]
+    properties: dict[str, str] = Field(
+        description="Its properties but TAGS and KEYS, without those of the half alone "
+        "(TRAN_MSG, REAL_TOPIC, REAL_QID, ...)."
+    )
+    born_timestamp: int
+
+
+_CHECKED_FIELDS: Final = tuple(
+    name for name in CheckedMessageOut.model_fields if name not in ("topic", "queue_id")
+)
+
+
 class CheckOut(ResponseBody):
     transaction_id: str
     checks: int = Field(description="1 on the first check.")
     leased_until: int = Field(description="Ms since the epoch; then another poller may get it.")
-    message: MessageOut = Field(
-        description="The half message in its real topic and queue, with its properties."
+    half: HalfOut = Field(
+        description="Where the half message is stored: its offset in "
+        "RMQ_SYS_TRANS_HALF_TOPIC queue 0 and in the CommitLog."
+    )
+    message: CheckedMessageOut = Field(
+        description="The half message as sent, with the topic and queue it goes to once committed."
     )
 
 
@@ -190,19 +216,25 @@ def check_poll_out(group: str, offers: list[CheckOffer], encoding: str) -> dict[
     checks = []
     for offer in offers:
         transaction = offer.transaction
-        half = offer.half
-        view = dataclasses.replace(
-            half,
-            topic=transaction.topic,
-            queue_id=transaction.queue_id,
-            properties={k: v for k, v in half.properties.items() if k not in _HALF_ONLY},
-        )
         checks.append(
             {
                 "transaction_id": transaction.transaction_id,
                 "checks": transaction.checks,
                 "leased_until": offer.leased_until_ms,
-                "message": message_out(view, encoding),
+                "half": half_out(transaction).model_dump(),
+                "message": checked_message_out(offer, encoding),
             }
         )
     return {"producer_group": group, "checks": checks}
+
+
+def checked_message_out(offer: CheckOffer, encoding: str) -> dict[str, object]:
+    """The offered half as :class:`CheckedMessageOut`: its content under the topic and queue
+    of its transaction."""
+    content = message_out(offer.half, encoding)
+    transaction = offer.transaction
+    return {
+        "topic": transaction.topic,
+        "queue_id": transaction.queue_id,
+        **{name: content[name] for name in _CHECKED_FIELDS},
+    }

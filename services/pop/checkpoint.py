@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from storage import Message, StoredMessage
+from storage.record.properties import PROPERTY_POP_CK as PROPERTY_POP_CK  # re-exported
 from storage.topic_names import REVIVE_TOPIC as REVIVE_TOPIC  # re-exported
 
 REVIVE_QUEUE_ID: Final = 0
@@ -30,13 +31,12 @@ REVIVE_GROUP: Final = "rmq_sys_REVIVE_GROUP"
 TAG_CK: Final = "ck"
 TAG_ACK: Final = "ack"
 
-PROPERTY_POP_CK: Final = "POP_CK"
-"""On a copy the revive service put into ``%RETRY%<group>``: which delivery it replaces
-(``<topic> <queue id> <offset> <ck id>``), so a restart that finds the copy but not its ACK
-record (a crash between the two appends) does not revive the message twice."""
-
 
 def pop_ck_value(topic: str, queue_id: int, offset: int, ck_id: str) -> str:
+    """The ``POP_CK`` of a copy the revive service puts into ``%RETRY%<group>``: which
+    delivery it replaces, so a restart that finds the copy but not its ACK record (a crash
+    between the two appends) does not revive the message twice. Bookkeeping: no reader is
+    shown it (:data:`storage.record.properties.BOOKKEEPING_PROPERTIES`)."""
     return f"{topic} {queue_id} {offset} {ck_id}"
 
 

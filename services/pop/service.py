@@ -27,6 +27,7 @@ from services.errors import (
 )
 from services.groups import GroupService
 from services.long_poll import WaiterRegistry, WakeReason
+from services.messages import as_shown
 from services.metrics import Metrics
 from services.offsets import OffsetService
 from services.pop.checkpoint import (
@@ -163,8 +164,8 @@ class PopService:
         """Rebuild the in-flight table from the revive topic (blocking; call before serving)."""
         self.codec = HandleCodec.for_config_dir(self._config_dir)  # a slave copied its master's
         read = rebuild(self._store, load_snapshot(self._config_dir), self.table)
-        for key, committed in self.table.committed().items():
-            self._offsets.move(key[0], key[1], key[2], committed)
+        for key, state in self.table.queues.items():
+            self._sync_committed(key, state)  # a start is not a commit: only what moved
         return read
 
     def snapshot(self) -> PopSnapshot:
@@ -298,7 +299,7 @@ class PopService:
                 )
                 out.append(
                     ReceivedMessage(
-                        _as_original(message),
+                        as_shown(_as_original(message)),
                         take.key[1],
                         self.codec.encode(handle),
                         attempt,

@@ -43,7 +43,10 @@ from storage.record.properties import (
     PROPERTY_TRANSACTION_ID,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
+    PROPERTY_TRANSACTION_TIMER_DELAY_MS,
+    PROPERTY_TRANSACTION_TIMER_DELIVER_MS,
     PROPERTY_UNIQ_KEY,
+    shown_properties,
 )
 from storage.topic_names import (
     TRANS_CHECK_MAX_TIME_TOPIC,
@@ -61,8 +64,6 @@ REMOVE_TAG: Final = "d"
 OFFSET_SEPARATOR: Final = ","
 END_COMMIT: Final = "COMMIT"
 END_ROLLBACK: Final = "ROLLBACK"
-PROPERTY_TRANSACTION_TIMER_DELAY_MS: Final = "TRAN_TIMER_DELAY_MS"
-PROPERTY_TRANSACTION_TIMER_DELIVER_MS: Final = "TRAN_TIMER_DELIVER_MS"
 TIMER_KEPT: Final = {
     PROPERTY_TRANSACTION_TIMER_DELAY_MS: PROPERTY_TIMER_DELAY_MS,
     PROPERTY_TRANSACTION_TIMER_DELIVER_MS: PROPERTY_TIMER_DELIVER_MS,
@@ -111,6 +112,13 @@ def half_message(
     message.topic = TRANS_HALF_TOPIC
     message.queue_id = HALF_QUEUE_ID
     return message
+
+
+def offered_properties(half: StoredMessage) -> dict[str, str]:
+    """The properties a check shows the producer of ``half``: those it sent and RocketMQ's
+    own (``PGROUP``, ``__transactionId__``, ...), without those the half alone carries and
+    without the broker's bookkeeping."""
+    return {k: v for k, v in shown_properties(half.properties).items() if k not in _HALF_ONLY}
 
 
 def check_copy(half: StoredMessage, original_offset: int, origin: int, checks: int) -> Message:

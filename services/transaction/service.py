@@ -26,7 +26,6 @@ from typing import Any, Final
 from services.appender import PutMessages
 from services.errors import (
     BrokerUnavailableError,
-    InvalidPropertyError,
     ProducerGroupMismatchError,
     TransactionEndedError,
     TransactionIdInUseError,
@@ -45,10 +44,10 @@ from services.transaction.ops import DEFAULT_OP_MAX_SIZE, OpWriter
 from services.transaction.records import (
     END_COMMIT,
     END_ROLLBACK,
-    TIMER_KEPT,
     check_copy,
     check_max_copy,
     half_message,
+    offered_properties,
     real_message,
 )
 from services.transaction.table import Transaction, TransactionState, TransactionTable, rebuild
@@ -104,7 +103,7 @@ class CheckOffer:
     """A half whose producer group is asked how its transaction ended."""
 
     transaction: Transaction
-    half: StoredMessage  # the original half (its real topic and queue in its properties)
+    half: StoredMessage  # the original half, in the half topic, with its offered_properties
     leased_until_ms: int  # then another poller may take it
 
 
@@ -176,6 +175,17 @@ class TransactionService:
             )
         return found
 
+    def _owned(self, transaction_id: str, producer_group: str) -> Transaction:
+        """The transaction, when ``producer_group`` is its group (else
+        ProducerGroupMismatchError)."""
+        transaction = self.transaction(transaction_id)
+        if transaction.producer_group != producer_group:
+            raise ProducerGroupMismatchError(
+                f"transaction {transaction_id} belongs to producer group "
+                f"{transaction.producer_group!r}, not {producer_group!r}"
+            )
+        return transaction
+
     def unresolved(self, producer_group: str | None = None) -> list[Transaction]:
         """Open and given-up transactions, oldest first."""
         self._require_loaded()
@@ -226,10 +236,8 @@ class TransactionService:
 
     def _check_timer(self, message: OutgoingMessage, built: Message) -> None:
         """Refuse at the half send a delivery time that the commit's put would refuse
-        (timers off, too far ahead), so that a commit never fails for it."""
-        for name in TIMER_KEPT:
-            if name in built.properties:
-                raise InvalidPropertyError(f"property {name!r} is set by the broker")
+        (timers off, too far ahead), so that a commit never fails for it. (A producer's own
+        ``TRAN_TIMER_*`` property is refused with every reserved name, by the build.)"""
         now = now_ms()
         deliver = deliver_time_of(message, now)
         if deliver is not None:
@@ -240,12 +248,7 @@ class TransactionService:
 
     async def end(self, transaction_id: str, producer_group: str, *, commit: bool) -> Ended:
         """Commit or roll back; idempotent (see the module docstring)."""
-        transaction = self.transaction(transaction_id)
-        if transaction.producer_group != producer_group:
-            raise ProducerGroupMismatchError(
-                f"transaction {transaction_id} belongs to producer group "
-                f"{transaction.producer_group!r}, not {producer_group!r}"
-            )
+        transaction = self._owned(transaction_id, producer_group)
         offset = transaction.half_offset
         lock = self._locks.setdefault(offset, asyncio.Lock())
         try:
@@ -260,7 +263,7 @@ class TransactionService:
         if state.ended:
             committed = state is TransactionState.COMMITTED
             if committed != commit:
-                raise _ended_otherwise(transaction)
+                raise _already_ended(transaction, "it cannot be ended the other way")
             return Ended(transaction, await self._committed_copy(transaction), repeated=True)
         sent = self._sent.pop(transaction.half_offset, None)
         if sent is not None:  # the first end of a half sent here: nothing to look for
@@ -270,7 +273,7 @@ class TransactionService:
             earlier = await self._committed_copy(transaction, half)
             if earlier is not None:  # committed before a crash took its op record
                 await self._finish(transaction, committed=True)
-                raise _ended_otherwise(transaction)
+                raise _already_ended(transaction, "it cannot be ended the other way")
             await self._finish(transaction, committed=False)
             return Ended(transaction, None, repeated=False)
         if half is None:
@@ -428,7 +431,8 @@ class TransactionService:
                 del offers[offset]
                 continue
             offer.visible_at_ms = now + lease_ms
-            taken.append(CheckOffer(transaction, half, offer.visible_at_ms))
+            offered = dataclasses.replace(half, properties=offered_properties(half))
+            taken.append(CheckOffer(transaction, offered, offer.visible_at_ms))
         return taken
 
     def _next_visible_s(
@@ -446,23 +450,20 @@ class TransactionService:
 
     def release_check(self, transaction_id: str, producer_group: str) -> None:
         """The producer does not know yet (UNKNOWN): drop the offer; the next check asks
-        again."""
-        transaction = self.transaction(transaction_id)
-        if transaction.producer_group != producer_group:
-            raise ProducerGroupMismatchError(
-                f"transaction {transaction_id} belongs to producer group "
-                f"{transaction.producer_group!r}, not {producer_group!r}"
-            )
+        again. An ended transaction has nothing to check: TransactionEndedError, as an end
+        the other way gets."""
+        transaction = self._owned(transaction_id, producer_group)
+        if transaction.state.ended:
+            raise _already_ended(transaction, "there is nothing left to check")
         offers = self._offers.get(producer_group)
         if offers is not None:
             offers.pop(transaction.half_offset, None)
 
 
-def _ended_otherwise(transaction: Transaction) -> TransactionEndedError:
+def _already_ended(transaction: Transaction, consequence: str) -> TransactionEndedError:
     done = "committed" if transaction.state is TransactionState.COMMITTED else "rolled back"
     return TransactionEndedError(
-        f"transaction {transaction.transaction_id} was already {done}; it cannot be ended "
-        "the other way"
+        f"transaction {transaction.transaction_id} was already {done}; {consequence}"
     )
 
 

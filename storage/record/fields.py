@@ -2,8 +2,9 @@
 
 :func:`message_view` reads the fixed-width numbers with one ``struct`` call, follows the
 BODY and TOPIC length fields (PROPERTIES end the record) and takes what a consumer is shown of
-the message -- its msg id, topic, queue position, body, TAGS, KEYS, the other properties and
-three numbers -- as a :data:`MessageView`. The properties of most records are the UNIQ_KEY a
+the message -- its msg id, topic, queue position, body, TAGS, KEYS, the other properties but
+the broker's bookkeeping (:func:`~storage.record.properties.shown_properties`) and three
+numbers -- as a :data:`MessageView`. The properties of most records are the UNIQ_KEY a
 send sets, alone: one regular-expression match finds that key without decoding them. Nothing
 else is decoded (no hosts, no :class:`~storage.record.message.StoredMessage`), and the view
 holds copies, never the buffer: a mapped file that retention unmaps afterwards is not
@@ -47,6 +48,7 @@ from storage.record.properties import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     decode_properties,
+    shown_properties,
     split_keys,
 )
 
@@ -78,7 +80,7 @@ class NamedView(NamedTuple):
     body: bytes
     tags: str | None  # TAGS
     keys: list[str]  # KEYS, split
-    properties: dict[str, str]  # every property but TAGS and KEYS
+    properties: dict[str, str]  # every property but TAGS, KEYS and the broker's bookkeeping
     born_timestamp: int
     store_timestamp: int
     reconsume_times: int
@@ -165,7 +167,7 @@ def message_view(data: Buffer, position: int = 0, topic: QueueTopic = _NO_TOPIC)
         keys: list[str] = []
         properties = {PROPERTY_UNIQ_KEY: only_key[1].decode("ascii")}  # cheaper than str()
     else:
-        properties = decode_properties(data[topic_end + 2 : position + size])
+        properties = shown_properties(decode_properties(data[topic_end + 2 : position + size]))
         tags = properties.pop(PROPERTY_TAGS, None)
         keys = split_keys(properties.pop(PROPERTY_KEYS, None))
     return (  # the field order of NamedView
@@ -198,7 +200,7 @@ def _other_layout_view(data: Buffer, position: int, topic: QueueTopic) -> Messag
     properties_end = topic_end + 2 + _unpack_short(data, topic_end)[0]
     host_at = position + store_host_position(sys_flag)
     host = bytes(data[host_at : host_at + len(fields[12]) + INT_STRUCT.size])  # address + port
-    properties = decode_properties(data[topic_end + 2 : properties_end])
+    properties = shown_properties(decode_properties(data[topic_end + 2 : properties_end]))
     physical_offset = fields[6]  # PHYSICALOFFSET
     name = data[body_end + width : topic_end]
     return (

@@ -1,7 +1,8 @@
 """Message properties: RocketMQ's names (``MessageConst``) and the PROPERTIES field's text.
 
 A record's properties are ``name\\x01value\\x02`` per entry, UTF-8, at most 32767 bytes
-(the field's length is a short). Names beyond RocketMQ's are marked below.
+(the field's length is a short). Names beyond RocketMQ's are marked below; those that are the
+broker's own bookkeeping are never shown to a reader (:func:`shown_properties`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,13 @@ PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS: Final = "CHECK_IMMUNITY_TIME_IN_SECONDS
 # half message, the delay level it is delivered with once committed.
 PROPERTY_TRANSACTION_END: Final = "TRAN_END"
 PROPERTY_TRANSACTION_DELAY: Final = "TRAN_DELAY"
+# Beyond RocketMQ: on a half message, the delivery time it is delivered with once committed
+# (``TIMER_DELAY_MS`` and ``TIMER_DELIVER_MS`` under names the store does not act on).
+PROPERTY_TRANSACTION_TIMER_DELAY_MS: Final = "TRAN_TIMER_DELAY_MS"
+PROPERTY_TRANSACTION_TIMER_DELIVER_MS: Final = "TRAN_TIMER_DELIVER_MS"
+# RocketMQ 5's name; here, on a copy the POP revive service put into ``%RETRY%<group>``, which
+# delivery it replaces (``<topic> <queue id> <offset> <ck id>``).
+PROPERTY_POP_CK: Final = "POP_CK"
 # Timer messages (RocketMQ 5): what a producer gives (an absolute time, or a delay in s or ms),
 # and what the broker sets (the rounded fire time, when the message entered and left the
 # wheel, how often it rolled, and on a cancel marker the key of the message it cancels).
@@ -55,6 +63,20 @@ IDEMPOTENCY_PROPERTIES: Final = (
     PROPERTY_IDEMPOTENCY_BATCH,
 )
 """The idempotency properties together: the broker stamps them, a producer may not set them."""
+BOOKKEEPING_PROPERTIES: Final = frozenset(
+    {
+        *IDEMPOTENCY_PROPERTIES,
+        PROPERTY_TRANSACTION_END,
+        PROPERTY_TRANSACTION_DELAY,
+        PROPERTY_TRANSACTION_TIMER_DELAY_MS,
+        PROPERTY_TRANSACTION_TIMER_DELIVER_MS,
+        PROPERTY_POP_CK,
+    }
+)
+"""The broker's own bookkeeping, beyond RocketMQ: written into records for the broker to read
+back (which put a key names, how a transaction ended or will be delivered, which delivery a
+POP copy replaces), never shown to a reader -- a consumer, a lookup, the admin pages or the
+Spark jobs (:func:`shown_properties`). A producer may not set them either."""
 KEY_SEPARATOR: Final = " "
 """KEYS holds several business keys separated by spaces."""
 
@@ -77,6 +99,14 @@ def decode_properties(data: bytes | bytearray | memoryview | str) -> dict[str, s
         if value and name:  # a value is only found after a separator
             result[name] = value
     return result
+
+
+def shown_properties(properties: dict[str, str]) -> dict[str, str]:
+    """``properties`` as every reader is shown them: without :data:`BOOKKEEPING_PROPERTIES`
+    (the same dict when it holds none of them, as most records' properties do)."""
+    if BOOKKEEPING_PROPERTIES.isdisjoint(properties):
+        return properties
+    return {name: value for name, value in properties.items() if name not in BOOKKEEPING_PROPERTIES}
 
 
 def split_keys(keys: str | None) -> list[str]:

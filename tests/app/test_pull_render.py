@@ -1,4 +1,5 @@
-"""A pull renders its JSON from views of the records: the same JSON as from decoded messages."""
+"""A pull renders its JSON from views of the records: the same JSON as from decoded messages
+as a reader is shown them (:func:`services.messages.as_shown`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.schemas.messages import message_out, view_out, views_out
+from services.messages import as_shown
 from storage.record.decode import decode_record
 from storage.record.encode import EncodedBatch, encode_message
 from storage.record.fields import VIEW_TOPIC, message_view, queue_topic
@@ -52,10 +54,15 @@ MORE_KINDS = [
 EVERY_KIND = every_kind_of_message_record() + MORE_KINDS + uniq_key_records()
 
 
+def decoded_out(record: bytes, encoding: str) -> dict[str, object]:
+    """The JSON of ``record`` decoded whole, as a lookup renders it."""
+    return message_out(as_shown(decode_record(record)), encoding)
+
+
 @pytest.mark.parametrize("record", EVERY_KIND)
 @pytest.mark.parametrize("encoding", ["auto", "base64"])
 def test_a_view_renders_as_its_decoded_message(record: bytes, encoding: str) -> None:
-    decoded = message_out(decode_record(record), encoding)
+    decoded = decoded_out(record, encoding)
     rendered = view_out(message_view(record), encoding)
     assert rendered == decoded
     assert orjson.dumps(rendered) == orjson.dumps(decoded)  # the same bytes on the wire
@@ -77,7 +84,7 @@ def test_a_pull_renders_as_its_decoded_messages_byte_for_byte(
     records = [p.values[0] for p in EVERY_KIND]
     if text_only:  # every body valid UTF-8: the one-pass way for the bodies
         records = [r for r in records if view_out(message_view(r))["body_encoding"] == "utf-8"]
-    decoded = [message_out(decode_record(r), encoding) for r in records]
+    decoded = [decoded_out(r, encoding) for r in records]
     rendered = views_out([message_view(r) for r in records], encoding)
     assert len(rendered) == len(records) > 10
     assert orjson.dumps(rendered) == orjson.dumps(decoded)
@@ -181,7 +188,7 @@ def test_a_pull_of_any_records_renders_as_the_decoded_messages(
     buffer = in_mmap(b"\x00" * 7 + b"".join(records))
     positions = list(itertools.accumulate([7] + [len(r) for r in records[:-1]]))
     rendered = views_out([message_view(buffer, at) for at in positions], encoding)
-    decoded = [message_out(decode_record(r), encoding) for r in records]
+    decoded = [decoded_out(r, encoding) for r in records]
     assert orjson.dumps(rendered) == orjson.dumps(decoded)
     assert [list(m) for m in rendered] == [list(m) for m in decoded]  # the keys' order too
 

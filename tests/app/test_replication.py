@@ -136,6 +136,32 @@ def test_slave_pull_wakes_on_replicated_messages(pair: tuple[LiveServer, LiveSer
     assert [m["body"] for m in got["messages"]] == ["later"]
 
 
+def test_a_pull_far_past_the_end_moves_the_consumer_on_the_master_only(
+    pair: tuple[LiveServer, LiveServer],
+) -> None:
+    """RocketMQ's nextOffsetCorrection: the master answers where to go on (far past the end,
+    the min offset when it is 0, else the max: the 4.x rule the reference follows); the slave,
+    which may only be behind its master, leaves the consumer at the offset it asked for."""
+    master, slave = pair
+    writer, reader = master.client(), slave.client()
+    queues = {"read_queue_nums": 2, "write_queue_nums": 2}
+    assert writer.put("/v1/topics/RepFar", json=queues).status_code in (200, 201)
+    for body in ("a", "b", "c"):
+        writer.post("/v1/topics/RepFar/messages", json={"body": body, "queue_id": 0})
+    url = "/v1/topics/RepFar/queues/{}/messages"
+    wait_until(lambda: len(pulled(reader, url.format(0))) == 3)
+    wait_until(lambda: reader.get(url.format(1)).status_code == 200)
+    for server, moved_to in ((writer, 0), (reader, 1000)):
+        badly = server.get(url.format(0), params={"offset": 1000}).json()
+        assert (badly["status"], badly["next_offset"], badly["max_offset"]) == (
+            "OFFSET_OVERFLOW_BADLY",
+            moved_to,
+            3,
+        )
+        empty = server.get(url.format(1), params={"offset": 1000}).json()
+        assert (empty["status"], empty["next_offset"]) == ("NO_MESSAGE_IN_QUEUE", moved_to)
+
+
 @pytest.mark.parametrize(
     ("method", "path", "body"),
     [

@@ -124,6 +124,27 @@ def test_a_rollback_is_never_visible_and_refuses_a_later_commit(
     assert pulled(client, topic) == []
 
 
+def test_unknown_on_an_ended_transaction_is_refused_as_an_end_the_other_way_is(
+    client: httpx.Client, topic: str
+) -> None:
+    committed, rolled_back, left_open = (
+        half(client, topic),
+        half(client, topic),
+        half(client, topic),
+    )
+    end(client, committed["transaction_id"], "commit").raise_for_status()
+    end(client, rolled_back["transaction_id"], "rollback").raise_for_status()
+    for transaction, done in ((committed, "committed"), (rolled_back, "rolled back")):
+        unknown = end(client, transaction["transaction_id"], "unknown")
+        assert unknown.status_code == 409, unknown.text
+        assert unknown.json()["code"] == "TRANSACTION_ALREADY_ENDED"
+        assert f"already {done}" in unknown.json()["detail"]
+    assert end(client, left_open["transaction_id"], "unknown").status_code == 204
+    assert end(client, left_open["transaction_id"], "unknown", group="other").status_code == 403
+    state = client.get(f"/v1/transactions/{left_open['transaction_id']}").json()["state"]
+    assert state == "open"
+
+
 def test_another_producer_group_cannot_end_it(client: httpx.Client, topic: str) -> None:
     sent = half(client, topic, group="owners")
     refused = end(client, sent["transaction_id"], "commit", group="strangers")
@@ -190,9 +211,15 @@ def test_a_check_reaches_another_poller_of_the_group_which_commits(tmp_path: Pat
         checks = poll.json()["checks"]
         assert [c["transaction_id"] for c in checks] == [sent["transaction_id"]]
         assert checks[0]["checks"] >= 1
-        assert checks[0]["message"]["topic"] == topic
-        assert checks[0]["message"]["body"] == "order 42 paid"
-        assert "TRAN_MSG" not in checks[0]["message"]["properties"]
+        # The half's coordinates are named as the half's; the message has none in its topic
+        # before the commit, only the topic and queue it goes to.
+        assert checks[0]["half"] == sent["half"]
+        message = checks[0]["message"]
+        assert (message["topic"], message["queue_id"]) == (topic, sent["queue_id"])
+        assert message.keys().isdisjoint({"queue_offset", "commit_log_offset", "msg_id"})
+        assert message["body"] == "order 42 paid"
+        assert message["properties"]["PGROUP"] == "orders"
+        assert message["properties"].keys().isdisjoint({"TRAN_MSG", "REAL_TOPIC", "REAL_QID"})
         others = client.post("/v1/producer-groups/other/transaction-checks", json={"wait_ms": 0})
         assert others.json()["checks"] == []
         end(client, sent["transaction_id"], "commit", group="orders").raise_for_status()
@@ -221,6 +248,7 @@ def test_a_group_that_never_answers_ends_in_the_check_max_topic(tmp_path: Path) 
         ]
         assert len(mine) == 1
         assert mine[0]["properties"]["REAL_TOPIC"] == topic
+        assert "IDEMPOTENCY_KEY" not in mine[0]["properties"]  # the copy's re-put key
         metrics = client.get("/metrics").text
         assert "spoolmq_transactions_gave_up_total 1" in metrics
         # An operator may still commit it.

@@ -3,11 +3,13 @@ consuming it."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from services import Broker, OutgoingMessage
 from services.errors import InvalidMessageIdError, MessageNotFoundError, QueueNotFoundError
-from services.messages import within_bytes
+from services.messages import as_shown, within_bytes
 from storage import Message
 from tests.services.conftest import World
 
@@ -54,3 +56,24 @@ async def test_browse_pages_a_queue_without_consuming_it(broker: Broker) -> None
     with pytest.raises(QueueNotFoundError):
         messages.browse("Paged", 8, 0, 10)
     assert broker.metrics.messages_out["Paged"] == 0, "browsing is not consuming"
+
+
+async def test_lookups_and_browses_show_no_bookkeeping(broker: Broker) -> None:
+    """A keyed send's record carries its key and fingerprint for the broker; no reader is
+    shown them, and a message without any is passed on as it is."""
+    [keyed] = await broker.send.send(
+        "Stamped", [OutgoingMessage(b"x", keys=("k",), queue_id=0)], idempotency_key="order-7"
+    )
+    messages = broker.messages
+    store = broker._store  # the record as stored, with the broker's own properties
+    assert store is not None
+    record = store.look_message_by_id(keyed.msg_id)
+    assert record is not None and record.properties["IDEMPOTENCY_KEY"] == "order-7"
+    shown = [
+        messages.by_id(keyed.msg_id),
+        *messages.by_key("Stamped", "k"),
+        *messages.browse("Stamped", 0, 0, 10).messages,
+    ]
+    assert [m.properties for m in shown] == [{"KEYS": "k", "UNIQ_KEY": keyed.uniq_key}] * 3
+    plain = dataclasses.replace(record, properties={"UNIQ_KEY": keyed.uniq_key})
+    assert as_shown(plain) is plain

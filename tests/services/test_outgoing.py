@@ -13,6 +13,7 @@ from services.outgoing import (
     check_message,
     deliver_time_of,
 )
+from storage.record.properties import BOOKKEEPING_PROPERTIES
 
 
 def test_a_message_gives_a_body_and_nothing_else_by_default() -> None:
@@ -58,6 +59,8 @@ def test_what_a_record_cannot_hold_is_refused(message: OutgoingMessage, says: st
 def test_the_broker_keeps_its_own_properties() -> None:
     for name in ("TAGS", "KEYS", "DELAY", "REAL_TOPIC", "TRAN_MSG", "TIMER_DELIVER_MS"):
         assert name in RESERVED_PROPERTIES
+    # and its bookkeeping, which no reader is shown: a producer's own would vanish
+    assert BOOKKEEPING_PROPERTIES <= RESERVED_PROPERTIES
     assert "UNIQ_KEY" not in RESERVED_PROPERTIES, "a producer may give its own"
 
 

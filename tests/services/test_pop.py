@@ -281,6 +281,9 @@ async def test_restart_keeps_answered_acks_and_returns_what_was_in_flight(
     got = await drain(broker, "G", "T", invisible_ms=1500)
     acked = {body(m) for m, _, _ in got[:25]}
     await broker.pop.ack("G", [h for _, h, _ in got[:25]])
+    committed_at = {
+        q.queue_id: q.last_commit_timestamp for q in broker.offsets.report("G", "T")[0].queues
+    }
     await broker.stop()
     state = json.loads((tmp_path / "store" / "config" / POP_STATE_FILE).read_text())
     assert sum(q["inFlight"] for q in state["queues"] if q["group"] == "G") == 15
@@ -290,6 +293,10 @@ async def test_restart_keeps_answered_acks_and_returns_what_was_in_flight(
     await broker.start()
     try:
         assert broker.pop.table.in_flight("G") == 15
+        [restarted] = broker.offsets.report("G", "T")
+        assert {q.queue_id: q.last_commit_timestamp for q in restarted.queues} == committed_at, (
+            "a restart commits nothing"
+        )
         assert (await receive(broker, "G", "T")).messages == []  # still invisible
         back: list[ReceivedMessage] = []
         while len(back) < 15:

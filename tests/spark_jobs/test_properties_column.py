@@ -9,7 +9,12 @@ import pytest
 
 from spark_jobs.arrays import as_bytes, offsets_of
 from spark_jobs.properties_column import PropertiesColumns, properties_columns
-from storage.record.properties import decode_properties, encode_properties, split_keys
+from storage.record.properties import (
+    decode_properties,
+    encode_properties,
+    shown_properties,
+    split_keys,
+)
 
 NAMES = ["TAGS", "KEYS", "UNIQ_KEY", "IDEMPOTENCY_KEY", "IDEMPOTENCY_FP", "IDEMPOTENCY_BATCH", "x"]
 VALUES = ["a", "k1 k2", "  k3 ", "日本", "é", "v" * 70, "0"]
@@ -22,7 +27,7 @@ def columns_of(raw: list[bytes]) -> PropertiesColumns:
 
 
 def expected(raw: list[bytes]) -> dict[str, list[object]]:
-    decoded = [decode_properties(r) for r in raw]
+    decoded = [shown_properties(decode_properties(r)) for r in raw]
     return {
         "map": [list(d.items()) for d in decoded],
         "tags": [d.get("TAGS") for d in decoded],
@@ -61,3 +66,21 @@ def test_batches_the_vectorised_split_does_not_cover_still_equal_the_decoder(
     raw: list[bytes],
 ) -> None:
     assert as_lists(columns_of(raw)) == expected(raw)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        pytest.param(b"", id="vectorised"),
+        pytest.param(b"A\x011\x02A\x012\x02", id="record-by-record"),  # a name twice
+    ],
+)
+def test_the_brokers_bookkeeping_never_reaches_the_map(extra: bytes) -> None:
+    stamped = encode_properties(
+        {"UNIQ_KEY": "U", "TAGS": "t", "IDEMPOTENCY_KEY": "re-put 0", "POP_CK": "T 0 1 ck"}
+    )
+    plain = encode_properties({"TRAN_DELAY": "3", "region": "eu", "TRAN_END": "COMMIT"})
+    columns = as_lists(columns_of([stamped, plain + extra]))
+    assert columns["map"][0] == [("UNIQ_KEY", "U"), ("TAGS", "t")]
+    assert columns["map"][1] == [("region", "eu"), *([("A", "2")] if extra else [])]
+    assert (columns["tags"], columns["uniq_key"]) == (["t", None], ["U", None])

@@ -223,6 +223,22 @@ def test_commit_time_table(config_dir: Path, clock: FakeClock) -> None:
     assert stored["commitTimeTable"] == {"T@g": {"0": first_commit, "1": clock.now}}
 
 
+def test_a_pinned_start_is_an_offset_without_a_commit_time(
+    config_dir: Path, clock: FakeClock
+) -> None:
+    manager = offsets(config_dir, clock)
+    manager.pin_offset("g", "T", 0, 4)
+    manager.pin_offset("g", "T", 1, 0)
+    assert manager.offsets_of("g", "T") == {0: 4, 1: 0}
+    assert manager.commit_times_of("g", "T") == {}
+    manager.commit_offset("g", "T", 1, 3)
+    assert manager.commit_times_of("g", "T") == {1: clock.now}
+    manager.persist()
+    reopened = offsets(config_dir, FakeClock(0))
+    assert reopened.offsets_of("g", "T") == {0: 4, 1: 3}
+    assert reopened.commit_times_of("g", "T") == {1: clock.now}
+
+
 def test_offsets_fall_back_to_bak(config_dir: Path) -> None:
     manager = offsets(config_dir)
     manager.commit_offset("g", "T", 0, 1)

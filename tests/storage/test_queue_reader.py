@@ -27,6 +27,27 @@ def test_the_offset_alone_decides_these_statuses(
     offset: int, min_offset: int, max_offset: int, expected: tuple[object, int]
 ) -> None:
     assert position_status(offset, min_offset, max_offset) == expected
+    # A slave answers the same status, and leaves the consumer where it asked.
+    status, _ = expected
+    assert position_status(offset, min_offset, max_offset, on_slave=True) == (status, offset)
+
+
+def test_a_slave_moves_no_consumer_far_past_the_end_or_in_an_unknown_queue(
+    store: MessageStore,
+) -> None:
+    fill(store, 5)
+    for on_slave, next_offset in ((False, 0), (True, 1000)):
+        badly = store.get_message("g", "TopicA", 0, 1000, on_slave=on_slave)
+        assert (badly.status, badly.next_begin_offset, badly.max_offset) == (
+            GetMessageStatus.OFFSET_OVERFLOW_BADLY,
+            next_offset,
+            5,
+        )
+        unknown = store.get_message("g", "TopicA", 7, 1000, on_slave=on_slave)
+        assert (unknown.status, unknown.next_begin_offset) == (
+            GetMessageStatus.NO_MATCHED_LOGIC_QUEUE,
+            next_offset,
+        )
 
 
 def fill(store: MessageStore, count: int) -> None:

@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from spark_jobs import cli
 from spark_jobs.replay.job import HttpTarget, Selection, run_replay
 from storage import Message
+from storage.record.properties import BOOKKEEPING_PROPERTIES, shown_properties
 from tests.spark_jobs.stores import Written, expected_row, sorted_rows, varied_message, write_store
 from tests.spark_jobs.stub_server import stub_server
 
@@ -225,3 +226,37 @@ def test_a_key_selects_what_producers_sent_not_the_brokers_copies(
     assert "selected 10 messages" in dry_run("--include-system")
     named = dry_run("--topic", "%DLQ%billing")
     assert "selected 1 messages" in named and "  %DLQ%billing: 1" in named
+
+
+def test_replayed_rows_show_none_of_the_brokers_bookkeeping(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Records as the broker stores them -- a committed transactional message, a delayed one,
+    a POP-revived retry, a keyed send -- keep their re-put keys, POP_CK and fingerprints in
+    the files; a replay shows none of them, as no read of the broker does."""
+    uniq = "7F00000100002A9F0000000000000001"
+    stamped = [
+        {"__transactionId__": uniq, "PGROUP": "pg", "IDEMPOTENCY_KEY": "re-put 0"},
+        {"REAL_TOPIC": "Orders", "REAL_QID": "0", "IDEMPOTENCY_KEY": "re-put 200"},
+        {"RETRY_TOPIC": "Orders", "POP_CK": "Orders 0 1 ck", "IDEMPOTENCY_KEY": "re-put 400"},
+        {"IDEMPOTENCY_KEY": "order-42", "IDEMPOTENCY_FP": "f", "IDEMPOTENCY_BATCH": "2"},
+        {"TRAN_DELAY": "3", "TRAN_TIMER_DELAY_MS": "10", "TRAN_END": "COMMIT", "region": "eu"},
+    ]
+    topics = ["Orders", "Orders", "%RETRY%billing", "Orders", "TRANS_CHECK_MAX_TIME_TOPIC"]
+    messages = [
+        Message(topic, f"m{i}".encode(), properties={"UNIQ_KEY": uniq, "KEYS": "k", **extra})
+        for i, (topic, extra) in enumerate(zip(topics, stamped, strict=True))
+    ]
+    written = write_store(tmp_path / "store", messages)
+    out = tmp_path / "out"
+    selection = Selection((written[0].store_dir,), include_system=True)
+    assert run_replay(spark, selection, f"parquet:{out}").written == len(messages)
+    rows = sorted_rows(pq.read_table(out).to_pylist())
+    expected = [
+        {**expected_row(w), "properties": shown_properties(expected_row(w)["properties"])}
+        for w in written
+    ]
+    assert rows == expected
+    assert all(not BOOKKEEPING_PROPERTIES & row["properties"].keys() for row in rows)
+    assert rows[0]["properties"]["__transactionId__"] == uniq  # RocketMQ's own stay
+    assert rows[4]["properties"] == {"UNIQ_KEY": uniq, "KEYS": "k", "region": "eu"}

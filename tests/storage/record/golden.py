@@ -14,6 +14,7 @@ from storage.record.encode import EncodedBatch, encode_message
 from storage.record.fields import NamedView
 from storage.record.layout import MESSAGE_MAGIC_CODE_V2
 from storage.record.message import Message, StoredMessage
+from storage.record.properties import shown_properties
 
 BODY = bytes(range(32))
 
@@ -185,8 +186,9 @@ def _record(message: Message) -> bytes:
 
 def expected_view(message: StoredMessage) -> NamedView:
     """What :func:`~storage.record.fields.message_view` shows of a record, from the record
-    decoded."""
-    properties = {k: v for k, v in message.properties.items() if k not in ("TAGS", "KEYS")}
+    decoded: every property but TAGS, KEYS and the broker's bookkeeping."""
+    shown = shown_properties(message.properties)
+    properties = {k: v for k, v in shown.items() if k not in ("TAGS", "KEYS")}
     return NamedView(
         message.msg_id,
         message.topic,

@@ -25,6 +25,7 @@ from tests.storage.record.golden import (
     expected_view,
     golden_record,
     in_mmap,
+    to_v2,
     uniq_key_records,
     with_properties,
 )
@@ -82,3 +83,13 @@ def test_the_positions_name_the_fields() -> None:
 def test_a_uniq_key_alone_is_the_only_property_shown() -> None:
     view = NamedView._make(message_view(with_properties({"UNIQ_KEY": UNIQ_KEY})))
     assert (view.tags, view.keys, view.properties) == (None, [], {"UNIQ_KEY": UNIQ_KEY})
+
+
+@pytest.mark.parametrize("layout", [pytest.param(bytes, id="v1"), pytest.param(to_v2, id="v2")])
+def test_the_brokers_bookkeeping_is_never_shown(layout: Any) -> None:
+    stored = {"UNIQ_KEY": UNIQ_KEY, "TAGS": "t", "region": "eu", "__transactionId__": UNIQ_KEY}
+    stored |= {"IDEMPOTENCY_KEY": "re-put 0", "IDEMPOTENCY_FP": "f", "TRAN_DELAY": "3"}
+    stored |= {"POP_CK": "T 0 1 ck", "TRAN_TIMER_DELAY_MS": "10", "TRAN_END": "COMMIT"}
+    view = NamedView._make(message_view(layout(with_properties(stored))))
+    assert view.properties == {"UNIQ_KEY": UNIQ_KEY, "region": "eu", "__transactionId__": UNIQ_KEY}
+    assert view.tags == "t"

@@ -5,11 +5,13 @@ from __future__ import annotations
 import pytest
 
 from storage.record.properties import (
+    BOOKKEEPING_PROPERTIES,
     PROPERTY_IDEMPOTENCY_BATCH,
     PROPERTY_IDEMPOTENCY_FINGERPRINT,
     PROPERTY_IDEMPOTENCY_KEY,
     decode_properties,
     encode_properties,
+    shown_properties,
     split_keys,
 )
 from tests.storage.record.golden import KEYS, PROPERTIES_BYTES
@@ -54,3 +56,14 @@ def test_the_idempotency_properties_travel_like_any_other() -> None:
         b"IDEMPOTENCY_KEY\x01order-17\x02IDEMPOTENCY_FP\x019f86d081\x02IDEMPOTENCY_BATCH\x013\x02"
     )
     assert decode_properties(encoded) == properties
+
+
+def test_the_brokers_bookkeeping_is_left_out_of_what_a_reader_is_shown() -> None:
+    names = ["IDEMPOTENCY_KEY", "IDEMPOTENCY_FP", "IDEMPOTENCY_BATCH", "POP_CK"]
+    names += ["TRAN_END", "TRAN_DELAY", "TRAN_TIMER_DELAY_MS", "TRAN_TIMER_DELIVER_MS"]
+    assert sorted(BOOKKEEPING_PROPERTIES) == sorted(names)
+    plain = {"UNIQ_KEY": "U", "TAGS": "t", "PGROUP": "pg", "__transactionId__": "U"}
+    assert shown_properties(plain) is plain  # nothing to leave out: no copy
+    stamped = {**plain, "IDEMPOTENCY_KEY": "re-put 0", "POP_CK": "T 0 1 ck", "TRAN_DELAY": "3"}
+    assert shown_properties(stamped) == plain
+    assert "IDEMPOTENCY_KEY" in stamped  # the record's own properties are left as they are
