@@ -4,18 +4,26 @@ Queue pages come from :meth:`services.messages.MessageQueryService.browse`: look
 queue is not consuming it, so it counts no traffic and moves no offset. A seek by time uses
 :meth:`services.topics.TopicService.offset_by_time` (the ConsumeQueue's binary search by store
 time), as ``GET /v1/topics/{topic}/queues/{queue}/offset`` does.
+
+A search that found more than a page says where the next page starts (:attr:`Found.next`):
+after the last message shown in store time order (a time range), after its offset (a queue),
+or before the oldest one shown (a key: the index answers the newest matches first).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, NamedTuple
 
+from app.admin.forms import FormError
 from app.admin.lag import group_names
 from services import Broker, dlq_topic, retry_topic
 from storage.record.message import StoredMessage
 
 MAX_RESULTS: Final = 200
+KEY_RESULTS: Final = 64
+"""The most messages one key lookup answers (the index's cap)."""
 HEX_LIMIT: Final = 64 * 1024
 TEXT_LIMIT: Final = 64 * 1024
 """Characters of a body shown as text; a larger body is cut, with a link to download it."""
@@ -23,31 +31,108 @@ TEXT_LIMIT: Final = 64 * 1024
 
 @dataclass(slots=True)
 class Found:
-    """Messages a search found, oldest first, and whether there were more."""
+    """Messages a search found, oldest first, whether there were more, and the query
+    parameters that open the next page (None when there is none)."""
 
     messages: list[StoredMessage] = field(default_factory=list)
     truncated: bool = False
     notes: list[str] = field(default_factory=list)
+    next: dict[str, str] | None = None
 
 
-def by_time(broker: Broker, topic: str, begin_ms: int, end_ms: int, limit: int) -> Found:
-    """Messages of every queue stored in [begin_ms, end_ms], oldest first."""
+_CURSOR: Final = re.compile(r"^(\d+)(?::(\d+))+$")
+
+
+class TimePosition(NamedTuple):
+    """Where a message sits in a time range's order: store time, queue, queue offset."""
+
+    store_timestamp: int
+    queue_id: int
+    queue_offset: int
+
+    @classmethod
+    def of(cls, message: StoredMessage) -> TimePosition:
+        return cls(message.store_timestamp, message.queue_id, message.queue_offset)
+
+    @classmethod
+    def parse(cls, text: str) -> TimePosition:
+        numbers = _cursor_numbers(text, "after", 3)
+        return cls(numbers[0], numbers[1], numbers[2])
+
+    def text(self) -> str:
+        return f"{self.store_timestamp}:{self.queue_id}:{self.queue_offset}"
+
+
+class KeyPosition(NamedTuple):
+    """Where a message sits in a key's matches: store time and CommitLog offset."""
+
+    store_timestamp: int
+    physical_offset: int
+
+    @classmethod
+    def of(cls, message: StoredMessage) -> KeyPosition:
+        return cls(message.store_timestamp, message.physical_offset)
+
+    @classmethod
+    def parse(cls, text: str) -> KeyPosition:
+        numbers = _cursor_numbers(text, "before", 2)
+        return cls(numbers[0], numbers[1])
+
+    def text(self) -> str:
+        return f"{self.store_timestamp}:{self.physical_offset}"
+
+
+def _cursor_numbers(text: str, name: str, count: int) -> list[int]:
+    """The ``count`` numbers of a page cursor ``n:n:...``; FormError when it is not one."""
+    numbers = [int(part) for part in text.split(":")] if _CURSOR.match(text) else []
+    if len(numbers) != count:
+        raise FormError(name, f"{name} is not a page position (it comes from a page link)")
+    return numbers
+
+
+def by_time(
+    broker: Broker,
+    topic: str,
+    begin_ms: int,
+    end_ms: int,
+    limit: int,
+    after: TimePosition | None = None,
+) -> Found:
+    """Messages of every queue stored in [begin_ms, end_ms] (after ``after``, when given),
+    oldest first; the next page starts after the last one."""
     config = broker.topics.get(topic)
     found = Found()
     for queue_id in range(config.read_queue_nums):
-        seek = broker.topics.offset_by_time(topic, queue_id, begin_ms, at_or_after=True)
-        page = broker.messages.browse(topic, queue_id, seek.offset, limit, end_ms)
-        found.messages.extend(page.messages)
+        start = _time_start(broker, topic, queue_id, begin_ms, after)
+        page = broker.messages.browse(topic, queue_id, start, limit, end_ms)
+        found.messages.extend(
+            m for m in page.messages if after is None or TimePosition.of(m) > after
+        )
         found.truncated |= page.more
-    found.messages.sort(key=lambda m: (m.store_timestamp, m.queue_id, m.queue_offset))
+    found.messages.sort(key=TimePosition.of)
     if len(found.messages) > limit:
         del found.messages[limit:]
         found.truncated = True
+    if found.truncated and found.messages:
+        found.next = {"after": TimePosition.of(found.messages[-1]).text()}
     return found
 
 
+def _time_start(
+    broker: Broker, topic: str, queue_id: int, begin_ms: int, after: TimePosition | None
+) -> int:
+    """Where a queue's part of a time range starts: the first offset stored at ``begin_ms``
+    or later; on a next page, the first one that sorts after ``after``."""
+    if after is not None and queue_id == after.queue_id:
+        return after.queue_offset + 1
+    if after is not None:
+        # Same store time: a lower queue sorts before ``after``, a higher one after it.
+        begin_ms = max(begin_ms, after.store_timestamp + (queue_id < after.queue_id))
+    return broker.topics.offset_by_time(topic, queue_id, begin_ms, at_or_after=True).offset
+
+
 def by_offset(broker: Broker, topic: str, queue_id: int, offset: int, limit: int) -> Found:
-    """Messages of one queue from ``offset`` on."""
+    """Messages of one queue from ``offset`` on; the next page starts after the last one."""
     page = broker.messages.browse(topic, queue_id, offset, limit)
     found = Found(page.messages, page.more)
     low, high = page.min_offset, page.max_offset
@@ -57,6 +142,36 @@ def by_offset(broker: Broker, topic: str, queue_id: int, offset: int, limit: int
             if high > low
             else f"queue {queue_id} is empty"
         )
+    if page.more and page.messages:
+        found.next = {"offset": str(page.messages[-1].queue_offset + 1)}
+    return found
+
+
+def by_key(
+    broker: Broker,
+    topic: str,
+    key: str,
+    window: tuple[int, int | None],
+    limit: int,
+    before: KeyPosition | None = None,
+) -> Found:
+    """The newest messages of ``topic`` with ``key`` (KEYS or UNIQ_KEY) stored in ``window``
+    (ms, inclusive; None: until now) and before ``before`` when given, oldest first: at most
+    ``limit`` and :data:`KEY_RESULTS`. The next page holds older ones.
+
+    The index keeps times to the second: asked for what was stored up to ``before``'s time,
+    it answers the messages of that second after it too. So it is asked for all it gives
+    (:data:`KEY_RESULTS`), and those not before ``before`` are left out here.
+    """
+    begin, end = window
+    if before is not None:
+        end = before.store_timestamp if end is None else min(end, before.store_timestamp)
+    answered = broker.messages.by_key(topic, key, max_messages=KEY_RESULTS, begin=begin, end=end)
+    older = [m for m in answered if before is None or KeyPosition.of(m) < before]
+    shown = older[-min(limit, KEY_RESULTS) :]
+    found = Found(shown, truncated=len(shown) < len(older) or len(answered) == KEY_RESULTS)
+    if found.truncated and shown:
+        found.next = {"before": KeyPosition.of(shown[0]).text()}
     return found
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services import Broker, QueueLag, TopicLag
+from services import Broker, QueueLag, TopicLag, in_flight_by_queue
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,7 +20,8 @@ class QueueLagRow:
     min_offset: int
     lag: int  # messages
     lag_seconds: float | None  # age of the oldest unconsumed message; None when unknown
-    last_commit_timestamp: int  # ms; 0 when unknown
+    last_commit_timestamp: int  # ms; 0 when never committed (or unknown)
+    in_flight: int = 0  # POP: received and not acked yet (counted in ``lag`` too)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +37,10 @@ class GroupLag:
     def lag_seconds(self) -> float:
         """The oldest unconsumed message's age over every queue (0 when none waits)."""
         return max((row.lag_seconds or 0.0 for row in self.rows), default=0.0)
+
+    @property
+    def in_flight(self) -> int:
+        return sum(row.in_flight for row in self.rows)
 
     @property
     def topics(self) -> list[str]:
@@ -56,9 +61,11 @@ def group_names(broker: Broker) -> list[str]:
 
 
 def group_lag(broker: Broker, group: str, topic: str | None = None) -> GroupLag:
-    """Every committed queue of ``group`` (on ``topic`` only, when given)."""
+    """Every queue ``group`` has an offset on (on ``topic`` only, when given), with its POP
+    messages in flight."""
+    in_flight = in_flight_by_queue(broker.pop.table, group)
     rows = [
-        _row(topic_lag, queue)
+        _row(topic_lag, queue, in_flight.get((topic_lag.topic, queue.queue_id), 0))
         for topic_lag in broker.offsets.report(group, topic)
         for queue in sorted(topic_lag.queues, key=lambda q: q.queue_id)
     ]
@@ -69,7 +76,7 @@ def all_group_lags(broker: Broker) -> list[GroupLag]:
     return [group_lag(broker, name) for name in group_names(broker)]
 
 
-def _row(topic_lag: TopicLag, queue: QueueLag) -> QueueLagRow:
+def _row(topic_lag: TopicLag, queue: QueueLag, in_flight: int) -> QueueLagRow:
     return QueueLagRow(
         topic=topic_lag.topic,
         queue_id=queue.queue_id,
@@ -79,4 +86,5 @@ def _row(topic_lag: TopicLag, queue: QueueLag) -> QueueLagRow:
         lag=queue.lag,
         lag_seconds=queue.lag_seconds,
         last_commit_timestamp=queue.last_commit_timestamp,
+        in_flight=in_flight,
     )

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import codecs
 import datetime as dt
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import quote
@@ -20,7 +23,7 @@ from fastapi.templating import Jinja2Templates
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from services import format_duration
+from services import RESERVED_PROPERTIES, format_duration
 
 TEMPLATES_DIR: Final = Path(__file__).resolve().parent / "templates"
 STATIC_DIR: Final = Path(__file__).resolve().parent / "static"
@@ -29,8 +32,10 @@ PREFIX: Final = "/admin"
 
 
 def _base(request: Request) -> dict[str, Any]:
-    """``base``: where the admin pages live (links and static files start there)."""
-    return {"base": request.scope.get("root_path", "") + PREFIX}
+    """``base``: where the admin pages live (links and static files start there); ``root``:
+    where the server's own paths start (the API docs, the icon)."""
+    root = request.scope.get("root_path", "")
+    return {"base": root + PREFIX, "root": root}
 
 
 def _store_refusal(request: Request) -> dict[str, Any]:
@@ -55,6 +60,13 @@ def format_ms(value: int | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{value % 1000:03d}"
 
 
+def iso_ms(value: int) -> str:
+    """A ms timestamp in ISO 8601 with ms, UTC (``2026-12-05T09:30:00.000Z``): the
+    ``datetime`` of a ``<time>`` element."""
+    moment = dt.datetime.fromtimestamp(value / 1000, tz=dt.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value % 1000:03d}Z"
+
+
 def format_bytes(value: int) -> str:
     """Bytes in binary units: ``1.5 MiB``."""
     size = float(value)
@@ -66,11 +78,18 @@ def format_bytes(value: int) -> str:
 
 
 def datetime_input(value: int | None) -> str:
-    """A ms timestamp as the value of a ``datetime-local`` input (UTC, seconds precision)."""
+    """A ms timestamp as the value of a ``datetime-local`` input (UTC; ms when not 0)."""
     if value is None:
         return ""
     moment = dt.datetime.fromtimestamp(value / 1000, tz=dt.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S")
+    ms = value % 1000
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + (f".{ms:03d}" if ms else "")
+
+
+def datetime_field(value: str) -> str:
+    """A time as a form field holds it, for a ``datetime-local`` input: ms since the epoch
+    (what a page link carries) as a UTC date and time, anything else as it was typed."""
+    return datetime_input(int(value)) if value.isdigit() else value
 
 
 def path_segment(value: object) -> str:
@@ -78,24 +97,73 @@ def path_segment(value: object) -> str:
     return quote(str(value), safe="")
 
 
-def body_preview(body: bytes, length: int = 120) -> str:
-    """The start of a body as text, or a note that it is binary."""
+PREVIEW_CHARS: Final = 120
+_CONTROL: Final = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+"""Control characters no text body holds (tabs and line ends aside): such a body is binary."""
+
+
+@dataclass(frozen=True, slots=True)
+class BodyPreview:
+    """The start of a body on one line, for a table row."""
+
+    text: str | None  # None: the body is not text (not UTF-8, or holds control characters)
+    size: int  # bytes of the whole body
+    cut: bool  # the text is only the start of the body
+
+
+def preview_of(body: bytes, length: int = PREVIEW_CHARS) -> BodyPreview:
+    """The first ``length`` characters of a text body, white space runs (line ends, tabs)
+    shown as one space and a cut made at a word's end when one is near."""
     head = body[: length * 4]
     decoder = codecs.getincrementaldecoder("utf-8")()
     try:  # not final when cut: a character split at the cut is left out, not an error
         text = decoder.decode(head, final=len(head) == len(body))
     except UnicodeDecodeError:
-        return f"(binary, {len(body)} B)"
-    return text[:length] + ("…" if len(text) > length or len(head) < len(body) else "")
+        return BodyPreview(None, len(body), cut=False)
+    if _CONTROL.search(text):
+        return BodyPreview(None, len(body), cut=False)
+    line = " ".join(text.split())
+    if len(line) <= length:
+        return BodyPreview(line, len(body), cut=len(head) < len(body))
+    return BodyPreview(_cut_at_word(line, length), len(body), cut=True)
+
+
+def _cut_at_word(line: str, length: int) -> str:
+    """The first ``length`` characters, ending at the last space of their final third."""
+    start = line[:length]
+    space = start.rfind(" ")
+    return start[:space] if space > length * 2 // 3 else start
+
+
+def body_preview(body: bytes, length: int = PREVIEW_CHARS) -> str:
+    """The start of a body as text, or a note that it is binary."""
+    preview = preview_of(body, length)
+    if preview.text is None:
+        return f"(binary, {format_bytes(preview.size)})"
+    return preview.text + ("…" if preview.cut else "")
+
+
+def user_properties(properties: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The properties a producer gave, by name: without the tags, keys, UNIQ_KEY and the
+    names the broker sets or interprets (retry topic, transaction, timer, ...)."""
+    return sorted(
+        (name, value)
+        for name, value in properties.items()
+        if name not in RESERVED_PROPERTIES and name != "UNIQ_KEY"
+    )
 
 
 templates.env.globals["csrf_token"] = ""
 templates.env.filters["preview"] = body_preview
+templates.env.filters["body_preview"] = preview_of
+templates.env.filters["user_properties"] = user_properties
+templates.env.filters["iso"] = iso_ms
 templates.env.filters["seg"] = path_segment
 templates.env.filters["ts"] = format_ms
 templates.env.filters["bytes"] = format_bytes
 templates.env.filters["duration"] = format_duration  # one format with the Spark reports
 templates.env.filters["datetime_input"] = datetime_input
+templates.env.filters["datetime_field"] = datetime_field
 
 
 def is_htmx(request: Request) -> bool:

@@ -43,7 +43,21 @@ class TimerStatusOut(ResponseBody):
     )
     scheduled: int = Field(default=0, description="Placed in the wheel since the start.")
     delivered: int = Field(default=0, description="Delivered since the start.")
-    cancelled: int = Field(default=0, description="Dropped at their time since the start.")
+    cancels_accepted: int = Field(
+        default=0,
+        description=(
+            "Cancels answered `cancelled` since the start (a repeat, `already_cancelled`, is "
+            "not counted again): each of these messages will never be delivered. It is counted "
+            "in `cancelled` too once its time comes."
+        ),
+    )
+    cancelled: int = Field(
+        default=0,
+        description=(
+            "Cancelled messages dropped at their time since the start: a cancel counts here "
+            "only when the message's time comes (see `cancels_accepted`)."
+        ),
+    )
     rolled: int = Field(default=0, description="Put back for a later turn of the wheel.")
 
 
@@ -61,6 +75,7 @@ def timer_status_out(
         enqueue_behind=progress.enqueue_behind,
         scheduled=stats.scheduled,
         delivered=stats.delivered,
+        cancels_accepted=stats.cancels_accepted,
         cancelled=stats.cancelled,
         rolled=stats.rolled,
     )

@@ -136,6 +136,7 @@ RULES: Final[dict[str, Rule]] = {
     "swagger_ui": Rule(Access.AUTHENTICATED, browser=True),
     "redoc": Rule(Access.AUTHENTICATED, browser=True),
     "static": Rule(Access.PUBLIC),  # vendored Swagger UI and ReDoc files
+    "favicon": Rule(Access.PUBLIC),  # the icon a browser asks every site for
 }
 """Rules by operationId (FastAPI routes) or route name (other routes)."""
 

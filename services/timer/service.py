@@ -114,6 +114,7 @@ class TimerStats:
 
     scheduled: int = 0  # timer records placed in the wheel (a rolled one again at each roll)
     delivered: int = 0
+    cancels_accepted: int = 0  # cancels answered CANCELLED (a repeat is not counted again)
     cancelled: int = 0  # dropped at their slot because of a cancel
     rolled: int = 0
     rolled_elsewhere: int = 0  # rebuilt records whose roll the old master had put already
@@ -317,7 +318,14 @@ class TimerService:
             elif not unit.magic & MAGIC_DELETE:
                 records.append((record, bool(unit.magic & MAGIC_ROLL)))
         now = self._now_ms()
-        counts, soonest = upcoming_of(records, cancelled, now, topic=topic, next_count=next_count)
+        counts, soonest = upcoming_of(
+            records,
+            cancelled,
+            now,
+            topic=topic,
+            next_count=next_count,
+            precision_ms=self.precision_ms,
+        )
         return UpcomingTimers(now, counts, soonest, len(units), len(units) < scan_limit)
 
     def _now_ms(self) -> int:
@@ -581,6 +589,7 @@ class TimerService:
         except BaseException:
             self._cancels.get(slot, set()).discard(key)
             raise
+        self.stats.cancels_accepted += 1
         return result
 
 

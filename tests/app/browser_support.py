@@ -3,7 +3,8 @@
 
 Every request a page makes to anything but the loopback address is aborted and fails the test
 (no CDN may sneak in); a JavaScript error fails it too. A module uses it with
-fixtures ``chromium`` and ``admin`` (tests/app/conftest.py).
+fixtures ``chromium`` and ``admin`` (tests/app/conftest.py). :func:`layout_faults` says what
+does not fit on the page as shown.
 """
 
 from __future__ import annotations
@@ -27,6 +28,43 @@ LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 needs_chromium = pytest.mark.skipif(
     not Path(CHROMIUM).exists(), reason="Debian chromium is not installed (make test installs it)"
 )
+
+
+LAYOUT_FAULTS = """() => {
+    const faults = [];
+    const named = (el) => el.tagName.toLowerCase() + (el.id ? "#" + el.id : "")
+        + [...el.classList].map((c) => "." + c).join("");
+    const page = document.documentElement;
+    if (page.scrollWidth > page.clientWidth) {
+        faults.push(`the page is ${page.scrollWidth} px wide in a ${page.clientWidth} px window`);
+    }
+    const skipped = "pre, .chart, input, select, textarea";
+    for (const el of document.querySelectorAll("main *")) {
+        if (el.closest(skipped)) { continue; }
+        const box = el.parentElement;
+        if (el.tagName === "TABLE" && el.offsetWidth > box.clientWidth) {
+            faults.push(`${named(el)} is ${el.offsetWidth} px wide in a ${box.clientWidth} px box`);
+        }
+        if (el.clientWidth > 0 && el.scrollWidth > el.clientWidth) {
+            faults.push(`${named(el)} holds ${el.scrollWidth} px in ${el.clientWidth} px`);
+        }
+    }
+    for (const id of document.querySelectorAll("main .id")) {
+        if (id.getClientRects().length > 1) {
+            faults.push(`id ${id.textContent} is broken over lines`);
+        }
+    }
+    return faults;
+}"""
+
+
+def layout_faults(page: Page) -> list[str]:
+    """What does not fit on the page as shown: a page wider than the window, a table wider
+    than its box, an element whose content is wider than it (cut off, scrolled away or
+    spilling over), an id (``.id``) broken over lines. A body's ``<pre>`` (it scrolls on
+    purpose), the charts (uPlot sizes them) and form fields are left out."""
+    faults: list[str] = page.evaluate(LAYOUT_FAULTS)
+    return faults
 
 
 @pytest.fixture(scope="module")

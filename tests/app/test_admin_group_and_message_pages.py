@@ -2,14 +2,35 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import uuid
 
-from playwright.sync_api import expect
+from playwright.sync_api import Page, expect
 
 from tests.app.browser_support import Admin, needs_chromium
 
 pytestmark = needs_chromium
+
+
+def shown(ms: int) -> str:
+    """A time as the pages print it (UTC); "never" for a queue never committed."""
+    if not ms:
+        return "never"
+    moment = dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d}"
+
+
+def lag_rows_agree_with_the_api(admin: Admin, page: Page, group: str, topic: str) -> None:
+    """The group page's row of every queue shows the API's in-flight count and last commit."""
+    report = admin.api.get(f"/v1/groups/{group}/offsets", params={"topic": topic}).json()
+    [queues] = [t["queues"] for t in report["topics"]]
+    assert queues, report
+    for queue in queues:
+        row = page.locator(f'.lag-table tr[data-queue="{queue["queue_id"]}"]')
+        expect(row.locator("td.last-commit")).to_have_text(shown(queue["last_commit_timestamp"]))
+        if queue["in_flight"]:
+            expect(row.locator("td.in-flight")).to_have_text(str(queue["in_flight"]))
 
 
 def test_a_pop_group_page_says_so_and_links_its_messages_in_flight(admin: Admin) -> None:
@@ -25,6 +46,12 @@ def test_a_pop_group_page_says_so_and_links_its_messages_in_flight(admin: Admin)
     admin.goto(f"/admin/groups/{group}")
     mode = page.locator("#consume-mode")
     expect(mode).to_contain_text("receive/ack (POP")
+    # Per queue: what is in flight; nothing was acked, so no queue was ever committed.
+    in_flight = page.locator(".lag-table td.in-flight")
+    expect(in_flight).not_to_have_count(0)
+    assert sum(int(n) for n in in_flight.all_inner_texts()) == 2
+    expect(page.locator(".lag-table td.last-commit")).to_have_text(["never"] * in_flight.count())
+    lag_rows_agree_with_the_api(admin, page, group, topic)
     mode.get_by_role("link", name="2 in flight").click()
     page.wait_for_url(re.compile(f"/admin/groups/{group}/in-flight$"))
     expect(page.locator("table tbody tr")).to_have_count(2)
@@ -32,10 +59,15 @@ def test_a_pop_group_page_says_so_and_links_its_messages_in_flight(admin: Admin)
     offsets_group = f"Pull_{uuid.uuid4().hex[:8]}"
     pulled = admin.api.get(f"/v1/groups/{offsets_group}/topics/{topic}/messages").json()
     commits = [{"topic": topic, "queue_id": q["queue_id"], "offset": q["next_offset"]}
-               for q in pulled["queues"]]  # fmt: skip
+               for q in pulled["queues"] if q["next_offset"]]  # fmt: skip
+    assert len(commits) == 3  # 3 of the 8 queues hold a message; the pull pinned all 8
     assert admin.api.post(f"/v1/groups/{offsets_group}/offsets", json={"offsets": commits})
     admin.goto(f"/admin/groups/{offsets_group}")
     expect(page.locator("#consume-mode")).to_contain_text("pull and commit (offsets)")
+    expect(page.locator(".lag-table td.in-flight")).to_have_count(0)  # not a POP group
+    last_commits = page.locator(".lag-table td.last-commit").all_inner_texts()
+    assert last_commits.count("never") == 8 - len(commits), last_commits
+    lag_rows_agree_with_the_api(admin, page, offsets_group, topic)
 
 
 def test_a_large_body_is_cut_on_the_page_and_downloads_whole(admin: Admin) -> None:

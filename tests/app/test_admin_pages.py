@@ -19,7 +19,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.app.browser_support import Admin, needs_chromium
+from tests.app.browser_support import Admin, layout_faults, needs_chromium
 from tests.conftest import LiveServer
 
 pytestmark = needs_chromium
@@ -168,6 +168,62 @@ def test_message_search_by_time_offset_and_id_and_consumption(admin: Admin) -> N
     expect(page.locator("#results [role=alert]")).to_contain_text("32 or 56 hex characters")
 
 
+def stored(api: httpx.Client, topic: str, queues: int) -> list[dict[str, Any]]:
+    """Every message of ``topic``, in a time range's order: store time, queue, offset."""
+    found = []
+    for queue_id in range(queues):
+        url = f"/v1/topics/{topic}/queues/{queue_id}/messages"
+        found += api.get(url, params={"offset": 0, "max_messages": 32}).json()["messages"]
+    return sorted(found, key=lambda m: (m["store_timestamp"], m["queue_id"], m["queue_offset"]))
+
+
+def walk_result_pages(page: Page) -> list[list[str]]:
+    """The bodies of every page of a search, following its "Next page" links."""
+    pages = []
+    while True:
+        expect(page.locator("#result-table")).to_be_visible()
+        pages.append(page.locator("#result-table td.preview").all_inner_texts())
+        following = page.locator("#results nav.pager").get_by_role("link", name="Next page")
+        if following.count() == 0:
+            return pages
+        expect(page.locator("#result-count")).to_contain_text("there are more on the next page")
+        following.click()
+        expect(page.locator("#result-table td.preview").first).not_to_have_text(pages[-1][0])
+
+
+def test_a_search_with_more_results_pages_on_by_its_next_page_link(admin: Admin) -> None:
+    page, api, topic = admin.page, admin.api, name("Paging")
+    put_topic(api, topic, 2)
+    # A batch per queue: a batch's messages share a store time, so pages end inside a run of
+    # equal times, and the two queues interleave.
+    for round_ in range(2):
+        for queue_id in (0, 1):
+            bodies = [f"r{round_} q{queue_id} m{i}" for i in range(3)]
+            batch = {"messages": [{"body": b, "keys": ["same"]} for b in bodies]}
+            sent = api.post(f"/v1/topics/{topic}/messages", json={**batch, "queue_id": queue_id})
+            assert sent.status_code == 201, sent.text
+    in_order = [m["body"] for m in stored(api, topic, 2)]
+    assert len(in_order) == 12
+
+    admin.goto(f"/admin/messages?mode=time&topic={topic}&limit=5")
+    pages = walk_result_pages(page)
+    assert [len(p) for p in pages] == [5, 5, 2]
+    assert [body for p in pages for body in p] == in_order, "each message once, in order"
+    page.locator("#results nav.pager").get_by_role("link", name="First page").click()  # back
+    expect(page.locator("#result-table td.preview")).to_have_text(in_order[:5])
+
+    admin.goto(f"/admin/messages?mode=offset&topic={topic}&queue_id=1&offset=1&limit=2")
+    queue_1 = [body for body in in_order if " q1 " in body]
+    assert walk_result_pages(page) == [queue_1[1:3], queue_1[3:5], queue_1[5:]]
+
+    # By key: the newest matches first; the next pages hold older ones.
+    admin.goto(f"/admin/messages?mode=key&topic={topic}&key=same&limit=5")
+    expect(page.locator("#result-count")).to_contain_text("older ones")
+    pages = walk_result_pages(page)
+    assert pages == [in_order[7:], in_order[2:7], in_order[:2]]
+    admin.shot("messages-paged")
+
+
 def test_topic_edit_and_errors_show_the_api_text(admin: Admin) -> None:
     page, topic = admin.page, name("Edit")
     put_topic(admin.api, topic, 2)
@@ -314,6 +370,9 @@ def test_dlq_redrive_shows_each_message_outcome(admin: Admin) -> None:
     page.get_by_role("link", name=group).click()
     rows = page.locator("#dlq-table tbody tr")
     expect(rows).to_have_count(3)
+    # What each dead letter is: its body, tags and keys, next to the box that selects it.
+    expect(rows.locator(".body-preview")).to_have_text(["poison 0", "poison 1", "poison 2"])
+    expect(rows.locator(".fact.tags")).to_have_text(["tags Worse", "tags Bad", "tags Bad"])
     page.get_by_label("Page size").fill("2")
     page.get_by_role("button", name="Apply filter").click()
     expect(rows).to_have_count(2)
@@ -334,12 +393,13 @@ def test_dlq_redrive_shows_each_message_outcome(admin: Admin) -> None:
     page.get_by_role("button", name="Preview redrive").click()
     outcomes = page.locator("#outcomes tbody tr")
     expect(outcomes).to_have_count(2)
-    expect(outcomes.locator(".badge")).to_have_text(["WOULD_MOVE", "WOULD_MOVE"])
+    expect(outcomes.locator(".badge")).to_have_text(["would be redriven"] * 2)
+    expect(page.locator("#redrive-report [role=status] .badge")).to_have_text("2 would be redriven")
     assert admin.api.get(f"/v1/topics/{topic}").json()["queues"][0]["max_offset"] == 3
 
     page.get_by_role("button", name="Redrive", exact=True).click()
     expect(page.locator("#redrive-report")).to_have_attribute("data-dry-run", "false")
-    expect(outcomes.locator(".badge")).to_have_text(["MOVED", "MOVED"])
+    expect(outcomes.locator(".badge")).to_have_text(["redriven", "redriven"])
     for msg_id in dead[:2]:
         moved = page.locator(f'#outcomes tr[data-msg-id="{msg_id}"]')
         expect(moved).to_contain_text(topic)
@@ -365,9 +425,11 @@ def test_dlq_redrive_shows_each_message_outcome(admin: Admin) -> None:
     page.get_by_role("button", name="Preview redrive").click()
     expect(outcomes).to_have_count(2)
     expect(page.locator(f'#outcomes tr[data-msg-id="{dead[1]}"] .badge')).to_have_text(
-        "ALREADY_MOVED"
+        "already redriven"
     )
-    expect(page.locator(f'#outcomes tr[data-msg-id="{dead[2]}"] .badge')).to_have_text("WOULD_MOVE")
+    expect(page.locator(f'#outcomes tr[data-msg-id="{dead[2]}"] .badge')).to_have_text(
+        "would be redriven"
+    )
 
 
 # ==================================================================== every page, two sizes
@@ -434,6 +496,65 @@ def test_every_page_fits_without_horizontal_overflow(
         )
         admin.shot(str(label))
         assert overflow == {"page": 0, "main": 0}, f"{label} overflows: {overflow}"
+
+
+@pytest.fixture(scope="module")
+def decisions(live_server: LiveServer, seeded: dict[str, str]) -> dict[str, str]:
+    """What the pages that ask for a decision list, with long names, keys and bodies: dead
+    letters (one redriven), open transactions, timer messages, a POP group in flight."""
+    api = live_server.client()
+    topic, group = seeded["topic"], name("Redriving_group_with_a_long_name")
+    long_keys = ["order-1234567890-eu-west", "customer-0987654321"]
+    properties = {"tenant": "acme-industries-international", "region": "eu-west-1"}
+    body = "payment refused: " + "card declined by the issuing bank " * 6
+    for i in range(3):
+        receipt = send(api, topic, 0, body=f"{body} #{i}", keys=long_keys, properties=properties)
+        back = {"msg_id": receipt["msg_id"], "delay_level": -1}
+        assert api.post(f"/v1/groups/{group}/retry", json=back).status_code == 200
+    redrive = api.post(f"/v1/groups/{group}/dlq/redrive", json={"limit": 1})
+    assert redrive.json()["summary"]["moved"] == 1, redrive.text
+    producers = name("payment_producers_of_the_eu_west_shop")
+    for message in (
+        {"body": body, "keys": long_keys, "tags": "Charge", "properties": properties},
+        {"body": "AAECAwT/", "body_encoding": "base64", "keys": ["order-10"]},
+    ):
+        half = {"producer_group": producers, "message": message}
+        assert api.post(f"/v1/topics/{topic}/transactions", json=half).status_code == 201
+    for minutes in (5, 50):
+        timed = {"body": body, "keys": long_keys, "properties": properties}
+        sent = api.post(
+            f"/v1/topics/{topic}/messages", json={**timed, "deliver_after_ms": minutes * 60_000}
+        )
+        assert sent.status_code == 201, sent.text
+    pop_group = name("Pop_workers")
+    receive = {"max_messages": 3, "invisible_ms": 600_000}
+    assert api.post(f"/v1/groups/{pop_group}/topics/{topic}/receive", json=receive).is_success
+    return {"dlq_group": group, "pop_group": pop_group}
+
+
+def test_every_page_fits_its_boxes_at_1024_px_and_ids_stay_whole(
+    admin: Admin, seeded: dict[str, str], decisions: dict[str, str]
+) -> None:
+    page = admin.page
+    page.set_viewport_size({"width": 1024, "height": 800})
+    values = {key: quote(value, safe="") for key, value in {**seeded, **decisions}.items()}
+    paths = [str(p.values[1]) for p in PAGES] + [
+        "/admin/dlq/{dlq_group}",
+        "/admin/transactions",
+        "/admin/groups/{pop_group}",
+        "/admin/messages?mode=time&topic={topic}&limit=3",
+        "/admin/messages?mode=key&topic={topic}&key=key-1",
+    ]
+    for path in paths:
+        admin.goto(path.format(**values))
+        expect(page.locator("main h1")).to_be_visible()
+        assert layout_faults(page) == [], path
+    admin.goto(f"/admin/dlq/{values['dlq_group']}")
+    page.get_by_label("Select all on this page").check()
+    page.get_by_role("button", name="Preview redrive").click()
+    expect(page.locator("#outcomes tbody tr")).to_have_count(3)
+    admin.shot("dlq-preview")
+    assert layout_faults(page) == [], "the redrive preview"
 
 
 def test_overview_chart_and_store_state(admin: Admin, seeded: dict[str, str]) -> None:

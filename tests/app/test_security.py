@@ -80,7 +80,7 @@ EXPECTED: dict[str, tuple[str, str | None]] = {
     "redoc": ("nobody", None),
 }
 """Every route not named here (admin routes, /admin pages, new routes) needs an admin."""
-PUBLIC = {"healthz", "readyz", "static"}
+PUBLIC = {"healthz", "readyz", "static", "favicon"}
 LOGIN_FORM = {"login_form", "login"}  # public by design; tested on their own below
 
 BODIES: dict[str, Any] = {

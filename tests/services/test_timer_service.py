@@ -111,6 +111,7 @@ async def test_cancel_before_due_wins_and_after_delivery_says_so(wheel: Wheel) -
     handle = service.handle_for("Orders", _fire(at), doomed)
     assert (await service.cancel("Orders", handle)).outcome is CancelOutcome.CANCELLED
     assert (await service.cancel("Orders", handle)).outcome is CancelOutcome.ALREADY_CANCELLED
+    assert service.stats.cancels_accepted == 1, "answered once; the repeat is not counted"
     await wait_for(lambda: len(wheel.delivered("Orders")) == 1)
     await asyncio.sleep(0.3)  # a slot or three later: still only the one
     assert [m.body for m in wheel.delivered("Orders")] == [b"kept"]

@@ -50,6 +50,14 @@ async def test_waiting_messages_are_counted_listed_and_a_cancel_removes_one(
     assert upcoming.counts == {"Audit": [0, 0, 0, 1, 0], "Orders": [1, 0, 1, 0, 0]}
     assert [t.uniq_key for t in upcoming.next] == [early, late, other]
     assert all(t.rolls for t in upcoming.next)
+    # Due when they asked to be: their slot starts before that, and fires at or after it.
+    assert [t.due_ms for t in upcoming.next] == [
+        start + 30_000,
+        start + 20 * MINUTE,
+        start + 2 * 3_600_000,
+    ]
+    assert all(t.fire_ms < t.due_ms <= t.fire_ms + service.precision_ms for t in upcoming.next)
+    assert [t.message.body for t in upcoming.next] == [b"early", b"late", b"other"]
 
     only = service.upcoming("Orders", next_count=1)
     assert only is not None and only.counts == {"Orders": [1, 0, 1, 0, 0]}

@@ -33,6 +33,13 @@ router = APIRouter(route_class=AdminRoute)
 PAGE: Final = 50
 MAX_PAGE: Final = 500
 FILTER_FIELDS: Final = ("ids", "tags", "begin", "end", "limit")
+OUTCOME_LABELS: Final = {
+    RedriveStatus.WOULD_MOVE: "would be redriven",
+    RedriveStatus.MOVED: "redriven",
+    RedriveStatus.ALREADY_MOVED: "already redriven",
+    RedriveStatus.FAILED: "failed",
+}
+"""What a redrive did with a dead letter, in words (the API says it with the enum's name)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,14 +133,16 @@ async def redrive(request: Request, group: str, mode: str, broker: BrokerDep) ->
         dry_run=mode == "preview",
         limit=min(max(form.integer("redrive_limit", "Most messages", 1000), 1), MAX_REDRIVE),
     )
-    counts = {status.value: report.count(status) for status in RedriveStatus}
+    counts = {status: report.count(status) for status in RedriveStatus}
     headers = {"HX-Trigger": "dlq-changed"} if mode == "run" else None
-    return render(
-        request,
-        "_redrive_report.html",
-        {"group": group, "report": report, "counts": counts},
-        headers=headers,
-    )
+    context = {
+        "group": group,
+        "report": report,
+        "counts": counts,
+        "labels": OUTCOME_LABELS,
+        "failed": RedriveStatus.FAILED,
+    }
+    return render(request, "_redrive_report.html", context, headers=headers)
 
 
 def _redrive_selection(form: Form) -> DlqFilter:

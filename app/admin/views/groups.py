@@ -93,7 +93,14 @@ async def list_groups(request: Request, broker: BrokerDep) -> Response:
 def _lag_context(broker: Broker, group: str) -> dict[str, object]:
     check_group_name(group)
     lag = group_lag(broker, group)  # GroupNotFoundError when it has no config and no offsets
-    return {"group": group, "lag": lag, "by_topic": lag.by_topic()}
+    config = _config(broker, group)
+    consumes_by_pop = config is not None and config.consume_mode == "pop"
+    return {
+        "group": group,
+        "lag": lag,
+        "by_topic": lag.by_topic(),
+        "show_in_flight": consumes_by_pop or lag.in_flight > 0,
+    }
 
 
 @router.get("/groups/{group}", name="admin-group")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from typing import Final
+from urllib.parse import urlencode
 
 from fastapi import APIRouter
 from starlette.requests import Request
@@ -27,6 +28,8 @@ router = APIRouter(route_class=AdminRoute)
 
 MODES: Final = ("id", "key", "time", "offset")
 PAGE: Final = 50
+CURSORS: Final = ("after", "before")
+"""Query parameters only a next-page link sets (where the page starts)."""
 LINKED_PROPERTIES: Final = frozenset({PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_REDRIVEN_FROM})
 """Properties whose value is another message's id: shown as links."""
 
@@ -36,10 +39,9 @@ def _search(broker: Broker, mode: str, query: Form) -> browse.Found | None:
     if mode == "key":
         topic, key = query.required("topic", "Topic"), query.required("key", "Key")
         begin, end = query.timestamp("begin", "From"), query.timestamp("end", "To")
-        found = broker.messages.by_key(
-            topic, key, max_messages=min(limit, 64), begin=begin or 0, end=end
-        )
-        return browse.Found(found, truncated=len(found) == min(limit, 64))
+        before = query.text("before")
+        older_than = browse.KeyPosition.parse(before) if before else None
+        return browse.by_key(broker, topic, key, (begin or 0, end), limit, older_than)
     if mode == "time":
         topic = query.required("topic", "Topic")
         now = int(time.time() * 1000)
@@ -47,7 +49,12 @@ def _search(broker: Broker, mode: str, query: Form) -> browse.Found | None:
         begin = query.timestamp("begin", "From") or end - 3600_000
         if begin > end:
             raise FormError("begin", "“From” is after “To”")
-        return browse.by_time(broker, topic, begin, end, limit)
+        after = query.text("after")
+        later_than = browse.TimePosition.parse(after) if after else None
+        found = browse.by_time(broker, topic, begin, end, limit, later_than)
+        if found.next is not None:  # the next page covers the same range, later or not
+            found.next.update(begin=str(begin), end=str(end))
+        return found
     if mode == "offset":
         topic = query.required("topic", "Topic")
         queue_id = query.integer("queue_id", "Queue")
@@ -65,16 +72,28 @@ async def search_messages(request: Request, broker: BrokerDep) -> Response:
     if mode == "id" and query.text("msg_id"):
         message = broker.messages.by_id(query.text("msg_id"))
         return redirect(request, f"{PREFIX}/messages/{message.msg_id}")
-    searched = bool(query.text("topic"))
+    found = _search(broker, mode, query) if query.text("topic") else None
     context = {
         "title": "Messages",
         "nav": "messages",
         "mode": mode,
         "q": query,
-        "found": _search(broker, mode, query) if searched else None,
+        "found": found,
+        "next_url": _page_url(request, found.next) if found and found.next else "",
+        "first_url": _page_url(request, {}) if _is_later_page(request) else "",
         "topics": sorted(c.topic_name for c in broker.topics.all()),
     }
     return render(request, "messages.html", context, fragment="_message_results.html")
+
+
+def _page_url(request: Request, changes: dict[str, str]) -> str:
+    """This search with ``changes`` to its parameters (and no page cursor but theirs)."""
+    params = {k: v for k, v in request.query_params.items() if k not in CURSORS}
+    return f"{PREFIX}/messages?{urlencode({**params, **changes})}"
+
+
+def _is_later_page(request: Request) -> bool:
+    return any(request.query_params.get(name) for name in CURSORS)
 
 
 @router.get("/messages/{msg_id}", name="admin-message")

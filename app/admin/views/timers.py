@@ -1,6 +1,8 @@
 """Upcoming timer deliveries for people: how many wait per topic and time bucket, the next
-ones, and a button to cancel one. Everything goes through :class:`services.TimerService`,
-as ``DELETE /v1/topics/{topic}/timers/{handle}`` does."""
+ones with when they are due (the ``deliver_at`` their send asked for) and what they hold,
+what the wheel did since the start, and a button to cancel one (it asks first). Everything
+goes through :class:`services.TimerService`, as ``DELETE /v1/topics/{topic}/timers/{handle}``
+and ``GET /v1/timers`` do."""
 
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ async def list_timers(request: Request, broker: BrokerDep) -> Response:
         "nav": "timers",
         "topic": topic,
         "precision_ms": timers.precision_ms,
+        "progress": timers.progress(),
         "buckets": [label for label, _ in TIMER_BUCKETS],
         "upcoming": upcoming,
         "nexts": nexts,
