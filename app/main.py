@@ -21,7 +21,7 @@ from app import admin
 from app.errors import install_error_handlers
 from app.middleware import HttpShellMiddleware
 from app.openapi import build_openapi
-from app.replica_guard import ReplicaGuardMiddleware, document_not_master
+from app.replica_guard import ReplicaGuardMiddleware
 from app.routes import (
     cluster,
     dlq,
@@ -143,7 +143,7 @@ def create_app(
     app.mount("/static", docs.static_files(), name="static")
     app.include_router(admin.router)  # browser pages under /admin, not in the schema
     app.mount("/admin/static", admin.static_files(), name="admin-static")
-    app.openapi = lambda: document_not_master(build_openapi(app))  # type: ignore[method-assign]
+    app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
     return app
 
 

@@ -1,22 +1,26 @@
 """The OpenAPI document: FastAPI's, plus the schemas routes reference by hand.
 
 The send route reads its body itself (JSON or raw), so its request schemas and the Problem
-schema of every error response are added here; every response also documents X-Request-Id.
-Security comes from :mod:`app.security.policy`: the ``bearerAuth`` scheme, each
-operation's ``security`` and its 401/403/429 answers (and 408 where there is a body).
+schema are added here; every response also documents X-Request-Id. Each operation's problem
+answers come from :mod:`app.problem_codes`: per status, the codes it can answer, with their
+meanings and as the ``code`` enum. Security comes from :mod:`app.security.policy`: the
+``bearerAuth`` scheme and each operation's ``security``.
 Integer bounds are written as integers (FastAPI's document model holds them as floats, which
 would turn 2^63-1 into 9.223372036854776e+18, beyond the 64-bit range).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from http import HTTPStatus
+from typing import Any, Final
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic.json_schema import models_json_schema
 
 from app.errors import PROBLEM_MEDIA_TYPE
+from app.problem_codes import MEANINGS, PROBLEM_CODES_KEY, operation_codes
+from app.replica_guard import is_write
 from app.schemas import INT64_MAX, Problem, SendBatch, SendMessage
 from app.security.policy import Access, rule_for
 
@@ -25,12 +29,6 @@ _REQUEST_ID_HEADER = {
         "description": "The client's X-Request-Id, or one the server made up.",
         "schema": {"type": "string"},
     }
-}
-
-_UNSUPPORTED_MEDIA_TYPE = {
-    "description": "The body is not JSON (no `Content-Type: application/json`; `curl -d` alone "
-    "sends a form): UNSUPPORTED_MEDIA_TYPE, naming the Content-Type sent.",
-    "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
 }
 
 
@@ -55,14 +53,20 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
         components.setdefault(name, definition)
     schema["components"]["schemas"] = dict(sorted(components.items()))
     _integer_bounds(schema)
+    settings = getattr(app.state, "settings", None)
+    if settings is not None:
+        levels = len(settings.message_delay_levels.split())
+        maximums = {"delay_level": levels, "deliver_after_ms": settings.timer_max_delay_s * 1000}
+        _send_bounds(schema, maximums)
     security = getattr(app.state, "security", None)
     _add_security(schema, auth_required=security is not None and security.auth_enabled)
-    for path_item in schema.get("paths", {}).values():
-        for operation in path_item.values():
-            if "requestBody" in operation:
-                operation["responses"].setdefault("415", _UNSUPPORTED_MEDIA_TYPE)
+    for path, path_item in schema.get("paths", {}).items():
+        for method, operation in path_item.items():
+            _add_problems(operation, is_write(_scope_of(method, path)))
             for response in operation.get("responses", {}).values():
                 response.setdefault("headers", {}).update(_REQUEST_ID_HEADER)
+    for unused in ("HTTPValidationError", "ValidationError"):  # FastAPI's 422, replaced
+        schema["components"]["schemas"].pop(unused, None)
     app.openapi_schema = schema
     return schema
 
@@ -99,6 +103,22 @@ def _integer_bounds(node: Any) -> None:
         _integer_bounds(value)
 
 
+def _send_bounds(schema: dict[str, Any], maximums: dict[str, int]) -> None:
+    """The maximum of each named field of a send as this broker takes it (a ``delay_level``
+    up to its delay table, a ``deliver_after_ms`` up to its longest timer delay): in the
+    message and batch models and in the raw send's query."""
+    components = schema["components"]["schemas"]
+    fields = [components[model]["properties"] for model in ("SendMessage", "SendBatch")]
+    send = schema["paths"]["/v1/topics/{topic}/messages"]["post"]
+    fields.append({p["name"]: p["schema"] for p in send.get("parameters", [])})
+    for properties in fields:
+        for name, maximum in maximums.items():
+            field = properties.get(name)
+            for branch in [] if field is None else field.get("anyOf", [field]):
+                if branch.get("type") == "integer":
+                    branch["maximum"] = maximum
+
+
 # ==================================================================== security
 
 SECURITY_DESCRIPTION = """
@@ -118,35 +138,10 @@ _BEARER = {
     "scheme": "bearer",
     "description": "A token from the server's auth file (`spoolmq token create`).",
 }
-_PROBLEM = {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}}
-_RETRY_AFTER = {
-    "Retry-After": {
-        "description": "Seconds to wait before retrying.",
-        "schema": {"type": "integer"},
-    }
-}
-_ANSWERS: dict[str, dict[str, Any]] = {
-    "401": {
-        "description": "No bearer token, or not a valid one (UNAUTHORIZED).",
-        "headers": {
-            "WWW-Authenticate": {
-                "description": 'The scheme to use: `Bearer realm="spoolmq"`.',
-                "schema": {"type": "string"},
-            }
-        },
-    },
-    "403": {"description": "The token lacks the permission this needs (FORBIDDEN)."},
-    "408": {"description": "The request body stopped arriving (REQUEST_TIMEOUT)."},
-    "429": {
-        "description": "The token is over its request rate (RATE_LIMITED) or has too many "
-        "long-polls waiting (TOO_MANY_WAITERS); retry after `Retry-After` seconds.",
-        "headers": _RETRY_AFTER,
-    },
-}
 
 
 def _add_security(schema: dict[str, Any], *, auth_required: bool) -> None:
-    """The bearer scheme, and each operation's security and 401/403/408/429 answers."""
+    """The bearer scheme, and each operation's security requirement."""
     schema["info"]["description"] = schema["info"].get("description", "") + SECURITY_DESCRIPTION
     schema["components"]["securitySchemes"] = {"bearerAuth": _BEARER}
     # Without an auth file (the default settings) anonymous calls are accepted too.
@@ -155,28 +150,71 @@ def _add_security(schema: dict[str, Any], *, auth_required: bool) -> None:
         requirement.append({})
     for path_item in schema.get("paths", {}).values():
         for operation in path_item.values():
-            rule = rule_for(operation.get("operationId"))
-            if rule.access is Access.PUBLIC:
-                operation["security"] = []
-                continue
-            operation["security"] = requirement
-            answers = ["401", "429"]
-            if rule.access is not Access.AUTHENTICATED:
-                answers.append("403")
-            if "requestBody" in operation:
-                answers.append("408")
-            _add_answers(operation.setdefault("responses", {}), answers)
+            public = rule_for(operation.get("operationId")).access is Access.PUBLIC
+            operation["security"] = [] if public else requirement
 
 
-def _add_answers(responses: dict[str, Any], statuses: list[str]) -> None:
-    for status in statuses:
-        answer = _ANSWERS[status]
-        existing = responses.get(status)
-        if existing is None:
-            responses[status] = {**answer, "content": _PROBLEM}
-            continue
-        existing["description"] = f"{existing['description']} Or: {answer['description']}"
-        existing.setdefault("headers", {}).update(answer.get("headers", {}))
+# ==================================================================== problems
+
+_PROBLEM_REF: Final = "#/components/schemas/Problem"
+_RETRY_AFTER: Final = {
+    "Retry-After": {
+        "description": "Seconds to wait before retrying.",
+        "schema": {"type": "integer"},
+    }
+}
+_WWW_AUTHENTICATE: Final = {
+    "WWW-Authenticate": {
+        "description": 'The scheme to use: `Bearer realm="spoolmq"`.',
+        "schema": {"type": "string"},
+    }
+}
+_HEADERS_BY_STATUS: Final = {401: _WWW_AUTHENTICATE, 429: _RETRY_AFTER, 503: _RETRY_AFTER}
+
+
+def _scope_of(method: str, path: str) -> dict[str, Any]:
+    """A request scope of an operation, as the slave guard reads it (a group pull counted as
+    one that commits: it may)."""
+    return {"method": method.upper(), "path": path, "query_string": b"auto_commit=true"}
+
+
+def _add_problems(operation: dict[str, Any], write: bool) -> None:
+    """The operation's problem answers, one per status: each code it can answer
+    (:mod:`app.problem_codes`) with its meaning, and the codes as the ``code`` enum."""
+    operation_id = operation.get("operationId", "")
+    access = rule_for(operation_id).access
+    by_status = operation_codes(
+        operation_id,
+        parameters=bool(operation.get("parameters")),
+        body="requestBody" in operation,
+        authenticated=access is not Access.PUBLIC,
+        permitted=access not in (Access.PUBLIC, Access.AUTHENTICATED),
+        write=write,
+    )
+    responses = operation.setdefault("responses", {})
+    for status, codes in by_status.items():
+        responses[str(status)] = _problem_answer(status, codes)
     ordered = sorted(responses.items(), key=lambda item: (not item[0].isdigit(), item[0]))
     responses.clear()
     responses.update(ordered)
+
+
+def _problem_answer(status: int, codes: list[str]) -> dict[str, Any]:
+    lines = "\n".join(f"- `{code}`: {MEANINGS.get(code, code)}." for code in codes)
+    answer: dict[str, Any] = {
+        "description": f"{_title(status)}:\n\n{lines}",
+        "content": {
+            PROBLEM_MEDIA_TYPE: {
+                "schema": {"$ref": _PROBLEM_REF, "properties": {"code": {"enum": codes}}}
+            }
+        },
+        PROBLEM_CODES_KEY: codes,
+    }
+    headers = _HEADERS_BY_STATUS.get(status)
+    if headers is not None:
+        answer["headers"] = dict(headers)
+    return answer
+
+
+def _title(status: int) -> str:
+    return HTTPStatus(status).phrase

@@ -4,14 +4,13 @@ A write is any state-changing method under ``/v1/`` (send, batch, send-back, off
 commits, topic and group changes, POP receive and ack, redrive, reset), a state-changing
 admin form, and a group pull that commits as it reads (``auto_commit=true``). Reads —
 pulls, lookups, queues, offsets, admin pages — go through. The check is one attribute
-read on a master. :func:`document_not_master` adds the 421 answer to the write operations
-of the OpenAPI document.
+read on a master. The OpenAPI document gives each write its 421 (:mod:`app.problem_codes`).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Final
+from typing import Final
 
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -24,12 +23,6 @@ _SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
 _ADMIN_SAFE_POSTS: Final = ("/admin/login", "/admin/logout")
 _GROUP_PULL: Final = re.compile(r"^/v1/groups/[^/]+/topics/[^/]+/messages$")
 _AUTO_COMMIT: Final = re.compile(rb"(?:^|&)auto_commit=(?:true|1)(?:&|$)", re.IGNORECASE)
-
-NOT_MASTER_RESPONSE: Final[dict[str, Any]] = {
-    "description": "This broker is a read-only slave (NOT_MASTER): send writes to the master "
-    "named in `detail` and in the `master` field (its HTTP address).",
-    "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
-}
 
 
 def is_write(scope: Scope) -> bool:
@@ -67,22 +60,3 @@ class ReplicaGuardMiddleware:
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
-
-
-def document_not_master(schema: dict[str, Any]) -> dict[str, Any]:
-    """Add the 421 answer to every state-changing operation (idempotent)."""
-    for path, item in schema.get("paths", {}).items():
-        for method, operation in item.items():
-            scope = {"method": method.upper(), "path": path, "query_string": b"auto_commit=true"}
-            if not isinstance(operation, dict) or not is_write(scope):
-                continue
-            responses = operation.setdefault("responses", {})
-            if "421" not in responses:
-                headers = responses.get("200", responses.get("204", {})).get("headers", {})
-                entry = dict(NOT_MASTER_RESPONSE)
-                request_id = headers.get("X-Request-Id")
-                if request_id is not None:
-                    entry["headers"] = {"X-Request-Id": request_id}
-                responses["421"] = entry
-                operation["responses"] = dict(sorted(responses.items()))
-    return schema

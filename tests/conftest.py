@@ -1,5 +1,9 @@
 """Shared fixtures: a real spoolmq server (uvicorn, in a thread) on 127.0.0.1 with a temp store.
 
+Every test also fails when a server it ran in this process answered a problem code its
+operation does not declare (``undeclared_codes_fail_the_test``: the declared codes are the
+OpenAPI document's, :mod:`app.problem_codes`).
+
 Also the order of a run (``pytest_collection_modifyitems``): the modules of ``LONG_FIRST``
 start first, longest first, so that a run on two workers (``make test``: ``pytest -n 2
 --dist loadfile``) does not end on one long module; and the modules of ``SERIAL_MODULES``
@@ -9,6 +13,7 @@ are marked ``serial``, which ``make test`` runs after the others, alone.
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import threading
 import time
@@ -21,6 +26,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
+from app.errors import UNDECLARED_CODE
 from app.main import build_server, create_app
 from app.server import Server
 from app.settings import Settings
@@ -80,6 +86,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.path in serial:
             item.add_marker(pytest.mark.serial)
     items.sort(key=lambda item: rank.get(item.path, len(rank)))  # stable: modules stay whole
+
+
+class _UndeclaredCodes(logging.Handler):
+    """Keeps the error mapping's lines about codes an operation does not declare."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.msg == UNDECLARED_CODE:
+            self.lines.append(record.getMessage())
+
+
+@pytest.fixture(autouse=True)
+def undeclared_codes_fail_the_test() -> Iterator[_UndeclaredCodes]:
+    handler = _UndeclaredCodes()
+    logger = logging.getLogger("app.errors")
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+    assert not handler.lines, "\n".join(handler.lines)
 
 
 SMALL_STORE: dict[str, Any] = {

@@ -18,7 +18,7 @@ from starlette.responses import Response
 
 from app.admin.forms import FormError
 from app.admin.rendering import render
-from app.errors import STATUS_BY_CODE
+from app.problem_codes import STATUS_BY_CODE
 from services.errors import ServiceError, StorageError
 
 HEADINGS: Final[dict[str, str]] = {

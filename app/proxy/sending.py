@@ -40,7 +40,8 @@ from typing import Final
 from starlette.requests import Request
 from starlette.responses import Response
 
-from app.errors import PROBLEM_MEDIA_TYPE, STATUS_BY_CODE, problem_body
+from app.errors import PROBLEM_MEDIA_TYPE, problem_body
+from app.problem_codes import STATUS_BY_CODE
 from app.proxy.context import proxy_of
 from app.proxy.forward import (
     RETRY_AFTER_S,

@@ -5,7 +5,6 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from app.deps import BrokerDep, ClusterDep
-from app.responses import problems
 from app.routes.params import TopicPath
 from app.schemas.cluster import TopicRouteOut, topic_route_out
 from services.cluster import cluster_route, local_route
@@ -23,7 +22,6 @@ router = APIRouter(tags=["cluster"])
         "is a group of one. 404 when the topic has no route."
     ),
     response_model=TopicRouteOut,
-    responses=problems(400, 404, 422, 503),
 )
 async def topic_route(
     topic: TopicPath, broker: BrokerDep, member: ClusterDep, request: Request

@@ -8,14 +8,12 @@ runs and for redrives that finish promptly; a paced redrive expected to take lon
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 from starlette.responses import Response
 
 from app.deps import BrokerDep, SettingsDep
-from app.errors import PROBLEM_MEDIA_TYPE
-from app.responses import PROBLEM_SCHEMA_REF, problems
 from app.routes.params import (
     AfterJobQuery,
     BodyEncodingQuery,
@@ -38,7 +36,6 @@ from app.schemas import (
 )
 from app.schemas.common import TIMESTAMP_DESCRIPTION, TimestampMs
 from services import (
-    MAX_ACTIVE_REDRIVE_JOBS,
     REDRIVE_PROMPT_S,
     DlqFilter,
     DlqState,
@@ -48,22 +45,6 @@ from services import (
 from services.errors import RedriveTooLongError
 
 router = APIRouter(tags=["groups"])
-
-_JOB_NOT_FOUND: dict[int | str, dict[str, Any]] = {
-    404: {
-        "description": "The group has no redrive job with this id (REDRIVE_JOB_NOT_FOUND).",
-        "content": {PROBLEM_MEDIA_TYPE: {"schema": PROBLEM_SCHEMA_REF}},
-    }
-}
-_ONE_JOB_ANSWERS: dict[int | str, dict[str, Any]] = {**problems(400, 422, 503), **_JOB_NOT_FOUND}
-"""The problems of a route on one redrive job (get, cancel, delete), which answers the job."""
-_TOO_MANY_JOBS: dict[int | str, dict[str, Any]] = {
-    409: {
-        "description": f"{MAX_ACTIVE_REDRIVE_JOBS} redrive jobs are already queued or running "
-        "(TOO_MANY_REDRIVE_JOBS): cancel one or wait for one to finish.",
-        "content": {PROBLEM_MEDIA_TYPE: {"schema": PROBLEM_SCHEMA_REF}},
-    }
-}
 
 
 def _jobs_path(group: str) -> str:
@@ -99,7 +80,6 @@ def _redrive_request(group: str, body: RedriveIn) -> RedriveRequest:
         "(`state=redriven` lists them, each with its copy's id in `redriven_as`)."
     ),
     response_model=DeadLetterPage,
-    responses=problems(400, 422, 503),
 )
 async def list_dead_letters(
     group: GroupPath,
@@ -144,7 +124,6 @@ async def list_dead_letters(
         "by a broker shutdown answers 503; run it again to finish."
     ),
     response_model=RedriveOut,
-    responses=problems(400, 403, 404, 413, 422, 503),
 )
 async def redrive_dead_letters(group: GroupPath, body: RedriveIn, broker: BrokerDep) -> RedriveOut:
     request = _redrive_request(group, body)
@@ -187,8 +166,6 @@ async def redrive_dead_letters(group: GroupPath, body: RedriveIn, broker: Broker
                 }
             },
         },
-        **problems(400, 403, 404, 413, 422, 503),
-        **_TOO_MANY_JOBS,
     },
 )
 async def create_redrive_job(
@@ -205,7 +182,6 @@ async def create_redrive_job(
     summary="A page of a group's redrive jobs, newest first",
     description="At most `limit` jobs after job `after`; `next_after` continues.",
     response_model=RedriveJobListOut,
-    responses=problems(400, 422, 503),
 )
 async def list_redrive_jobs(
     group: GroupPath,
@@ -222,7 +198,6 @@ async def list_redrive_jobs(
     operation_id="getRedriveJob",
     summary="A redrive job: its state, progress and the outcomes so far",
     response_model=RedriveJobOut,
-    responses=_ONE_JOB_ANSWERS,
 )
 async def get_redrive_job(
     group: GroupPath, job_id: RedriveJobIdPath, broker: BrokerDep
@@ -236,7 +211,6 @@ async def get_redrive_job(
     summary="Cancel a redrive job and keep it (sends already made stay); a finished job is "
     "unchanged",
     response_model=RedriveJobOut,
-    responses=_ONE_JOB_ANSWERS,
 )
 async def cancel_redrive_job(
     group: GroupPath, job_id: RedriveJobIdPath, broker: BrokerDep
@@ -251,7 +225,6 @@ async def cancel_redrive_job(
     description="Sends already made stay. Afterwards the job is gone: `GET` answers 404 "
     "REDRIVE_JOB_NOT_FOUND (to stop a job and keep reading it, `POST .../cancel`).",
     response_model=RedriveJobOut,
-    responses=_ONE_JOB_ANSWERS,
 )
 async def delete_redrive_job(
     group: GroupPath, job_id: RedriveJobIdPath, broker: BrokerDep

@@ -9,7 +9,7 @@ from starlette.responses import Response
 
 from app.deps import BrokerDep
 from app.labels import on_group_pull, requested
-from app.responses import OrjsonResponse, problems
+from app.responses import OrjsonResponse
 from app.routes.messages import long_poll
 from app.routes.params import (
     AfterNameQuery,
@@ -53,7 +53,6 @@ router = APIRouter(tags=["groups"])
     summary="A page of consumer group configs, by name",
     description=name_page_description("group"),
     response_model=GroupListResponse,
-    responses=problems(422, 503),
 )
 async def list_groups(
     broker: BrokerDep, limit: PageLimitQuery = 100, after: AfterNameQuery = None
@@ -71,7 +70,6 @@ async def list_groups(
     operation_id="getGroup",
     summary="One consumer group config",
     response_model=GroupOut,
-    responses=problems(400, 404, 422, 503),
 )
 async def get_group(group: GroupPath, broker: BrokerDep) -> GroupOut:
     return group_out(broker.groups.get(group))
@@ -84,7 +82,6 @@ async def get_group(group: GroupPath, broker: BrokerDep) -> GroupOut:
     response_model=GroupOut,
     responses={
         201: {"model": GroupOut, "description": "Created"},
-        **problems(400, 413, 422, 503),
     },
 )
 async def put_group(
@@ -116,7 +113,6 @@ async def put_group(
     summary="Delete a consumer group config and its offsets",
     status_code=204,
     response_class=Response,
-    responses=problems(400, 404, 422, 503),
 )
 async def delete_group(group: GroupPath, broker: BrokerDep) -> Response:
     await broker.groups.delete(group)
@@ -133,7 +129,6 @@ async def delete_group(group: GroupPath, broker: BrokerDep) -> Response:
         "carry queue id and offset; commit `queues[].next_offset` to acknowledge."
     ),
     response_model=GroupPullResponse,
-    responses=problems(400, 403, 404, 409, 422, 429, 503),
 )
 async def pull_group_messages(
     group: GroupPath,
@@ -158,7 +153,6 @@ async def pull_group_messages(
     operation_id="commitOffset",
     summary="Commit one queue's offset (the next offset to consume)",
     response_model=OffsetCommitResponse,
-    responses=problems(400, 404, 409, 413, 422, 503),
 )
 async def commit_offset(
     group: GroupPath,
@@ -182,7 +176,6 @@ async def commit_offset(
     operation_id="commitOffsets",
     summary="Commit several offsets (all are checked before any is stored)",
     response_model=OffsetCommitResponse,
-    responses=problems(400, 404, 409, 413, 422, 503),
 )
 async def commit_offsets(
     group: GroupPath, body: OffsetBatchIn, broker: BrokerDep
@@ -202,7 +195,6 @@ async def commit_offsets(
     operation_id="getGroupOffsets",
     summary="Committed offset, max offset and lag per topic and queue",
     response_model=GroupOffsetsResponse,
-    responses=problems(400, 404, 422, 503),
 )
 async def get_group_offsets(
     group: GroupPath,

@@ -9,7 +9,7 @@ from starlette.responses import Response
 
 from app.deps import BrokerDep
 from app.metrics import render_metrics
-from app.responses import OrjsonResponse, problems
+from app.responses import OrjsonResponse
 from app.schemas import HealthResponse, ReadyResponse
 from services import BrokerState
 from services.errors import BrokerUnavailableError
@@ -22,7 +22,6 @@ router = APIRouter(tags=["health"])
     operation_id="healthz",
     summary="Liveness: the process answers (even while the store recovers)",
     response_model=HealthResponse,
-    responses=problems(503),
 )
 async def healthz(broker: BrokerDep) -> Response:
     if broker.state is BrokerState.FAILED:
@@ -35,7 +34,6 @@ async def healthz(broker: BrokerDep) -> Response:
     operation_id="readyz",
     summary="Readiness: recovery is done, the store is open and accepts writes",
     response_model=ReadyResponse,
-    responses=problems(503),
 )
 async def readyz(broker: BrokerDep) -> Response:
     if broker.state is not BrokerState.RUNNING:

@@ -55,26 +55,10 @@ REPLAYED_RESPONSE_HEADER: Final[dict[str, Any]] = {
 }
 
 
-_PROBLEMS: Final = {
-    400: "Or a malformed Idempotency-Key (INVALID_IDEMPOTENCY_KEY).",
-    422: "Or the Idempotency-Key was used, inside the window, for another payload "
-    "(IDEMPOTENCY_KEY_REUSED): a retry repeats the request exactly, a new message takes a "
-    "new key.",
-    503: "Or, with an Idempotency-Key, the key index is still being rebuilt after an unclean "
-    "restart (KEY_INDEX_CATCHING_UP): nothing was written; retry with the same key.",
+SEND_RESPONSES: Final[dict[int | str, dict[str, Any]]] = {
+    201: {"headers": REPLAYED_RESPONSE_HEADER}
 }
-
-
-def send_responses(problems: dict[int | str, dict[str, Any]]) -> dict[int | str, dict[str, Any]]:
-    """A send's documented answers: ``problems`` with what a key adds, and the 201's
-    Idempotent-Replayed header."""
-    responses: dict[int | str, dict[str, Any]] = {201: {"headers": REPLAYED_RESPONSE_HEADER}}
-    for status, answer in problems.items():
-        extra = _PROBLEMS.get(int(status))
-        responses[status] = (
-            {**answer, "description": f"{answer['description']} {extra}"} if extra else answer
-        )
-    return responses
+"""A send's documented answer: the 201's Idempotent-Replayed header."""
 
 
 def idempotency_key(request: Request) -> str | None:
@@ -131,6 +115,6 @@ __all__ = [
     "IDEMPOTENCY_KEY_PARAMETER",
     "REPLAYED_HEADERS",
     "REPLAYED_RESPONSE_HEADER",
+    "SEND_RESPONSES",
     "idempotency_key",
-    "send_responses",
 ]

@@ -11,12 +11,12 @@ from starlette.responses import Response
 from app.deps import BrokerDep, SettingsDep, born_host, disconnect_watch, header, read_body
 from app.errors import ApiError, is_json_media_type
 from app.labels import on_pull, on_send, requested
-from app.responses import BytesResponse, OrjsonResponse, problems
+from app.responses import BytesResponse, OrjsonResponse
 from app.routes.idempotency import (
     IDEMPOTENCY_KEY_PARAMETER,
     REPLAYED_HEADERS,
+    SEND_RESPONSES,
     idempotency_key,
-    send_responses,
 )
 from app.routes.params import BodyEncodingQuery, QueueIdPath, TopicPath
 from app.schemas import (
@@ -60,7 +60,12 @@ SEND_REQUEST_BODY: dict[str, Any] = {
             }
         },
         "application/octet-stream": {
-            "schema": {"type": "string", "format": "binary", "maxLength": MAX_REQUEST_BYTES}
+            "schema": {
+                "type": "string",
+                "format": "binary",
+                "minLength": 1,
+                "maxLength": MAX_REQUEST_BYTES,
+            }
         },
     },
 }
@@ -72,7 +77,7 @@ SEND_REQUEST_BODY: dict[str, Any] = {
     summary="Send one message or an atomic batch",
     status_code=201,
     response_model=SendResponse,
-    responses=send_responses(problems(400, 403, 404, 413, 422, 501, 503)),
+    responses=SEND_RESPONSES,
     openapi_extra={
         "requestBody": SEND_REQUEST_BODY,
         "parameters": [IDEMPOTENCY_KEY_PARAMETER],
@@ -128,7 +133,6 @@ def send_answer(sent: Sent, labels: ClusterLabels | None) -> Response:
     operation_id="pullMessages",
     summary="Pull from one queue, long-polling when there is nothing",
     response_model=PullResponse,
-    responses=problems(400, 403, 404, 409, 422, 429, 503),
 )
 async def pull_messages(
     topic: TopicPath,
@@ -170,7 +174,6 @@ def long_poll(
     summary="Messages of a topic with a business key (KEYS) or a UNIQ_KEY",
     description="Found through the IndexFile, oldest first; an unknown key is an empty list.",
     response_model=MessageListResponse,
-    responses=problems(400, 404, 422, 503),
 )
 async def query_messages_by_key(
     topic: TopicPath,
@@ -199,7 +202,6 @@ async def query_messages_by_key(
     operation_id="getMessage",
     summary="One message by its msg_id",
     response_model=MessageOut,
-    responses=problems(400, 404, 422, 503),
 )
 async def get_message(
     msg_id: Annotated[

@@ -7,7 +7,7 @@ from starlette.responses import Response
 
 from app.deps import BrokerDep, SettingsDep, disconnect_watch
 from app.labels import on_receive, requested
-from app.responses import OrjsonResponse, problems
+from app.responses import OrjsonResponse
 from app.routes.params import AfterInFlightQuery, GroupPath, PageLimitQuery, TopicPath
 from app.schemas.pop import (
     AckIn,
@@ -41,7 +41,6 @@ router = APIRouter(tags=["groups"])
         "consumes either by offsets (pull + commit) or by receive/ack: mixing answers 409."
     ),
     response_model=ReceiveResponse,
-    responses=problems(400, 403, 404, 409, 413, 422, 429, 503),
 )
 async def receive_messages(
     group: GroupPath,
@@ -84,7 +83,6 @@ async def receive_messages(
         "once the ACK record is durable (SYNC flush)."
     ),
     response_model=AckResponse,
-    responses=problems(400, 404, 413, 422, 503),
 )
 async def ack_messages(group: GroupPath, body: AckIn, broker: BrokerDep) -> Response:
     check_group_name(group)
@@ -103,7 +101,6 @@ async def ack_messages(group: GroupPath, body: AckIn, broker: BrokerDep) -> Resp
         "handle answers 409 `RECEIPT_HANDLE_EXPIRED`; a bad one 400 `INVALID_RECEIPT_HANDLE`."
     ),
     response_model=InvisibilityOut,
-    responses=problems(400, 404, 409, 413, 422, 503),
 )
 async def change_invisibility(
     group: GroupPath, body: InvisibilityIn, broker: BrokerDep, request: Request
@@ -127,7 +124,6 @@ async def change_invisibility(
         "or returned between two pages is simply not listed again."
     ),
     response_model=InFlightListResponse,
-    responses=problems(400, 404, 422, 503),
 )
 async def list_in_flight(
     group: GroupPath,

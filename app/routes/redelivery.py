@@ -8,7 +8,6 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query
 
 from app.deps import BrokerDep
-from app.responses import problems
 from app.routes.params import GroupPath, QueueIdPath, TopicPath
 from app.schemas import (
     DelayLevelsOut,
@@ -41,7 +40,6 @@ router = APIRouter()
         "`%DLQ%<group>`. The answer says where it went and when it comes back."
     ),
     response_model=SendBackOut,
-    responses=problems(400, 403, 404, 413, 422, 503),
 )
 async def send_back(group: GroupPath, body: SendBackIn, broker: BrokerDep) -> SendBackOut:
     result = await broker.send_back.send_back(
@@ -67,7 +65,6 @@ async def send_back(group: GroupPath, body: SendBackIn, broker: BrokerDep) -> Se
         "Without it the same plan is applied. No consumer needs to be online."
     ),
     response_model=OffsetResetOut,
-    responses=problems(400, 404, 413, 422, 503),
 )
 async def reset_offsets(group: GroupPath, body: OffsetResetIn, broker: BrokerDep) -> OffsetResetOut:
     request = ResetRequest(
@@ -93,7 +90,6 @@ async def reset_offsets(group: GroupPath, body: OffsetResetIn, broker: BrokerDep
         "(max_offset when none is), what a replay from that time wants."
     ),
     response_model=QueueSeekOut,
-    responses=problems(400, 403, 404, 422, 503),
 )
 async def offset_by_time(
     topic: TopicPath,
@@ -115,7 +111,6 @@ async def offset_by_time(
     operation_id="getDelayLevels",
     summary="Delay levels: their delays and how many messages wait in each",
     response_model=DelayLevelsOut,
-    responses=problems(503),
 )
 async def delay_levels(broker: BrokerDep) -> DelayLevelsOut:
     return delay_levels_out(broker.scheduler.progress())

@@ -7,7 +7,6 @@ from typing import Any
 from fastapi import APIRouter
 
 from app.deps import BrokerDep
-from app.responses import problems
 from app.schemas.replication import (
     EpochOut,
     EpochsOut,
@@ -24,7 +23,6 @@ router = APIRouter(tags=["replication"])
     operation_id="getReplicaStatus",
     summary="This replica's role, epoch and offsets; a master's slaves and sync-state set",
     response_model=ReplicaStatusOut,
-    responses=problems(503),
 )
 async def replica_status(broker: BrokerDep) -> ReplicaStatusOut:
     return replica_status_out(broker.replica.status())
@@ -39,7 +37,6 @@ async def replica_status(broker: BrokerDep) -> ReplicaStatusOut:
         "logs agree on, and truncates the rest."
     ),
     response_model=EpochsOut,
-    responses=problems(503),
 )
 async def replication_epochs(broker: BrokerDep) -> EpochsOut:
     broker.replica.status()  # 503 until the store is open
@@ -56,7 +53,6 @@ async def replication_epochs(broker: BrokerDep) -> EpochsOut:
     operation_id="getReplicationConfigs",
     summary="Topic and group configs, consumer and delay offsets, POP state: what a slave copies",
     response_model=ReplicationConfigsOut,
-    responses=problems(503),
 )
 async def replication_configs(broker: BrokerDep) -> dict[str, Any]:
     return broker.replica.config_snapshot()

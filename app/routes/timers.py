@@ -2,23 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Final
 
 from fastapi import APIRouter, Path
 
 from app.deps import BrokerDep
-from app.responses import problems
 from app.routes.params import TopicPath
 from app.schemas.timers import TimerCancelOut, TimerStatusOut, timer_cancel_out, timer_status_out
 
 router = APIRouter(tags=["messages"])
+
+TIMER_HANDLE_PATTERN: Final = "^dj[EI]g[A-Za-z0-9_-]{10,}$"
+"""A timer handle's shape: base64url of ``v2 `` (``djIg``; ``djEg`` for ``v1 ``) and the rest
+of its text (only the broker can tell whether it names a timer)."""
 
 TimerHandlePath = Annotated[
     str,
     Path(
         min_length=1,
         max_length=2048,
-        description="The timer_handle of the send's receipt.",
+        description="The timer_handle of the send's receipt: base64url (no padding) of "
+        "`v2 <topic> <broker group> <deliver ms> <UNIQ_KEY>`.",
+        json_schema_extra={"pattern": TIMER_HANDLE_PATTERN},
     ),
 ]
 
@@ -33,7 +38,6 @@ TimerHandlePath = Annotated[
         "400 INVALID_TIMER_HANDLE; no such message: 404 TIMER_NOT_FOUND."
     ),
     response_model=TimerCancelOut,
-    responses=problems(400, 403, 404, 409, 422, 503),
 )
 async def cancel_timer(
     topic: TopicPath, handle: TimerHandlePath, broker: BrokerDep
@@ -47,7 +51,6 @@ async def cancel_timer(
     operation_id="getTimerStatus",
     summary="The timer wheel: precision, how far it has fired, what it did",
     response_model=TimerStatusOut,
-    responses=problems(503),
 )
 async def timer_status(broker: BrokerDep) -> TimerStatusOut:
     timers = broker.timers

@@ -6,7 +6,6 @@ from fastapi import APIRouter
 from starlette.responses import Response
 
 from app.deps import BrokerDep, ClusterDep
-from app.responses import problems
 from app.routes.params import (
     AfterNameQuery,
     PageLimitQuery,
@@ -31,7 +30,6 @@ router = APIRouter(tags=["topics"])
     summary="A page of topic configs, by name",
     description=name_page_description("topic"),
     response_model=TopicListResponse,
-    responses=problems(422, 503),
 )
 async def list_topics(
     broker: BrokerDep, limit: PageLimitQuery = 100, after: AfterNameQuery = None
@@ -49,7 +47,6 @@ async def list_topics(
     operation_id="getTopic",
     summary="A topic config with each queue's min/max offset and last store time",
     response_model=TopicDetailOut,
-    responses=problems(400, 404, 422, 503),
 )
 async def get_topic(topic: TopicPath, broker: BrokerDep) -> TopicDetailOut:
     topics = broker.topics
@@ -64,7 +61,6 @@ async def get_topic(topic: TopicPath, broker: BrokerDep) -> TopicDetailOut:
     response_model=TopicDetailOut,
     responses={
         201: {"model": TopicDetailOut, "description": "Created"},
-        **problems(400, 403, 413, 422, 503),
     },
 )
 async def put_topic(
@@ -95,7 +91,6 @@ async def put_topic(
     summary="Delete a topic config, its queues and every group's offsets on it",
     status_code=204,
     response_class=Response,
-    responses=problems(400, 403, 404, 422, 503),
 )
 async def delete_topic(topic: TopicPath, broker: BrokerDep) -> Response:
     await broker.topics.delete(topic)

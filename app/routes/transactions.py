@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
 from app.deps import BrokerDep, born_host, disconnect_watch
-from app.responses import OrjsonResponse, problems
+from app.responses import OrjsonResponse
 from app.routes.params import GroupPath, TopicPath
 from app.schemas.send import outgoing
 from app.schemas.transactions import (
@@ -54,7 +54,6 @@ TransactionIdPath = Annotated[
     ),
     status_code=201,
     response_model=TransactionOut,
-    responses=problems(400, 403, 404, 409, 413, 422, 501, 503),
 )
 async def send_half_message(
     topic: TopicPath, body: TransactionSendIn, request: Request, broker: BrokerDep
@@ -74,7 +73,6 @@ async def send_half_message(
     operation_id="getTransaction",
     summary="A transaction's state, checks and half message",
     response_model=TransactionOut,
-    responses=problems(404, 422, 503),
 )
 async def get_transaction(transaction_id: TransactionIdPath, broker: BrokerDep) -> TransactionOut:
     transactions = broker.transactions
@@ -87,7 +85,6 @@ async def get_transaction(transaction_id: TransactionIdPath, broker: BrokerDep) 
     operation_id="listTransactions",
     summary="Transactions waiting for an end: open and given up, oldest first",
     response_model=TransactionListOut,
-    responses=problems(400, 422, 503),
 )
 async def list_transactions(
     broker: BrokerDep,
@@ -125,7 +122,6 @@ def _end_route(
         summary=summary,
         description=description,
         response_model=EndOut,
-        responses=problems(400, 403, 404, 409, 422, 503),
     )(end_transaction)
 
 
@@ -150,9 +146,10 @@ _end_route(
     "/v1/transactions/{transaction_id}/unknown",
     operation_id="answerTransactionUnknown",
     summary="Answer a check with UNKNOWN: ask again at the next check",
-    description="Gives the check back before its lease ends; the transaction stays open.",
+    description="Gives the check back before its lease ends; the transaction stays open. "
+    "On an ended transaction (committed or rolled back) it is 409 "
+    "TRANSACTION_ALREADY_ENDED, as a commit or rollback the other way is.",
     status_code=204,
-    responses=problems(400, 403, 404, 422, 503),
 )
 async def answer_unknown(
     transaction_id: TransactionIdPath, body: EndIn, broker: BrokerDep
@@ -173,7 +170,6 @@ async def answer_unknown(
         "of topics it may produce to."
     ),
     response_model=CheckPollOut,
-    responses=problems(400, 413, 422, 429, 503),
 )
 async def poll_transaction_checks(
     group: GroupPath, body: CheckPollIn, request: Request, broker: BrokerDep

@@ -94,20 +94,29 @@ ParamInt = Annotated[int, BeforeValidator(_decimal_only)]
 
 def _timestamp(value: Any) -> Any:
     """Text (a query parameter, or a JSON string) is epoch ms or ISO 8601; a JSON number is
-    epoch ms as for :data:`JsonInt`."""
+    epoch ms as for :data:`JsonInt`. An ISO time of 1 January 1970 that its zone puts before
+    the epoch is the epoch (the document allows any time written in 1970 or later)."""
     if isinstance(value, str):
         try:
-            return parse_timestamp_ms(value)
+            moment = parse_timestamp_ms(value)
         except ValueError as exc:
             raise PydanticCustomError(
                 "timestamp_parsing", "{reason}", {"reason": str(exc)}
             ) from None
+        if -_ZONE_OFFSET_MAX_MS < moment < 0 and not _EPOCH_MS_TEXT.fullmatch(value):
+            return 0
+        return moment
     return _whole_float_as_int(value)
 
 
+_ZONE_OFFSET_MAX_MS: Final = 24 * 3_600_000
+_EPOCH_MS_TEXT: Final = re.compile(r"[+-]?[0-9]+")
+ISO_SINCE_1970: Final = r"^(19[7-9][0-9]|[2-9][0-9]{3})-"
+"""An ISO 8601 time written in 1970 or later (the pattern of a timestamp's text form)."""
+
 TIMESTAMP_DESCRIPTION: Final = (
-    "Milliseconds since the epoch, or an ISO 8601 time (`2024-05-01T12:00:00Z`; UTC without "
-    "a zone)."
+    "Milliseconds since the epoch, or an ISO 8601 time in 1970 or later "
+    "(`2024-05-01T12:00:00Z`; UTC without a zone)."
 )
 TimestampMs = Annotated[
     int,
@@ -117,7 +126,7 @@ TimestampMs = Annotated[
         {
             "anyOf": [
                 {"type": "integer", "minimum": 0, "maximum": INT64_MAX},
-                {"type": "string", "format": "date-time"},
+                {"type": "string", "format": "date-time", "pattern": ISO_SINCE_1970},
             ],
             "description": TIMESTAMP_DESCRIPTION,
         }
@@ -150,7 +159,35 @@ MessageKey = Annotated[
     ),
 ]
 """A business key (checked by the send service; the schema documents the rule)."""
-PropertyValue = Annotated[str, StringConstraints(min_length=1, max_length=16_384)]
+SEPARATOR_FREE: Final = "^[^\\u0001\\u0002]+$"
+"""Text without RocketMQ's property separators U+0001 and U+0002 (a tag, a property)."""
+TAG_RULES: Final = (
+    "One tag; consumers filter on it (`A||B`). 1 to 255 characters, without `||` and without "
+    "the control characters U+0001 and U+0002."
+)
+Tag = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=255),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 255,
+            # no "||" (every "|" is followed by another character or ends the text), no
+            # separators
+            "pattern": "^(?:\\|?[^|\\u0001\\u0002])*\\|?$",
+            "description": TAG_RULES,
+        }
+    ),
+]
+"""A message's tag (checked by the send service; the schema documents the rule)."""
+PropertyValue = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=16_384),
+    WithJsonSchema(
+        {"type": "string", "minLength": 1, "maxLength": 16_384, "pattern": SEPARATOR_FREE}
+    ),
+]
 
 checked_group_name: Final = check_group_name
 """The group name, or InvalidGroupNameError (400): a full match, so ``"g\n"`` is refused."""

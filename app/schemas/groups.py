@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from app.schemas.common import (
     MAX_QUEUES,
@@ -20,6 +20,20 @@ from services import SubscriptionGroupConfig
 class GroupIn(RequestBody):
     """A consumer group config. ``consume_from_timestamp`` goes with ``consume_from:
     timestamp``, and only with it: one without the other is a 422."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "if": {
+                "properties": {"consume_from": {"const": "timestamp"}},
+                "required": ["consume_from"],
+            },
+            "then": {
+                "required": ["consume_from_timestamp"],
+                "properties": {"consume_from_timestamp": {"not": {"type": "null"}}},
+            },
+            "else": {"properties": {"consume_from_timestamp": {"type": "null"}}},
+        }
+    )
 
     consume_enable: bool = Field(default=True, description="Whether the group may pull.")
     consume_from: Literal["earliest", "latest", "timestamp"] = Field(

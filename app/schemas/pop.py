@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import Field
 
@@ -71,8 +71,19 @@ def receive_out(received: Received, encoding: str) -> dict[str, object]:
     return {"group": received.group, "topic": received.topic, "messages": messages}
 
 
+RECEIPT_HANDLE_PATTERN: Final = r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]{22}$"
+"""A receipt handle's shape: base64url of what it names, a dot, base64url of its 16-byte MAC
+(only the broker that signed it can tell a genuine one)."""
+_RECEIPT_HANDLE_DESCRIPTION: Final = "A receipt handle a receive answered (opaque, signed)."
+
+
 class AckIn(RequestBody):
-    receipt_handles: list[str] = Field(min_length=1, max_length=MAX_ACK_HANDLES)
+    receipt_handles: list[str] = Field(
+        min_length=1,
+        max_length=MAX_ACK_HANDLES,
+        description="Receipt handles a receive answered; each is answered on its own (one that "
+        "is not a current handle of the group is `invalid`).",
+    )
 
 
 class AckOutcomeOut(ResponseBody):
@@ -107,7 +118,12 @@ def ack_out(group: str, results: list[AckResult]) -> dict[str, object]:
 
 
 class InvisibilityIn(RequestBody):
-    receipt_handle: str = Field(min_length=1, max_length=MAX_HANDLE_LENGTH)
+    receipt_handle: str = Field(
+        min_length=1,
+        max_length=MAX_HANDLE_LENGTH,
+        description=_RECEIPT_HANDLE_DESCRIPTION,
+        json_schema_extra={"pattern": RECEIPT_HANDLE_PATTERN},
+    )
     invisible_ms: JsonInt = Field(
         ge=0,
         le=MAX_INVISIBLE_MS,

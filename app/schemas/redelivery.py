@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Final, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, WithJsonSchema, model_validator
 
 from app.schemas.common import (
     INT64_MAX,
@@ -22,6 +22,18 @@ from services import LevelProgress, QueueSeek, ResetPlan, SendBackResult
 
 class SendBackIn(RequestBody):
     """A message the consumer failed to process: where it is, and how to retry it."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "oneOf": [
+                {"required": ["msg_id"], "properties": {"msg_id": {"type": "string"}}},
+                {
+                    "required": ["commit_log_offset"],
+                    "properties": {"commit_log_offset": {"type": "integer"}},
+                },
+            ]
+        }
+    )
 
     msg_id: str | None = Field(
         default=None, min_length=32, max_length=56, description="Its msg_id (offsetMsgId)."
@@ -80,8 +92,50 @@ def send_back_out(result: SendBackResult) -> SendBackOut:
 # ==================================================================== offset reset
 
 
+_QUEUE_ID_DIGITS: Final = "[0-9]{1,3}|10[01][0-9]|102[0-3]"
+"""0 to 1023 (:data:`MAX_QUEUES` - 1) in decimal digits."""
+assert MAX_QUEUES == 1024
+QueueOffsets = Annotated[
+    dict[str, JsonInt],
+    WithJsonSchema(
+        {
+            "type": "object",
+            "propertyNames": {"pattern": f"^0*({_QUEUE_ID_DIGITS})$"},
+            "additionalProperties": {"type": "integer", "minimum": 0, "maximum": INT64_MAX},
+            "maxProperties": MAX_QUEUES,
+        }
+    ),
+]
+"""Offsets by queue id written as text (a JSON object's keys), as the model's check takes
+them."""
+
+
 class OffsetResetIn(RequestBody):
     """Where to move a group. Use ``dry_run`` first: it shows what the reset would do."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "allOf": [
+                {
+                    "if": {"properties": {"to": {"const": "timestamp"}}},
+                    "then": {
+                        "required": ["timestamp"],
+                        "properties": {"timestamp": {"not": {"type": "null"}}},
+                    },
+                },
+                {
+                    "if": {"properties": {"to": {"const": "offsets"}}},
+                    "then": {
+                        "required": ["topic", "offsets"],
+                        "properties": {
+                            "topic": {"not": {"type": "null"}},
+                            "offsets": {"type": "object", "minProperties": 1},
+                        },
+                    },
+                },
+            ]
+        }
+    )
 
     to: Literal["earliest", "latest", "timestamp", "offsets"]
     topic: TopicName | None = Field(
@@ -90,7 +144,7 @@ class OffsetResetIn(RequestBody):
     timestamp: TimestampMs | None = Field(
         default=None, description="With `timestamp`: epoch ms or ISO 8601."
     )
-    offsets: dict[str, JsonInt] | None = Field(
+    offsets: QueueOffsets | None = Field(
         default=None,
         max_length=MAX_QUEUES,
         description="With `offsets`: queue id (as a string) -> offset; other queues keep theirs.",

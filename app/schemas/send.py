@@ -17,11 +17,19 @@ import binascii
 import itertools
 import operator
 from collections.abc import Mapping
-from typing import Any, Final, Literal, NamedTuple
+from typing import Annotated, Any, Final, Literal, NamedTuple
 
 import orjson
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+    WithJsonSchema,
+)
 
 from app.errors import ApiError
 from app.schemas.common import (
@@ -32,6 +40,8 @@ from app.schemas.common import (
     MAX_KEYS,
     MAX_PROPERTIES,
     MAX_QUEUES,
+    SEPARATOR_FREE,
+    TAG_RULES,
     JsonInt,
     MessageKey,
     ParamInt,
@@ -39,11 +49,12 @@ from app.schemas.common import (
     RequestBody,
     ResponseBody,
     ShortText,
+    Tag,
     TimestampMs,
     validated_dicts,
 )
 from app.settings import MAX_REQUEST_BYTES
-from services import OutgoingMessage, Sent
+from services import RESERVED_PROPERTIES, OutgoingMessage, Sent
 
 TIMER_RULES: Final = (
     "Exact to the broker's timer precision (1 s by default; 100, 200 or 500 ms when "
@@ -56,26 +67,117 @@ TIMER_RULES: Final = (
 )
 
 
+_HAS_DELIVER_AT: Final[dict[str, Any]] = {
+    "required": ["deliver_at"],
+    "properties": {"deliver_at": {"not": {"type": "null"}}},
+}
+_HAS_DELIVER_AFTER: Final[dict[str, Any]] = {
+    "required": ["deliver_after_ms"],
+    "properties": {"deliver_after_ms": {"not": {"type": "null"}}},
+}
+_DELAYED: Final[dict[str, Any]] = {
+    "required": ["delay_level"],
+    "properties": {"delay_level": {"type": "integer", "minimum": 1}},
+}
+_TIMED: Final[dict[str, Any]] = {
+    "anyOf": [
+        _HAS_DELIVER_AT,
+        {
+            "required": ["deliver_after_ms"],
+            "properties": {"deliver_after_ms": {"type": "integer", "minimum": 1}},
+        },
+    ]
+}
+"""A message the timer wheel delivers (``deliver_after_ms: 0`` is no timer)."""
+_BOTH_TIMES: Final[dict[str, Any]] = {"allOf": [_HAS_DELIVER_AT, _HAS_DELIVER_AFTER]}
+_ONE_TIME_RULE: Final[dict[str, Any]] = {
+    "not": {
+        "anyOf": [
+            _BOTH_TIMES,
+            {"allOf": [_DELAYED, _HAS_DELIVER_AT]},
+            {"allOf": [_DELAYED, _HAS_DELIVER_AFTER]},
+        ]
+    }
+}
+"""deliver_at or deliver_after_ms, not both, and neither with a delay level."""
+_BATCH_TIME_RULE: Final[dict[str, Any]] = {
+    "not": {
+        "anyOf": [
+            _BOTH_TIMES,
+            # a batch is not delayed, and its time would meet a message's delay level
+            {"properties": {"messages": {"minItems": 2, "contains": _DELAYED}}},
+            {
+                "allOf": [
+                    {"anyOf": [_HAS_DELIVER_AT, _HAS_DELIVER_AFTER]},
+                    {"properties": {"messages": {"contains": _DELAYED}}},
+                ]
+            },
+            # without a time of its own, a batch is timed in every message or in none
+            {
+                "allOf": [
+                    {"not": {"anyOf": [_HAS_DELIVER_AT, _HAS_DELIVER_AFTER]}},
+                    {
+                        "properties": {
+                            "messages": {
+                                "minItems": 2,
+                                "allOf": [
+                                    {"contains": _TIMED},
+                                    {"contains": {"not": _TIMED}},
+                                ],
+                            }
+                        }
+                    },
+                ]
+            },
+        ]
+    }
+}
+"""A batch's timing rules (the service's, :meth:`services.SendService.send`)."""
+
+BASE64_PATTERN: Final = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+"""Standard base64 with its padding, as the send decodes it."""
+_BASE64_RULE: Final[dict[str, Any]] = {
+    "if": {"properties": {"body_encoding": {"const": "base64"}}, "required": ["body_encoding"]},
+    "then": {"properties": {"body": {"pattern": BASE64_PATTERN}}},
+}
+"""A base64 body is base64."""
+
+PropertyName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=255),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 255,
+            "pattern": SEPARATOR_FREE,
+            "not": {"enum": sorted(RESERVED_PROPERTIES)},
+        }
+    ),
+]
+"""A user property's name: not one the broker sets or reads (checked by the send service)."""
+
+
 class SendMessage(RequestBody):
     """One message to send."""
 
+    model_config = ConfigDict(json_schema_extra={**_ONE_TIME_RULE, **_BASE64_RULE})
+
     body: str = Field(
-        default="",
+        min_length=1,
         max_length=MAX_REQUEST_BYTES,
-        description="The message body: text, or base64 when body_encoding is base64.",
+        description="The message body: text, or base64 when body_encoding is base64; never empty.",
     )
     body_encoding: Literal["utf-8", "base64"] = Field(
         default="utf-8", description="How `body` is written: UTF-8 text, or base64 of binary data."
     )
-    tags: ShortText | None = Field(
-        default=None, description="One tag; consumers filter on it (`A||B`). May not contain `||`."
-    )
+    tags: Tag | None = Field(default=None, description=TAG_RULES)
     keys: list[MessageKey] = Field(
         default_factory=list,
         max_length=MAX_KEYS,
         description=f"Business keys, stored in the KEYS property. {KEY_RULES}",
     )
-    properties: dict[ShortText, PropertyValue] = Field(
+    properties: dict[PropertyName, PropertyValue] = Field(
         default_factory=dict,
         max_length=MAX_PROPERTIES,
         description=(
@@ -111,6 +213,8 @@ class SendMessage(RequestBody):
 
 class SendBatch(RequestBody):
     """Several messages stored atomically in one queue with consecutive offsets."""
+
+    model_config = ConfigDict(json_schema_extra=_BATCH_TIME_RULE)
 
     messages: list[SendMessage] = Field(min_length=1, max_length=MAX_BATCH_MESSAGES)
     queue_id: JsonInt | None = Field(

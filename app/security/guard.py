@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from app.errors import STATUS_BY_CODE
+from app.problem_codes import STATUS_BY_CODE
 from app.security.audit import AuditLog
 from app.security.policy import Access, BodyCheck, Param, Rule
 from app.security.principals import ANONYMOUS, Principal
@@ -31,7 +31,7 @@ _MSG_ID: Final = re.compile(r"^([0-9A-Fa-f]{32}|[0-9A-Fa-f]{56})$")
 
 class Refusal(Exception):
     """A request refused before its route runs: stable code, detail, headers (the status is
-    the code's, from :data:`app.errors.STATUS_BY_CODE`)."""
+    the code's, from :data:`app.problem_codes.STATUS_BY_CODE`)."""
 
     def __init__(self, code: str, detail: str, headers: Mapping[str, str] | None = None) -> None:
         super().__init__(detail)

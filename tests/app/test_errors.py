@@ -14,7 +14,7 @@ import pytest
 
 import services
 import storage
-from app.errors import STATUS_BY_CODE
+from app.problem_codes import STATUS_BY_CODE
 from services.errors import ServiceError, StorageError
 from tests.conftest import LiveServer, start_server
 
@@ -281,7 +281,7 @@ CASES = [
         "PUT",
         "/v1/groups/g/topics/E/queues/0/offset",
         {"json": {"offset": 99}},
-        422,
+        409,
         "INVALID_OFFSET",
     ),
     (

@@ -6,7 +6,6 @@ Also each documented limit's 413/422, and the byte cap of pull responses."""
 from __future__ import annotations
 
 import socket
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ import httpx
 import pytest
 
 from tests.app.auth_support import AuthServer, start_auth_server
+from tests.app.schemathesis_support import run_schemathesis
 
 BIN = Path(sys.executable).parent
 
@@ -86,43 +86,18 @@ def fuzzed(tmp_path: Path) -> Iterator[AuthServer]:
 def test_schemathesis_with_auth_finds_no_server_errors(fuzzed: AuthServer, tmp_path: Path) -> None:
     # The live document of a server with an auth file: security is required, not optional,
     # so schemathesis also checks that each operation refuses requests without the token
-    # (ignored_auth). Excluded: positive_data_acceptance (domain rules refuse some
-    # schema-valid requests by design, as in test_openapi.py) and use_after_free (a pull by
-    # a deleted group creates it again: auto_create_groups).
+    # (ignored_auth).
     schema = tmp_path / "openapi.json"
     schema.write_bytes(fuzzed.client("nobody").get("/openapi.json").content)
-    result = subprocess.run(
-        [
-            str(BIN / "schemathesis"),
-            "run",
-            str(schema),
-            "--url",
-            fuzzed.url,
-            "--header",
-            f"Authorization: Bearer {fuzzed.tokens['admin']}",
-            "--max-examples",
-            "20",
-            "--seed",
-            "8",
-            # One worker: hypothesis parses lambda sources with ast.parse, and CPython 3.11.7
-            # can corrupt the AST constructor's recursion count when two threads do that at
-            # once ("SystemError: AST constructor recursion depth mismatch").
-            "--workers",
-            "1",
-            "--generation-database",
-            "none",
-            # Above the longest long poll a request may ask for (30 s), with room to spare.
-            "--request-timeout",
-            "90",
-            "--exclude-checks",
-            "positive_data_acceptance,use_after_free",
-            "--no-shrink",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-        cwd=tmp_path,
+    result = run_schemathesis(
+        schema,
+        fuzzed.url,
+        tmp_path,
+        seed=8,
+        max_examples=20,
+        # Above the longest long poll a request may ask for (30 s), with room to spare.
+        request_timeout_s=90,
+        headers=(f"Authorization: Bearer {fuzzed.tokens['admin']}",),
     )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
     assert " passed" in result.stdout

@@ -244,10 +244,25 @@ def test_send_and_pull_count_in_metrics(
     assert f'spoolmq_messages_out_total{{topic="{topic}"}} 1' in text
 
 
-@pytest.mark.parametrize("encoding", ["utf-8", "base64"])
-def test_empty_body(client: httpx.Client, topic: str, encoding: str) -> None:
-    send(client, topic, body="", body_encoding=encoding, queue_id=0)
-    assert pull(client, topic, offset=0)["messages"][0]["body"] == ""
+@pytest.mark.parametrize(
+    "message",
+    [
+        {},
+        {"tags": "Paid"},
+        {"body": ""},
+        {"body": "", "body_encoding": "base64"},
+    ],
+)
+def test_a_message_without_a_body_is_refused_and_nothing_is_created(
+    client: httpx.Client, topic: str, message: Json
+) -> None:
+    """As RocketMQ's producers refuse an empty body (and a raw send refuses one: 400)."""
+    answer = client.post(f"/v1/topics/{topic}/messages", json={**message, "queue_id": 0})
+    assert answer.status_code == 422, answer.text
+    problem = answer.json()
+    assert problem["code"] == "VALIDATION_FAILED"
+    assert [e["loc"] for e in problem["errors"]] == [["body", "body"]]
+    assert client.get(f"/v1/topics/{topic}").status_code == 404  # not even auto-created
 
 
 def test_query_by_key_and_uniq_key(client: httpx.Client, topic: str) -> None:

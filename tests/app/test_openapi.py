@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.app.schemathesis_support import run_schemathesis
 from tests.conftest import LiveServer, start_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -199,41 +200,16 @@ def fuzzed(tmp_path: Path) -> Iterator[LiveServer]:
     live.stop()
 
 
-def test_schemathesis_finds_no_server_errors_and_no_schema_violations(fuzzed: LiveServer) -> None:
-    # Every check but two, each excluded by design:
-    # - positive_data_acceptance: domain rules (an offset beyond the queue's max, a queue
-    #   beyond the topic's queue count) refuse schema-valid requests;
-    # - use_after_free: consumer groups are created on first use (RocketMQ's
-    #   autoCreateSubscriptionGroup), so a pull after DELETE /v1/groups/{group} succeeds.
-    result = subprocess.run(
-        [
-            str(BIN / "schemathesis"),
-            "run",
-            str(SCHEMA),
-            "--url",
-            fuzzed.url,
-            "--max-examples",
-            "25",
-            "--seed",
-            "1",
-            # One worker: hypothesis parses lambda sources with ast.parse, and CPython 3.11.7
-            # can corrupt the AST constructor's recursion count when two threads do that at
-            # once ("SystemError: AST constructor recursion depth mismatch").
-            "--workers",
-            "1",
-            "--generation-database",
-            "none",
-            "--request-timeout",
-            "30",
-            "--exclude-checks",
-            "positive_data_acceptance,use_after_free",
-            "--no-shrink",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-        cwd=fuzzed.store_dir.parent,
+def test_schemathesis_finds_no_server_errors_no_schema_violations_and_no_refused_valid_data(
+    fuzzed: LiveServer,
+) -> None:
+    result = run_schemathesis(
+        SCHEMA,
+        fuzzed.url,
+        fuzzed.store_dir.parent,
+        seed=1,
+        max_examples=25,
+        request_timeout_s=30,
     )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
     assert " passed" in result.stdout

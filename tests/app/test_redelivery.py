@@ -255,7 +255,7 @@ def test_reset_preview_matches_what_the_reset_then_does(
         f"/v1/groups/{group}/offsets/reset",
         json={"to": "offsets", "topic": topic, "offsets": {"0": 99}},
     )
-    assert bad.status_code == 422
+    assert (bad.status_code, bad.json()["code"]) == (409, "INVALID_OFFSET")
     assert (
         http.post("/v1/groups/NoSuchGroup_x/offsets/reset", json={"to": "earliest"}).status_code
         == 404
@@ -323,3 +323,32 @@ def test_lag_in_seconds_is_the_age_of_the_oldest_unconsumed_message(
     assert http.post(f"/v1/groups/{group}/offsets", json=commit).status_code == 200
     [queue] = http.get(f"/v1/groups/{group}/offsets").json()["topics"][0]["queues"]
     assert (queue["lag"], queue["lag_seconds"]) == (0, 0.0)
+
+
+def test_a_waiting_retry_counts_in_the_groups_lag_before_its_first_pull_there(
+    http: httpx.Client, topic: str, group: str
+) -> None:
+    sent = send(http, topic, body="flaky", queue_id=0)
+    pulled = group_pull(http, group, topic)
+    commit_all(http, group, pulled)
+    assert http.get(f"/v1/groups/{group}/offsets").json()["total_lag"] == 0
+    back = http.post(f"/v1/groups/{group}/retry", json={"msg_id": sent["msg_id"], "delay_level": 1})
+    assert back.status_code == 200, back.text
+    retry = f"%RETRY%{group}"
+
+    def lag_by_topic() -> dict[str, int]:
+        report = http.get(f"/v1/groups/{group}/offsets").json()
+        return {t["topic"]: t["total_lag"] for t in report["topics"]}
+
+    wait_until(lambda: retry in lag_by_topic())  # once the retry is back from its delay
+    assert lag_by_topic() == {topic: 0, retry: 1}
+    report = http.get(f"/v1/groups/{group}/offsets").json()
+    assert report["total_lag"] == 1
+    [queue] = next(t for t in report["topics"] if t["topic"] == retry)["queues"]
+    assert (queue["committed_offset"], queue["max_offset"], queue["lag"]) == (0, 1, 1)
+    only_retry = http.get(f"/v1/groups/{group}/offsets", params={"topic": retry}).json()
+    assert only_retry["total_lag"] == 1
+    pulled = group_pull(http, group, topic)
+    assert [m["body"] for m in pulled["messages"]] == ["flaky"]
+    commit_all(http, group, pulled)
+    assert lag_by_topic() == {topic: 0, retry: 0}

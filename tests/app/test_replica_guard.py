@@ -1,4 +1,4 @@
-"""Which requests are writes (answered 421 by a slave), and the 421 in the OpenAPI document."""
+"""Which requests are writes (answered 421 by a slave)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from app.replica_guard import document_not_master, is_write
+from app.replica_guard import is_write
 
 
 def scope(method: str, path: str, query: bytes = b"") -> dict[str, Any]:
@@ -34,21 +34,3 @@ def scope(method: str, path: str, query: bytes = b"") -> dict[str, Any]:
 )
 def test_is_write(method: str, path: str, query: bytes, write: bool) -> None:
     assert is_write(scope(method, path, query)) is write
-
-
-def test_the_421_answer_is_added_to_writes_once() -> None:
-    header = {"X-Request-Id": {"schema": {"type": "string"}}}
-    schema: dict[str, Any] = {
-        "paths": {
-            "/v1/topics/{topic}/messages": {
-                "post": {"responses": {"200": {"headers": header}}},
-            },
-            "/v1/topics": {"get": {"responses": {"200": {}}}},
-        }
-    }
-    document_not_master(schema)
-    document_not_master(schema)
-    post = schema["paths"]["/v1/topics/{topic}/messages"]["post"]["responses"]
-    assert list(post) == ["200", "421"]
-    assert post["421"]["headers"] == header
-    assert "421" not in schema["paths"]["/v1/topics"]["get"]["responses"]

@@ -10,7 +10,7 @@ import pytest
 from starlette.background import BackgroundTask
 from starlette.responses import Response
 
-from app.responses import OrjsonResponse, problems
+from app.responses import OrjsonResponse
 
 
 def _starlette(content: Any, status: int, **kwargs: Any) -> Response:
@@ -51,12 +51,3 @@ def test_each_answer_has_its_own_header_list() -> None:
     first, second = OrjsonResponse({}), OrjsonResponse({})
     first.raw_headers.append((b"x-request-id", b"1"))
     assert (b"x-request-id", b"1") not in second.raw_headers
-
-
-def test_problem_answers_are_documented_as_problem_json() -> None:
-    documented = problems(404, 503)
-    assert set(documented) == {404, 503}
-    assert "Retry-After" in documented[503]["headers"]
-    assert documented[404]["content"]["application/problem+json"]["schema"] == {
-        "$ref": "#/components/schemas/Problem"
-    }
