@@ -17,11 +17,13 @@ UV_VERSION := 0.13.9
 bootstrap:
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet "uv==$(UV_VERSION)"
 
+# The development environment: the runtime dependencies, the Spark extra and the dev tools.
 install: bootstrap
-	$(UV) sync --frozen
+	$(UV) sync --frozen --group dev
 
-run: install
-	$(UV) run spoolmq serve --store-dir $(STORE_DIR)
+# Serving needs the runtime dependencies only: a fresh machine installs those and starts.
+run: bootstrap
+	$(UV) run --frozen spoolmq serve --store-dir $(STORE_DIR)
 
 lint: install
 	$(UV) run ruff format --check .
@@ -88,7 +90,7 @@ bench: install
 # The HTTP bench's load generator and its Redis Streams peer: Debian's wrk and redis-server,
 # and redis-py + hiredis put into the venv only (bench tools, not project dependencies).
 bench-tools: bootstrap
-	$(UV) sync --frozen --inexact
+	$(UV) sync --frozen --group dev --inexact
 	@test -x /usr/bin/wrk -a -x /usr/bin/redis-server || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq wrk redis-server >/dev/null; }
 	@$(UV) run --no-sync python -c "import redis, hiredis" 2>/dev/null || \

@@ -145,6 +145,10 @@ def _serve(args: argparse.Namespace) -> int:
     except ListenError as exc:
         print(f"spoolmq: {exc}", file=sys.stderr)
         return 2
+    address = base_url(settings.host, sock.getsockname()[1])
+    logging.getLogger("spoolmq").info(
+        "serving on %s: admin pages at %s/admin, API docs at %s/docs", address, address, address
+    )
     if settings.auth_file is None:
         logging.getLogger("spoolmq").warning(
             "no --auth-file: every caller is admin (listening on %s)", settings.host
@@ -157,6 +161,13 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"spoolmq: could not start: {failures[0]}", file=sys.stderr)
         return 1
     return 0
+
+
+def base_url(host: str, port: int) -> str:
+    """The server's URL as a browser takes it (an IPv6 address in brackets; the wildcard
+    addresses shown as the loopback one a local browser reaches)."""
+    shown = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    return f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
 
 
 def _demo(store_dir: str) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.cli import build_parser, main
+from app.cli import base_url, build_parser, main
 from app.settings import SETTING_SECTIONS, Settings
 from services import StoreConfig
 from storage import MessageStore
@@ -350,3 +350,48 @@ def test_proxy_command_refuses_a_busy_port_in_one_line(
         f"spoolmq: cannot listen on 127.0.0.1:{port}: the port is in use (another server? "
         "choose another with --port)\n"
     )
+
+
+def test_serve_logs_where_it_serves_the_api_the_admin_pages_and_the_docs(tmp_path: Path) -> None:
+    port = free_port()
+    env = {**os.environ, "SPOOLMQ_COMMIT_LOG_FILE_SIZE": str(4 * 1024 * 1024)}
+    command = [str(BIN / "spoolmq"), "serve", "--store-dir", str(tmp_path / "data")]
+    process = subprocess.Popen(
+        [*command, "--port", str(port), "--log-level", "info"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        lines = []
+        for _ in range(200):  # bounded: the line comes before the first request is served
+            line = process.stderr.readline()
+            if not line or "serving on" in line:
+                lines.append(line)
+                break
+            lines.append(line)
+        url = f"http://127.0.0.1:{port}"
+        assert (
+            f"serving on {url}: admin pages at {url}/admin, API docs at {url}/docs" in (lines[-1])
+        ), lines
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        if process.stderr is not None:
+            process.stderr.close()
+
+
+@pytest.mark.parametrize(
+    ("host", "url"),
+    [
+        ("127.0.0.1", "http://127.0.0.1:8080"),
+        ("0.0.0.0", "http://127.0.0.1:8080"),
+        ("::", "http://[::1]:8080"),
+        ("::1", "http://[::1]:8080"),
+        ("broker.example", "http://broker.example:8080"),
+    ],
+)
+def test_the_logged_url_is_one_a_local_browser_opens(host: str, url: str) -> None:
+    assert base_url(host, 8080) == url
