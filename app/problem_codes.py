@@ -188,6 +188,8 @@ CLUSTER: Final = ("ETCD_UNAVAILABLE", "ETCD_ERROR", "OUTCOME_UNKNOWN", "ROUTE_CO
 """What a proxy adds in front of the brokers."""
 
 _TOPIC: Final = ("INVALID_TOPIC_NAME", "TOPIC_NOT_FOUND")
+_LABELLED: Final = ("INVALID_REQUEST",)
+"""An operation a proxy asks for cluster labels: a malformed Spoolmq-Queue-Ids header."""
 _GROUP: Final = ("INVALID_GROUP_NAME", "GROUP_NOT_FOUND")
 _MESSAGE: Final = (
     "SYSTEM_TOPIC",
@@ -233,6 +235,7 @@ OPERATION_CODES: Final[Mapping[str, tuple[str, ...]]] = {
     # messages
     "sendMessages": (
         *_TOPIC,
+        *_LABELLED,
         *_MESSAGE,
         "BATCH_REJECTED",
         "PARAMETER_NOT_ALLOWED",
@@ -241,7 +244,7 @@ OPERATION_CODES: Final[Mapping[str, tuple[str, ...]]] = {
         "KEY_INDEX_CATCHING_UP",
         "IDEMPOTENCY_UNAVAILABLE",
     ),
-    "queryMessagesByKey": (*_TOPIC, "TOPIC_NOT_READABLE"),
+    "queryMessagesByKey": (*_TOPIC, "TOPIC_NOT_READABLE", *_LABELLED),
     "pullMessages": (*_CONSUME, "QUEUE_NOT_FOUND", "INVALID_REQUEST", "INVALID_OFFSET"),
     "getMessage": ("INVALID_MESSAGE_ID", "MESSAGE_NOT_FOUND"),
     "getOffsetByTime": (*_TOPIC, "TOPIC_NOT_READABLE", "QUEUE_NOT_FOUND"),
@@ -269,7 +272,7 @@ OPERATION_CODES: Final[Mapping[str, tuple[str, ...]]] = {
     "putGroup": ("INVALID_GROUP_NAME",),
     "deleteGroup": _GROUP,
     "pullGroupMessages": (*_CONSUME, "INVALID_REQUEST"),
-    "commitOffset": _OFFSETS,
+    "commitOffset": (*_OFFSETS, *_LABELLED),
     "commitOffsets": _OFFSETS,
     "getGroupOffsets": (*_GROUP, *_TOPIC),
     "resetOffsets": (*_OFFSETS, "INVALID_REQUEST"),
@@ -290,10 +293,11 @@ OPERATION_CODES: Final[Mapping[str, tuple[str, ...]]] = {
     "deleteRedriveJob": _REDRIVE_JOB,
     "cancelRedriveJob": _REDRIVE_JOB,
     # POP
-    "receiveMessages": (*_CONSUME, *STORE_WRITE),
+    "receiveMessages": (*_CONSUME, *_LABELLED, *STORE_WRITE),
     "ackMessages": (*_GROUP, "INVALID_RECEIPT_HANDLE", *STORE_WRITE),
     "changeInvisibility": (
         *_GROUP,
+        *_LABELLED,
         "INVALID_RECEIPT_HANDLE",
         "RECEIPT_HANDLE_EXPIRED",
         *STORE_WRITE,

@@ -190,6 +190,7 @@ class SendSummary:
     body_bytes: int = 0
     retries: int = 0
     dropped_properties: int = 0  # properties the HTTP API cannot carry (separator characters)
+    empty_bodies: int = 0  # messages left out: a broker refuses an empty body
     seconds: float = 0.0
     first_msg_id: str | None = None  # first id assigned by the target server
     last_msg_id: str | None = None
@@ -229,7 +230,11 @@ class HttpReplaySender:
         self.summary = SendSummary()
 
     def add(self, message: ReplayMessage) -> None:
-        """Queue one message; sends a batch when it is full."""
+        """Queue one message; sends a batch when it is full. A message with an empty body
+        (a store may hold one from before brokers refused them) is left out and counted."""
+        if not message.body:
+            self.summary.empty_bodies += 1
+            return
         payload = message_payload(message, self.copy_properties)
         self.summary.dropped_properties += replayable_properties(
             message.properties, self.copy_properties

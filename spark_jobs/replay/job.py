@@ -136,6 +136,11 @@ class ReplaySummary:
                     f"  {send.dropped_properties:,} properties left out: their names or values "
                     "hold RocketMQ's \\x01/\\x02 separators, which the HTTP API refuses"
                 )
+            if send.empty_bodies:
+                lines.append(
+                    f"  {send.empty_bodies:,} messages left out: their bodies are empty, which "
+                    "a broker refuses"
+                )
         elif self.destination != "dry run":
             lines.append(f"wrote {self.written:,} messages to {self.destination}")
         else:

@@ -29,7 +29,7 @@ NASTY = [
     'quote " backslash \\ slash / tab \t newline \n nul \u0000 del \u007f',
     '},{"msg_id":"0000","topic":"T","queue_id":1,"receipt_handle":"x"}',
     '"queue_topic":"%RETRY%x","queue_id":2,],"queues":[{"queue_id":3,',
-    "",
+    " ",  # the shortest body a message may have
 ]
 LOOKALIKES = {"queue_id": "3", "broker_group": "x", "receipt_handle": "mine", "topic": "other"}
 
