@@ -182,13 +182,15 @@ def _add_problems(operation: dict[str, Any], write: bool) -> None:
     """The operation's problem answers, one per status: each code it can answer
     (:mod:`app.problem_codes`) with its meaning, and the codes as the ``code`` enum."""
     operation_id = operation.get("operationId", "")
-    access = rule_for(operation_id).access
+    rule = rule_for(operation_id)
+    access = rule.access
     by_status = operation_codes(
         operation_id,
         parameters=bool(operation.get("parameters")),
         body="requestBody" in operation,
         authenticated=access is not Access.PUBLIC,
-        permitted=access not in (Access.PUBLIC, Access.AUTHENTICATED),
+        # a permission of its own, or one on what the body names (a transaction's topic)
+        permitted=access not in (Access.PUBLIC, Access.AUTHENTICATED) or rule.body is not None,
         write=write,
     )
     responses = operation.setdefault("responses", {})

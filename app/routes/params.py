@@ -42,6 +42,14 @@ GroupPath = Annotated[
     ),
     AfterValidator(checked_group_name),
 ]
+ProducerGroupPath = Annotated[
+    str,
+    Path(
+        description=f"Producer group name: 1 to {GROUP_MAX_LENGTH} of `a-z A-Z 0-9 _ - % |`.",
+        json_schema_extra={"pattern": TOPIC_PATTERN, "maxLength": GROUP_MAX_LENGTH},
+    ),
+    AfterValidator(checked_group_name),
+]
 QueueIdPath = Annotated[
     ParamInt, Path(ge=0, lt=MAX_QUEUES, description="Queue id, below the topic's queue count.")
 ]

@@ -9,7 +9,7 @@ from starlette.responses import Response
 
 from app.deps import BrokerDep, born_host, disconnect_watch
 from app.responses import OrjsonResponse
-from app.routes.params import GroupPath, TopicPath
+from app.routes.params import ProducerGroupPath, TopicPath
 from app.schemas.send import outgoing
 from app.schemas.transactions import (
     CheckPollIn,
@@ -172,7 +172,7 @@ async def answer_unknown(
     response_model=CheckPollOut,
 )
 async def poll_transaction_checks(
-    group: GroupPath, body: CheckPollIn, request: Request, broker: BrokerDep
+    group: ProducerGroupPath, body: CheckPollIn, request: Request, broker: BrokerDep
 ) -> Response:
     caller = getattr(request.state, "caller", None)  # None: no tokens, every topic
     offers = await broker.transactions.poll_checks(

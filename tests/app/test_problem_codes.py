@@ -88,6 +88,9 @@ def test_an_operation_answers_with_its_own_codes_and_those_of_its_kind(
     assert "NOT_MASTER" not in pull and "MALFORMED_JSON" not in pull  # a read without a body
     assert "TOO_MANY_WAITERS" in pull
     assert "TRANSACTION_ALREADY_ENDED" in codes_of("commitTransaction")
+    # any token may ask, but only one that may produce to the transaction's topic is let on
+    assert {"FORBIDDEN", "PRODUCER_GROUP_MISMATCH"} <= codes_of("commitTransaction")
+    assert "FORBIDDEN" not in codes_of("getDelayLevels")
     assert "FORBIDDEN" not in codes_of("healthz") and "UNAUTHORIZED" not in codes_of("healthz")
     writes = {"putTopic", "deleteGroup", "ackMessages", "pullGroupMessages"}  # that may commit
     for operation_id in (*writes, "getTopic", "pullMessages", "listInFlight"):
