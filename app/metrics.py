@@ -51,6 +51,11 @@ def _timer_metrics(page: _Page, broker: Broker) -> None:
         ("scheduled", "Timer messages placed in the wheel (again at each roll).", stats.scheduled),
         ("delivered", "Timer messages put into their topic at their time.", stats.delivered),
         ("cancelled", "Timer messages dropped at their time because of a cancel.", stats.cancelled),
+        (
+            "cancels_accepted",
+            "Cancels answered `cancelled` (a repeat of one is not counted again).",
+            stats.cancels_accepted,
+        ),
         ("rolled", "Timer messages put back for a later turn of the wheel.", stats.rolled),
     ):
         page.one(f"spoolmq_timer_{name}_total", "counter", help_text, value)

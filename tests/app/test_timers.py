@@ -106,6 +106,7 @@ def test_cancel_before_delivery_wins_and_after_delivery_is_refused(
     assert cancelled.json()["outcome"] == "cancelled"
     assert cancelled.json()["uniq_key"] == doomed["uniq_key"]
     assert http.delete(url).json()["outcome"] == "already_cancelled"
+    assert timer_metric(http, "spoolmq_timer_cancels_accepted_total") >= 1  # answered at once
 
     wait_until(lambda: len(pull_all(http, topic)) == 1, timeout=15)
     time.sleep(0.5)
@@ -113,6 +114,14 @@ def test_cancel_before_delivery_wins_and_after_delivery_is_refused(
     late = http.delete(f"/v1/topics/{topic}/timers/{kept['timer_handle']}")
     assert late.status_code == 409
     assert late.json()["code"] == "TIMER_ALREADY_DELIVERED"
+
+
+def timer_metric(http: httpx.Client, name: str) -> int:
+    """One of /metrics' timer counters."""
+    for line in http.get("/metrics").text.splitlines():
+        if line.startswith(f"{name} "):
+            return int(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} is not in /metrics")
 
 
 def test_bad_handles_and_times_are_refused_clearly(http: httpx.Client, topic: str) -> None:
