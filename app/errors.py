@@ -59,7 +59,7 @@ def problem_body(
 ) -> bytes:
     body: dict[str, Any] = {
         "type": f"urn:spoolmq:problem:{code.lower().replace('_', '-')}",
-        "title": _title(status),
+        "title": status_title(status),
         "status": status,
         "detail": detail,
         "code": code,
@@ -92,7 +92,8 @@ def problem_response(
     return Response(content, status, headers=dict(headers or {}), media_type=PROBLEM_MEDIA_TYPE)
 
 
-def _title(status: int) -> str:
+def status_title(status: int) -> str:
+    """The status's reason phrase (a problem's ``title``), "Error" for one without."""
     try:
         return HTTPStatus(status).phrase
     except ValueError:
@@ -196,7 +197,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     code = {404: "ROUTE_NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "REQUEST_TOO_LARGE"}.get(
         status, "MALFORMED_JSON" if status == 400 else f"HTTP_{status}"
     )
-    detail = str(exc.detail) if exc.detail else _title(status)
+    detail = str(exc.detail) if exc.detail else status_title(status)
     headers = dict(exc.headers or {})
     if status == 404:
         detail = f"no route matches {request.method} {request.url.path}"

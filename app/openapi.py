@@ -11,14 +11,13 @@ would turn 2^63-1 into 9.223372036854776e+18, beyond the 64-bit range).
 
 from __future__ import annotations
 
-from http import HTTPStatus
 from typing import Any, Final
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic.json_schema import models_json_schema
 
-from app.errors import PROBLEM_MEDIA_TYPE
+from app.errors import PROBLEM_MEDIA_TYPE, status_title
 from app.problem_codes import MEANINGS, PROBLEM_CODES_KEY, operation_codes
 from app.replica_guard import is_write
 from app.schemas import INT64_MAX, Problem, SendBatch, SendMessage
@@ -204,7 +203,7 @@ def _add_problems(operation: dict[str, Any], write: bool) -> None:
 def _problem_answer(status: int, codes: list[str]) -> dict[str, Any]:
     lines = "\n".join(f"- `{code}`: {MEANINGS.get(code, code)}." for code in codes)
     answer: dict[str, Any] = {
-        "description": f"{_title(status)}:\n\n{lines}",
+        "description": f"{status_title(status)}:\n\n{lines}",
         "content": {
             PROBLEM_MEDIA_TYPE: {
                 "schema": {"$ref": _PROBLEM_REF, "properties": {"code": {"enum": codes}}}
@@ -216,7 +215,3 @@ def _problem_answer(status: int, codes: list[str]) -> dict[str, Any]:
     if headers is not None:
         answer["headers"] = dict(headers)
     return answer
-
-
-def _title(status: int) -> str:
-    return HTTPStatus(status).phrase

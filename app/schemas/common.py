@@ -140,6 +140,14 @@ TopicName = Annotated[
     StringConstraints(min_length=1, max_length=TOPIC_MAX_LENGTH, pattern=TOPIC_PATTERN),
 ]
 ShortText = Annotated[str, StringConstraints(min_length=1, max_length=255)]
+
+
+def text_schema(max_length: int, pattern: str, **more: Any) -> dict[str, Any]:
+    """The JSON schema of a non-empty text up to ``max_length`` matching ``pattern`` (and
+    ``more``): what a text type documents of the rules its service checks."""
+    return {"type": "string", "minLength": 1, "maxLength": max_length, "pattern": pattern, **more}
+
+
 KEY_RULES: Final = (
     "A key is 1 to 255 characters, without spaces (they separate keys in the KEYS property) "
     "and without the control characters U+0001 and U+0002 (RocketMQ's property separators); "
@@ -148,15 +156,7 @@ KEY_RULES: Final = (
 MessageKey = Annotated[
     str,
     StringConstraints(min_length=1, max_length=255),
-    WithJsonSchema(
-        {
-            "type": "string",
-            "minLength": 1,
-            "maxLength": 255,
-            "pattern": "^[^ \\u0001\\u0002]+$",
-            "description": KEY_RULES,
-        }
-    ),
+    WithJsonSchema(text_schema(255, "^[^ \\u0001\\u0002]+$", description=KEY_RULES)),
 ]
 """A business key (checked by the send service; the schema documents the rule)."""
 SEPARATOR_FREE: Final = "^[^\\u0001\\u0002]+$"
@@ -168,25 +168,14 @@ TAG_RULES: Final = (
 Tag = Annotated[
     str,
     StringConstraints(min_length=1, max_length=255),
-    WithJsonSchema(
-        {
-            "type": "string",
-            "minLength": 1,
-            "maxLength": 255,
-            # no "||" (every "|" is followed by another character or ends the text), no
-            # separators
-            "pattern": "^(?:\\|?[^|\\u0001\\u0002])*\\|?$",
-            "description": TAG_RULES,
-        }
-    ),
+    # no "||" (every "|" is followed by another character or ends the text), no separators
+    WithJsonSchema(text_schema(255, "^(?:\\|?[^|\\u0001\\u0002])*\\|?$", description=TAG_RULES)),
 ]
 """A message's tag (checked by the send service; the schema documents the rule)."""
 PropertyValue = Annotated[
     str,
     StringConstraints(min_length=1, max_length=16_384),
-    WithJsonSchema(
-        {"type": "string", "minLength": 1, "maxLength": 16_384, "pattern": SEPARATOR_FREE}
-    ),
+    WithJsonSchema(text_schema(16_384, SEPARATOR_FREE)),
 ]
 
 checked_group_name: Final = check_group_name

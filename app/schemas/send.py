@@ -51,6 +51,7 @@ from app.schemas.common import (
     ShortText,
     Tag,
     TimestampMs,
+    text_schema,
     validated_dicts,
 )
 from app.settings import MAX_REQUEST_BYTES
@@ -146,13 +147,7 @@ PropertyName = Annotated[
     str,
     StringConstraints(min_length=1, max_length=255),
     WithJsonSchema(
-        {
-            "type": "string",
-            "minLength": 1,
-            "maxLength": 255,
-            "pattern": SEPARATOR_FREE,
-            "not": {"enum": sorted(RESERVED_PROPERTIES)},
-        }
+        text_schema(255, SEPARATOR_FREE, **{"not": {"enum": sorted(RESERVED_PROPERTIES)}})
     ),
 ]
 """A user property's name: not one the broker sets or reads (checked by the send service)."""

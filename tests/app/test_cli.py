@@ -365,13 +365,12 @@ def test_serve_logs_where_it_serves_the_api_the_admin_pages_and_the_docs(tmp_pat
     )
     try:
         assert process.stderr is not None
-        lines = []
-        for _ in range(200):  # bounded: the line comes before the first request is served
-            line = process.stderr.readline()
-            if not line or "serving on" in line:
-                lines.append(line)
-                break
+        lines: list[str] = []
+        # bounded: the line comes before the first request is served
+        while len(lines) < 200 and (line := process.stderr.readline()):
             lines.append(line)
+            if "serving on" in line:
+                break
         url = f"http://127.0.0.1:{port}"
         assert (
             f"serving on {url}: admin pages at {url}/admin, API docs at {url}/docs" in (lines[-1])
