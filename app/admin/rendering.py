@@ -155,7 +155,7 @@ def user_properties(properties: Mapping[str, str]) -> list[tuple[str, str]]:
 
 templates.env.globals["csrf_token"] = ""
 templates.env.filters["preview"] = body_preview
-templates.env.filters["body_preview"] = preview_of
+templates.env.filters["preview_of"] = preview_of
 templates.env.filters["user_properties"] = user_properties
 templates.env.filters["iso"] = iso_ms
 templates.env.filters["seg"] = path_segment
