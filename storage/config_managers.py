@@ -247,17 +247,19 @@ class ConsumerOffsetManager(_ConfigFile):
         key = _topic_group(topic, group)
         now = self._now_ms()
         with self._lock:
-            self._offsets.setdefault(key, {})[queue_id] = offset
+            self._set_offset(key, queue_id, offset)
             self._commit_times.setdefault(key, {})[queue_id] = now
-            self._dirty = True
 
     def pin_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Store where a group starts on a queue it never committed (its first read): an
         offset with no commit time, since nobody committed it."""
-        key = _topic_group(topic, group)
         with self._lock:
-            self._offsets.setdefault(key, {})[queue_id] = offset
-            self._dirty = True
+            self._set_offset(_topic_group(topic, group), queue_id, offset)
+
+    def _set_offset(self, key: TopicGroup, queue_id: int, offset: int) -> None:
+        """Under the lock: the offset, and the table marked for the next persist."""
+        self._offsets.setdefault(key, {})[queue_id] = offset
+        self._dirty = True
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         """The committed next offset, or -1 when the group never committed on that queue."""
