@@ -40,7 +40,7 @@ from storage.errors import (
 from storage.flush_service import DiskWatchService
 from storage.index_service import IndexService, load_index
 from storage.keyed_records import KeyedRecords
-from storage.queue_reader import QueueReader, next_offset_correction
+from storage.queue_reader import PropertyTest, QueueReader, next_offset_correction
 from storage.record.encode import EncodedBatch, EncodedMessage, check_batch
 from storage.record.message import Appended, GetMessageStatus, Message, StoredMessage
 from storage.record.msg_id import msg_id_prefix
@@ -457,12 +457,15 @@ class MessageStore:
         tag_filter: TagFilter | None = None,
         views: bool = False,
         on_slave: bool = False,
+        property_filter: PropertyTest | None = None,
     ) -> GetMessageResult:
         """Read up to ``max_messages`` from ``offset`` of one queue (reference §10.3); the
         first message always, even over the byte cap. ``views``: records come as views (what
         a consumer is shown of each), in ``views``. ``on_slave``: read by a slave, which
         answers an offset wrong for the queue with that offset as the next one
-        (:func:`~storage.queue_reader.next_offset_correction`). ``group`` is there for parity
+        (:func:`~storage.queue_reader.next_offset_correction`). ``property_filter``: a test of
+        each record's properties (a SQL92 filter's ``matches``), after the tag filter; what
+        fails it is skipped and counted in the next offset. ``group`` is there for parity
         with RocketMQ; reads do not depend on it.
         """
         del group
@@ -473,7 +476,9 @@ class MessageStore:
             next_offset = next_offset_correction(offset, 0, on_slave)
             return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, next_offset, 0, 0)
         codes = None if tag_filter is None else tag_filter.codes
-        return self._reader.read(queue, offset, max_messages, max_bytes, codes, views, on_slave)
+        return self._reader.read(
+            queue, offset, max_messages, max_bytes, codes, views, on_slave, property_filter
+        )
 
     # ================================================================== lookups
 

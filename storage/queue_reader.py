@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
 
 from storage.commit_log import CommitLog
 from storage.consume_queue import ConsumeQueue
-from storage.record.decode import decode_record
+from storage.record.decode import decode_record, stored_properties
 from storage.record.fields import QueueTopic, message_view, queue_topic
 from storage.record.java_hash import to_int32
 from storage.record.layout import CQ_UNIT_SIZE, CQ_UNIT_STRUCT, PRE_BLANK_SIZE
@@ -30,6 +30,8 @@ from storage.record.message import GetMessageStatus
 from storage.store_types import GetMessageResult, StoreConfig
 
 T = TypeVar("T")
+PropertyTest = Callable[[Mapping[str, str]], bool]
+"""A property filter's test of a record's properties (a SQL92 filter's ``matches``)."""
 
 _UNITS_WINDOW: Final = 16_000
 """Bytes of ConsumeQueue units one read examines at most (800 units), however many it
@@ -78,10 +80,12 @@ class QueueReader:
         codes: frozenset[int] | None,
         views: bool = False,
         on_slave: bool = False,
+        matches: PropertyTest | None = None,
     ) -> GetMessageResult:
         """Up to ``max_messages`` of ``queue`` from ``offset`` whose tags code is in
-        ``codes`` (None: every message); ``views``: as views, in the result's ``views``;
-        ``on_slave``: read by a slave (see :func:`next_offset_correction`)."""
+        ``codes`` (None: every message) and whose properties pass ``matches`` (None: all);
+        ``views``: as views, in the result's ``views``; ``on_slave``: read by a slave (see
+        :func:`next_offset_correction`)."""
         min_offset, max_offset = queue.min_offset, queue.max_offset
         status, next_offset = position_status(offset, min_offset, max_offset, on_slave=on_slave)
         if status is not None:
@@ -90,7 +94,7 @@ class QueueReader:
         window = max(_UNITS_WINDOW, max_messages * CQ_UNIT_SIZE)
         # Unfiltered, the batch nearly always fills from its first max_messages units: read
         # those alone first, the whole window only when they fall short (blank or gone).
-        first = max_messages * CQ_UNIT_SIZE if codes is None else window
+        first = max_messages * CQ_UNIT_SIZE if codes is None and matches is None else window
         found = queue.get_units(offset, first)
         if found is None:
             next_file = next_offset_correction(offset, queue.roll_next_file(offset), on_slave)
@@ -100,18 +104,18 @@ class QueueReader:
         limits = self.transfer_limits(max_messages, max_bytes)
         if views:
             topic = queue_topic(queue.topic)
-            seen = self.read_units(found[0], limits, codes, message_view, topic)
+            seen = self.read_units(found[0], limits, codes, message_view, topic, matches)
             if _short(seen, found[0], first, window, max_messages):
                 units = queue.get_units(offset, window)
                 if units is not None:
-                    seen = self.read_units(units[0], limits, codes, message_view, topic)
+                    seen = self.read_units(units[0], limits, codes, message_view, topic, matches)
             status, next_offset = _read_status(seen), offset + seen.scanned
             return GetMessageResult(status, next_offset, min_offset, max_offset, [], seen.found)
-        read = self.read_units(found[0], limits, codes, decode_record)
+        read = self.read_units(found[0], limits, codes, decode_record, None, matches)
         if _short(read, found[0], first, window, max_messages):
             units = queue.get_units(offset, window)
             if units is not None:
-                read = self.read_units(units[0], limits, codes, decode_record)
+                read = self.read_units(units[0], limits, codes, decode_record, None, matches)
         status, next_offset = _read_status(read), offset + read.scanned
         return GetMessageResult(status, next_offset, min_offset, max_offset, read.found)
 
@@ -138,14 +142,16 @@ class QueueReader:
         codes: frozenset[int] | None,
         take: Callable[..., T],
         topic: QueueTopic | None = None,
+        matches: PropertyTest | None = None,
     ) -> UnitsRead[T]:
         """The records of a run of ConsumeQueue units, up to the batch caps (reference §10.3),
         each as ``take`` makes it of the buffer and position of a record (and ``topic``, the
         queue's, unless None): decoded (:func:`decode_record`) or a view
         (:func:`message_view`).
 
-        Units whose tags code is not in ``codes`` (None: all match) and pre-blank units are
-        skipped but count as scanned. A unit is "in disk" below ``limits.disk_threshold``:
+        Units whose tags code is not in ``codes`` (None: all match), records whose
+        properties fail ``matches`` (RocketMQ's ``isMatchedByCommitLog``) and pre-blank units
+        are skipped but count as scanned. A unit is "in disk" below ``limits.disk_threshold``:
         its batch caps are the smaller disk ones. The first message always goes out.
         """
         memory_bytes, memory_count = limits.memory_bytes, limits.memory_count
@@ -186,6 +192,10 @@ class QueueReader:
                     readable_end = 0
                     continue
             try:
+                if matches is not None and not matches(
+                    stored_properties(buffer, physical - file_start)
+                ):
+                    continue
                 if topic is None:
                     record = take(buffer, physical - file_start)
                 else:

@@ -277,6 +277,19 @@ def decode_record(buffer: Buffer, position: int = 0) -> StoredMessage:
     )
 
 
+def stored_properties(buffer: Buffer, position: int = 0) -> dict[str, str]:
+    """Every property of the complete, valid record at ``position`` (TAGS and KEYS
+    included), without decoding the rest: what a property filter reads."""
+    header = RECORD_HEADER_V4
+    fields = header.unpack_from(buffer, position)
+    if fields[7] & HOST_V6_BITS or fields[1] != -626843481:  # MESSAGE_MAGIC_CODE
+        return _decode_other_layout(buffer, position).properties
+    body_end = position + header.size + fields[16]
+    topic_end = body_end + 1 + buffer[body_end]
+    properties_end = topic_end + 2 + _unpack_short(buffer, topic_end)[0]
+    return decode_properties(buffer[topic_end + 2 : properties_end])
+
+
 def _decode_other_layout(buffer: Buffer, position: int) -> StoredMessage:
     """Decode a record with an IPv6 host or in format v2 (a two-byte topic length)."""
     header = record_header_struct(_unpack_int(buffer, position + SYSFLAG_POSITION)[0])

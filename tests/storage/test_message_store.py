@@ -29,6 +29,7 @@ from storage.errors import (
     StoreLockedError,
 )
 from storage.mapped_file import offset_to_file_name
+from storage.record.fields import NamedView
 from storage.record.java_hash import java_string_hash
 from storage.record.layout import (
     CQ_UNIT_STRUCT,
@@ -38,6 +39,7 @@ from storage.record.layout import (
 )
 from storage.record.message import Message, UniformMessages
 from storage.record.msg_id import encode_msg_id
+from storage.sql92 import Sql92Filter
 from tests.storage.conftest import (
     COMMIT_LOG_FILE_SIZE,
     MAX_QUEUES,
@@ -347,6 +349,30 @@ def test_tag_filter_selects_and_skipped_units_count_towards_next(store: MessageS
     assert [m.queue_offset for m in capped.messages] == [0, 3]
     assert capped.next_begin_offset == 4  # the unit that did not fit is not consumed
     assert [m.queue_offset for m in get(store, 0, tags="*").messages] == list(range(7))
+
+
+def test_property_filter_skips_records_and_counts_them_towards_next(store: MessageStore) -> None:
+    regions = ["eu", "us", "eu", "ap", "us", "eu"]
+    for i, region in enumerate(regions):
+        store.put([message(body=b"%d" % i, tags="TagA" if i % 2 else "TagB", region=region)])
+    sql = Sql92Filter("region = 'eu' OR TAGS = 'TagA'")
+    for views in (False, True):
+        result = store.get_message(
+            "group", "TopicA", 0, 0, 32, views=views, property_filter=sql.matches
+        )
+        found = [NamedView._make(v) for v in result.views] if views else result.messages
+        assert result.status is S.FOUND
+        assert [m.queue_offset for m in found] == [0, 1, 2, 3, 5]
+        assert result.next_begin_offset == 6
+    capped = store.get_message("group", "TopicA", 0, 1, 2, property_filter=sql.matches)
+    assert [m.queue_offset for m in capped.messages] == [1, 2]
+    assert capped.next_begin_offset == 3
+    none = store.get_message("group", "TopicA", 0, 0, 32, property_filter=lambda p: False)
+    assert summary(none) == (S.NO_MATCHED_MESSAGE, 6, 0, 6)
+    both = store.get_message(
+        "group", "TopicA", 0, 0, 32, tag_filter=TagFilter("TagB"), property_filter=sql.matches
+    )
+    assert [m.queue_offset for m in both.messages] == [0, 2]  # the tag first, then the SQL
 
 
 @pytest.mark.parametrize("expression", [None, "", "*"])

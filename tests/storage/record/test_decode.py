@@ -16,6 +16,7 @@ from storage.record.decode import (
     classify_start,
     decode_record,
     read_store_timestamp,
+    stored_properties,
 )
 from storage.record.encode import blank_record
 from storage.record.layout import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
@@ -64,6 +65,13 @@ def test_decode_record_from_any_buffer_at_a_position(wrap: Any) -> None:
     assert type(stored.body) is bytes
     assert stored.properties == {"TAGS": "TAG1", "KEYS": KEYS}
     assert stored.born_host == V6_BORN
+
+
+@pytest.mark.parametrize("record", every_kind_of_message_record())
+def test_stored_properties_are_the_decoded_ones(record: bytes) -> None:
+    """What a property filter reads: every property, TAGS and KEYS included."""
+    buffer = in_buffer(record)
+    assert stored_properties(buffer, 100) == decode_record(buffer, 100).properties
 
 
 def test_record_without_trailing_property_separator_decodes() -> None:
