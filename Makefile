@@ -10,7 +10,7 @@ UV := $(PYTHON) -m uv
 endif
 STORE_DIR ?= ./data
 
-.PHONY: run test install bootstrap chromium etcd jq fuse lint typecheck contracts deadcode lowest-deps pytest bench bench-tools bench-http clean
+.PHONY: run test install bootstrap chromium etcd iproute2 jq fuse lint typecheck contracts deadcode lowest-deps pytest bench bench-tools bench-http clean
 
 # The uv that made uv.lock (the Dockerfile pins the same one).
 UV_VERSION := 0.13.9
@@ -60,6 +60,12 @@ etcd:
 	@test -x /usr/bin/etcd || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq etcd-server >/dev/null; }
 
+# The partition tests (tests/app/test_cluster_partitions.py, as root) put etcd, the brokers
+# and the proxy in network namespaces with iproute2's ip and tc.
+iproute2:
+	@test -x /usr/sbin/ip -o -x /sbin/ip || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq iproute2 >/dev/null; }
+
 # The README's examples (run by tests/test_readme.py) use curl and jq.
 jq:
 	@test -x /usr/bin/jq -a -x /usr/bin/curl || { $(SUDO) apt-get update -qq && \
@@ -75,7 +81,7 @@ fuse:
 # run even if the first fails, so that one run reports every failure. PYTEST_WORKERS=0 runs
 # the first phase in one process.
 PYTEST_WORKERS ?= 2
-pytest: install chromium etcd jq fuse
+pytest: install chromium etcd iproute2 jq fuse
 	status=0; \
 	$(UV) run pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 		-m "not serial" || status=$$?; \

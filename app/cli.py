@@ -17,6 +17,7 @@ import sys
 import types
 import typing
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
@@ -26,18 +27,21 @@ from pydantic.fields import FieldInfo
 from app.main import build_server, create_app
 from app.proxy.context import ProxyLimits
 from app.proxy.main import create_proxy_app, proxy_server
+from app.proxy.workers import ProxyService, bind_port, serve_in_workers
 from app.security import (
     AuthFileError,
     UnsafeBindError,
     check_bind,
+    check_ha_bind,
     entry_toml,
     hash_token,
     new_token,
 )
 from app.security.principals import ConsumeGrant
 from app.server import ListenError, listen_socket
+from app.server.workers import cpu_count
 from app.settings import SETTING_SECTIONS, Settings
-from services import Broker, OutgoingMessage, PullOptions
+from services import Broker, OutgoingMessage, PullOptions, TlsConfig, TlsConfigError
 from services.errors import MasterRoleLostError, ServiceError, StorageError
 from services.ha import split_host_port
 
@@ -99,10 +103,12 @@ QUIET_LOGGERS = ("httpx", "httpcore")
 would fill an INFO log; they show at DEBUG only."""
 
 
-def configure_logging(level: str) -> None:
-    """One format for every command; the HTTP clients' request lines at DEBUG only."""
+def configure_logging(level: str, process: str = "") -> None:
+    """One format for every command; the HTTP clients' request lines at DEBUG only. ``process``
+    tags every line (``worker 2``: one of several processes logging to one place)."""
+    tag = f"[{process}] " if process else ""
     logging.basicConfig(
-        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=level.upper(), format=f"%(asctime)s %(levelname)s {tag}%(name)s: %(message)s"
     )
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
@@ -129,15 +135,16 @@ def _serve(args: argparse.Namespace) -> int:
             allow_anonymous=settings.allow_anonymous,
         )
         if settings.ha_listen is not None:
-            # The HA port has no authentication: beyond loopback only when asked for.
-            check_bind(
+            # Beyond loopback: slaves prove a token (auth file) over TLS, or asked for.
+            check_ha_bind(
                 split_host_port(settings.ha_listen)[0],
-                auth_enabled=False,
+                auth_enabled=settings.auth_file is not None,
+                tls_enabled=settings.tls_cert is not None,
                 allow_anonymous=settings.allow_anonymous,
             )
         app = create_app(settings, on_start_failure=start_failed)
         server = build_server(app, settings)
-    except (UnsafeBindError, AuthFileError) as exc:
+    except (UnsafeBindError, AuthFileError, TlsConfigError) as exc:
         print(f"spoolmq: {exc}", file=sys.stderr)
         return 2
     try:
@@ -272,20 +279,55 @@ def _proxy(args: argparse.Namespace) -> int:
     except UnsafeBindError as exc:
         print(f"spoolmq: {exc}", file=sys.stderr)
         return 2
+    try:
+        tls = _proxy_tls(args)
+    except TlsConfigError as exc:
+        print(f"spoolmq: {exc}", file=sys.stderr)
+        return 2
     limits = ProxyLimits(
         send_timeout_s=args.send_timeout_s,
         send_attempt_timeout_s=min(args.send_attempt_timeout_s, args.send_timeout_s),
         max_request_bytes=args.max_request_bytes,
+        tls=tls,
     )
+    service = ProxyService(args.cluster, tuple(args.etcd), args.host, args.port, limits)
     try:
-        sock = listen_socket(args.host, args.port, how="--port")
+        sock, workers = bind_port(service, args.workers)
     except ListenError as exc:
         print(f"spoolmq: {exc}", file=sys.stderr)
         return 2
+    if workers > 1:
+        return serve_in_workers(service, sock, workers, partial(configure_logging, args.log_level))
     app = create_proxy_app(args.cluster, args.etcd, limits)
     with sock:
         proxy_server(app).run(sockets=[sock])
     return 0
+
+
+def _proxy_tls(args: argparse.Namespace) -> TlsConfig | None:
+    """The proxy's certificate files, loaded once to refuse bad ones before it listens."""
+    if args.tls_cert is None and args.tls_key is None and args.tls_ca is None:
+        return None
+    tls = TlsConfig(args.tls_cert, args.tls_key, args.tls_ca)
+    tls.client_context()
+    if tls.serves:
+        tls.server_context()
+    return tls
+
+
+PROXY_TLS_FLAGS: Final = {
+    "--tls-cert": "PEM certificate the proxy serves https with (with --tls-key); presented to "
+    "brokers and etcd when they ask for one",
+    "--tls-key": "the PEM private key of --tls-cert",
+    "--tls-ca": "PEM CA that https brokers' and etcd's certificates are checked against; "
+    "clients presenting a certificate it did not sign are refused",
+}
+"""The proxy's TLS flags: the names and meaning of ``spoolmq serve``'s."""
+
+
+def _add_tls_flags(parser: Any) -> None:
+    for flag, help_text in PROXY_TLS_FLAGS.items():
+        parser.add_argument(flag, type=Path, help=help_text)
 
 
 def _add_proxy_command(commands: Any) -> None:
@@ -301,6 +343,13 @@ def _add_proxy_command(commands: Any) -> None:
     )
     proxy.add_argument("--host", default="127.0.0.1")
     proxy.add_argument("--port", type=int, default=8081)
+    proxy.add_argument(
+        "--workers",
+        type=_at_least_one,
+        default=cpu_count(),
+        help="processes serving the port (Linux: SO_REUSEPORT), restarted when one dies "
+        f"(default: one per CPU, {cpu_count()} here)",
+    )
     proxy.add_argument(
         "--allow-anonymous",
         action="store_true",
@@ -328,12 +377,20 @@ def _add_proxy_command(commands: Any) -> None:
         help=f"largest request body (413 beyond; default {defaults.max_request_bytes})",
     )
     proxy.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="default info")
+    _add_tls_flags(proxy)
 
 
 def _positive(value: str) -> float:
     number = float(value)
     if not number > 0:
         raise argparse.ArgumentTypeError("a number of seconds above 0")
+    return number
+
+
+def _at_least_one(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError("a number of processes, 1 or more")
     return number
 
 

@@ -12,6 +12,7 @@ import gc
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Final
 
@@ -38,7 +39,7 @@ from app.routes import (
 )
 from app.routes.direct import DirectDispatch
 from app.routes.table import RouteTable, add_routes
-from app.security import check_bind, install_security
+from app.security import check_bind, install_security, replica_keys
 from app.server import Server, ServerLimits
 from app.settings import Settings, get_settings
 from services import Broker
@@ -75,7 +76,7 @@ TAGS: list[dict[str, Any]] = [
 ]
 
 
-def _version() -> str:
+def spoolmq_version() -> str:
     try:
         return version("spoolmq")
     except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
@@ -87,7 +88,9 @@ def create_app(
 ) -> FastAPI:
     """Build the app; the broker opens the store when the app's lifespan starts."""
     settings = settings or get_settings()
-    broker = Broker(settings.broker_config())
+    # A master with an auth file takes on its HA port only slaves proving an admin token.
+    config = replace(settings.broker_config(), ha_accepted_keys=replica_keys(settings.auth_file))
+    broker = Broker(config)
     cluster_config = settings.cluster_config()
     member = ClusterMember(broker, cluster_config, on_start_failure) if cluster_config else None
 
@@ -104,7 +107,7 @@ def create_app(
 
     app = FastAPI(
         title="spoolmq",
-        version=_version(),
+        version=spoolmq_version(),
         description=DESCRIPTION,
         openapi_tags=TAGS,
         lifespan=lifespan,
@@ -171,7 +174,9 @@ def build_server(app: FastAPI, settings: Settings) -> Server:
         graceful_shutdown_s=settings.graceful_shutdown_s,
         access_log=settings.access_log,
     )
-    return Server(app, limits, on_shutdown=app.state.broker.begin_shutdown)
+    tls = settings.tls()
+    context = tls.server_context() if tls is not None and tls.serves else None
+    return Server(app, limits, on_shutdown=app.state.broker.begin_shutdown, ssl=context)
 
 
 async def _start(

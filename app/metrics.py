@@ -85,6 +85,23 @@ def _timer_metrics(page: _Page, broker: Broker) -> None:
     )
 
 
+def _replication_metrics(page: _Page, broker: Broker) -> None:
+    """The in-sync replicas a master counts, against the number it needs to take writes."""
+    replica = broker.replica
+    page.one(
+        "spoolmq_in_sync_replicas",
+        "gauge",
+        "A master: itself and its slaves in sync (0 on a slave).",
+        replica.in_sync_replicas(),
+    )
+    page.one(
+        "spoolmq_min_in_sync_replicas",
+        "gauge",
+        "With fewer replicas in sync a master refuses writes.",
+        replica.config.min_in_sync_replicas,
+    )
+
+
 def render_metrics(broker: Broker, disk_used_bytes: int) -> str:
     """The metrics page; the store gauges only while the broker runs."""
     m = broker.metrics
@@ -149,6 +166,7 @@ def render_metrics(broker: Broker, disk_used_bytes: int) -> str:
         page.one(f"spoolmq_transactions_{name}_total", "counter", help_text, m.transactions[name])
     if broker.state is BrokerState.RUNNING:
         _timer_metrics(page, broker)
+        _replication_metrics(page, broker)
         page.one(
             "spoolmq_pop_in_flight",
             "gauge",

@@ -31,8 +31,9 @@ _REQUEST_ID_HEADER = {
 }
 
 
-def build_openapi(app: FastAPI) -> dict[str, Any]:
-    """The app's OpenAPI document (cached on the app)."""
+def build_openapi(app: FastAPI, *, proxied: bool = False) -> dict[str, Any]:
+    """The app's OpenAPI document (cached on the app); ``proxied``: a proxy's, whose
+    operations also answer its own codes (:data:`app.problem_codes.PROXY_CODES`)."""
     if app.openapi_schema:
         return app.openapi_schema
     schema = get_openapi(
@@ -61,7 +62,7 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
     _add_security(schema, auth_required=security is not None and security.auth_enabled)
     for path, path_item in schema.get("paths", {}).items():
         for method, operation in path_item.items():
-            _add_problems(operation, is_write(_scope_of(method, path)))
+            _add_problems(operation, is_write(_scope_of(method, path)), proxied)
             for response in operation.get("responses", {}).values():
                 response.setdefault("headers", {}).update(_REQUEST_ID_HEADER)
     for unused in ("HTTPValidationError", "ValidationError"):  # FastAPI's 422, replaced
@@ -177,7 +178,7 @@ def _scope_of(method: str, path: str) -> dict[str, Any]:
     return {"method": method.upper(), "path": path, "query_string": b"auto_commit=true"}
 
 
-def _add_problems(operation: dict[str, Any], write: bool) -> None:
+def _add_problems(operation: dict[str, Any], write: bool, proxied: bool) -> None:
     """The operation's problem answers, one per status: each code it can answer
     (:mod:`app.problem_codes`) with its meaning, and the codes as the ``code`` enum."""
     operation_id = operation.get("operationId", "")
@@ -191,6 +192,7 @@ def _add_problems(operation: dict[str, Any], write: bool) -> None:
         # a permission of its own, or one on what the body names (a transaction's topic)
         permitted=access not in (Access.PUBLIC, Access.AUTHENTICATED) or rule.body is not None,
         write=write,
+        proxied=proxied,
     )
     responses = operation.setdefault("responses", {})
     for status, codes in by_status.items():

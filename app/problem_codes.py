@@ -55,9 +55,11 @@ STATUS_BY_CODE: Final[Mapping[str, int]] = {
     "TRANSACTION_NOT_FOUND": 404,
     "PRODUCER_GROUP_MISMATCH": 403,
     "TRANSACTION_ALREADY_ENDED": 409,
+    "TRANSACTION_END_UNREPLICATED": 503,
     "TRANSACTION_ID_IN_USE": 409,
     "TIMER_NOT_FOUND": 404,
     "INVALID_TIMER_HANDLE": 400,
+    "INVALID_FILTER": 400,
     "TIMER_ALREADY_DELIVERED": 409,
     "NO_MASTER": 503,
     "NOT_MASTER": 421,
@@ -80,6 +82,7 @@ STATUS_BY_CODE: Final[Mapping[str, int]] = {
     "DISK_FULL": 503,
     "STORE_FLUSH_FAILED": 503,
     "STORE_CLOSED": 503,
+    "NOT_ENOUGH_IN_SYNC_REPLICAS": 503,
     "REPLICA_APPEND_REJECTED": 409,
     "STORE_LOCKED": 503,
     "STORE_LOAD_FAILED": 503,
@@ -139,9 +142,13 @@ MEANINGS: Final[Mapping[str, str]] = {
     "TRANSACTION_NOT_FOUND": "no such transaction (or it ended long ago)",
     "PRODUCER_GROUP_MISMATCH": "the transaction belongs to another producer group",
     "TRANSACTION_ALREADY_ENDED": "the transaction was already committed or rolled back",
+    "TRANSACTION_END_UNREPLICATED": "the end is stored on this master only: no broker that "
+    "could succeed it has it yet (its in-sync slave is out of reach); retry the same end",
     "TRANSACTION_ID_IN_USE": "the transaction id is taken by an open transaction",
     "TIMER_NOT_FOUND": "no timer message with this handle waits in this topic",
     "INVALID_TIMER_HANDLE": "not a timer handle this broker gave",
+    "INVALID_FILTER": "the SQL92 filter does not parse (the detail says where, and what was "
+    "expected there)",
     "TIMER_ALREADY_DELIVERED": "the timer message was already delivered",
     "NO_MASTER": "the broker group has no master right now (a failover is under way): retry",
     "NOT_MASTER": "this broker is a read-only slave: write to the master named in `master`",
@@ -155,6 +162,9 @@ MEANINGS: Final[Mapping[str, str]] = {
     "DISK_FULL": "the disk is over its warning ratio: writes resume once space is back",
     "STORE_FLUSH_FAILED": "a flush to disk failed: nothing more is acknowledged until restart",
     "STORE_CLOSED": "the store is closing",
+    "NOT_ENOUGH_IN_SYNC_REPLICAS": "fewer replicas are in sync than the master's "
+    "--min-in-sync-replicas (itself included): nothing was stored; retry after `Retry-After` "
+    "seconds, once a slave has caught up",
     "MALFORMED_JSON": "the request body is not valid JSON",
     "UNSUPPORTED_MEDIA_TYPE": "the body is not JSON (`curl -d` alone sends a form)",
     "INVALID_BODY_ENCODING": "a base64 body is not valid base64",
@@ -163,6 +173,13 @@ MEANINGS: Final[Mapping[str, str]] = {
     "(each one in `errors`)",
     "REQUEST_TOO_LARGE": "the request body is over the limit (refused before it is read)",
     "REQUEST_TIMEOUT": "the request body stopped arriving",
+    "ETCD_UNAVAILABLE": "the cluster's route table in etcd cannot be read or written now: "
+    "retry after `Retry-After` seconds",
+    "ETCD_ERROR": "etcd refused the route table's change",
+    "OUTCOME_UNKNOWN": "the send may or may not have been stored: no broker confirmed it in "
+    "time (retry with the Idempotency-Key the detail names)",
+    "ROUTE_CONFLICT": "the topic already has a route over other broker groups or another "
+    "queue count: its queues do not move between groups",
     "UNAUTHORIZED": "no bearer token, or not a valid one",
     "RATE_LIMITED": "the token is over its request rate; retry after `Retry-After` seconds",
 }
@@ -182,7 +199,13 @@ PERMITTED: Final = ("FORBIDDEN",)
 """Every operation that needs a permission."""
 WRITE: Final = ("NOT_MASTER", "NO_MASTER")
 """Every write: a slave refuses it, a group without a master cannot take it."""
-STORE_WRITE: Final = ("STORE_NOT_WRITEABLE", "DISK_FULL", "STORE_FLUSH_FAILED", "STORE_CLOSED")
+STORE_WRITE: Final = (
+    "STORE_NOT_WRITEABLE",
+    "DISK_FULL",
+    "STORE_FLUSH_FAILED",
+    "STORE_CLOSED",
+    "NOT_ENOUGH_IN_SYNC_REPLICAS",
+)
 """Every operation that appends to the CommitLog."""
 CLUSTER: Final = ("ETCD_UNAVAILABLE", "ETCD_ERROR", "OUTCOME_UNKNOWN", "ROUTE_CONFLICT")
 """What a proxy adds in front of the brokers."""
@@ -245,7 +268,14 @@ OPERATION_CODES: Final[Mapping[str, tuple[str, ...]]] = {
         "IDEMPOTENCY_UNAVAILABLE",
     ),
     "queryMessagesByKey": (*_TOPIC, "TOPIC_NOT_READABLE", *_LABELLED),
-    "pullMessages": (*_CONSUME, "QUEUE_NOT_FOUND", "INVALID_REQUEST", "INVALID_OFFSET"),
+    "pullMessages": (
+        *_CONSUME,
+        "QUEUE_NOT_FOUND",
+        "INVALID_REQUEST",
+        "INVALID_OFFSET",
+        "INVALID_FILTER",
+    ),
+    "readQueueRecords": (*_TOPIC, "TOPIC_NOT_READABLE", "QUEUE_NOT_FOUND", "INVALID_FILTER"),
     "getMessage": ("INVALID_MESSAGE_ID", "MESSAGE_NOT_FOUND"),
     "getOffsetByTime": (*_TOPIC, "TOPIC_NOT_READABLE", "QUEUE_NOT_FOUND"),
     "getDelayLevels": (),
@@ -269,9 +299,9 @@ OPERATION_CODES: Final[Mapping[str, tuple[str, ...]]] = {
     # groups
     "listGroups": (),
     "getGroup": _GROUP,
-    "putGroup": ("INVALID_GROUP_NAME",),
+    "putGroup": ("INVALID_GROUP_NAME", "INVALID_FILTER"),
     "deleteGroup": _GROUP,
-    "pullGroupMessages": (*_CONSUME, "INVALID_REQUEST"),
+    "pullGroupMessages": (*_CONSUME, "INVALID_REQUEST", "INVALID_FILTER"),
     "commitOffset": (*_OFFSETS, *_LABELLED),
     "commitOffsets": _OFFSETS,
     "getGroupOffsets": (*_GROUP, *_TOPIC),
@@ -293,7 +323,7 @@ OPERATION_CODES: Final[Mapping[str, tuple[str, ...]]] = {
     "deleteRedriveJob": _REDRIVE_JOB,
     "cancelRedriveJob": _REDRIVE_JOB,
     # POP
-    "receiveMessages": (*_CONSUME, *_LABELLED, *STORE_WRITE),
+    "receiveMessages": (*_CONSUME, *_LABELLED, *STORE_WRITE, "INVALID_FILTER"),
     "ackMessages": (*_GROUP, "INVALID_RECEIPT_HANDLE", *STORE_WRITE),
     "changeInvisibility": (
         *_GROUP,
@@ -307,8 +337,8 @@ OPERATION_CODES: Final[Mapping[str, tuple[str, ...]]] = {
     "sendHalfMessage": (*_TOPIC, *_MESSAGE, "INVALID_GROUP_NAME", "TRANSACTION_ID_IN_USE"),
     "getTransaction": ("TRANSACTION_NOT_FOUND",),
     "listTransactions": ("INVALID_GROUP_NAME", "INVALID_TOPIC_NAME"),
-    "commitTransaction": _TRANSACTION_END,
-    "rollbackTransaction": _TRANSACTION_END,
+    "commitTransaction": (*_TRANSACTION_END, "TRANSACTION_END_UNREPLICATED"),
+    "rollbackTransaction": (*_TRANSACTION_END, "TRANSACTION_END_UNREPLICATED"),
     "answerTransactionUnknown": _TRANSACTION_END,
     "pollTransactionChecks": ("INVALID_GROUP_NAME", "TOO_MANY_WAITERS"),
     # replication and health
@@ -321,6 +351,14 @@ OPERATION_CODES: Final[Mapping[str, tuple[str, ...]]] = {
 }
 """The codes each operation's own rules can answer, by operationId (the codes of its kind
 are added by :func:`operation_codes`)."""
+
+PROXY_CODES: Final[Mapping[str, tuple[str, ...]]] = {
+    "sendMessages": ("OUTCOME_UNKNOWN",),
+    "sendHalfMessage": ("OUTCOME_UNKNOWN",),
+    "putTopic": ("ROUTE_CONFLICT", "ETCD_UNAVAILABLE", "ETCD_ERROR"),
+}
+"""The codes a proxy answers itself on an operation, by operationId, besides those of the
+brokers' answers it passes on (the operation's own and of its kinds)."""
 
 ROUTING: Final = ("METHOD_NOT_ALLOWED",)
 """A request with a method its path does not take (another operation's answer: the route
@@ -340,10 +378,14 @@ def operation_codes(
     authenticated: bool,
     permitted: bool,
     write: bool,
+    proxied: bool = False,
 ) -> dict[int, list[str]]:
     """The codes an operation answers, by status, each list in the order written: its own
-    (:data:`OPERATION_CODES`), then those of its kinds."""
+    (:data:`OPERATION_CODES`, and a proxy's :data:`PROXY_CODES` when ``proxied``), then those
+    of its kinds."""
     codes: list[str] = list(OPERATION_CODES.get(operation_id, ()))
+    if proxied:
+        codes.extend(PROXY_CODES.get(operation_id, ()))
     kinds: list[tuple[bool, Iterable[str]]] = [
         (operation_id != "metrics", AVAILABILITY),
         (parameters or body, PARAMETERS),

@@ -25,6 +25,7 @@ from services import (
     SendLimits,
     StoreConfig,
     TimerConfig,
+    TlsConfig,
     TopicPolicy,
     TransactionConfig,
     check_timer_config,
@@ -266,6 +267,13 @@ class Settings(BaseSettings):
     ha_heartbeat_s: float = Field(
         default=1.0, gt=0, description="seconds between HA heartbeats and slave reports"
     )
+    min_in_sync_replicas: int = Field(
+        default=1,
+        ge=1,
+        le=16,
+        description="a master with fewer replicas in sync (itself included) refuses writes "
+        "with 503 NOT_ENOUGH_IN_SYNC_REPLICAS; above 1 needs sync replication",
+    )
     config_sync_interval_s: float = Field(
         default=2.0, gt=0, description="seconds between a slave's copies of the master's configs"
     )
@@ -360,8 +368,20 @@ class Settings(BaseSettings):
         description="mark cookies Secure over plain http too (behind a TLS proxy); "
         "https requests always get Secure cookies",
     )
+    tls_cert: Path | None = Field(
+        default=None,
+        description="PEM certificate served on HTTP and the HA port (https; with --tls-key), "
+        "and presented to etcd and masters when they ask for one",
+    )
+    tls_key: Path | None = Field(default=None, description="the PEM private key of --tls-cert")
+    tls_ca: Path | None = Field(
+        default=None,
+        description="PEM CA that peers' certificates are checked against: https masters and "
+        "etcd, TLS masters' HA ports, and clients presenting a certificate (required on the "
+        "HA port)",
+    )
 
-    @field_validator("auth_file", "audit_log", mode="before")
+    @field_validator("auth_file", "audit_log", "tls_cert", "tls_key", "tls_ca", mode="before")
     @classmethod
     def _empty_is_none(cls, value: Any) -> Any:
         """``SPOOLMQ_AUTH_FILE=`` (empty) means none, e.g. to unset the Dockerfile's."""
@@ -424,10 +444,27 @@ class Settings(BaseSettings):
             raise ValueError("a slave needs --master-http and --master-ha")
         if self.replication == "sync" and self.ha_listen is None:
             raise ValueError("sync replication needs --ha-listen (slaves connect there)")
+        if self.min_in_sync_replicas > 1 and self.replication != "sync":
+            raise ValueError(
+                "--min-in-sync-replicas above 1 needs --replication sync (async answers a "
+                "send before any slave has it)"
+            )
         problems = check_timer_config(self.timer_config(), self.file_reserved_time_hours)
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    @model_validator(mode="after")
+    def _tls_files_pair(self) -> Settings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("--tls-cert and --tls-key are given together")
+        return self
+
+    def tls(self) -> TlsConfig | None:
+        """The certificate files (None without any)."""
+        if self.tls_cert is None and self.tls_key is None and self.tls_ca is None:
+            return None
+        return TlsConfig(self.tls_cert, self.tls_key, self.tls_ca)
 
     def _check_cluster(self) -> None:
         if self.etcd is None:
@@ -441,7 +478,8 @@ class Settings(BaseSettings):
 
     def http_url(self) -> str:
         """How other brokers and clients reach this one over HTTP."""
-        return self.advertise_url or f"http://{self.host}:{self.port}"
+        scheme = "https" if self.tls_cert is not None else "http"
+        return self.advertise_url or f"{scheme}://{self.host}:{self.port}"
 
     def cluster_config(self, http_url: str | None = None) -> ClusterConfig | None:
         """Where this broker belongs in its cluster (None outside cluster mode)."""
@@ -454,6 +492,7 @@ class Settings(BaseSettings):
             http_url=http_url or self.http_url(),
             ha_address=self.ha_listen,
             lease_ttl_s=self.etcd_lease_ttl_s,
+            tls=self.tls(),
         )
 
     def master_address(self) -> MasterAddress | None:
@@ -510,12 +549,14 @@ class Settings(BaseSettings):
             ha_max_gap_bytes=self.ha_max_gap_bytes,
             ha_catch_up_window_s=self.ha_catch_up_window_s,
             ha_heartbeat_s=self.ha_heartbeat_s,
+            min_in_sync_replicas=self.min_in_sync_replicas,
             config_sync_interval_s=self.config_sync_interval_s,
             truncate_on_divergence=self.truncate_on_divergence,
             replication_token=(
                 self.replication_token.get_secret_value() if self.replication_token else None
             ),
             cluster_managed=self.in_cluster,
+            tls=self.tls(),
         )
 
 

@@ -19,7 +19,15 @@ scheduler puts them).
    g1's broker directly: a Python client on keep-alive connections, a bounded number of rounds,
    p50/p99 and the added p50 (target <= 0.2 ms at one connection).
 
-Every part also runs its requests through ``bench/byte_relay.py`` in front of the first broker
+3. Proxy workers (``--only workers``): two broker groups, g1's broker pinned to CPU 0 and g2's
+   to CPU 1, a topic of 8 queues over both; ``spoolmq proxy --workers 1`` and ``--workers 2``
+   in front of them, unpinned, in alternating runs of wrk (2 threads, 32 connections, unpinned):
+   single send (1 KiB) and pull 32 x 1 KiB from random offsets of random queues. The aggregate
+   rate with 2 workers against 1 (each round's ratio; median [min-max]); target >= 1.6x. On a
+   2-CPU machine the proxy's workers, the brokers and wrk share the same two CPUs.
+
+Parts 1 and 2 run their proxies with ``--workers 1`` (one process, pinned). Every part but the
+third also runs its requests through ``bench/byte_relay.py`` in front of the first broker
 ("relay", pinned where the proxy is): bytes copied both ways, nothing parsed — the least one
 more process on the path costs on this machine. Sends go through it with a new Idempotency-Key
 each, as the proxy sends them, so "after over the relay" is what the proxy's own work adds.
@@ -37,6 +45,7 @@ Run by hand (``apt-get install -y wrk``, or ``make bench-tools``)::
 
     uv run python bench/proxy_bench.py                       # 5 s per wrk run, 2 rounds
     uv run python bench/proxy_bench.py --repeat 3 --duration 5
+    uv run python bench/proxy_bench.py --repeat 3 --only workers  # part 3 only
     uv run python bench/proxy_bench.py --before-root DIR     # DIR: git archive REV | tar -x
 
 ``--before-root`` runs a second proxy from an earlier checkout (with its own venv when it has one:
@@ -122,6 +131,8 @@ class Proxy(HttpProcess):
     process: subprocess.Popen[bytes] | None = None
     wrapper: list[str] = field(default_factory=list)
     """A command the proxy runs under (``valgrind --tool=callgrind ...``), or none."""
+    workers: int | None = None
+    """``--workers``; None: not given (an earlier checkout's proxy may not know the flag)."""
 
     def start(self) -> Proxy:
         self.launch()
@@ -131,6 +142,8 @@ class Proxy(HttpProcess):
     def launch(self) -> Proxy:
         """Start the process without waiting for it to answer (several can start at once)."""
         args = ["proxy", "--cluster", CLUSTER, "--etcd", self.etcd, "--port", str(self.port)]
+        if self.workers is not None:
+            args += ["--workers", str(self.workers)]
         if self.root is None:
             command, cwd = [str(BIN / "spoolmq"), *args], None
         else:
@@ -198,7 +211,7 @@ def deployment(root: Path, groups: int, args: argparse.Namespace) -> Iterator[De
         for index in range(groups):
             name = f"g{index + 1}"
             started.brokers.append(broker(f"{name}-a", name, root, etcd_url).start())
-        started.proxies["after"] = Proxy(etcd_url).start()
+        started.proxies["after"] = Proxy(etcd_url, workers=1).start()
         if args.before_root:
             started.proxies["before"] = Proxy(etcd_url, Path(args.before_root)).start()
         started.relay = Relay(started.brokers[0].port).start()
@@ -247,13 +260,19 @@ _UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
 
 
 def wrk(
-    url: str, script: str, seconds: int, connections: int, workdir: Path, cpu: int | None
+    url: str,
+    script: str,
+    seconds: int,
+    connections: int,
+    workdir: Path,
+    cpu: int | None,
+    threads: int = 1,
 ) -> tuple[float, dict[str, float], int]:
     """Requests/s, latency percentiles (ms, keys "50" and "99") and requests of one wrk run."""
     path = workdir / "script.lua"
     path.write_text(script.replace(RUN_ID, os.urandom(6).hex()))
     taskset = ["taskset", "-c", str(cpu)] if cpu is not None and shutil.which("taskset") else []
-    command = [*taskset, "wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency"]
+    command = [*taskset, "wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency"]
     command += ["--timeout", "10s", "-s", str(path), url]
     result = subprocess.run(
         command, capture_output=True, text=True, check=True, timeout=seconds + 60
@@ -536,6 +555,121 @@ def on_cpu(cpu: int | None) -> Iterator[None]:
         os.sched_setaffinity(0, before)
 
 
+# ==================================================================== proxy workers
+
+
+SCALED = "PW"  # part 3: 8 queues over both groups
+SCALED_FILL = 4_000  # per queue
+WORKER_SIDES = ("w1", "w2")
+WORKERS_TARGET = 1.6
+
+
+def random_pull_script(topic: str, queues: int, count: int) -> str:
+    """A pull of 32 from a random offset of a random queue of ``topic``."""
+    return textwrap.dedent(
+        f"""
+        math.randomseed(11)
+        request = function()
+            local queue = math.random(0, {queues - 1})
+            local offset = math.random(0, {count - 33})
+            local path = "/v1/topics/{topic}/queues/" .. queue .. "/messages"
+            return wrk.format("GET", path .. "?max_messages=32&offset=" .. offset)
+        end
+        """
+    )
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU time of ``pid`` and of its children (a proxy's workers) so far."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    total = cpu_seconds(pid)
+    for child in children:
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            total += cpu_seconds(int(child))
+    return total
+
+
+@contextmanager
+def worker_deployment(root: Path, args: argparse.Namespace) -> Iterator[dict[str, Proxy]]:
+    """etcd, one broker per group pinned one per CPU, and a proxy of 1 and one of 2 workers."""
+    root.mkdir(parents=True, exist_ok=True)
+    etcd, etcd_url = start_etcd(root)
+    brokers: list[Server] = []
+    proxies: dict[str, Proxy] = {}
+    try:
+        for index in range(2):
+            name = f"g{index + 1}"
+            brokers.append(broker(f"{name}-a", name, root, etcd_url).start())
+            if args.pin and (os.cpu_count() or 1) > 1:
+                pin(pid_of(brokers[-1]), index)
+        for side in WORKER_SIDES:
+            proxies[side] = Proxy(etcd_url, workers=int(side[1:])).launch()
+        for proxy in proxies.values():
+            wait_for(proxy.ready)
+        url = proxies["w1"].url
+        wait_for(lambda: len(httpx.get(f"{url}/healthz").json()["masters"]) == 2)
+        yield proxies
+    finally:
+        for proxy in proxies.values():
+            proxy.stop()
+        for server in brokers:
+            server.stop()
+        etcd.send_signal(signal.SIGTERM)
+        etcd.wait(timeout=30)
+
+
+def proxy_workers(args: argparse.Namespace, root: Path) -> dict[tuple[str, str, int], list[Figure]]:
+    """Single sends and pulls through a proxy of 1 worker and one of 2, in alternating runs."""
+    figures: dict[tuple[str, str, int], list[Figure]] = {}
+    connections = max(args.connections) * 2
+    with worker_deployment(root, args) as proxies:
+        via = proxies["w1"].url
+        answer = httpx.put(f"{via}/v1/topics/{SCALED}", json={"write_queue_nums": 8})
+        answer.raise_for_status()
+        assert {q["group"] for q in answer.json()["queues"]} == {"g1", "g2"}
+        for queue in range(8):
+            fill(via, SCALED, SCALED_FILL, {"queue_id": queue})
+        workloads = [
+            ("single send 1 KiB", post_script(f"/v1/topics/{SCALED}/messages", SINGLE), 1),
+            ("pull 32 x 1 KiB", random_pull_script(SCALED, 8, SCALED_FILL), 32),
+        ]
+        for name, script, units in workloads:
+            for turn in range(args.repeat):
+                order = WORKER_SIDES if turn % 2 == 0 else WORKER_SIDES[::-1]
+                for side in order:
+                    proxy = proxies[side]
+                    wrk(proxy.url, script, 1, connections, root, None, threads=2)  # warm up
+                    before = tree_cpu_seconds(pid_of(proxy))
+                    rps, latency, done = wrk(
+                        proxy.url, script, args.duration, connections, root, None, threads=2
+                    )
+                    used_us = (tree_cpu_seconds(pid_of(proxy)) - before) * 1e6 / done
+                    figure = Figure(rps, rps * units, latency["50"], latency["99"], used_us)
+                    figures.setdefault((name, side, connections), []).append(figure)
+                    print(f"  {name:<24} c{connections:<3} {side:<7} {show(figure)}")
+    return figures
+
+
+def report_workers(figures: dict[tuple[str, str, int], list[Figure]]) -> None:
+    """Per workload: each proxy's medians, and 2 workers against 1 (each round's ratio)."""
+    for name, side, connections in figures:
+        if side != "w2":
+            continue
+        one, two = figures[(name, "w1", connections)], figures[(name, "w2", connections)]
+        ratios = [b.units_per_s / a.units_per_s for a, b in zip(one, two, strict=True)]
+        ratio = statistics.median(ratios)
+        for label, runs in (("1 worker", one), ("2 workers", two)):
+            mid = median_figure(runs)
+            print(
+                f"{name} c{connections} {label:<9}: {mid.units_per_s:>9,.0f}/s "
+                f"p50 {mid.p50_ms:.3f} p99 {mid.p99_ms:.3f} ms, proxy cpu {mid.cpu_us:.0f} us/req"
+            )
+        print(
+            f"  2 workers / 1: {ratio:.2f}x [{min(ratios):.2f}-{max(ratios):.2f}]  "
+            f"[>= {WORKERS_TARGET}: {met(ratio >= WORKERS_TARGET)}]"
+        )
+
+
 # ==================================================================== report
 
 
@@ -628,7 +762,7 @@ def main() -> int:
     parser.add_argument("--connections", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--fanout-rounds", type=int, default=1000, help="requests per fan-out run")
     parser.add_argument("--no-pin", dest="pin", action="store_false")
-    parser.add_argument("--only", choices=("one", "two"), help="run one part only")
+    parser.add_argument("--only", choices=("one", "two", "workers"), help="run one part only")
     parser.add_argument("--before-root", help="an earlier checkout whose proxy runs alongside")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
@@ -638,23 +772,33 @@ def main() -> int:
     print(
         f"spoolmq proxy bench: {os.cpu_count()} CPUs ({platform.machine()}), "
         f"Python {platform.python_version()}, "
-        + ("brokers on CPU 0, proxy and client on CPU 1" if args.pin else "no pinning")
+        + (
+            "brokers on CPU 0, proxy and client on CPU 1 (workers part: a broker per CPU, "
+            "proxies and client unpinned)"
+            if args.pin
+            else "no pinning"
+        )
     )
     print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     # nearly full, the file system slows writes: a batch's CommitLog write took 310 us, not 45
     free = shutil.disk_usage(root).free / 2**30
     print(f"free space where the stores are: {free:.1f} GiB")
     figures: dict[tuple[str, str, int], list[Figure]] = {}
+    scaled: dict[tuple[str, str, int], list[Figure]] = {}
     try:
         if args.only in (None, "one"):
             figures |= one_group(args, root / "one")
         if args.only in (None, "two"):
             figures |= two_groups(args, root / "two")
+        if args.only in (None, "workers"):
+            scaled = proxy_workers(args, root / "workers")
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(f"\nmedians of {args.repeat} alternating runs, {args.duration} s per wrk run")
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     report(figures, args)
+    if scaled:
+        report_workers(scaled)
     return 0
 
 

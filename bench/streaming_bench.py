@@ -1,4 +1,5 @@
-"""Rows per second of the ``spoolmq`` source (over HTTP) next to its two baselines, same run.
+"""Rows per second of the ``spoolmq`` source and sink (over HTTP) next to their baselines, same
+run.
 
 1. Start ``spoolmq serve`` on a free port of 127.0.0.1 with a fresh store and send
    ``--messages`` messages (default 200,000; 200-byte bodies, a tag, a key and a property)
@@ -10,9 +11,13 @@
    store directory (read-only, next to the live server), the same topic.
 4. The ``spoolmq`` source on ``--master`` (default local[2]): a batch read (earliest to
    latest) and a stream (``Trigger.AvailableNow``, ``maxOffsetsPerTrigger`` 50,000), both
-   into the ``noop`` sink, so every column of every row reaches the JVM.
+   into the ``noop`` sink, so every column of every row reaches the JVM. Both read raw
+   record ranges (``GET .../records``) and decode them as the store-directory source does.
+5. The ``spoolmq`` sink (a batch write of ``--sink-messages`` rows, 200-byte bodies, a tag
+   and a key, 2 partitions, its default 100 rows a keyed request) against a plain HTTP
+   batch-send loop: one Python thread sending the same rows as keyed JSON batches of 100.
 
-After one warm-up of each, the four take turns ``--runs`` times (so a busy neighbour
+After one warm-up of each, the six take turns ``--runs`` times (so a busy neighbour
 slows them alike); each figure is the median [min-max] of its runs, each ratio the median
 of the per-round ratios. Run by hand::
 
@@ -50,6 +55,8 @@ TOPIC = "Bench"
 QUEUES = 8
 BODY = bytes(range(200))
 SEND_BATCH = 500
+SINK_TOPIC = "BenchSink"
+SINK_BATCH = 100  # the sink's default batchSize
 
 
 def start_server(store: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
@@ -106,6 +113,37 @@ def pull_loop(http: httpx.Client) -> int:
     return rows
 
 
+def send_loop(http: httpx.Client, messages: int) -> int:
+    """``messages`` rows sent as the sink sends them: keyed JSON batches of SINK_BATCH."""
+    body = base64.b64encode(BODY).decode()
+    run = os.urandom(8).hex()
+    for start in range(0, messages, SINK_BATCH):
+        key = f"bench:{run}:{start}"
+        batch = [
+            {"body": body, "body_encoding": "base64", "tags": "TagA", "keys": [f"k{start + i}"]}
+            for i in range(min(SINK_BATCH, messages - start))
+        ]
+        answer = http.post(
+            f"/v1/topics/{SINK_TOPIC}/messages",
+            json={"messages": batch, "sharding_key": key},
+            headers={"Idempotency-Key": key},
+        )
+        answer.raise_for_status()
+    return messages
+
+
+def sink_write(spark: SparkSession, url: str, messages: int) -> None:
+    from pyspark.sql import functions as f
+
+    frame = spark.range(messages, numPartitions=2).select(
+        f.lit(BODY).alias("value"),
+        f.lit("TagA").alias("tags"),
+        f.concat(f.lit("k"), f.col("id").cast("string")).alias("key"),
+    )
+    writer = frame.write.format("spoolmq").option("spoolmq.endpoints", url)
+    writer.option("topic", SINK_TOPIC).mode("append").save()
+
+
 def http_batch(spark: SparkSession, url: str) -> None:
     frame = spark.read.format("spoolmq").option("spoolmq.endpoints", url)
     frame.option("subscribe", TOPIC).load().write.format("noop").mode("overwrite").save()
@@ -149,6 +187,7 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--sink-messages", type=int, default=100_000)
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="spoolmq-streaming-bench-"))
@@ -165,6 +204,11 @@ def main() -> int:
                 f"{os.cpu_count()} CPUs"
             )
             assert pull_loop(http) == args.messages
+            http.put(
+                f"/v1/topics/{SINK_TOPIC}",
+                json={"write_queue_nums": QUEUES, "read_queue_nums": QUEUES},
+            )
+        print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -193,23 +237,31 @@ def main() -> int:
             f"spoolmq stream, AvailableNow, {args.master}": lambda: http_stream(
                 spark, url, work / "checkpoint"
             ),
+            "plain HTTP batch-send loop (1 thread)": lambda: send_loop(puller, args.sink_messages),
+            f"spoolmq sink (batch write), {args.master}": lambda: sink_write(
+                spark, url, args.sink_messages
+            ),
         }
+        rows = dict.fromkeys(sides, args.messages)
+        for name in list(sides)[4:]:
+            rows[name] = args.sink_messages
         for action in sides.values():  # warm: Python workers started, code compiled
             action()
         rates: dict[str, list[float]] = {name: [] for name in sides}
         for _ in range(args.runs):  # the sides alternate, so load hits them alike
             for name, action in sides.items():
-                rates[name].append(args.messages / timed(action))
+                rates[name].append(rows[name] / timed(action))
         spark.stop()
         puller.close()
         names = list(sides)
         for name in names:
             thousands = [rate / 1000 for rate in rates[name]]
             print(f"{name:<45} {spread(thousands):>24} k rows/s")
-        for name in names[2:]:
-            for base in names[:2]:
-                ratios = [a / b for a, b in zip(rates[name], rates[base], strict=True)]
-                print(f"{name} / {base}: {spread(ratios)}x")
+        pairs = [(reader, base) for reader in names[2:4] for base in names[:2]]
+        for name, base in [*pairs, (names[5], names[4])]:
+            ratios = [a / b for a, b in zip(rates[name], rates[base], strict=True)]
+            print(f"{name} / {base}: {spread(ratios)}x")
+        print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -22,6 +22,7 @@ leased_until  # app/schemas/transactions.py: a response field
 startOffset  # app/schemas/replication.py: a response field (RocketMQ's name)
 subscription_groups  # app/schemas/replication.py: a response field
 system  # app/schemas/topics.py: a response field
+filter_type  # app/schemas/messages.py, pop.py: a request field pydantic checks (one language)
 
 # ---- uvicorn
 _.should_exit  # app/cli.py: tells uvicorn's server to stop
@@ -77,6 +78,7 @@ _.latestOffset
 _.reportLatestOffset
 
 # ---- pytest and the test helpers
+run_pool  # tests/app/server/pool_workers.py: named in the code a test runs in a subprocess
 pytestmark  # pytest reads it
 TestStoreModel  # Hypothesis' state machine as a pytest test class
 _.teardown  # Hypothesis calls it after each run of a state machine

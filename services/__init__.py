@@ -18,6 +18,7 @@ storage's bottom module :mod:`storage.record.message`, which the HTTP layer impo
 
 from services.broker import Broker, BrokerState
 from services.broker_config import BrokerConfig
+from services.consumer_filter import MAX_FILTER_CHARS, compiled_filter
 from services.dlq import (
     MAX_REDRIVE,
     MAX_REDRIVE_RATE,
@@ -76,6 +77,7 @@ from services.store_status import StoreGauges
 from services.timer.recall import CancelOutcome, CancelResult
 from services.timer.service import TimerProgress
 from services.timer.upcoming import TIMER_BUCKETS, UpcomingTimer, UpcomingTimers
+from services.tls import TlsConfig, TlsConfigError
 from services.topics import SYSTEM_TOPICS, QueueSeek, QueueStats, TopicPolicy
 from services.transaction import (
     CheckOffer,
@@ -121,6 +123,7 @@ __all__ = [
     "DLQ_GROUP_TOPIC_PREFIX",
     "KEY_PATTERN",
     "MAX_ACTIVE_REDRIVE_JOBS",
+    "MAX_FILTER_CHARS",
     "MAX_GROUP_LENGTH",
     "MAX_HANDLE_LENGTH",
     "MAX_INVISIBLE_MS",
@@ -199,6 +202,8 @@ __all__ = [
     "SubscriptionGroupConfig",
     "TimerConfig",
     "TimerProgress",
+    "TlsConfig",
+    "TlsConfigError",
     "TopicConfig",
     "TopicLag",
     "TopicPolicy",
@@ -213,6 +218,7 @@ __all__ = [
     "check_group_name",
     "check_key",
     "check_timer_config",
+    "compiled_filter",
     "dlq_topic",
     "format_duration",
     "in_flight_by_queue",

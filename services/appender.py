@@ -8,9 +8,11 @@ flushed). With ASYNC_FLUSH the put returns as soon as the bytes are in the page 
 nothing may run between a check and the append (a keyed put), the two halves are called
 apart: :meth:`Appender.append`, then :meth:`Appender.wait_durable`.
 
-On a master with slaves a :class:`ReplicationHook` hears of every append (to wake the HA
-connections) and, after the flush wait, confirms the put: with sync replication it waits for
-the in-sync slaves (FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE when they cannot).
+On a master with slaves a :class:`ReplicationHook` admits every append first (a master with
+fewer in-sync replicas than ``min_in_sync_replicas`` refuses it: nothing is stored), hears of
+it (to wake the HA connections) and, after the flush wait, confirms the put: with sync
+replication it waits for the in-sync slaves (FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE when
+they cannot).
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ PutMessages = Callable[[Sequence[Message]], Awaitable[Appended]]
 
 class ReplicationHook(Protocol):
     """What the put path tells replication (see :mod:`services.ha`)."""
+
+    def admit(self) -> None:
+        """Before an append: raise a :class:`~storage.StorageError` to refuse it (too few
+        replicas in sync), so that nothing is stored."""
 
     def appended(self, end_offset: int, store_timestamp: int) -> None:
         """Bytes up to ``end_offset`` are in the CommitLog (wake the HA connections)."""
@@ -58,9 +64,12 @@ class Appender:
     def append(self, messages: Sequence[Message]) -> Appended:
         """The first half of :meth:`put` (no await: the caller's check before it and its
         bookkeeping after it happen with nothing else in between)."""
+        replication = self.replication
+        if replication is not None:
+            replication.admit()
         appended = self._store.put(messages)
-        if self.replication is not None and appended.offsets:
-            self.replication.appended(appended.end_offset, appended.store_timestamp)
+        if replication is not None and appended.offsets:
+            replication.appended(appended.end_offset, appended.store_timestamp)
         return appended
 
     async def wait_durable(self, end_offset: int) -> PutStatus:

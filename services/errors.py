@@ -23,6 +23,8 @@ The tree::
     │   ├── InvalidReceiptHandleError   a POP receipt handle not issued here, mangled or replaced
     │   ├── InvalidTimerHandleError     a timer cancel handle that is mangled or of another
     │   │                               topic or broker
+    │   ├── InvalidFilterError          a SQL92 filter that does not parse (where, and what was
+    │   │                               expected there)
     │   └── RedriveTooLongError         a paced redrive too long for one call: use a job
     ├── ForbiddenError
     │   ├── SystemTopicError            system, retry and DLQ topics are not sent to directly
@@ -34,6 +36,7 @@ The tree::
     ├── TimerAlreadyDeliveredError      a cancel came after the timer message was delivered
     ├── ReceiptHandleExpiredError       a POP handle whose invisibility ran out
     ├── TransactionEndedError           a commit after a rollback, or the reverse
+    ├── TransactionEndUnreplicatedError an end no broker that could succeed this master has yet
     ├── TransactionIdInUseError         a half message whose UNIQ_KEY is a known transaction
     ├── TooManyRedriveJobsError         the cap on queued and running redrive jobs is reached
     ├── TooManyWaitersError             the cap on parked long-polls is reached; retry later
@@ -207,6 +210,18 @@ class TransactionEndedError(ServiceError):
     code: ClassVar[str] = "TRANSACTION_ALREADY_ENDED"
 
 
+class TransactionEndUnreplicatedError(ServiceError):
+    """An end stored on this master, whose op record no broker that could succeed it has yet
+    (sync replication, its in-sync slaves out of reach): not decided. The same end, retried,
+    is answered once a replica has it; the other way is refused here."""
+
+    code: ClassVar[str] = "TRANSACTION_END_UNREPLICATED"
+
+    def __init__(self, message: str, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class TransactionIdInUseError(ServiceError):
     """A transactional send whose ``UNIQ_KEY`` (its transaction id) is already a transaction
     of this broker."""
@@ -297,6 +312,12 @@ class TimerNotFoundError(NotFoundError):
     """No timer message of the topic has this handle (or its record has expired)."""
 
     code: ClassVar[str] = "TIMER_NOT_FOUND"
+
+
+class InvalidFilterError(InvalidRequestError):
+    """A SQL92 property filter that is not one: the position and what was expected there."""
+
+    code: ClassVar[str] = "INVALID_FILTER"
 
 
 class InvalidTimerHandleError(InvalidRequestError):

@@ -2,14 +2,20 @@
 
 A group name uses the topic-name characters (:mod:`storage.topic_names`), matched in full,
 and is short enough for its ``%RETRY%`` and ``%DLQ%`` topics to be valid topic names.
+
+A service that keeps state of its own per group (POP: in-flight messages and pop offsets)
+registers as a :class:`GroupStateKeeper`: a delete and an offset reset reach it too, so a
+group created again inherits nothing and a reset is where every kind of consumption resumes.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
+from services.consumer_filter import compiled_filter
 from services.errors import (
     ConsumeDisabledError,
     ConsumeModeConflictError,
@@ -22,7 +28,12 @@ from storage.config_managers import (
     SubscriptionGroupConfig,
     SubscriptionGroupManager,
 )
-from storage.topic_names import MAX_TOPIC_LENGTH, RETRY_GROUP_TOPIC_PREFIX, is_valid_name
+from storage.topic_names import (
+    MAX_TOPIC_LENGTH,
+    RETRY_GROUP_TOPIC_PREFIX,
+    is_valid_name,
+    retry_topic,
+)
 
 MAX_GROUP_LENGTH: Final = MAX_TOPIC_LENGTH - len(RETRY_GROUP_TOPIC_PREFIX)
 """120: so that ``%RETRY%<group>`` and ``%DLQ%<group>`` stay within the topic limit."""
@@ -54,6 +65,23 @@ def check_offsets_mode(config: SubscriptionGroupConfig) -> None:
         )
 
 
+def awaited_retry_queues(config: SubscriptionGroupConfig) -> list[tuple[str, int]]:
+    """The queues of ``%RETRY%<group>`` as a send-back or a revive creates it: where a
+    long-poll of the group parks before the topic exists, so that its first retry wakes it."""
+    topic = retry_topic(config.group_name)
+    return [(topic, queue_id) for queue_id in range(max(1, config.retry_queue_nums))]
+
+
+class GroupStateKeeper(Protocol):
+    """A service keeping per-group state beyond the config and the committed offsets."""
+
+    async def forget_group(self, group: str) -> None:
+        """The group was deleted: drop everything kept for it."""
+
+    async def restart_queues(self, group: str, positions: Mapping[tuple[str, int], int]) -> None:
+        """The group's offsets were reset: consume each (topic, queue id) from its offset."""
+
+
 class GroupService:
     """Reads and changes subscription group configs."""
 
@@ -66,6 +94,11 @@ class GroupService:
         self._manager = manager
         self._offsets = offsets
         self._policy = policy
+        self._keepers: list[GroupStateKeeper] = []
+
+    def add_state_keeper(self, keeper: GroupStateKeeper) -> None:
+        """Tell ``keeper`` of every delete and offset reset from now on."""
+        self._keepers.append(keeper)
 
     def get(self, group: str) -> SubscriptionGroupConfig:
         """The group's config; GroupNotFoundError when there is none."""
@@ -105,15 +138,26 @@ class GroupService:
         return config
 
     async def put(self, config: SubscriptionGroupConfig) -> bool:
-        """Create or replace a group's config; returns whether it was created."""
+        """Create or replace a group's config; returns whether it was created
+        (INVALID_FILTER for a stored filter that does not parse)."""
         check_group_name(config.group_name)
+        for expression in config.filters.values():
+            compiled_filter(expression)
         created = self._manager.get(config.group_name) is None
         await asyncio.to_thread(self._manager.put, config)
         return created
 
     async def delete(self, group: str) -> None:
-        """Forget the group's config and its committed offsets."""
+        """Forget the group's config, its committed offsets and what its keepers hold."""
         if not self.exists(group):
             raise GroupNotFoundError(f"consumer group {group!r} does not exist")
         await asyncio.to_thread(self._manager.delete, group)
         self._offsets.remove_group(group)
+        for keeper in self._keepers:
+            await keeper.forget_group(group)
+
+    async def offsets_reset(self, group: str, positions: Mapping[tuple[str, int], int]) -> None:
+        """The group's committed offsets were just reset to ``positions``: its keepers
+        restart there too."""
+        for keeper in self._keepers:
+            await keeper.restart_queues(group, positions)

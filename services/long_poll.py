@@ -11,6 +11,9 @@ Rules (style rule 6):
 * notify is idempotent (``if not future.done()``) and skips waiters whose tag filter cannot
   match the new message's tags code — except on keys the waiter reads unfiltered (a group's
   retry queues: retries are delivered whatever their tag);
+* a queue that becomes readable again without an arrival (a FIFO queue no longer held, a
+  group's position reset) wakes every waiter on it, whatever its filter
+  (:meth:`WaiterRegistry.wake_queue`): what is there now was never notified;
 * every waiter removes itself in ``finally`` — woken, timed out, cancelled or abandoned by a
   disconnected client — so the registry never holds a dead waiter;
 * the number of parked pulls is capped (:class:`~services.errors.TooManyWaitersError`);
@@ -78,7 +81,7 @@ class WaiterRegistry:
         self._parked = 0
         self._closed = False
         self.rejected = 0  # pulls refused because the cap was reached
-        self.woken = 0  # waiters woken by an arrival
+        self.woken = 0  # waiters woken by an arrival (or a queue readable again)
 
     @property
     def parked(self) -> int:
@@ -93,6 +96,15 @@ class WaiterRegistry:
             return
         for waiter in waiters:
             if not waiter.future.done() and waiter.accepts(key, tags_code):
+                waiter.wake(WakeReason.ARRIVED)
+                self.woken += 1
+
+    def wake_queue(self, topic: str, queue_id: int) -> None:
+        """(topic, queue_id) can be read again with nothing dispatched to it: wake all of its
+        waiters, whatever their tag filter; each reads again and re-parks if nothing is
+        there for it."""
+        for waiter in self._by_key.get((topic, queue_id), ()):
+            if not waiter.future.done():
                 waiter.wake(WakeReason.ARRIVED)
                 self.woken += 1
 

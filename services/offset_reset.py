@@ -2,6 +2,12 @@
 offsets — and see first, per queue, where it is, where it would go, and how many messages
 that skips or delivers again. Works whether or not any consumer of the group is online
 (offsets live in the broker, not in clients).
+
+A group that consumes by POP restarts there too (as RocketMQ 5 resets a pop offset): its pop
+offset on each reset queue becomes the target, and what was in flight there is dropped with
+the old position — its receipt handles stop working and none of it is revived to the retry
+topic; what is at or after the target is delivered again from there, and a FIFO queue is no
+longer blocked (:meth:`services.pop.service.PopService.restart_queues`).
 """
 
 from __future__ import annotations
@@ -103,7 +109,7 @@ class OffsetResetService:
             names = sorted({k.topic for k in self._offsets.topic_groups() if k.group == group})
             configs = [self._topics.get(name) for name in names]
         plan = self.plan(group, request, configs)
-        return plan if request.dry_run else self.apply(plan)
+        return plan if request.dry_run else await self.apply(plan)
 
     def plan(self, group: str, request: ResetRequest, topics: Iterable[TopicConfig]) -> ResetPlan:
         """Per queue: current, target, skipped and re-delivered; changes nothing."""
@@ -117,12 +123,19 @@ class OffsetResetService:
                 queues.append(self._queue_reset(topic, queue_id, committed, request))
         return ResetPlan(group, request, queues, applied=False)
 
-    def apply(self, plan: ResetPlan) -> ResetPlan:
-        """Commit every target of ``plan``."""
+    async def apply(self, plan: ResetPlan) -> ResetPlan:
+        """Commit every target of ``plan``, and restart the group's POP consumption there.
+
+        The commits and the POP restart happen before the first ``await``: a plan made with
+        no await before this call is applied as it was shown.
+        """
         for queue in plan.queues:
             self._offsets.commit_offset(
                 plan.group, queue.topic, queue.queue_id, queue.target_offset
             )
+        if self._groups is not None:
+            positions = {(q.topic, q.queue_id): q.target_offset for q in plan.queues}
+            await self._groups.offsets_reset(plan.group, positions)
         return ResetPlan(plan.group, plan.request, plan.queues, applied=True)
 
     def _check(self, request: ResetRequest) -> None:

@@ -7,8 +7,14 @@ demand). A pull parks only where RocketMQ answers PULL_NOT_FOUND, the long-poll 
 missing ConsumeQueue file; it parks once, then answers with the next file's start). A
 tag-filtered scan that matched nothing moves on from ``next_begin_offset`` while wait time is
 left. A group pull also reads the group's ``%RETRY%`` queues, whatever the tag filter, and an
-arrival there wakes it. On a slave an offset wrong for its queue is answered with that offset
-as the next one: a slave behind its master moves no consumer (nor a group's position) back.
+arrival there wakes it — also before the retry topic exists: it parks on the queues the topic
+will have, and reads them once a send-back has created it. On a slave an offset wrong for its
+queue is answered with that offset as the next one: a slave behind its master moves no
+consumer (nor a group's position) back.
+
+A range read (:meth:`PullService.read_records`) answers one queue's records as the CommitLog
+stores them, up to a byte budget: a scan's read (a Spark source's), by the pull's rules —
+the topic's read permission, the tag and SQL92 filters, the statuses — without a long poll.
 """
 
 from __future__ import annotations
@@ -19,13 +25,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from services.consumer_filter import ConsumerFilter
 from services.errors import InvalidRequestError, ServiceError
-from services.groups import GroupService, check_offsets_mode
-from services.long_poll import WaiterRegistry, WakeReason
+from services.groups import GroupService, awaited_retry_queues, check_offsets_mode
+from services.long_poll import Key, WaiterRegistry, WakeReason
 from services.metrics import Metrics
 from services.offsets import OffsetCommit, OffsetService
 from services.topics import TopicService
-from storage import GetMessageResult, GetMessageStatus, MessageStore, TagFilter
+from storage import GetMessageResult, GetMessageStatus, MessageStore
+from storage.config_managers import SubscriptionGroupConfig
+from storage.queue_reader import RecordRange
 from storage.record.fields import (
     VIEW_BODY,
     VIEW_PROPERTIES,
@@ -63,6 +72,7 @@ class PullOptions:
     max_bytes: int | None = None
     tags: str | None = None  # ``*`` or ``A||B``
     wait_ms: int = 0  # long-poll time when nothing is found
+    sql: str | None = None  # a SQL92 filter on the messages' properties
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +94,22 @@ class QueuePull:
     @property
     def messages(self) -> list[NamedView]:
         return [NamedView._make(v) for v in self.views]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRecords:
+    """The answer to a range read of one queue: its records as the CommitLog stores them,
+    one after another (RocketMQ's record layout), ``count`` of them."""
+
+    topic: str
+    queue_id: int
+    status: GetMessageStatus
+    offset: int  # where the read started
+    next_offset: int  # where the next read should start
+    min_offset: int
+    max_offset: int
+    records: bytes
+    count: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +141,28 @@ class GroupPull:
     @property
     def messages(self) -> list[NamedView]:
         return [NamedView._make(v) for v in self.views]
+
+
+@dataclass(slots=True)
+class _GroupQueues:
+    """The queues a group pull reads — the topic's, then its retry topic's once that exists —
+    and the group's position in each when the pull started."""
+
+    topic: str
+    keys: list[Key]
+    start: dict[Key, int] = dataclasses.field(default_factory=dict)
+    retry_keys: list[Key] = dataclasses.field(default_factory=list)
+
+    def add_retry(self, key: Key, offset: int) -> None:
+        self.keys.append(key)
+        self.retry_keys.append(key)
+        self.start[key] = offset
+
+    def awaited_retry_keys(self, group: SubscriptionGroupConfig) -> list[Key]:
+        """Before the retry topic exists: the queues it will have (none when pulling it)."""
+        if retry_topic(group.group_name) == self.topic:
+            return []
+        return awaited_retry_queues(group)
 
 
 class _Abandon:
@@ -177,6 +225,7 @@ class PullService:
         """Pull from one queue; ``offset`` None starts at the group's position (or the min)."""
         loop = asyncio.get_running_loop()
         started = loop.time()
+        wanted = ConsumerFilter.of(options.tags, options.sql)  # refused before any commit
         config = self._topics.for_read(topic)
         self._topics.check_read_queue(config, queue_id)
         if commit_offset is not None and group is None:
@@ -184,6 +233,7 @@ class PullService:
         if group is not None:
             group_config = await self._groups.for_consume(group)
             check_offsets_mode(group_config)
+            wanted = wanted.or_stored(group_config, topic)
             if commit_offset is not None:
                 await self._offsets.commit(group, [OffsetCommit(topic, queue_id, commit_offset)])
             if offset is None:
@@ -193,7 +243,9 @@ class PullService:
         options = self._clamp(options)
         watch = _Abandon(abandon)
         try:
-            pulled = await self._pull_queue(topic, queue_id, offset, options, started, watch)
+            pulled = await self._pull_queue(
+                topic, queue_id, offset, options, wanted, started, watch
+            )
         finally:
             watch.close()
             self._metrics.pull_duration.observe(loop.time() - started)
@@ -206,16 +258,16 @@ class PullService:
         queue_id: int,
         offset: int,
         options: PullOptions,
+        wanted: ConsumerFilter,
         started: float,
         watch: _Abandon,
     ) -> QueuePull:
         loop = asyncio.get_running_loop()
         deadline = started + options.wait_ms / 1000
-        tag_filter = TagFilter(options.tags)
         current = offset
         skipped = woken = False
         while True:
-            result, messages = self._read(topic, queue_id, current, options, tag_filter, None)
+            result, messages = self._read(topic, queue_id, current, options, wanted, None)
             status = result.status
             if messages:
                 return _queue_pull(topic, queue_id, offset, result, messages)
@@ -234,7 +286,7 @@ class PullService:
             if not _waitable(status, current, woken) or remaining <= 0:
                 break
             reason = await self._waiters.wait(
-                ((topic, queue_id),), remaining, tag_filter, watch.future()
+                ((topic, queue_id),), remaining, wanted.tags, watch.future()
             )
             if reason in (WakeReason.SHUTDOWN, WakeReason.ABANDONED):
                 break
@@ -251,6 +303,52 @@ class PullService:
                 [],
             )
         return _queue_pull(topic, queue_id, offset, result, [])
+
+    # ------------------------------------------------------------------ a range of records
+
+    def read_records(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int | None,
+        max_bytes: int,
+        *,
+        tags: str | None = None,
+        sql: str | None = None,
+        end_offset: int | None = None,
+    ) -> QueueRecords:
+        """The records of one queue from ``offset`` (None: its min offset) as stored, up to
+        ``max_bytes`` (the first always) and before ``end_offset``; filtered as a pull is,
+        the tag exactly (no hash collision gets through)."""
+        wanted = ConsumerFilter.of(tags, sql)
+        config = self._topics.for_read(topic)
+        self._topics.check_read_queue(config, queue_id)
+        if offset is None:
+            offset = self._store.min_offset_in_queue(topic, queue_id)
+        read = self._store.read_records(
+            topic,
+            queue_id,
+            offset,
+            max_bytes,
+            wanted.store_tags,
+            wanted.record_test,
+            end_offset=end_offset,
+            on_slave=self._on_slave(),
+        )
+        if read.status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE:  # as a pull says it
+            read = RecordRange(GetMessageStatus.NO_MESSAGE_IN_QUEUE, read.next_begin_offset, 0, 0)
+        self._metrics.delivered(topic, read.count, len(read.records))
+        return QueueRecords(
+            topic,
+            queue_id,
+            read.status,
+            offset,
+            read.next_begin_offset,
+            read.min_offset,
+            read.max_offset,
+            read.records,
+            read.count,
+        )
 
     # ------------------------------------------------------------------ a group
 
@@ -271,73 +369,82 @@ class PullService:
         config = self._topics.for_read(topic)
         group_config = await self._groups.for_consume(group)
         check_offsets_mode(group_config)
-        retry_keys = self._retry_keys(group, topic)
-        keys = [(topic, q) for q in range(config.read_queue_nums)] + retry_keys
-        start = {k: self._offsets.position(group_config, k[0], k[1]) for k in keys}
+        keys = [(topic, q) for q in range(config.read_queue_nums)]
+        queues = _GroupQueues(
+            topic, keys, {k: self._offsets.position(group_config, topic, k[1]) for k in keys}
+        )
+        self._join_retry_topic(group_config, queues)
         options = self._clamp(options)
         watch = _Abandon(abandon)
         try:
-            found, position = await self._pull_group(
-                group, keys, retry_keys, start, options, started, watch
-            )
+            found, position = await self._pull_group(group_config, queues, options, started, watch)
         finally:
             watch.close()
             self._metrics.pull_duration.observe(loop.time() - started)
+        start = queues.start  # with the retry topic's queues, if it appeared meanwhile
         if auto_commit:
-            for key in keys:
+            for key in queues.keys:
                 if position[key] != start[key]:
                     self._offsets.move(group, key[0], key[1], position[key])
         self._count_out(topic, found)
         store = self._store
         progress = [
             QueueProgress(q, start[(t, q)], position[(t, q)], store.max_offset_in_queue(t, q), t)
-            for t, q in keys
+            for t, q in queues.keys
         ]
         queue_topics = [m[VIEW_TOPIC] for m in found]
         return GroupPull(group, topic, [_as_original(m) for m in found], progress, queue_topics)
 
-    def _retry_keys(self, group: str, topic: str) -> list[tuple[str, int]]:
-        retry = retry_topic(group)
-        if retry == topic:
-            return []
+    def _join_retry_topic(self, group: SubscriptionGroupConfig, queues: _GroupQueues) -> None:
+        """Read the group's retry topic too, from the group's positions, once it exists."""
+        retry = retry_topic(group.group_name)
+        if retry == queues.topic or queues.retry_keys:
+            return
         try:
             config = self._topics.for_read(retry)
         except ServiceError:  # no retry topic yet, or not readable
-            return []
-        return [(retry, q) for q in range(config.read_queue_nums)]
+            return
+        for queue_id in range(config.read_queue_nums):
+            key = (retry, queue_id)
+            queues.add_retry(key, self._offsets.position(group, retry, queue_id))
 
     async def _pull_group(
         self,
-        group: str,
-        keys: list[tuple[str, int]],
-        retry_keys: list[tuple[str, int]],
-        start: dict[tuple[str, int], int],
+        group_config: SubscriptionGroupConfig,
+        queues: _GroupQueues,
         options: PullOptions,
         started: float,
         watch: _Abandon,
-    ) -> tuple[list[MessageView], dict[tuple[str, int], int]]:
+    ) -> tuple[list[MessageView], dict[Key, int]]:
         loop = asyncio.get_running_loop()
+        group = group_config.group_name
         deadline = started + options.wait_ms / 1000
-        tag_filter = TagFilter(options.tags)
+        wanted = ConsumerFilter.of(options.tags, options.sql).or_stored(group_config, queues.topic)
+        keys, start = queues.keys, queues.start
         position = dict(start)
         messages: list[MessageView] = []
         order = self._rotate(group, keys[0][0] if keys else "", keys)
         while True:
-            advanced = self._read_round(
-                group, order, start, position, options, tag_filter, messages
-            )
+            advanced = self._read_round(group, order, start, position, options, wanted, messages)
             remaining = deadline - loop.time()
             if messages or not keys or remaining <= 0:
                 break
             if advanced:
                 await asyncio.sleep(0)
                 continue
-            # Retries are delivered whatever their tag: any arrival in a retry queue wakes.
+            # Retries are delivered whatever their tag: any arrival in a retry queue wakes,
+            # also in one a send-back creates meanwhile.
+            retry_keys = queues.retry_keys or queues.awaited_retry_keys(group_config)
             reason = await self._waiters.wait(
-                keys, remaining, tag_filter, watch.future(), unfiltered=retry_keys
+                keys, remaining, wanted.tags, watch.future(), unfiltered=retry_keys
             )
             if reason in (WakeReason.SHUTDOWN, WakeReason.ABANDONED):
                 break
+            joined = len(keys)
+            self._join_retry_topic(group_config, queues)
+            for key in keys[joined:]:
+                order.append(key)
+                position[key] = start[key]
         return messages, position
 
     def _read_round(
@@ -347,13 +454,12 @@ class PullService:
         start: dict[tuple[str, int], int],
         position: dict[tuple[str, int], int],
         options: PullOptions,
-        tag_filter: TagFilter,
+        wanted: ConsumerFilter,
         messages: list[MessageView],
     ) -> bool:
         """Read each queue once from its position; True when a position moved without data."""
         advanced = False
         size = sum([m[VIEW_SIZE] for m in messages])
-        everything = TagFilter(None)
         for key in order:
             topic, queue_id = key
             left = options.max_messages - len(messages)
@@ -362,8 +468,8 @@ class PullService:
                 break
             offset = position[key]
             # Retries are delivered whatever their tag (RocketMQ: filterSupportRetry=false).
-            queue_filter = everything if is_retry_topic(topic) else tag_filter
-            limited = PullOptions(left, byte_budget, queue_filter.expression, 0)
+            queue_filter = wanted.for_retries() if is_retry_topic(topic) else wanted
+            limited = PullOptions(left, byte_budget)
             result, found = self._read(topic, queue_id, offset, limited, queue_filter, group)
             status = result.status
             moved = status in _MOVED or (
@@ -404,7 +510,7 @@ class PullService:
         queue_id: int,
         offset: int,
         options: PullOptions,
-        tag_filter: TagFilter,
+        wanted: ConsumerFilter,
         group: str | None,
     ) -> tuple[GetMessageResult, list[MessageView]]:
         result = self._store.get_message(
@@ -414,9 +520,10 @@ class PullService:
             offset,
             options.max_messages,
             options.max_bytes,
-            None if tag_filter.matches_all else tag_filter,
+            wanted.store_tags,
             views=True,
             on_slave=self._on_slave(),
+            property_filter=wanted.property_test,
         )
         if result.status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE:
             # Callers read only queues the topic declares; RocketMQ's findConsumeQueue creates
@@ -428,9 +535,9 @@ class PullService:
                 max_offset=0,
             )
         messages = result.views
-        if messages and tag_filter.tags is not None:
+        if messages and wanted.tags.tags is not None:
             # The store filtered by hash code; drop hash collisions by the exact tag.
-            messages = [m for m in messages if tag_filter.matches_tags(m[VIEW_TAGS])]
+            messages = [m for m in messages if wanted.keeps_tags(m[VIEW_TAGS])]
         return result, messages
 
     def _count_out(self, topic: str, messages: list[MessageView]) -> None:

@@ -29,6 +29,8 @@ driver); none is shared across threads.
 
 from __future__ import annotations
 
+import functools
+import ssl
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -65,6 +67,12 @@ send went."""
 IDEMPOTENCY_HEADER: Final = "Idempotency-Key"
 REPLAYED_HEADER: Final = "Idempotent-Replayed"
 MAX_PULL_MESSAGES: Final = 1024
+RECORDS_MEDIA_TYPE: Final = "application/vnd.spoolmq.commitlog-records"
+"""A range read's answer: CommitLog records in RocketMQ's layout, one after another."""
+DEFAULT_FETCH_BYTES: Final = 4 * 1024 * 1024
+"""A range read's byte budget unless the source names one (the broker's default too)."""
+MAX_FETCH_BYTES: Final = 16 * 1024 * 1024
+"""The largest byte budget a broker takes."""
 
 
 def retry_after_s(value: str | None, now: Callable[[], float] = time.time) -> float | None:
@@ -82,6 +90,16 @@ def retry_after_s(value: str | None, now: Callable[[], float] = time.time) -> fl
     if when.tzinfo is None:  # "-0000": an HTTP date is in GMT
         when = when.replace(tzinfo=UTC)
     return max(0.0, when.timestamp() - now())
+
+
+@functools.lru_cache(maxsize=8)
+def tls_context(ca_file: str | None) -> ssl.SSLContext:
+    """The context https endpoints' certificates are checked with: against ``ca_file``, or
+    httpx's default CAs. Made once per process: every Spark task opens a client, and loading
+    the CAs cost a task more than a small range read."""
+    if ca_file:
+        return ssl.create_default_context(cafile=ca_file)
+    return httpx.create_ssl_context()
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,11 +131,14 @@ class RetryPolicy:
 
 @dataclass(frozen=True, slots=True)
 class Connection:
-    """Where spoolmq answers (brokers or proxies, tried in turn) and with which token."""
+    """Where spoolmq answers (brokers or proxies, tried in turn) and with which token;
+    ``ca_file``: the PEM CA https endpoints' certificates are checked against (the system's
+    CAs without one)."""
 
     endpoints: tuple[str, ...]
     token: str | None = field(default=None, repr=False)
     retry: RetryPolicy = RetryPolicy()
+    ca_file: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +150,19 @@ class QueueState:
     min_offset: int
     max_offset: int
     broker_group: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecordRange:
+    """A range read's answer: the status (a pull's), where the next read starts, the
+    queue's min and max offsets, and ``count`` records as the broker stores them."""
+
+    status: str
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    count: int
+    records: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +194,10 @@ class SpoolmqClient:
         self._current = 0
         self._sleep = sleep
         self._http = httpx.Client(
-            timeout=connection.retry.timeout_s, headers=headers, transport=transport
+            timeout=connection.retry.timeout_s,
+            headers=headers,
+            transport=transport,
+            verify=tls_context(connection.ca_file),
         )
 
     def __enter__(self) -> SpoolmqClient:
@@ -218,9 +255,16 @@ class SpoolmqClient:
         return int(found["offset"])
 
     def pull(
-        self, topic: str, queue_id: int, offset: int, max_messages: int, tags: str | None
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_messages: int,
+        tags: str | None,
+        sql: str | None = None,
     ) -> dict[str, Any]:
-        """One pull from ``offset`` (bodies as base64), without long-polling."""
+        """One pull from ``offset`` (bodies as base64), without long-polling; ``sql``: a
+        SQL92 filter the broker applies."""
         params: dict[str, Any] = {
             "offset": offset,
             "max_messages": max(1, min(max_messages, MAX_PULL_MESSAGES)),
@@ -228,12 +272,44 @@ class SpoolmqClient:
         }
         if tags:
             params["tags"] = tags
+        if sql is not None:
+            params["filter"] = sql
         return self.call(
             "GET",
             f"/v1/topics/{_path(topic)}/queues/{queue_id}/messages",
             params=params,
             what=f"pulling {topic}/{queue_id} at offset {offset}",
         )
+
+    def records(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        end_offset: int,
+        max_bytes: int = DEFAULT_FETCH_BYTES,
+        tags: str | None = None,
+        sql: str | None = None,
+    ) -> RecordRange:
+        """One range read of ``[offset, end_offset)`` up to ``max_bytes`` of records as
+        stored (decoded by :mod:`spark_jobs.records`); ``tags`` and the SQL92 filter ``sql``
+        are the broker's to apply."""
+        params: dict[str, Any] = {
+            "offset": offset,
+            "end_offset": end_offset,
+            "max_bytes": max(1, min(max_bytes, MAX_FETCH_BYTES)),
+        }
+        if tags:
+            params["tags"] = tags
+        if sql is not None:
+            params["filter"] = sql
+        response = self.request(
+            "GET",
+            f"/v1/topics/{_path(topic)}/queues/{queue_id}/records",
+            params=params,
+            what=f"reading the records of {topic}/{queue_id} at offset {offset}",
+        )
+        return _record_range(response)
 
     # ------------------------------------------------------------------ writes
 
@@ -376,6 +452,30 @@ def refusal(response: httpx.Response, what: str) -> BrokerRefusedError:
             code,
         )
     return BrokerRefusedError(f"{what}: HTTP {status} {detail}", status, code)
+
+
+def _record_range(response: httpx.Response) -> RecordRange:
+    """A range read's answer from its headers and body; BrokerRefusedError when it is not
+    one (an endpoint that is no spoolmq broker or proxy, or an older one)."""
+    headers = response.headers
+    media_type = headers.get("content-type", "").split(";")[0].strip()
+    try:
+        if media_type != RECORDS_MEDIA_TYPE:
+            raise ValueError(f"Content-Type {media_type or 'none'}")
+        return RecordRange(
+            headers["spoolmq-status"],
+            int(headers["spoolmq-next-offset"]),
+            int(headers["spoolmq-min-offset"]),
+            int(headers["spoolmq-max-offset"]),
+            int(headers["spoolmq-record-count"]),
+            response.content,
+        )
+    except (KeyError, ValueError) as exc:
+        raise BrokerRefusedError(
+            f"{response.request.url} answered {response.status_code} without a range of "
+            f"records ({exc})",
+            response.status_code,
+        ) from None
 
 
 def _json(response: httpx.Response) -> dict[str, Any]:

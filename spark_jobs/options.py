@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Final
 
 from spark_jobs.records import RecordFilter
+from storage.sql92 import FilterSyntaxError, Sql92Filter
 from storage.timestamps import parse_timestamp_ms
 
 DEFAULT_SPLIT_SIZE: Final = 64 * 1024 * 1024
@@ -142,19 +143,33 @@ class CommitLogOptions:
 
 def parse_commitlog_options(options: Mapping[str, str]) -> CommitLogOptions:
     """Options of ``spoolmq_commitlog``: stores, ``topics``, ``from_time``, ``to_time``,
-    ``split_size``, ``batch_size``, ``check_crc``."""
+    ``filter`` (SQL92, on the records' properties), ``split_size``, ``batch_size``,
+    ``check_crc``."""
     topics = parse_list(options.get("topics"))
+    sql = parse_sql_filter(options.get("filter"))
     from_ms = parse_time_ms(options.get("from_time"))
     to_ms = parse_time_ms(options.get("to_time"))
     if from_ms is not None and to_ms is not None and to_ms <= from_ms:
         raise OptionError(f"to_time ({to_ms}) must be after from_time ({from_ms})")
     return CommitLogOptions(
         store_dirs=tuple(store_dirs_from_options(options)),
-        record_filter=RecordFilter(frozenset(topics) if topics else None, from_ms, to_ms),
+        record_filter=RecordFilter(frozenset(topics) if topics else None, from_ms, to_ms, sql),
         split_size=parse_size(options.get("split_size"), DEFAULT_SPLIT_SIZE),
         batch_size=parse_positive_int(options.get("batch_size"), DEFAULT_BATCH_SIZE, "batch_size"),
         check_crc=parse_bool(options.get("check_crc")),
     )
+
+
+def parse_sql_filter(text: str | None) -> str | None:
+    """A SQL92 filter option, checked here (on the driver) so a bad one fails the read before
+    any task runs, naming where it stops parsing."""
+    if text is None:
+        return None
+    try:
+        Sql92Filter(text)
+    except FilterSyntaxError as exc:
+        raise OptionError(f"filter does not parse: {exc}") from None
+    return text
 
 
 def job_main(

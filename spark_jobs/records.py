@@ -10,6 +10,10 @@ properties into columns with numpy too (:mod:`~spark_jobs.properties_column`).
 :func:`rows_to_batch` over :func:`record_row` builds the same batches from decoded
 :class:`~storage.record.message.StoredMessage` objects: the reference in tests.
 
+:func:`range_records` reads the answer of a broker's range read (records as the CommitLog
+stores them, one after another) the same way: the HTTP source and the store-directory source
+share one decoder.
+
 :func:`walk_chain` finds the records of a byte range of one CommitLog file with the store's
 own framing (:func:`storage.record.decode.walk_records`, without CRC unless asked): a BLANK
 ends the file; END (zeros, a record cut short) and CORRUPT stop it. Only the batch building
@@ -19,6 +23,7 @@ is a vectorised copy of the record decoder, kept for speed and checked against
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -34,6 +39,7 @@ from spark_jobs.arrays import (
     gather,
     gather_ranges,
     hex_strings,
+    offsets_of,
     string_array,
 )
 from spark_jobs.properties_column import KEYS_TYPE, PROPERTIES_TYPE, properties_columns
@@ -56,7 +62,8 @@ from storage.record.layout import (
     Buffer,
 )
 from storage.record.message import StoredMessage
-from storage.record.properties import shown_properties
+from storage.record.properties import decode_properties, shown_properties
+from storage.sql92 import Sql92Filter
 from storage.store_reader import buffer_size
 
 COLUMNS: Final = (
@@ -126,11 +133,13 @@ _HEAD_DTYPE: Final = np.dtype(
 
 @dataclass(frozen=True, slots=True)
 class RecordFilter:
-    """Which records a read keeps: topics (None = all) and a store-time window [from, to)."""
+    """Which records a read keeps: topics (None = all), a store-time window [from, to), and
+    a SQL92 filter on their properties (``sql``, RocketMQ's grammar: :mod:`storage.sql92`)."""
 
     topics: frozenset[str] | None = None
     from_ms: int | None = None
     to_ms: int | None = None
+    sql: str | None = None
 
     def keeps_time(self, store_timestamp: int) -> bool:
         """Whether a store time (ms) is inside the window."""
@@ -145,7 +154,9 @@ class RecordFilter:
     @property
     def keeps_all(self) -> bool:
         """Whether the filter keeps every record."""
-        return self.topics is None and self.from_ms is None and self.to_ms is None
+        return (
+            self.topics is None and self.from_ms is None and self.to_ms is None and self.sql is None
+        )
 
 
 KEEP_ALL: Final = RecordFilter()
@@ -236,6 +247,44 @@ def walk_chain(
     return Chain(positions, stop)
 
 
+def range_records(records: bytes) -> tuple[Bytes, Int64Array]:
+    """The bytes of a broker's range read (records one after another, as stored) as a numpy
+    array, and where each record starts; ValueError when they are not whole records."""
+    chain = walk_chain(records, 0)
+    if chain.stop.position != len(records):
+        raise ValueError(
+            f"a range of records breaks off at byte {chain.stop.position} of {len(records)}: "
+            f"{chain.stop.kind.name} {chain.stop.reason or ''}".rstrip()
+        )
+    return np.frombuffer(records, dtype=np.uint8), chain.positions
+
+
+def properties_without(properties: Any, names: Sequence[str]) -> Any:
+    """A properties map column without the entries named ``names`` (e.g. TAGS and KEYS,
+    which have columns of their own)."""
+    offsets = np.asarray(properties.offsets.to_numpy(), dtype=np.int64)
+    first, last = int(offsets[0]), int(offsets[-1])
+    keys, items = properties.keys, properties.items
+    if len(keys) != last - first:  # the whole child of a slice
+        keys, items = keys.slice(first, last - first), items.slice(first, last - first)
+    dropped = np.asarray(
+        pc.is_in(keys, value_set=pa.array(list(names), pa.string())).to_numpy(zero_copy_only=False),
+        dtype=bool,
+    )
+    if not dropped.any():
+        return properties
+    kept = np.flatnonzero(~dropped)
+    owners = np.repeat(np.arange(len(properties), dtype=np.int64), np.diff(offsets))
+    counts = np.bincount(owners[kept], minlength=len(properties)).astype(np.int64)
+    index = pa.array(kept)
+    return pa.MapArray.from_arrays(
+        pa.array(offsets_of(counts).astype(np.int32)),
+        keys.take(index),
+        items.take(index),
+        type=PROPERTIES_TYPE,
+    )
+
+
 # --------------------------------------------------------------------------- vectorised batches
 
 
@@ -270,9 +319,32 @@ def build_batch(
     keep = _keep_mask(parsed.topics, parsed.store_ms, record_filter)
     if keep is not None:
         parsed = parsed.take(np.flatnonzero(keep))
-        if len(parsed.positions) == 0:
-            return empty_batch()
+    if record_filter.sql is not None and len(parsed.positions):
+        parsed = parsed.take(np.flatnonzero(_sql_mask(data, parsed, record_filter.sql)))
+    if len(parsed.positions) == 0:
+        return empty_batch()
     return _vector_batch(data, parsed, file_start, store_dir)
+
+
+def _sql_mask(data: Bytes, records: _Records, sql: str) -> Any:
+    """Which records' properties pass the SQL92 filter ``sql``: each record's properties
+    decoded and tested, as the broker tests them (only reads with a filter pay for it)."""
+    test = compiled_sql(sql).matches
+    lengths = big_endian(data, records.properties_at, ">i2")
+    return np.fromiter(
+        (
+            test(decode_properties(data[at + 2 : at + 2 + length].tobytes()))
+            for at, length in zip(records.properties_at.tolist(), lengths.tolist(), strict=True)
+        ),
+        dtype=bool,
+        count=len(lengths),
+    )
+
+
+@functools.lru_cache(maxsize=16)
+def compiled_sql(sql: str) -> Sql92Filter:
+    """``sql`` compiled once per worker process (filters travel to executors as text)."""
+    return Sql92Filter(sql)
 
 
 @dataclass(frozen=True, slots=True)

@@ -94,6 +94,9 @@ class SubscriptionGroupConfig:
     # whether a POP group delivers each queue in order.
     consume_mode: str = ""
     fifo: bool = False
+    # Our extension: the group's SQL92 filter per topic (RocketMQ keeps a group's SQL92
+    # subscriptions in consumerFilter.json), for pulls and receives that name none.
+    filters: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.consume_mode not in CONSUME_MODES:
@@ -157,9 +160,19 @@ def _coerce(value: object, default: object, what: str) -> object:
         return _as_bool(value, what)
     if isinstance(default, int):
         return as_int(value, what)
+    if isinstance(default, Mapping):
+        return _as_text_map(value, what)
     if isinstance(value, str):
         return value
     raise ValueError(f"{what}: expected a string, got {value!r}")
+
+
+def _as_text_map(value: object, what: str) -> dict[str, str]:
+    if isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        return dict(value)
+    raise ValueError(f"{what}: expected an object of strings, got {value!r}")
 
 
 def _as_bool(value: object, what: str) -> bool:

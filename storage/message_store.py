@@ -40,9 +40,9 @@ from storage.errors import (
 from storage.flush_service import DiskWatchService
 from storage.index_service import IndexService, load_index
 from storage.keyed_records import KeyedRecords
-from storage.queue_reader import PropertyTest, QueueReader, next_offset_correction
+from storage.queue_reader import PropertyTest, QueueReader, RecordRange
 from storage.record.encode import EncodedBatch, EncodedMessage, check_batch
-from storage.record.message import Appended, GetMessageStatus, Message, StoredMessage
+from storage.record.message import Appended, Message, StoredMessage
 from storage.record.msg_id import msg_id_prefix
 from storage.record.properties import PROPERTY_DELAY
 from storage.record.uniform_batch import UniformBatch, uniform_batch
@@ -459,26 +459,48 @@ class MessageStore:
         on_slave: bool = False,
         property_filter: PropertyTest | None = None,
     ) -> GetMessageResult:
-        """Read up to ``max_messages`` from ``offset`` of one queue (reference §10.3); the
-        first message always, even over the byte cap. ``views``: records come as views (what
-        a consumer is shown of each), in ``views``. ``on_slave``: read by a slave, which
-        answers an offset wrong for the queue with that offset as the next one
-        (:func:`~storage.queue_reader.next_offset_correction`). ``property_filter``: a test of
-        each record's properties (a SQL92 filter's ``matches``), after the tag filter; what
-        fails it is skipped and counted in the next offset. ``group`` is there for parity
-        with RocketMQ; reads do not depend on it.
-        """
+        """Read up to ``max_messages`` from ``offset`` of one queue (reference §10.3; the first
+        message always, even over the byte cap). ``views``: as views (what a consumer is shown
+        of each), in ``views``; ``on_slave``: read by a slave (an offset wrong for the queue
+        stays the next one: :func:`~storage.queue_reader.next_offset_correction`);
+        ``property_filter``: a test of each record's properties after the tag filter (a SQL92
+        filter's ``matches``), what fails it skipped and counted in the next offset. ``group``
+        is RocketMQ's parity: reads do not depend on it."""
         del group
-        if self._closed:
-            raise StoreClosedError("the store is closed")
-        queue = self.consume_queue_table.find(topic, queue_id)
-        if queue is None:
-            next_offset = next_offset_correction(offset, 0, on_slave)
-            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, next_offset, 0, 0)
+        queue = self._read_queue(topic, queue_id)
         codes = None if tag_filter is None else tag_filter.codes
         return self._reader.read(
             queue, offset, max_messages, max_bytes, codes, views, on_slave, property_filter
         )
+
+    def read_records(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_bytes: int,
+        tag_filter: TagFilter | None = None,
+        property_filter: PropertyTest | None = None,
+        *,
+        end_offset: int | None = None,
+        on_slave: bool = False,
+    ) -> RecordRange:
+        """The records of one queue from ``offset`` as the CommitLog stores them, up to
+        ``max_bytes`` (the first always) and before ``end_offset`` (None: the queue's end):
+        a scan's read, with :meth:`get_message`'s statuses and filters
+        (:meth:`~storage.queue_reader.QueueReader.read_records`)."""
+        queue = self._read_queue(topic, queue_id)
+        codes = None if tag_filter is None else tag_filter.codes
+        reader = self._reader
+        return reader.read_records(
+            queue, offset, max_bytes, codes, property_filter, end_offset, on_slave
+        )
+
+    def _read_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        """The queue a read asks for (None: no such queue); StoreClosedError once closed."""
+        if self._closed:
+            raise StoreClosedError("the store is closed")
+        return self.consume_queue_table.find(topic, queue_id)
 
     # ================================================================== lookups
 

@@ -8,6 +8,10 @@ files (:meth:`QueueReader.read_units`), capped like RocketMQ's ``isTheBatchFull`
 decoded, or as views (what a consumer is shown of each, read straight from the mapped file
 in the same pass: :func:`~storage.record.fields.message_view`).
 
+A range read (:meth:`QueueReader.read_records`) is the scan's form of the same read: the
+records as stored, one after another, up to a byte budget rather than the pull caps, across
+ConsumeQueue files, with the same statuses and filters.
+
 Where the offset is wrong for the queue, a master moves the consumer (``next_begin_offset``
 is where to go on); a slave leaves it where it asked (:func:`next_offset_correction`).
 """
@@ -36,6 +40,9 @@ PropertyTest = Callable[[Mapping[str, str]], bool]
 _UNITS_WINDOW: Final = 16_000
 """Bytes of ConsumeQueue units one read examines at most (800 units), however many it
 skips."""
+_RANGE_WINDOW: Final = 64_000
+"""Bytes of ConsumeQueue units a range read takes from its ConsumeQueue file at a time
+(3,200 units); it goes on until its byte budget is spent."""
 
 
 @dataclass(slots=True)  # not frozen: one per pull, cheaper to build (see StoredMessage)
@@ -61,6 +68,60 @@ class UnitsRead(Generic[T]):
     removed: bool
 
 
+@dataclass(frozen=True, slots=True)
+class RecordRange:
+    """What a range read found: the status (as a pull's), where the next read starts, the
+    queue's min and max offsets, and the records as the CommitLog stores them, one after
+    another (``count`` of them)."""
+
+    status: GetMessageStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    records: bytes = b""
+    count: int = 0
+
+
+@dataclass(slots=True)
+class _Run:
+    """CommitLog bytes [start, end) holding ``count`` records one after another."""
+
+    start: int = 0
+    end: int = 0
+    count: int = 0
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(slots=True)
+class _RangeCopy:
+    """The records a range read copied so far, and what it examined."""
+
+    out: bytearray
+    budget: int
+    count: int = 0
+    scanned: int = 0
+    removed: bool = False
+    full: bool = False
+
+    @property
+    def taken(self) -> int:
+        return len(self.out)
+
+    def take(self, run: _Run, buffer: mmap.mmap | bytes, file_start: int) -> _Run:
+        """Copy ``run`` out of ``buffer`` (a CommitLog file from ``file_start``); a new,
+        empty run to go on with."""
+        if run.count:
+            try:
+                self.out += buffer[run.start - file_start : run.end - file_start]
+                self.count += run.count
+            except ValueError:  # the file was unmapped by the cleaner: those are gone
+                self.removed = True
+        return _Run()
+
+
 class QueueReader:
     """Reads ConsumeQueues of one store through its CommitLog, within its pull caps."""
 
@@ -73,7 +134,7 @@ class QueueReader:
 
     def read(
         self,
-        queue: ConsumeQueue,
+        queue: ConsumeQueue | None,
         offset: int,
         max_messages: int,
         max_bytes: int | None,
@@ -85,7 +146,10 @@ class QueueReader:
         """Up to ``max_messages`` of ``queue`` from ``offset`` whose tags code is in
         ``codes`` (None: every message) and whose properties pass ``matches`` (None: all);
         ``views``: as views, in the result's ``views``; ``on_slave``: read by a slave (see
-        :func:`next_offset_correction`)."""
+        :func:`next_offset_correction`). No queue (None): NO_MATCHED_LOGIC_QUEUE."""
+        if queue is None:
+            missing = next_offset_correction(offset, 0, on_slave)
+            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, missing, 0, 0)
         min_offset, max_offset = queue.min_offset, queue.max_offset
         status, next_offset = position_status(offset, min_offset, max_offset, on_slave=on_slave)
         if status is not None:
@@ -118,6 +182,101 @@ class QueueReader:
                 read = self.read_units(units[0], limits, codes, decode_record, None, matches)
         status, next_offset = _read_status(read), offset + read.scanned
         return GetMessageResult(status, next_offset, min_offset, max_offset, read.found)
+
+    def read_records(
+        self,
+        queue: ConsumeQueue | None,
+        offset: int,
+        max_bytes: int,
+        codes: frozenset[int] | None,
+        matches: PropertyTest | None = None,
+        end_offset: int | None = None,
+        on_slave: bool = False,
+    ) -> RecordRange:
+        """The records of ``queue`` from ``offset`` as stored, up to ``max_bytes`` (the first
+        always), read before ``end_offset`` (None: the queue's end), filtered as
+        :meth:`read` filters; the statuses are :meth:`read`'s.
+
+        The units are read a window at a time, from one ConsumeQueue file and then the next;
+        records that lie one after another in a CommitLog file are copied in one piece.
+        """
+        if queue is None:
+            missing = next_offset_correction(offset, 0, on_slave)
+            return RecordRange(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, missing, 0, 0)
+        min_offset, max_offset = queue.min_offset, queue.max_offset
+        status, next_offset = position_status(offset, min_offset, max_offset, on_slave=on_slave)
+        if status is not None:
+            return RecordRange(status, next_offset, min_offset, max_offset)
+        stop = max_offset if end_offset is None else max(offset + 1, min(end_offset, max_offset))
+        copy = _RangeCopy(bytearray(), max(1, max_bytes))
+        current = offset
+        while current < stop and not copy.full:
+            found = queue.get_units(current, min(_RANGE_WINDOW, (stop - current) * CQ_UNIT_SIZE))
+            if found is None or not found[0]:
+                if current == offset:
+                    next_file = next_offset_correction(
+                        offset, queue.roll_next_file(offset), on_slave
+                    )
+                    return RecordRange(
+                        GetMessageStatus.OFFSET_FOUND_NULL, next_file, min_offset, max_offset
+                    )
+                break
+            before = copy.scanned
+            self.copy_records(found[0], copy, codes, matches)
+            current = offset + copy.scanned
+            if copy.scanned == before:
+                break
+        status = _range_status(copy)
+        return RecordRange(status, current, min_offset, max_offset, bytes(copy.out), copy.count)
+
+    def copy_records(
+        self,
+        units: bytes,
+        copy: _RangeCopy,
+        codes: frozenset[int] | None,
+        matches: PropertyTest | None,
+    ) -> None:
+        """Append the records of a run of units to ``copy`` until its budget is spent (the
+        first record always); the skipping rules are :meth:`read_units`'."""
+        find_file = self.commit_log.queue.find_by_offset
+        buffer: mmap.mmap | bytes = b""
+        file_start = readable_end = 0
+        run = _Run()  # records one after another in ``buffer``, not copied yet
+        for physical, size, code in CQ_UNIT_STRUCT.iter_unpack(units):
+            if size == PRE_BLANK_SIZE or (codes is not None and to_int32(code) not in codes):
+                copy.scanned += 1
+                continue
+            if (copy.count or run.count) and copy.taken + run.size + size > copy.budget:
+                copy.full = True
+                break
+            copy.scanned += 1
+            if physical < file_start or physical + size > readable_end:
+                run = copy.take(run, buffer, file_start)
+                mapped = find_file(physical)
+                if mapped is None or physical + size > mapped.file_from_offset + (
+                    mapped.read_position
+                ):
+                    copy.removed = True  # no longer in the CommitLog, or not readable
+                    readable_end = 0
+                    continue
+                buffer = mapped.buffer
+                file_start = mapped.file_from_offset
+                readable_end = file_start + mapped.read_position
+            if matches is not None:
+                try:
+                    if not matches(stored_properties(buffer, physical - file_start)):
+                        continue
+                except ValueError:  # the file was unmapped by the cleaner
+                    copy.removed = True
+                    readable_end = 0
+                    run = _Run()
+                    continue
+            if physical != run.end:
+                run = copy.take(run, buffer, file_start)
+                run.start = run.end = physical
+            run.end += size
+            run.count += 1
+        copy.take(run, buffer, file_start)
 
     def transfer_limits(self, max_messages: int, max_bytes: int | None) -> TransferLimits:
         """The caps of one pull: the caller's, within the store's in-memory and in-disk
@@ -251,6 +410,14 @@ def next_offset_correction(offset: int, corrected: int, on_slave: bool) -> int:
     (``offsetCheckInSlave`` off), which may only be behind its master and must not move a
     consumer back."""
     return offset if on_slave else corrected
+
+
+def _range_status(copy: _RangeCopy) -> GetMessageStatus:
+    if copy.count:
+        return GetMessageStatus.FOUND
+    if copy.removed:
+        return GetMessageStatus.MESSAGE_WAS_REMOVING
+    return GetMessageStatus.NO_MATCHED_MESSAGE
 
 
 def _read_status(read: UnitsRead[T]) -> GetMessageStatus:

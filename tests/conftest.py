@@ -41,6 +41,8 @@ SERIAL_MODULES = (
     "tests/app/test_cluster.py",
     "tests/app/test_cluster_exactly_once.py",
     "tests/app/test_cluster_failover.py",
+    "tests/app/test_cluster_partitions.py",
+    "tests/app/test_cluster_partitions_state.py",
     "tests/app/test_cluster_proxy.py",
     "tests/app/test_timer_failover.py",
     "tests/app/test_transactions_failover.py",
@@ -173,10 +175,12 @@ def start_server(store_dir: Path, *, ready: bool = True, **overrides: Any) -> Li
         target=server.run, kwargs={"sockets": [sock]}, name="spoolmq-server", daemon=True
     )
     thread.start()
-    url = f"http://127.0.0.1:{port}"
+    tls = settings.tls()
+    url = f"{'https' if tls is not None and tls.serves else 'http'}://127.0.0.1:{port}"
     live = LiveServer(settings, url, server, thread, app.state.broker)
     deadline = time.monotonic() + 60
-    with httpx.Client(base_url=url, timeout=5) as client:
+    verify = tls.client_context() if tls is not None else True
+    with httpx.Client(base_url=url, timeout=5, verify=verify) as client:
         while True:
             try:
                 status = client.get("/readyz").status_code

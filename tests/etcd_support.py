@@ -1,4 +1,6 @@
-"""A real etcd server (Debian's ``etcd-server``) for tests: one member on free loopback ports."""
+"""A real etcd server (Debian's ``etcd-server``) for tests: one member on free loopback ports,
+its client URL https with ``certificates`` (etcd's ``--cert-file``, ``--key-file`` and
+``--trusted-ca-file``)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import BinaryIO
 import httpx
 
 from tests.net import free_ports
+from tests.tls_support import Certificates
 
 ETCD_BINARY = shutil.which("etcd") or "/usr/bin/etcd"
 
@@ -25,10 +28,22 @@ class EtcdServer:
     client_port: int
     peer_port: int
     process: subprocess.Popen[bytes] | None = None
+    certificates: Certificates | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.client_port}"
+        scheme = "https" if self.certificates is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.client_port}"
+
+    def _tls_flags(self) -> list[str]:
+        certificates = self.certificates
+        if certificates is None:
+            return []
+        return [
+            f"--cert-file={certificates.cert}",
+            f"--key-file={certificates.key}",
+            f"--trusted-ca-file={certificates.ca}",
+        ]
 
     def start(self) -> EtcdServer:
         peer = f"http://127.0.0.1:{self.peer_port}"
@@ -36,9 +51,11 @@ class EtcdServer:
         with log_path.open("ab") as log:
             self.process = self._spawn(peer, log)
         deadline = time.monotonic() + 30
+        verify = self.certificates.client_context() if self.certificates else True
         while True:
             try:
-                if httpx.get(self.url + "/health", timeout=1).json().get("health") == "true":
+                health = httpx.get(self.url + "/health", timeout=1, verify=verify)
+                if health.json().get("health") == "true":
                     return self
             except (httpx.HTTPError, ValueError):
                 pass
@@ -59,6 +76,7 @@ class EtcdServer:
                 f"--initial-advertise-peer-urls={peer}",
                 f"--initial-cluster=spoolmq-test={peer}",
                 "--log-level=error",
+                *self._tls_flags(),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -76,6 +94,6 @@ class EtcdServer:
             self.process.wait(timeout=10)
 
 
-def start_etcd(tmp_dir: Path) -> EtcdServer:
+def start_etcd(tmp_dir: Path, certificates: Certificates | None = None) -> EtcdServer:
     client_port, peer_port = free_ports(2)
-    return EtcdServer(tmp_dir / "etcd", client_port, peer_port).start()
+    return EtcdServer(tmp_dir / "etcd", client_port, peer_port, certificates=certificates).start()

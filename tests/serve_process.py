@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -74,12 +75,15 @@ class ServeProcess:
         return httpx.Client(base_url=self.url, timeout=timeout)
 
 
-def wait_ready(url: str, alive: Callable[[], bool], timeout_s: float) -> bool:
-    """Whether the server at ``url`` answers ``/readyz`` before it dies or time runs out."""
+def wait_ready(
+    url: str, alive: Callable[[], bool], timeout_s: float, verify: ssl.SSLContext | bool = True
+) -> bool:
+    """Whether the server at ``url`` answers ``/readyz`` before it dies or time runs out
+    (``verify``: what an https server's certificate is checked with)."""
     deadline = time.monotonic() + timeout_s
     while alive() and time.monotonic() < deadline:
         try:
-            if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
+            if httpx.get(f"{url}/readyz", timeout=5, verify=verify).status_code == 200:
                 return True
         except httpx.TransportError:
             pass

@@ -23,8 +23,19 @@ from app.proxy.context import (
 from app.proxy.fanout import GroupAnswer, first_non_empty, share_out
 from app.proxy.forward import BrokerAnswer, broker_path, long_poll_timeout
 from app.proxy.merge import merged_pull
+from app.proxy.schemas import (
+    ClusterGroupPullResponse,
+    ClusterOffsetBatchIn,
+    ClusterOffsetCommitResponse,
+    ClusterQueueIdPath,
+    forwarded_body,
+    forwarded_query,
+)
 from app.responses import BytesResponse, OrjsonResponse
+from app.routes.params import GroupPath, TopicPath
+from app.schemas import GroupIn, GroupOut, OffsetCommitIn, OffsetCommitResponse
 from app.schemas.messages import GroupPullQuery
+from app.settings import MAX_PULL_MESSAGES, MAX_WAIT_MS
 from services.cluster import (
     ClusterLabels,
     NoMasterError,
@@ -39,13 +50,42 @@ from services.cluster import (
 
 log = logging.getLogger(__name__)
 
-router = APIRouter()
+router = APIRouter(tags=["groups"])
 
 
 # ================================================================ consumer groups
 
 
-@router.api_route("/v1/groups/{group}", methods=["PUT", "DELETE"])
+_GROUP_CONFIG: Final = (
+    "Every broker group with a master gets it (each keeps the group's own offsets)."
+)
+
+
+@router.put(
+    "/v1/groups/{group}",
+    operation_id="putGroup",
+    summary="Create or replace a consumer group config in every broker group",
+    description=_GROUP_CONFIG,
+    response_model=GroupOut,
+    responses={201: {"model": GroupOut, "description": "Created"}},
+    openapi_extra=forwarded_body(GroupIn),
+)
+async def put_group(group: GroupPath, request: Request) -> Response:
+    return await group_config(group, request)
+
+
+@router.delete(
+    "/v1/groups/{group}",
+    operation_id="deleteGroup",
+    summary="Delete a consumer group config and its offsets in every broker group",
+    description=_GROUP_CONFIG,
+    status_code=204,
+    response_class=Response,
+)
+async def delete_group(group: GroupPath, request: Request) -> Response:
+    return await group_config(group, request)
+
+
 async def group_config(group: str, request: Request) -> Response:
     """A consumer group's config goes to every master (each group keeps its own offsets)."""
     view = cluster_view(request)
@@ -67,8 +107,20 @@ async def group_config(group: str, request: Request) -> Response:
     return first.response()
 
 
-@router.get("/v1/groups/{group}/topics/{topic}/messages", operation_id="pullGroupMessages")
-async def pull_group(group: str, topic: str, request: Request) -> Response:
+@router.get(
+    "/v1/groups/{group}/topics/{topic}/messages",
+    operation_id="pullGroupMessages",
+    summary="Pull for a group from every broker group hosting the topic",
+    description=(
+        "Each hosting group pulls for its share of `max_messages`; when none has anything and "
+        "the pull long-polls, all long-poll at once and the first with messages answers. "
+        "Messages and queue positions carry cluster-wide queue ids and their `broker_group`; "
+        "commit `queues[].next_offset` to acknowledge."
+    ),
+    response_model=ClusterGroupPullResponse,
+    openapi_extra={"parameters": forwarded_query(GroupPullQuery)},
+)
+async def pull_group(group: GroupPath, topic: TopicPath, request: Request) -> Response:
     """Pull from every group hosting the topic at once, each for its share of
     ``max_messages`` (:mod:`app.proxy.fanout`); when none has anything and the pull
     long-polls, all long-poll at once and the first answer with messages is taken."""
@@ -91,7 +143,9 @@ async def pull_group(group: str, topic: str, request: Request) -> Response:
         )
         return answer
 
-    if budget < 1:  # the broker says what is wrong with it
+    if not (1 <= budget <= MAX_PULL_MESSAGES and 0 <= wait_ms <= MAX_WAIT_MS):
+        # out of the pull's bounds: the broker says what is wrong with it (shares of the
+        # budget, or waits of the proxy's own, could be within them)
         return (await ask(route.groups()[0], budget, wait_ms)).response()
 
     found = await share_out(budget_shares(request), "pull", group, route, budget, ask)
@@ -225,8 +279,16 @@ async def _commit_delivered(
         log.warning("group %s: committing pulled offsets answered %s", group, answer.status)
 
 
-@router.put("/v1/groups/{group}/topics/{topic}/queues/{queue_id}/offset")
-async def commit_offset(group: str, topic: str, queue_id: int, request: Request) -> Response:
+@router.put(
+    "/v1/groups/{group}/topics/{topic}/queues/{queue_id}/offset",
+    operation_id="commitOffset",
+    summary="Commit one cluster-wide queue's offset (the next offset to consume)",
+    response_model=OffsetCommitResponse,
+    openapi_extra=forwarded_body(OffsetCommitIn),
+)
+async def commit_offset(
+    group: GroupPath, topic: TopicPath, queue_id: ClusterQueueIdPath, request: Request
+) -> Response:
     view = cluster_view(request)
     route = topic_route(view, topic)
     queue = queue_route(route, queue_id)
@@ -243,8 +305,16 @@ async def commit_offset(group: str, topic: str, queue_id: int, request: Request)
     return answer.response()
 
 
-@router.post("/v1/groups/{group}/offsets")
-async def commit_offsets(group: str, request: Request) -> Response:
+@router.post(
+    "/v1/groups/{group}/offsets",
+    operation_id="commitOffsets",
+    summary="Commit several offsets, split into one batch per broker group",
+    description="Each group's batch is checked whole before it is stored; a batch refused "
+    "answers for all, and the batches of groups before it stay committed.",
+    response_model=ClusterOffsetCommitResponse,
+    openapi_extra=forwarded_body(ClusterOffsetBatchIn),
+)
+async def commit_offsets(group: GroupPath, request: Request) -> Response:
     """Split commits of cluster-wide queues into one batch per broker group."""
     body = json_body(await request.body())
     offsets = body.get("offsets")
@@ -256,6 +326,12 @@ async def commit_offsets(group: str, request: Request) -> Response:
         raise ApiError("VALIDATION_FAILED", "offsets is a non-empty list of objects")
     view = cluster_view(request)
     per_group = split_commits(offsets, view.topics)
+    unknown = sorted(set(per_group) - set(view.groups))
+    if unknown:
+        raise ApiError(
+            "QUEUE_NOT_FOUND",
+            f"no broker group of cluster {view.cluster!r} is named {', '.join(map(repr, unknown))}",
+        )
     for name, local in per_group.items():
         answer = await forwarder(request).call(
             master_of(view, name),

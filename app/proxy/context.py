@@ -13,6 +13,7 @@ from app.proxy.fanout import BudgetShares
 from app.proxy.forward import Forwarder
 from app.routes.direct import query_pairs
 from app.settings import MAX_REQUEST_BYTES
+from services import TlsConfig
 from services.cluster import ClusterView, RouteRegistry, SendPicker
 
 DEFAULT_MAX_MESSAGES = 32
@@ -30,6 +31,9 @@ class ProxyLimits:
     flush or a slave (5 s by default), so a broker that answers late is still heard."""
     connect_timeout_s: float = 2.0
     max_request_bytes: int = MAX_REQUEST_BYTES
+    tls: TlsConfig | None = None
+    """The proxy's certificate files: https for its clients (with a certificate), the CA
+    https brokers and etcd are checked against."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,7 @@
-"""Requests that go to several broker groups at once: lookups asked everywhere, a consumer's
-budget shared out among the groups hosting a topic, and long-polls raced.
+"""Requests that go to several broker groups: lookups asked everywhere, a consumer's budget
+shared out among the groups hosting a topic, a group pull's long-polls raced, and a POP
+receive's long-polls made in turn (a POP receive given up while its broker pops would hide
+what it popped: :func:`long_poll_in_turn`).
 
 A group pull or a POP receive through the proxy asks every broker group hosting the topic *at
 once*, each for a share of the consumer's ``max_messages``, so the answer costs one broker round
@@ -110,6 +112,51 @@ async def first_non_empty(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+LONG_POLL_TURN_MS = 250
+"""How long a long-polled POP receive waits on one broker group before it asks the next."""
+
+
+async def long_poll_in_turn(
+    groups: Sequence[str],
+    wait_ms: int,
+    ask: Callable[[str, int], Awaitable[BrokerAnswer]],
+    turn_ms: int = LONG_POLL_TURN_MS,
+) -> GroupAnswer | None:
+    """Long-poll ``groups`` one at a time (``ask(name, wait_ms)``), each for a turn of at most
+    ``turn_ms``, round and round until one answers with messages or ``wait_ms`` is over.
+
+    For a POP receive: a request is never given up while a broker may be popping for it, so
+    nothing is received that is not delivered (a race over every group at once would have to
+    drop its losers, and what a loser popped on its way out would stay invisible for nobody).
+    A message that arrives at a group not being asked waits for that group's turn at most
+    ``turn_ms`` times the other groups; one group alone is asked for the whole wait. A round
+    in which no group answered at all (each unreachable, or refusing) ends the poll.
+    """
+    if not groups:
+        return None
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_ms / 1000
+    turn = wait_ms if len(groups) == 1 else turn_ms
+    while True:
+        waited = False
+        for name in groups:
+            left = round((deadline - loop.time()) * 1000)
+            if left <= 0:
+                return None
+            try:
+                answer = await ask(name, min(turn, left))
+            except (ProxyError, NoMasterError):
+                continue
+            if not answer.ok:
+                continue
+            waited = True
+            found = group_answer(name, answer)
+            if found.count:
+                return found
+        if not waited:
+            return None
 
 
 PROBE_INTERVAL_S = 0.1

@@ -27,11 +27,14 @@ from app.errors import PROBLEM_MEDIA_TYPE, ApiError
 from app.labels import MESSAGE_COUNT_HEADER as MESSAGE_COUNT
 from app.proxy.upstream import Body, NotSentError, Origin, Upstream, UpstreamAnswer
 from app.responses import BytesResponse
+from app.schemas.messages import RECORDS_HEADERS
 from services.cluster import BrokerMember, ClusterLabels
 
 RETRY_AFTER_S = 1
 FORWARDED_HEADERS: Final = frozenset((b"content-type", b"authorization"))
-_KEPT_RESPONSE_HEADERS: Final = frozenset((b"retry-after", b"location", b"idempotent-replayed"))
+_KEPT_RESPONSE_HEADERS: Final = frozenset(
+    (b"retry-after", b"location", b"idempotent-replayed", b"spoolmq-epoch")
+) | frozenset(name.encode() for name in RECORDS_HEADERS)  # a range read's offsets
 MESSAGE_COUNT_HEADER: Final = MESSAGE_COUNT.encode()
 """How many messages a labelled group pull or POP receive holds (the broker says it, so the
 proxy need not read the answer to share a consumer's budget)."""
@@ -190,7 +193,10 @@ class Forwarder:
         known = self._origins.get(url)
         if known is None:
             split = urlsplit(url)
-            host, port = split.hostname or "127.0.0.1", split.port or 80
+            https = split.scheme == "https"
+            host, port = split.hostname or "127.0.0.1", split.port or (443 if https else 80)
+            if https:
+                self.upstream.use_tls(host, port)
             known = self._origins[url] = ((host, port), f"{host}:{port}".encode())
         return known
 

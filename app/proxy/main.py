@@ -1,8 +1,9 @@
 """The proxy's ASGI app: one route registry (kept fresh by an etcd watch), keep-alive
 connections to the brokers, and the proxy's endpoints inside the HTTP shell every spoolmq
-server has (request ids, the body cap, problem answers for unexpected errors) — and the server
-that serves it (:func:`proxy_server`), the busiest operations through its wire face
-(:mod:`app.routes.wire`): the same endpoints, below ASGI."""
+server has (request ids, the body cap, problem answers for unexpected errors), with its own
+OpenAPI document (:mod:`app.proxy.openapi`) and the broker's doc pages (:mod:`app.routes.docs`)
+— and the server that serves it (:func:`proxy_server`), the busiest operations through its wire
+face (:mod:`app.routes.wire`): the same endpoints, below ASGI."""
 
 from __future__ import annotations
 
@@ -14,12 +15,15 @@ from fastapi import FastAPI, Request
 from starlette.responses import Response
 
 from app.errors import install_error_handlers, problem_response
+from app.main import spoolmq_version
 from app.middleware import HttpShellMiddleware
 from app.proxy import consume, messages, pop, timers, topics, transactions
 from app.proxy.context import Proxy, ProxyLimits
 from app.proxy.fanout import BudgetShares
 from app.proxy.forward import Forwarder
+from app.proxy.openapi import DESCRIPTION, TAGS, proxy_openapi
 from app.proxy.upstream import Upstream
+from app.routes import docs
 from app.routes.direct import DirectOperations
 from app.routes.table import RouteTable, add_routes
 from app.routes.wire import EndpointFace
@@ -40,9 +44,9 @@ def create_proxy_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        etcd = EtcdClient(list(etcd_endpoints))
+        etcd = EtcdClient(list(etcd_endpoints), tls=limits.tls)
         registry = RouteRegistry(etcd, cluster)
-        upstream = Upstream(connect_timeout_s=limits.connect_timeout_s)
+        upstream = Upstream(connect_timeout_s=limits.connect_timeout_s, tls=limits.tls)
         app.state.proxy = Proxy(limits, registry, Forwarder(upstream), SendPicker(), BudgetShares())
         try:
             await registry.refresh()
@@ -58,6 +62,9 @@ def create_proxy_app(
 
     app = FastAPI(
         title="spoolmq proxy",
+        version=spoolmq_version(),
+        description=DESCRIPTION,
+        openapi_tags=TAGS,
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
@@ -69,17 +76,28 @@ def create_proxy_app(
     app.add_exception_handler(EtcdUnavailableError, _etcd_error)
     for module in (messages, consume, pop, topics, transactions, timers):
         add_routes(app, module.router)
+    add_routes(app, docs.router)
+    app.mount("/static", docs.static_files(), name="static")
+    app.openapi = lambda: proxy_openapi(app)  # type: ignore[method-assign]
     app.add_middleware(HttpShellMiddleware, max_request_bytes=limits.max_request_bytes)
     app.state.limits = limits
     return app
 
 
-def proxy_server(app: FastAPI, limits: ServerLimits | None = None) -> Server:
+def proxy_server(
+    app: FastAPI,
+    limits: ServerLimits | None = None,
+    headers: Sequence[tuple[bytes, bytes]] = (),
+) -> Server:
     """The server ``spoolmq proxy`` runs ``app`` (from :func:`create_proxy_app`) on: its
-    :data:`DIRECT_OPERATIONS` served by the wire face, every other request by the app."""
+    :data:`DIRECT_OPERATIONS` served by the wire face, every other request by the app; every
+    answer carries ``headers`` (the worker's, :mod:`app.proxy.workers`)."""
     proxy_limits: ProxyLimits = app.state.limits
     direct = DirectOperations(app, RouteTable(app.router.routes), DIRECT_OPERATIONS)
-    return Server(app, limits, face=EndpointFace(direct, proxy_limits.max_request_bytes))
+    face = EndpointFace(direct, proxy_limits.max_request_bytes)
+    tls = proxy_limits.tls
+    context = tls.server_context() if tls is not None and tls.serves else None
+    return Server(app, limits, face=face, headers=headers, ssl=context)
 
 
 async def _etcd_error(request: Request, exc: Exception) -> Response:

@@ -66,7 +66,13 @@ from services.cluster import (
 log = logging.getLogger(__name__)
 
 NOTHING_WRITTEN: Final = frozenset(
-    {"NOT_MASTER", "NO_MASTER", "BROKER_UNAVAILABLE", "KEY_INDEX_CATCHING_UP"}
+    {
+        "NOT_MASTER",
+        "NO_MASTER",
+        "BROKER_UNAVAILABLE",
+        "KEY_INDEX_CATCHING_UP",
+        "NOT_ENOUGH_IN_SYNC_REPLICAS",
+    }
 )
 """Codes with which a broker refuses a send before writing anything."""
 

@@ -12,13 +12,23 @@ from starlette.responses import Response
 
 from app.proxy.context import cluster_view, forwarder
 from app.proxy.forward import broker_path
+from app.proxy.schemas import ClusterTimerCancelOut
+from app.routes.params import TopicPath
+from app.routes.timers import TimerHandlePath
 from services.cluster import master_of, timer_group
 
-router = APIRouter()
+router = APIRouter(tags=["messages"])
 
 
-@router.delete("/v1/topics/{topic}/timers/{handle}")
-async def cancel_timer(topic: str, handle: str, request: Request) -> Response:
+@router.delete(
+    "/v1/topics/{topic}/timers/{handle}",
+    operation_id="cancelTimer",
+    summary="Cancel a timer message before it is delivered, at the group that holds it",
+    description="The handle names the broker group that stored the message; the cancel goes "
+    "to that group's master now.",
+    response_model=ClusterTimerCancelOut,
+)
+async def cancel_timer(topic: TopicPath, handle: TimerHandlePath, request: Request) -> Response:
     view = cluster_view(request)
     group = timer_group(view, topic, handle)
     answer = await forwarder(request).call(

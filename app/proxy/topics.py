@@ -5,14 +5,13 @@ currently follows)."""
 from __future__ import annotations
 
 import bisect
-from typing import Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from app.errors import ApiError
-from app.proxy.bodies import json_body
 from app.proxy.context import (
     cluster_view,
     forwarder,
@@ -20,8 +19,24 @@ from app.proxy.context import (
 )
 from app.proxy.fanout import each_group
 from app.proxy.forward import BrokerAnswer, ProxyError, broker_path
+from app.proxy.schemas import (
+    ClusterQueueIdPath,
+    ClusterTopicDetailOut,
+    ClusterTopicIn,
+    ClusterTopicRouteOut,
+    ProxyHealthOut,
+)
 from app.responses import OrjsonResponse
-from app.schemas.common import MAX_QUEUES
+from app.routes.params import (
+    AfterNameQuery,
+    PageLimitQuery,
+    TopicPath,
+    name_page_description,
+    next_after,
+)
+from app.schemas import TopicListResponse
+from app.schemas.common import MAX_QUEUES, TIMESTAMP_DESCRIPTION, TimestampMs
+from app.schemas.redelivery import QueueSeekOut
 from services.cluster import (
     BrokerMember,
     ClusterLabels,
@@ -42,25 +57,38 @@ router = APIRouter()
 # ================================================================ topics and routes
 
 
-@router.put("/v1/topics/{topic}")
-async def put_topic(topic: str, request: Request) -> Response:
+@router.put(
+    "/v1/topics/{topic}",
+    tags=["topics"],
+    operation_id="putTopic",
+    summary="Create a topic over broker groups, or answer the route it has",
+    description=(
+        "The queues are spread evenly over the hosting groups, the topic is created on each "
+        "group's master, and its route is stored in etcd. A topic keeps its route: asked "
+        "again with the same queue count it answers it (200); other groups or another count "
+        "is 409 ROUTE_CONFLICT (queues do not move between groups)."
+    ),
+    response_model=ClusterTopicRouteOut,
+    responses={201: {"model": ClusterTopicRouteOut, "description": "Created"}},
+)
+async def put_topic(topic: TopicPath, body: ClusterTopicIn, request: Request) -> Response:
     """Spread the topic's queues over groups, create it on each master, then store the route."""
-    body = json_body(await request.body())
     view = cluster_view(request)
-    named = body.pop("groups", None)
+    named = body.groups
     groups = _hosting_groups(view, named)
     if not groups:
         raise NoMasterError("no broker group has a master to host the topic")
-    count = body.get("write_queue_nums", 8)
+    count = body.write_queue_nums
     most = MAX_QUEUES * len(groups)
-    if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= most:
+    if not 1 <= count <= most:
         raise ApiError("VALIDATION_FAILED", f"write_queue_nums is an integer from 1 to {most}")
     route = _kept_route(view.topics.get(topic), spread_queues(topic, count, groups), named)
     masters = {g: master_of(view, g) for g in route.groups()}
+    config = body.model_dump(include={"perm", "order"}, exclude_unset=True)
     created = False
     for group, master in masters.items():
         local = len(route.queues_of(group))
-        local_body = {**body, "write_queue_nums": local, "read_queue_nums": local}
+        local_body = {**config, "write_queue_nums": local, "read_queue_nums": local}
         answer = await forwarder(request).call(
             master,
             "PUT",
@@ -95,12 +123,10 @@ def _kept_route(existing: TopicRoute | None, wanted: TopicRoute, named: Any) -> 
     )
 
 
-def _hosting_groups(view: ClusterView, given: Any) -> list[str]:
+def _hosting_groups(view: ClusterView, given: list[str] | None) -> list[str]:
     """The groups a new topic goes to: those named (each known), else every group with a master."""
     if given is None:
         return groups_with_master(view)
-    if not isinstance(given, list) or not given or not all(isinstance(g, str) for g in given):
-        raise ApiError("VALIDATION_FAILED", "groups is a non-empty list of broker group names")
     unknown = sorted(set(given) - set(view.groups))
     if unknown:
         if view.groups:
@@ -114,8 +140,14 @@ def _hosting_groups(view: ClusterView, given: Any) -> list[str]:
     return list(given)
 
 
-@router.get("/v1/topics/{topic}/route")
-async def get_route(topic: str, request: Request) -> Response:
+@router.get(
+    "/v1/topics/{topic}/route",
+    tags=["topics"],
+    operation_id="getTopicRoute",
+    summary="The topic's cluster-wide queues and the broker group hosting each",
+    response_model=ClusterTopicRouteOut,
+)
+async def get_route(topic: TopicPath, request: Request) -> Response:
     return OrjsonResponse(_route_out(topic_route(cluster_view(request), topic)))
 
 
@@ -132,12 +164,21 @@ def _route_out(route: TopicRoute) -> dict[str, Any]:
 # ================================================================ queues and offsets across groups
 
 
-@router.get("/v1/topics")
-async def list_topics(request: Request) -> Response:
+@router.get(
+    "/v1/topics",
+    tags=["topics"],
+    operation_id="listTopics",
+    summary="A page of the topics that have a route, by name",
+    description=name_page_description("topic")
+    + " Queue counts are across the cluster; a topic's config is its hosting groups'.",
+    response_model=TopicListResponse,
+)
+async def list_topics(
+    request: Request, limit: PageLimitQuery = 100, after: AfterNameQuery = None
+) -> Response:
     """A page of the topics that have a route, with their cluster-wide queue counts; paged
     as a broker's list is (``limit``, ``after``, ``total``, ``next_after``)."""
     view = cluster_view(request)
-    limit, after = _page_query(request)
     names = sorted(view.topics)
     start = 0 if after is None else bisect.bisect_right(names, after)
     page = names[start : start + limit]
@@ -161,16 +202,9 @@ async def list_topics(request: Request) -> Response:
             {**_TOPIC_DEFAULTS, **known, "topic": name}
             | {"read_queue_nums": count, "write_queue_nums": count}
         )
-    next_after = page[-1] if len(page) == limit else None
-    return OrjsonResponse({"topics": topics, "total": len(names), "next_after": next_after})
-
-
-def _page_query(request: Request) -> tuple[int, str | None]:
-    """``limit`` (1 to 1000, default 100) and ``after`` of a list request."""
-    raw_limit = request.query_params.get("limit", "100")
-    if not (raw_limit.isascii() and raw_limit.isdigit()) or not 1 <= int(raw_limit) <= _PAGE_MAX:
-        raise ApiError("VALIDATION_FAILED", f"limit is a whole number from 1 to {_PAGE_MAX}")
-    return int(raw_limit), request.query_params.get("after") or None
+    return OrjsonResponse(
+        {"topics": topics, "total": len(names), "next_after": next_after(page, limit)}
+    )
 
 
 async def _topic_details(
@@ -198,8 +232,14 @@ _PAGE_MAX = 1000
 _TOPIC_DEFAULTS: dict[str, Any] = {"order": False, "system": False}
 
 
-@router.get("/v1/topics/{topic}")
-async def get_topic(topic: str, request: Request) -> Response:
+@router.get(
+    "/v1/topics/{topic}",
+    tags=["topics"],
+    operation_id="getTopic",
+    summary="A topic with every queue's offsets, from each hosting broker group",
+    response_model=ClusterTopicDetailOut,
+)
+async def get_topic(topic: TopicPath, request: Request) -> Response:
     """The topic with every queue's offsets, from each hosting group (a slave when its
     master does not answer); queue ids are cluster-wide and name their ``broker_group``."""
     view = cluster_view(request)
@@ -229,9 +269,25 @@ async def get_topic(topic: str, request: Request) -> Response:
     return OrjsonResponse(merged)
 
 
-@router.get("/v1/topics/{topic}/queues/{queue_id}/offset")
-async def offset_by_time(topic: str, queue_id: int, request: Request) -> Response:
-    """The queue's offset for a store time, from its group."""
+@router.get(
+    "/v1/topics/{topic}/queues/{queue_id}/offset",
+    tags=["topics"],
+    operation_id="getOffsetByTime",
+    summary="The offset of a cluster-wide queue for a time (RocketMQ's searchOffset)",
+    response_model=QueueSeekOut,
+)
+async def offset_by_time(
+    topic: TopicPath,
+    queue_id: ClusterQueueIdPath,
+    request: Request,
+    timestamp: Annotated[TimestampMs, Query(description=TIMESTAMP_DESCRIPTION)],
+    boundary: Annotated[
+        Literal["closest", "lower"],
+        Query(description="`closest` (RocketMQ's searchOffset) or `lower` (first at or after)."),
+    ] = "closest",
+) -> Response:
+    """The queue's offset for a store time, from its group (``timestamp`` and ``boundary``,
+    checked here, go to it with the query string as it came)."""
     view = cluster_view(request)
     queue = queue_route(topic_route(view, topic), queue_id)
     path = broker_path("v1", "topics", topic, "queues", queue.local_queue_id, "offset")
@@ -261,7 +317,13 @@ async def _read(
 # ================================================================ the proxy itself
 
 
-@router.get("/healthz")
+@router.get(
+    "/healthz",
+    tags=["health"],
+    operation_id="healthz",
+    summary="Liveness, and the route table the proxy follows",
+    response_model=ProxyHealthOut,
+)
 async def healthz(request: Request) -> Response:
     view = cluster_view(request)
     masters: dict[str, BrokerMember | None] = {g: r.master for g, r in view.groups.items()}

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
-from app.proxy.bodies import json_body
 from app.proxy.context import cluster_view, forwarder, send_picker
 from app.proxy.forward import (
     BrokerAnswer,
@@ -29,7 +28,22 @@ from app.proxy.forward import (
     broker_path,
     long_poll_timeout,
 )
+from app.proxy.schemas import (
+    ClusterCheckPollOut,
+    ClusterEndOut,
+    ClusterTransactionListOut,
+    ClusterTransactionOut,
+    ProxyTransactionIdPath,
+    forwarded_body,
+)
 from app.responses import OrjsonResponse
+from app.routes.params import ProducerGroupPath, TopicPath
+from app.schemas.transactions import (
+    CheckPollIn,
+    EndIn,
+    ProducerGroup,
+    TransactionSendIn,
+)
 from services.cluster import (
     ClusterLabels,
     ClusterView,
@@ -42,16 +56,29 @@ from services.cluster import (
     topic_route,
 )
 
-router = APIRouter()
+router = APIRouter(tags=["transactions"])
 
 
-@router.post("/v1/topics/{topic}/transactions")
-async def send_half(topic: str, request: Request) -> Response:
-    body = json_body(await request.body())
-    message = body.get("message")
-    message = message if isinstance(message, dict) else {}
-    # A queue id or sharding key of the wrong type is refused as a send's is (422), not
-    # replaced by the local queue id below (the half would be stored where nobody asked).
+@router.post(
+    "/v1/topics/{topic}/transactions",
+    operation_id="sendHalfMessage",
+    summary="Send a half message to the master of the queue's group",
+    description=(
+        "RocketMQ's transactional send, through the proxy: the answered `transaction_id` "
+        "names the broker group that holds the half message, so its end reaches that group "
+        "through any proxy. Tried once: when the broker's answer is lost the send may or may "
+        "not have been stored, 504 OUTCOME_UNKNOWN (if it was, its check-back asks the "
+        "producer group)."
+    ),
+    status_code=201,
+    response_model=ClusterTransactionOut,
+)
+async def send_half(topic: TopicPath, half: TransactionSendIn, request: Request) -> Response:
+    """The half goes to the master of the group of the queue it is placed in, with that
+    group's local queue id (the body checked here as the broker checks it: the proxy puts
+    its own queue id in)."""
+    body = half.model_dump(exclude_unset=True)
+    message = body["message"]
     queue_id, sharding_key = batch_queue_id(message), batch_sharding_key(message)
     view = cluster_view(request)
     route = topic_route(view, topic)
@@ -73,19 +100,51 @@ async def send_half(topic: str, request: Request) -> Response:
     return _in_cluster_terms(answer, view, queue.group)
 
 
-@router.get("/v1/transactions/{transaction_id}")
-async def get_transaction(transaction_id: str, request: Request) -> Response:
+@router.get(
+    "/v1/transactions/{transaction_id}",
+    operation_id="getTransaction",
+    summary="A transaction's state, checks and half message, from the group holding it",
+    response_model=ClusterTransactionOut,
+)
+async def get_transaction(transaction_id: ProxyTransactionIdPath, request: Request) -> Response:
     return await _to_holder(request, transaction_id, "GET", "")
 
 
-@router.post("/v1/transactions/{transaction_id}/{action}")
-async def end_transaction(transaction_id: str, action: str, request: Request) -> Response:
-    """commit, rollback or unknown, at the group holding the half message."""
-    return await _to_holder(request, transaction_id, "POST", action)
+def _end_route(action: str, operation_id: str, summary: str, status_code: int = 200) -> None:
+    """``POST /v1/transactions/{transaction_id}/{action}``, at the group holding the half
+    message."""
+
+    async def end_transaction(transaction_id: ProxyTransactionIdPath, request: Request) -> Response:
+        return await _to_holder(request, transaction_id, "POST", action)
+
+    end_transaction.__name__ = f"{action}_transaction"
+    router.post(
+        f"/v1/transactions/{{transaction_id}}/{action}",
+        operation_id=operation_id,
+        summary=summary,
+        status_code=status_code,
+        response_model=ClusterEndOut if status_code == 200 else None,
+        openapi_extra=forwarded_body(EndIn),
+    )(end_transaction)
 
 
-@router.get("/v1/transactions")
-async def list_transactions(request: Request) -> Response:
+_end_route("commit", "commitTransaction", "Commit: the message becomes visible, exactly once")
+_end_route("rollback", "rollbackTransaction", "Roll back: the message is never delivered")
+_end_route("unknown", "answerTransactionUnknown", "Answer a check with UNKNOWN", 204)
+
+
+@router.get(
+    "/v1/transactions",
+    operation_id="listTransactions",
+    summary="Every broker group's transactions waiting for an end, oldest first",
+    response_model=ClusterTransactionListOut,
+)
+async def list_transactions(
+    request: Request,
+    producer_group: Annotated[ProducerGroup | None, Query(description="Only this group's.")] = None,
+) -> Response:
+    """Every group's list, merged (``producer_group``, checked here, goes to each with the
+    query string as it came)."""
     view = cluster_view(request)
     groups = sorted(view.groups)
     answers = await asyncio.gather(
@@ -110,10 +169,21 @@ async def list_transactions(request: Request) -> Response:
     return OrjsonResponse({"transactions": found})
 
 
-@router.post("/v1/producer-groups/{group}/transaction-checks")
-async def poll_checks(group: str, request: Request) -> Response:
-    body = json_body(await request.body())
-    wait_ms = body.get("wait_ms", 0)
+@router.post(
+    "/v1/producer-groups/{group}/transaction-checks",
+    operation_id="pollTransactionChecks",
+    summary="Long-poll the checks of a producer group from every broker group",
+    description=(
+        "Every group is asked at once without waiting, then, when none has a check and the "
+        "poll waits, all long-poll at once and the first answer with checks wins. A check "
+        "a cancelled poll had leased is offered again when its lease ends (`lease_ms`)."
+    ),
+    response_model=ClusterCheckPollOut,
+)
+async def poll_checks(group: ProducerGroupPath, poll: CheckPollIn, request: Request) -> Response:
+    """The body checked here as the broker checks it: the proxy asks with its own waits."""
+    body = poll.model_dump(exclude_unset=True)
+    wait_ms = poll.wait_ms
     view = cluster_view(request)
     names = sorted(view.groups)
 
@@ -135,7 +205,7 @@ async def poll_checks(group: str, request: Request) -> Response:
     if refused is not None:  # the broker says what is wrong with the request
         return refused.response()
     checks = _checks(view, zip(names, answers, strict=True))
-    if not checks and isinstance(wait_ms, int) and wait_ms > 0:
+    if not checks and wait_ms > 0:
         checks = await _first_with_checks(view, names, lambda name: ask(name, wait_ms))
     return OrjsonResponse({"producer_group": group, "checks": checks})
 

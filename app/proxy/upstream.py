@@ -9,6 +9,9 @@ aiohttp is faster but a dozen packages. A connection here is a protocol object w
 one future per exchange and one write per request (head and body together, TCP_NODELAY), taken
 from a per-broker stack of idle connections.
 
+A broker whose URL is https (:meth:`Upstream.use_tls`) is reached over TLS, its certificate
+checked against the proxy's ``--tls-ca`` (the system's CAs without one).
+
 Errors say how far a request got, which decides whether it may be sent elsewhere:
 
     UpstreamError
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -27,6 +31,8 @@ from dataclasses import dataclass
 from typing import Final, cast
 
 import httptools
+
+from services import TlsConfig
 
 Origin = tuple[str, int]
 Body = bytes | tuple[bytes | memoryview, ...]
@@ -259,11 +265,33 @@ def _expire(turn: asyncio.Future[None]) -> None:
 class Upstream:
     """Keep-alive connections to every broker, reused most-recent first."""
 
-    def __init__(self, connect_timeout_s: float = 2.0, max_per_origin: int = 1024) -> None:
+    def __init__(
+        self,
+        connect_timeout_s: float = 2.0,
+        max_per_origin: int = 1024,
+        tls: TlsConfig | None = None,
+    ) -> None:
         self.connect_timeout_s = connect_timeout_s
         self.max_per_origin = max_per_origin
+        self.tls = tls
         self._idle: dict[Origin, list[Connection]] = {}
         self._slots: dict[Origin, _Slots] = {}
+        self._tls_origins: set[Origin] = set()
+        self._tls_context: ssl.SSLContext | None = None
+
+    def use_tls(self, host: str, port: int) -> None:
+        """Reach the broker at ``host``:``port`` over TLS (its URL is https)."""
+        self._tls_origins.add((host, port))
+
+    def _context_for(self, origin: Origin) -> ssl.SSLContext | None:
+        if origin not in self._tls_origins:
+            return None
+        if self._tls_context is None:
+            tls = self.tls
+            self._tls_context = (
+                tls.client_context() if tls is not None else ssl.create_default_context()
+            )
+        return self._tls_context
 
     async def request(
         self,
@@ -308,9 +336,15 @@ class Upstream:
 
     async def _connect(self, origin: Origin) -> Connection:
         loop = asyncio.get_running_loop()
+        context = self._context_for(origin)
         try:
             _, connection = await asyncio.wait_for(
-                loop.create_connection(lambda: Connection(origin, loop), *origin),
+                loop.create_connection(
+                    lambda: Connection(origin, loop),
+                    *origin,
+                    ssl=context,
+                    server_hostname=origin[0] if context else None,
+                ),
                 self.connect_timeout_s,
             )
         except TimeoutError:

@@ -101,6 +101,7 @@ async def put_group(
         consume_from=consume_from,
         consume_mode=body.consume_mode or "",
         fifo=body.fifo,
+        filters=body.filters,
     )
     if await broker.groups.put(config):
         response.status_code = 201

@@ -55,10 +55,20 @@ REPLAYED_RESPONSE_HEADER: Final[dict[str, Any]] = {
 }
 
 
-SEND_RESPONSES: Final[dict[int | str, dict[str, Any]]] = {
-    201: {"headers": REPLAYED_RESPONSE_HEADER}
+EPOCH_RESPONSE_HEADER: Final[dict[str, Any]] = {
+    "Spoolmq-Epoch": {
+        "description": (
+            "The epoch of the master that stored the messages (an elected master's term in "
+            "its broker group; see GET /v1/replication)."
+        ),
+        "schema": {"type": "string", "pattern": "^[0-9]+$"},
+    }
 }
-"""A send's documented answer: the 201's Idempotent-Replayed header."""
+
+SEND_RESPONSES: Final[dict[int | str, dict[str, Any]]] = {
+    201: {"headers": {**REPLAYED_RESPONSE_HEADER, **EPOCH_RESPONSE_HEADER}}
+}
+"""A send's documented answer: the 201's Idempotent-Replayed and Spoolmq-Epoch headers."""
 
 
 def idempotency_key(request: Request) -> str | None:

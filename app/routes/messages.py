@@ -1,4 +1,5 @@
-"""Messages: send (JSON or raw body), pull from one queue, look one up by id."""
+"""Messages: send (JSON or raw body), pull from one queue, read a range of its records, look
+one up by id."""
 
 from __future__ import annotations
 
@@ -32,6 +33,12 @@ from app.schemas import (
     pull_out,
     send_response_out,
     sent_json,
+)
+from app.schemas.messages import (
+    RECORDS_MEDIA_TYPE,
+    RECORDS_RESPONSES,
+    RecordsQuery,
+    records_headers,
 )
 from app.schemas.send import json_send, raw_send
 from app.settings import MAX_REQUEST_BYTES
@@ -111,13 +118,15 @@ async def send_messages(
         born_host=born_host(request),
         idempotency_key=key,
     )
-    return send_answer(sent, labels)
+    return send_answer(sent, labels, broker.replica.epoch)
 
 
-def send_answer(sent: Sent, labels: ClusterLabels | None) -> Response:
-    """201 and the receipts (labelled for the cluster where a proxy asks); a replay of a
-    keyed send says so in a header."""
-    headers = REPLAYED_HEADERS if sent.replayed else None
+def send_answer(sent: Sent, labels: ClusterLabels | None, epoch: int) -> Response:
+    """201 and the receipts (labelled for the cluster where a proxy asks); the master's
+    ``epoch`` in a header, and a replay of a keyed send says so in another."""
+    headers = {"Spoolmq-Epoch": str(epoch)}
+    if sent.replayed:
+        headers.update(REPLAYED_HEADERS)
     if sent.listed is None and len(sent) > 1:
         content = sent_json(sent, labels)  # the usual batch: from the put's columns
         if content is not None:
@@ -158,13 +167,48 @@ async def pull_messages(
     return OrjsonResponse(out)
 
 
+@router.get(
+    "/v1/topics/{topic}/queues/{queue_id}/records",
+    operation_id="readQueueRecords",
+    summary="Read a range of one queue's records as the CommitLog stores them",
+    description="A scan's read (Kafka's fetch): the queue's records from `offset` on, in "
+    "RocketMQ's record layout, up to `max_bytes` rather than a pull's 32 messages, with the "
+    "next offset and the queue's min and max offsets in headers. The rules are a pull's: the "
+    "topic must be readable, the tag and SQL92 filters apply (what fails them is skipped and "
+    "counted in the next offset), timer and transaction system copies are never in a topic's "
+    "queue, and an offset retention removed answers `OFFSET_TOO_SMALL` (an empty body). No "
+    "long poll: `OFFSET_OVERFLOW_ONE` says there is nothing yet.",
+    response_class=Response,
+    responses=RECORDS_RESPONSES,
+)
+async def read_queue_records(
+    topic: TopicPath,
+    queue_id: QueueIdPath,
+    query: Annotated[RecordsQuery, Query()],
+    broker: BrokerDep,
+) -> Response:
+    read = broker.pull.read_records(
+        topic,
+        queue_id,
+        query.offset,
+        query.max_bytes,
+        tags=query.tags,
+        sql=query.filter,
+        end_offset=query.end_offset,
+    )
+    headers = records_headers(
+        read.status.value, read.next_offset, read.min_offset, read.max_offset, read.count
+    )
+    return BytesResponse(read.records, 200, headers, RECORDS_MEDIA_TYPE)
+
+
 def long_poll(
     query: PullLimits, request: Request
 ) -> tuple[PullOptions, Callable[[], Awaitable[None]] | None]:
     """What a pull's query asks for (the limits every pull shares), and what ends its long
     poll early when the client goes away (nothing to watch without a wait)."""
     wait_ms = query.wait_ms
-    options = PullOptions(query.max_messages, query.max_bytes, query.tags, wait_ms)
+    options = PullOptions(query.max_messages, query.max_bytes, query.tags, wait_ms, query.filter)
     return options, disconnect_watch(request) if wait_ms else None
 
 

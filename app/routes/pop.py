@@ -57,6 +57,7 @@ async def receive_messages(
         invisible_ms=body.invisible_ms,
         tags=body.tags,
         max_bytes=settings.max_pull_bytes,
+        sql=body.filter,
     )
     labels = requested(request, topic)
     received = await broker.pop.receive(

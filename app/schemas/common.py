@@ -28,6 +28,7 @@ from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict
 
 from services import (
+    MAX_FILTER_CHARS,
     MAX_GROUP_LENGTH,
     MAX_TOPIC_LENGTH,
     TOPIC_NAME_PATTERN,
@@ -172,6 +173,22 @@ Tag = Annotated[
     WithJsonSchema(text_schema(255, "^(?:\\|?[^|\\u0001\\u0002])*\\|?$", description=TAG_RULES)),
 ]
 """A message's tag (checked by the send service; the schema documents the rule)."""
+FILTER_RULES: Final = (
+    "A SQL92 filter on the messages' properties (TAGS and KEYS included), in RocketMQ's "
+    "grammar: `=`, `<>`, `<`, `<=`, `>`, `>=`, `[NOT] BETWEEN`, `[NOT] IN ('a', 'b')`, "
+    "`IS [NOT] NULL`, `[NOT] CONTAINS`, `[NOT] STARTSWITH`, `[NOT] ENDSWITH`, `AND`, `OR`, "
+    "`NOT`, strings in single quotes. A property's text is converted to the type of the "
+    "number or boolean it is compared with (a value that does not convert, or a missing "
+    "property, does not match). Example: `region = 'eu' AND amount > 100`. Messages that do "
+    "not match are skipped and the offsets move past them; retries are filtered too. One that "
+    "does not parse is `400 INVALID_FILTER`, naming where."
+)
+SqlFilter = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_FILTER_CHARS, strip_whitespace=False)
+]
+"""A SQL92 filter's text (parsed by the services: a bad one is INVALID_FILTER)."""
+FilterType = Literal["sql92"]
+"""The languages of ``filter``: RocketMQ's SQL92 (tags have their own parameter)."""
 PropertyValue = Annotated[
     str,
     StringConstraints(min_length=1, max_length=16_384),

@@ -2,19 +2,49 @@
 
 from __future__ import annotations
 
-from typing import Literal, Self
+from typing import Annotated, Literal, Self
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, WithJsonSchema, model_validator
 
 from app.schemas.common import (
+    FILTER_RULES,
     MAX_QUEUES,
+    TOPIC_MAX_LENGTH,
+    TOPIC_PATTERN,
     JsonInt,
     PageBody,
     RequestBody,
     ResponseBody,
+    SqlFilter,
     TimestampMs,
+    TopicName,
 )
-from services import SubscriptionGroupConfig
+from services import MAX_FILTER_CHARS, SubscriptionGroupConfig
+
+MAX_GROUP_FILTERS = 64
+"""The most topics a group's subscription names."""
+
+GroupFilters = Annotated[
+    dict[TopicName, SqlFilter],
+    WithJsonSchema(
+        {
+            "type": "object",
+            "maxProperties": MAX_GROUP_FILTERS,
+            "propertyNames": {
+                "type": "string",
+                "pattern": TOPIC_PATTERN,
+                "minLength": 1,
+                "maxLength": TOPIC_MAX_LENGTH,
+            },
+            "additionalProperties": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_FILTER_CHARS,
+            },
+        }
+    ),
+]
+"""A SQL92 filter per topic (the keys' rule in ``propertyNames``, every value a filter)."""
 
 
 class GroupIn(RequestBody):
@@ -64,6 +94,12 @@ class GroupIn(RequestBody):
         default=False,
         description="POP only: deliver each queue in order, one holder at a time.",
     )
+    filters: GroupFilters = Field(
+        default_factory=dict,
+        max_length=MAX_GROUP_FILTERS,
+        description="The group's subscription: a SQL92 filter per topic, applied to its "
+        "pulls and receives of that topic that name no `filter` of their own. " + FILTER_RULES,
+    )
 
     @model_validator(mode="after")
     def _timestamp_with_timestamp(self) -> Self:
@@ -83,6 +119,9 @@ class GroupOut(ResponseBody):
     retry_max_times: int
     consume_mode: Literal["offsets", "pop"] | None = None
     fifo: bool = False
+    filters: dict[str, str] = Field(
+        default_factory=dict, description="The group's SQL92 filter per topic."
+    )
 
 
 class GroupListResponse(PageBody):
@@ -105,6 +144,7 @@ def group_out(config: SubscriptionGroupConfig) -> GroupOut:
         retry_max_times=config.retry_max_times,
         consume_mode=_consume_mode(config.consume_mode),
         fifo=config.fifo,
+        filters=dict(config.filters),
     )
 
 

@@ -13,12 +13,15 @@ from typing import Final, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.schemas.common import (
+    FILTER_RULES,
     INT64_MAX,
+    FilterType,
     GroupName,
     ParamInt,
     PullStatus,
     ResponseBody,
     ShortText,
+    SqlFilter,
     TimestampMs,
 )
 from app.settings import MAX_PULL_MESSAGES, MAX_WAIT_MS
@@ -56,6 +59,10 @@ class PullLimits(BaseModel):
         min_length=1,
         max_length=1024,
         description="Tag filter: `*` or `TagA||TagB`.",
+    )
+    filter: SqlFilter | None = Field(default=None, description=FILTER_RULES)
+    filter_type: FilterType = Field(
+        default="sql92", description="The language of `filter`: `sql92` (RocketMQ's)."
     )
     wait_ms: ParamInt = Field(
         default=0,
@@ -98,6 +105,118 @@ class GroupPullQuery(PullLimits):
     auto_commit: bool = Field(
         default=False, description="Commit the returned positions at once (at-most-once)."
     )
+
+
+# ==================================================================== a range of records
+
+
+RECORDS_MEDIA_TYPE: Final = "application/vnd.spoolmq.commitlog-records"
+"""A range read's answer: CommitLog records as the store keeps them, one after another."""
+DEFAULT_RECORDS_BYTES: Final = 4 * 1024 * 1024
+"""A range read's byte budget unless it names one."""
+MAX_RECORDS_BYTES: Final = 16 * 1024 * 1024
+"""The largest byte budget a range read may ask for."""
+RECORDS_STATUS_HEADER: Final = "spoolmq-status"
+RECORDS_NEXT_OFFSET_HEADER: Final = "spoolmq-next-offset"
+RECORDS_MIN_OFFSET_HEADER: Final = "spoolmq-min-offset"
+RECORDS_MAX_OFFSET_HEADER: Final = "spoolmq-max-offset"
+RECORDS_COUNT_HEADER: Final = "spoolmq-record-count"
+RECORDS_HEADERS: Final = (
+    RECORDS_STATUS_HEADER,
+    RECORDS_NEXT_OFFSET_HEADER,
+    RECORDS_MIN_OFFSET_HEADER,
+    RECORDS_MAX_OFFSET_HEADER,
+    RECORDS_COUNT_HEADER,
+)
+"""The headers of a range read's answer (a proxy passes them on)."""
+RECORDS_LAYOUT: Final = (
+    "The body is the queue's CommitLog records from `offset` on, as the broker stores them and "
+    "one after another: RocketMQ's record layout (TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG, "
+    "QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, BORNTIMESTAMP, BORNHOST, STORETIMESTAMP, STOREHOST, "
+    "RECONSUMETIMES, PREPAREDTRANSACTIONOFFSET, BODY, TOPIC, PROPERTIES; big-endian; format v1 "
+    "or v2, IPv4 or IPv6 hosts as SYSFLAG says), each starting with its TOTALSIZE. QUEUEID is "
+    "the broker's own queue id. Properties may hold the broker's bookkeeping, which readers do "
+    "not show. An empty body with a status other than FOUND says why nothing came."
+)
+
+
+class RecordsQuery(BaseModel):
+    """Query parameters of a range read of one queue."""
+
+    offset: ParamInt | None = Field(
+        default=None,
+        ge=0,
+        le=INT64_MAX,
+        description="Queue offset to read from; default: the queue's min offset.",
+    )
+    end_offset: ParamInt | None = Field(
+        default=None,
+        ge=1,
+        le=INT64_MAX,
+        description="Read no offset at or past this one (a range's end); default: the queue's "
+        "max offset.",
+    )
+    max_bytes: ParamInt = Field(
+        default=DEFAULT_RECORDS_BYTES,
+        ge=1,
+        le=MAX_RECORDS_BYTES,
+        description="Byte budget of the records (the first one is returned even when "
+        f"larger); at most {MAX_RECORDS_BYTES}.",
+    )
+    tags: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1024,
+        description="Tag filter: `*` or `TagA||TagB`.",
+    )
+    filter: SqlFilter | None = Field(default=None, description=FILTER_RULES)
+    filter_type: FilterType = Field(
+        default="sql92", description="The language of `filter`: `sql92` (RocketMQ's)."
+    )
+
+
+def _records_header(description: str, schema: dict[str, object]) -> dict[str, object]:
+    return {"description": description, "schema": schema}
+
+
+RECORDS_RESPONSES: Final[dict[int | str, dict[str, object]]] = {
+    200: {
+        "description": RECORDS_LAYOUT,
+        "content": {RECORDS_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}},
+        "headers": {
+            RECORDS_STATUS_HEADER: _records_header(
+                "RocketMQ's GetMessageStatus name, as a pull answers it.",
+                {"type": "string", "enum": list(PullStatus.__args__)},  # type: ignore[attr-defined]
+            ),
+            RECORDS_NEXT_OFFSET_HEADER: _records_header(
+                "Where the next read should start.", {"type": "integer", "minimum": 0}
+            ),
+            RECORDS_MIN_OFFSET_HEADER: _records_header(
+                "The queue's min offset.", {"type": "integer", "minimum": 0}
+            ),
+            RECORDS_MAX_OFFSET_HEADER: _records_header(
+                "The queue's max offset.", {"type": "integer", "minimum": 0}
+            ),
+            RECORDS_COUNT_HEADER: _records_header(
+                "How many records the body holds.", {"type": "integer", "minimum": 0}
+            ),
+        },
+    }
+}
+"""The documented 200 answer of a range read."""
+
+
+def records_headers(
+    status: str, next_offset: int, min_offset: int, max_offset: int, count: int
+) -> dict[str, str]:
+    """The headers of a range read's answer."""
+    return {
+        RECORDS_STATUS_HEADER: status,
+        RECORDS_NEXT_OFFSET_HEADER: str(next_offset),
+        RECORDS_MIN_OFFSET_HEADER: str(min_offset),
+        RECORDS_MAX_OFFSET_HEADER: str(max_offset),
+        RECORDS_COUNT_HEADER: str(count),
+    }
 
 
 class MessageFields(ResponseBody):

@@ -6,7 +6,16 @@ from typing import Final, Literal
 
 from pydantic import Field
 
-from app.schemas.common import TOPIC_MAX_LENGTH, JsonInt, PageBody, RequestBody, ResponseBody
+from app.schemas.common import (
+    FILTER_RULES,
+    TOPIC_MAX_LENGTH,
+    FilterType,
+    JsonInt,
+    PageBody,
+    RequestBody,
+    ResponseBody,
+    SqlFilter,
+)
 from app.schemas.messages import MessageOut, message_out
 from services import (
     DEFAULT_INVISIBLE_MS,
@@ -42,6 +51,10 @@ class ReceiveIn(RequestBody):
         min_length=1,
         max_length=1024,
         description="`*` or `A||B`: only messages with these tags (retries always pass).",
+    )
+    filter: SqlFilter | None = Field(default=None, description=FILTER_RULES)
+    filter_type: FilterType = Field(
+        default="sql92", description="The language of `filter`: `sql92` (RocketMQ's)."
     )
     body_encoding: Literal["auto", "base64"] = "auto"
 
@@ -100,6 +113,85 @@ class AckOutcomeOut(ResponseBody):
 class AckResponse(ResponseBody):
     group: str
     results: list[AckOutcomeOut]
+
+
+PROXY_HANDLE_DESCRIPTION: Final = (
+    "A receipt handle a receive through the proxy answered: `<broker group>~<the broker's "
+    "handle>`, so any proxy of the cluster sends it to the group that issued it."
+)
+
+
+class ClusterReceivedMessageOut(ReceivedMessageOut):
+    queue_id: int = Field(
+        description="A cluster-wide queue id (of a retry-topic message, with `queue_topic`: "
+        "its broker group's own)."
+    )
+    receipt_handle: str = Field(description=PROXY_HANDLE_DESCRIPTION)
+    broker_group: str = Field(description="The broker group that handed it out.")
+
+
+class ClusterReceiveResponse(ResponseBody):
+    """A receive through the proxy: what every broker group handed out, each message named
+    by its group."""
+
+    group: str
+    topic: str
+    messages: list[ClusterReceivedMessageOut]
+
+
+class ClusterAckIn(RequestBody):
+    receipt_handles: list[str] = Field(
+        min_length=1,
+        max_length=MAX_ACK_HANDLES,
+        description="Receipt handles a receive through the proxy answered "
+        "(`<broker group>~<handle>`), of any groups; each is answered on its own.",
+    )
+
+
+class ClusterInvisibilityIn(RequestBody):
+    receipt_handle: str = Field(min_length=1, description=PROXY_HANDLE_DESCRIPTION)
+    invisible_ms: JsonInt = Field(
+        ge=0,
+        le=MAX_INVISIBLE_MS,
+        description="New invisibility from now; 0 gives the message back now.",
+    )
+
+
+class ClusterInvisibilityOut(ResponseBody):
+    receipt_handle: str | None = Field(
+        description="The new handle, naming the same group (the old one stops working); null "
+        "when given back."
+    )
+    invisible_until: int = Field(description="Ms since the epoch when it becomes visible again.")
+
+
+class ClusterAckOutcomeOut(ResponseBody):
+    """One handle's outcome of an ack through the proxy: a broker's, or ``failed``."""
+
+    receipt_handle: str
+    outcome: Literal["acked", "expired", "invalid", "failed"] = Field(
+        description=(
+            "`acked`, `expired`, `invalid`: the broker group's answer, as a broker gives it. "
+            "`failed`: its broker group did not take the ack (`code` says why); the handle is "
+            "still current unless its invisibility ran out, so the ack may be sent again."
+        )
+    )
+    detail: str = ""
+    code: str | None = Field(
+        default=None,
+        description=(
+            "A `failed` handle's problem code: `BROKER_UNAVAILABLE` (its group's master does "
+            "not answer, or answered nothing: an ack sent again is harmless), `NO_MASTER`, or "
+            "the code of the broker's refusal. Null for every other outcome."
+        ),
+    )
+
+
+class ClusterAckResponse(ResponseBody):
+    """An ack through the proxy: the broker's answer, plus ``failed`` handles."""
+
+    group: str
+    results: list[ClusterAckOutcomeOut] = Field(description="One per handle, in order.")
 
 
 def ack_out(group: str, results: list[AckResult]) -> dict[str, object]:

@@ -39,6 +39,13 @@ class ReplicaStatusOut(ResponseBody):
     connected: bool = Field(description="A slave: streaming from its master now.")
     error: str | None = Field(description="A slave: why it does not replicate, if it does not.")
     sync_state_set: list[str] = Field(description="A master: the slaves in sync.")
+    in_sync_replicas: int = Field(
+        description="A master: itself and its slaves in sync (0 on a slave)."
+    )
+    min_in_sync_replicas: int = Field(
+        description="With fewer replicas in sync a master refuses writes "
+        "(503 NOT_ENOUGH_IN_SYNC_REPLICAS)."
+    )
     slaves: list[SlaveOut] = Field(description="A master: its connected slaves.")
 
 
@@ -88,6 +95,8 @@ def replica_status_out(status: ReplicaStatus) -> ReplicaStatusOut:
         connected=status.connected,
         error=status.error,
         sync_state_set=sorted(status.sync_state_set),
+        in_sync_replicas=status.in_sync_replicas,
+        min_in_sync_replicas=status.min_in_sync_replicas,
         slaves=[
             SlaveOut(
                 name=s.name,

@@ -12,11 +12,18 @@ from fastapi import FastAPI
 
 from app.routes.table import RouteTable
 from app.security import login
-from app.security.bind import UnsafeBindError, check_bind, is_loopback
+from app.security.bind import UnsafeBindError, check_bind, check_ha_bind, is_loopback
 from app.security.guard import Security
 from app.security.middleware import SecurityMiddleware
 from app.security.sessions import csrf_token
-from app.security.tokens import AuthFileError, entry_toml, hash_token, load_auth_file, new_token
+from app.security.tokens import (
+    AuthFileError,
+    entry_toml,
+    hash_token,
+    load_auth_file,
+    new_token,
+    replica_keys,
+)
 from app.settings import Settings
 
 __all__ = [
@@ -25,6 +32,7 @@ __all__ = [
     "SecurityMiddleware",
     "UnsafeBindError",
     "check_bind",
+    "check_ha_bind",
     "csrf_token",
     "entry_toml",
     "hash_token",
@@ -32,6 +40,7 @@ __all__ = [
     "is_loopback",
     "load_auth_file",
     "new_token",
+    "replica_keys",
 ]
 
 

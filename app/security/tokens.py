@@ -124,6 +124,16 @@ class TokenRegistry:
     def __len__(self) -> int:
         return self._count
 
+    def admin_keys(self) -> frozenset[bytes]:
+        """The digests of the admin tokens, as bytes: the keys a slave may prove on this
+        master's HA port (:mod:`services.ha.auth`)."""
+        return frozenset(
+            bytes.fromhex(digest)
+            for bucket in self._buckets.values()
+            for digest, principal in bucket
+            if principal.admin
+        )
+
     def authenticate(self, token: str) -> Principal | None:
         """The principal of ``token``, or None."""
         digest = hash_token(token)
@@ -211,3 +221,9 @@ def entry_toml(
         if value is not None:
             lines.append(f"{key} = {value}")
     return "\n".join(lines) + "\n"
+
+
+def replica_keys(auth_file: Path | None) -> frozenset[bytes] | None:
+    """What slaves prove on the HA port: the admin tokens of ``auth_file`` (None without
+    one: the HA port is open). AuthFileError when the file is not valid."""
+    return None if auth_file is None else load_auth_file(auth_file).admin_keys()

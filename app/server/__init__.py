@@ -11,7 +11,7 @@ from app.server.exchange import (
     WireFace,
 )
 from app.server.limits import BODY_STALLED, ServerLimits
-from app.server.serve import ListenError, Server, listen_socket
+from app.server.serve import ListenError, ReusePortError, Server, listen_socket
 
 __all__ = [
     "BODY_STALLED",
@@ -21,6 +21,7 @@ __all__ = [
     "Exchange",
     "Handler",
     "ListenError",
+    "ReusePortError",
     "Server",
     "ServerLimits",
     "WireFace",

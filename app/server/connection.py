@@ -64,6 +64,7 @@ class HttpConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.client: tuple[str, int] | None = None
         self.server: tuple[str, int] | None = None
+        self.scheme = "http"  # "https" on a server with a certificate
         # the request being parsed
         self.url = b""
         self.headers: list[tuple[bytes, bytes]] = []
@@ -101,6 +102,8 @@ class HttpConnection(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.client = _address(transport.get_extra_info("peername"))
         self.server = _address(transport.get_extra_info("sockname"))
+        if transport.get_extra_info("sslcontext") is not None:
+            self.scheme = "https"
         self._expect(Phase.HEADERS, self.limits.header_timeout_s)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -229,7 +232,7 @@ class HttpConnection(asyncio.Protocol):
             "http_version": version,
             "server": self.server,
             "client": self.client,
-            "scheme": "http",
+            "scheme": self.scheme,
             "method": method,
             "root_path": "",
             "path": path,

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from email.utils import formatdate
+from ssl import SSLContext
 from typing import Any, Final
 
 from app.server.connection import HttpConnection
@@ -40,6 +41,8 @@ class ServerState:
     connections: set[HttpConnection] = field(default_factory=set)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     default_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    fixed_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    """Headers every answer carries after the ``date`` (the server's :attr:`Server` headers)."""
     face: WireFace | None = None
     """Takes the requests it serves below ASGI (:class:`~app.server.exchange.WireFace`)."""
     app_state: dict[str, Any] = field(default_factory=dict)
@@ -48,12 +51,14 @@ class ServerState:
 
     def update_date(self) -> None:
         """The ``date`` header every answer carries, made once a second."""
-        self.default_headers = [(b"date", formatdate(time.time(), usegmt=True).encode())]
+        date = (b"date", formatdate(time.time(), usegmt=True).encode())
+        self.default_headers = [date, *self.fixed_headers]
 
 
 class Server:
     """One ASGI app served over HTTP/1.1 on the sockets given to :meth:`run` — the requests
-    ``face`` takes, if one is given, by the face below ASGI."""
+    ``face`` takes, if one is given, by the face below ASGI; every answer carries ``headers``
+    (which worker of several answered, say)."""
 
     def __init__(
         self,
@@ -61,13 +66,16 @@ class Server:
         limits: ServerLimits | None = None,
         on_shutdown: Callable[[], None] | None = None,
         face: WireFace | None = None,
+        headers: Sequence[tuple[bytes, bytes]] = (),
+        ssl: SSLContext | None = None,
     ) -> None:
         self.app = app
+        self.ssl = ssl  # HTTPS: every connection's TLS handshake first (asyncio's ``ssl=``)
         self.limits = limits or ServerLimits()
         self.on_shutdown = on_shutdown
         self.should_exit = False
         self.started = False
-        self.state = ServerState(self.limits, face=face)
+        self.state = ServerState(self.limits, face=face, fixed_headers=list(headers))
         self._wake: asyncio.Event | None = None
 
     def run(self, sockets: Sequence[socket.socket]) -> None:
@@ -88,7 +96,7 @@ class Server:
                 return
             self.state.update_date()
             servers = [
-                await loop.create_server(self._connection, sock=sock, backlog=2048)
+                await loop.create_server(self._connection, sock=sock, backlog=2048, ssl=self.ssl)
                 for sock in sockets
             ]
             self.started = True
@@ -164,11 +172,31 @@ class ListenError(Exception):
     """The server's address cannot be listened on (a busy port, an address not on this host)."""
 
 
-def listen_socket(host: str, port: int, how: str = "--port or SPOOLMQ_PORT") -> socket.socket:
+class ReusePortError(ListenError):
+    """The system cannot share a port between sockets (no ``SO_REUSEPORT``)."""
+
+
+def _reuse_port(sock: socket.socket) -> None:
+    option = getattr(socket, "SO_REUSEPORT", None)
+    try:
+        if option is None:
+            raise OSError(errno.ENOPROTOOPT, "no SO_REUSEPORT on this system")
+        sock.setsockopt(socket.SOL_SOCKET, option, 1)
+    except OSError as exc:
+        sock.close()
+        raise ReusePortError(f"cannot share a port: {exc.strerror or exc}") from None
+
+
+def listen_socket(
+    host: str, port: int, how: str = "--port or SPOOLMQ_PORT", reuse_port: bool = False
+) -> socket.socket:
     """A socket bound to ``host``:``port``, before anything else starts.
 
     ListenError, one line saying what to do, when the port is taken or the address is not
-    this machine's; ``how`` says how another port is chosen.
+    this machine's; ``how`` says how another port is chosen. ``reuse_port``: bound with
+    ``SO_REUSEPORT``, so that several processes, each with a socket of its own bound so, share
+    the port (Linux spreads new connections over those listening); ReusePortError where the
+    system has no such option.
     """
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
@@ -179,6 +207,8 @@ def listen_socket(host: str, port: int, how: str = "--port or SPOOLMQ_PORT") -> 
         raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            _reuse_port(sock)
         sock.bind(address)
     except OSError as exc:
         sock.close()

@@ -8,12 +8,17 @@ both directions; 64-bit numbers come back as strings.
 
 Every call raises :class:`EtcdUnavailableError` when no endpoint answers, so callers can keep
 serving what they own while etcd is down (an election without a quorum never succeeds).
+
+https endpoints are checked against the CA of ``tls`` (``--tls-ca``; the system's CAs
+without one), and the process's certificate (``--tls-cert``) is presented when etcd asks for
+one (etcd's ``--client-cert-auth``).
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import ssl
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +26,7 @@ from typing import Any
 import httpx
 
 from services.errors import EtcdError, EtcdUnavailableError
+from services.tls import TlsConfig, client_context
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,10 +152,12 @@ def _unanswered(url: str, response: httpx.Response) -> EtcdError:
 class EtcdClient:
     """etcd v3 over its JSON gateway. ``endpoints`` are tried in turn until one answers."""
 
-    def __init__(self, endpoints: Sequence[str], timeout_s: float = 2.0) -> None:
+    def __init__(
+        self, endpoints: Sequence[str], timeout_s: float = 2.0, tls: TlsConfig | None = None
+    ) -> None:
         self._endpoints = EtcdEndpoints(endpoints)
         self._timeout = timeout_s
-        self._http = httpx.AsyncClient(timeout=timeout_s)
+        self._http = httpx.AsyncClient(timeout=timeout_s, verify=client_context(tls) or True)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -159,7 +167,7 @@ class EtcdClient:
         for index, url in self._endpoints.in_turn(path):
             try:
                 response = await self._http.post(url, json=body)
-            except httpx.HTTPError as exc:
+            except (httpx.HTTPError, ssl.SSLError) as exc:  # etcd refused our certificate
                 last = exc
                 continue
             data = self._endpoints.answer(index, path, response)
@@ -258,7 +266,7 @@ class EtcdClient:
                         return
                     for event in result.get("events") or []:
                         yield WatchEvent(event.get("type", "PUT"), _kv(event["kv"]))
-        except httpx.HTTPError:
+        except (httpx.HTTPError, ssl.SSLError):
             return
 
 
@@ -266,9 +274,11 @@ class EtcdLeaseClient:
     """The lease calls of :class:`EtcdClient`, blocking: for a thread that must not wait on
     the event loop (:mod:`services.cluster.heartbeat`)."""
 
-    def __init__(self, endpoints: Sequence[str], timeout_s: float = 1.0) -> None:
+    def __init__(
+        self, endpoints: Sequence[str], timeout_s: float = 1.0, tls: TlsConfig | None = None
+    ) -> None:
         self._endpoints = EtcdEndpoints(endpoints)
-        self._http = httpx.Client(timeout=timeout_s)
+        self._http = httpx.Client(timeout=timeout_s, verify=client_context(tls) or True)
 
     def close(self) -> None:
         self._http.close()
@@ -278,7 +288,7 @@ class EtcdLeaseClient:
         for index, url in self._endpoints.in_turn(path):
             try:
                 response = self._http.post(url, json=body)
-            except httpx.HTTPError as exc:
+            except (httpx.HTTPError, ssl.SSLError) as exc:  # etcd refused our certificate
                 last = exc
                 continue
             data = self._endpoints.answer(index, path, response)

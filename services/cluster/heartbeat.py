@@ -22,9 +22,18 @@ runs again, and the requests queued behind the stall are served before the loop 
 loss. The heartbeat therefore records when etcd last confirmed the lease (the send time of the
 renewal that found it alive: etcd counts the TTL from a later moment), and
 :meth:`LeaseHeartbeat.lease_current` answers whether that is less than a TTL ago — the role
-refuses writes otherwise. An etcd that cannot be reached is not a lost lease (the broker keeps
-serving, as RocketMQ's master does when its controller is away): such a try counts as a
-confirmation.
+refuses writes otherwise.
+
+Why the fence depends on the replication: an etcd that cannot be reached looks the same to a
+master whether etcd is down for everyone or this master alone is cut off from it — and in the
+second case its lease lapses on etcd, a slave is elected and acknowledges writes of its own.
+With sync replication a PUT_OK needs an in-sync slave's ack, and a slave stops acking once it
+is promoted, so nothing the old master acknowledges is lost: it keeps serving while etcd is out
+of reach (as RocketMQ's master does when its controller is away), and an unanswered try counts
+as a confirmation. With async replication nothing else stops a cut-off master: an unanswered
+try confirms nothing, so the master stops acknowledging at most a TTL after etcd last
+answered — before its lease can lapse on etcd, so before a successor can be elected
+(``serve_through_etcd_outage=False``).
 """
 
 from __future__ import annotations
@@ -53,8 +62,10 @@ class LeaseHeartbeat:
         ttl_s: int,
         on_lost: LeaseLostHook,
         loop_stall_limit_s: float | None = None,
+        serve_through_etcd_outage: bool = True,
     ) -> None:
         self.etcd = etcd
+        self.serve_through_etcd_outage = serve_through_etcd_outage
         self.ttl_s = ttl_s
         self.on_lost = on_lost
         self.interval_s = max(ttl_s / 3, 0.2)
@@ -109,6 +120,8 @@ class LeaseHeartbeat:
                 return
         except EtcdUnavailableError as exc:
             log.warning("etcd unreachable (%s); the lease is renewed when it answers", exc)
+            if not self.serve_through_etcd_outage:
+                return  # unconfirmed: writes stop once the last confirmation is a TTL old
             sent_at = time.monotonic()
         self._confirmed_at = sent_at
 
@@ -117,7 +130,8 @@ class LeaseHeartbeat:
         self._confirmed_at = max(self._confirmed_at, asked_at)
 
     def lease_current(self) -> bool:
-        """Whether etcd confirmed the lease less than a TTL ago (or could not be asked)."""
+        """Whether etcd confirmed the lease less than a TTL ago (or could not be asked, where
+        an etcd outage does not stop the master)."""
         return time.monotonic() - self._confirmed_at < self.ttl_s
 
     def _loop_alive(self) -> bool:

@@ -9,7 +9,10 @@ whenever its set of in-sync slaves changes.
 At start a broker asked to be master campaigns; if another holds the key it starts as that
 master's slave instead. A slave watches the master key: when it goes (the lease lapsed) the
 eligible slaves campaign (:mod:`services.cluster.election`), the winner is promoted and the
-others follow it. While etcd is unreachable nothing changes: the master keeps serving. A
+others follow it. While etcd is unreachable nothing changes with sync replication: the master
+keeps serving (a PUT_OK needs an in-sync slave, which stops acking once promoted); with async
+replication the master stops acknowledging a lease TTL after etcd last confirmed its lease,
+before a successor can be elected (:mod:`services.cluster.heartbeat`). A
 master that finds, once etcd answers, that another broker holds the key stops taking writes
 and reports a fatal condition (the process exits; restarted, it rejoins as a slave).
 """
@@ -47,7 +50,9 @@ from services.errors import (
     ReplicaDivergedError,
 )
 from services.ha.address import MasterAddress
+from services.tls import TlsConfig
 from services.topics import SYSTEM_TOPICS
+from storage import PutStatus
 
 if TYPE_CHECKING:
     from services.broker import Broker
@@ -71,6 +76,7 @@ class ClusterConfig:
     publish_interval_s: float = 0.5
     campaign_grace_s: float = 1.0
     join_timeout_s: float = 30.0
+    tls: TlsConfig | None = None  # https etcd endpoints: checked against its CA
 
 
 class ClusterMember:
@@ -83,15 +89,20 @@ class ClusterMember:
         self.replica = broker.replica
         self.config = config
         self.keys = ClusterKeys(config.cluster)
-        self.etcd = EtcdClient(config.etcd_endpoints)
+        self.etcd = EtcdClient(config.etcd_endpoints, tls=config.tls)
         self.registry = RouteRegistry(self.etcd, config.cluster)
         self.on_fatal = on_fatal
         self.lease = 0
         self.heartbeat = LeaseHeartbeat(
-            EtcdLeaseClient(config.etcd_endpoints, timeout_s=max(config.lease_ttl_s / 3, 0.2)),
+            EtcdLeaseClient(
+                config.etcd_endpoints,
+                timeout_s=max(config.lease_ttl_s / 3, 0.2),
+                tls=config.tls,
+            ),
             config.lease_ttl_s,
             self._on_lease_replaced,
             config.loop_stall_limit_s,
+            serve_through_etcd_outage=broker.replica.config.replication == "sync",
         )
         self._lease_lock = asyncio.Lock()
         self._lease_granted_at = 0.0
@@ -190,6 +201,7 @@ class ClusterMember:
         self.replica.sync_state_listeners.append(self._on_sync_state)
         self.heartbeat.start(self.lease, self._lease_granted_at)
         self.replica.fence_by_lease(self.heartbeat.lease_current)
+        self.broker.transactions.survives_failover = self.survives_failover
         self._publishing.start()
         self._watching_master.start()
 
@@ -313,6 +325,23 @@ class ClusterMember:
             await self.etcd.put(self.keys.sync_state(self.group), state.to_json())
             self._published_sync = state
 
+    def survives_failover(self, status: PutStatus) -> bool:
+        """Whether a put this master answered ``status`` is in the log of whichever broker is
+        master next: PUT_OK (every in-sync slave has it, and only they may campaign), or
+        SLAVE_NOT_AVAILABLE while the in-sync set this master last wrote to etcd, in its
+        epoch, names no slave (nobody else may campaign). A master cut off from its slave
+        and etcd cannot write the smaller set: what it stores alone is not decided."""
+        if status is PutStatus.PUT_OK:
+            return True
+        published = self._published_sync
+        return (
+            status is PutStatus.SLAVE_NOT_AVAILABLE
+            and not self._fenced
+            and published is not None
+            and published.epoch == self.replica.epoch
+            and not published.members
+        )
+
     async def _register_topic_routes(self) -> None:
         for config in self.broker.topics.all():
             topic = config.topic_name
@@ -422,6 +451,11 @@ class ClusterMember:
             with contextlib.suppress(EtcdUnavailableError):
                 await self.etcd.delete(self.keys.master(self.group))
             return
+        # Its in-sync set first (no slave yet): what it then stores alone survives a failover
+        # (survives_failover), since no other broker may campaign. Etcd out of reach: the
+        # publish loop writes it later, and until then its transaction ends wait for it.
+        with contextlib.suppress(EtcdUnavailableError):
+            await self.publish_sync_state()
         self.replica.allow_writes()
         log.info("broker %s is master of %s at epoch %d", self.name, self.group, epoch)
         await republish_master(self.etcd, self.keys, self.me(), self.lease)

@@ -148,6 +148,8 @@ def batch_queue_id(body: Mapping[str, Any]) -> int | None:
     found = ids.pop() if ids else None
     if found is None:
         return None
+    if isinstance(found, float) and found.is_integer():
+        found = int(found)  # a whole number written 4.0, as the broker reads it
     if not isinstance(found, int) or isinstance(found, bool) or found < 0:
         raise SendFieldError(f"queue_id is an integer of at least 0, not {found!r}")
     return found

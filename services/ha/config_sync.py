@@ -20,6 +20,7 @@ from services.background import BackgroundLoop
 from services.pop.handles import adopt_secret
 from services.pop.state_file import POP_STATE_FILE
 from services.timer.progress_file import save_progress
+from services.tls import TlsConfig, client_context
 from storage.config_managers import (
     ConsumerOffsetManager,
     DelayOffsetManager,
@@ -45,8 +46,10 @@ class SlaveConfigSync:
         config_dir: Path,
         interval_s: float = 2.0,
         headers: Mapping[str, str] | None = None,
+        tls: TlsConfig | None = None,
     ) -> None:
         self.http_url = http_url
+        self.tls = tls  # an https master's certificate is checked against its CA
         self.managers = managers
         self.config_dir = config_dir
         self.interval_s = interval_s
@@ -70,7 +73,10 @@ class SlaveConfigSync:
 
     async def sync_once(self) -> None:
         async with httpx.AsyncClient(
-            base_url=self.http_url, timeout=5.0, headers=self.headers
+            base_url=self.http_url,
+            timeout=5.0,
+            headers=self.headers,
+            verify=client_context(self.tls) or True,
         ) as client:
             response = await client.get("/v1/replication/configs")
             response.raise_for_status()

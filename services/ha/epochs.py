@@ -7,20 +7,25 @@ from collections.abc import Mapping
 import httpx
 
 from services.errors import ReplicaDivergedError
+from services.tls import TlsConfig, client_context
 from storage.epoch_file import EpochEntry, consistent_offset, decode_entries
 
 HTTP_TIMEOUT_S = 5.0
 
 
 async def fetch_master_epochs(
-    http_url: str, headers: Mapping[str, str] | None = None
+    http_url: str, headers: Mapping[str, str] | None = None, tls: TlsConfig | None = None
 ) -> list[EpochEntry]:
     """``GET {http_url}/v1/replication/epochs``; httpx errors and ValueError pass through.
 
-    ``headers`` carry the replication token when the master has an auth file.
+    ``headers`` carry the replication token when the master has an auth file; an https
+    master's certificate is checked against ``tls``'s CA.
     """
     async with httpx.AsyncClient(
-        base_url=http_url, timeout=HTTP_TIMEOUT_S, headers=headers
+        base_url=http_url,
+        timeout=HTTP_TIMEOUT_S,
+        headers=headers,
+        verify=client_context(tls) or True,
     ) as client:
         response = await client.get("/v1/replication/epochs")
         response.raise_for_status()

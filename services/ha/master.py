@@ -9,6 +9,11 @@ A slave is **in sync** (RocketMQ 5's SyncStateSet) while it is connected, at mos
 ``max_gap_bytes`` behind, and caught up (its report covered everything the master had at
 its previous report) within the last ``catch_up_window_s``. Listeners hear every change of
 the set; :class:`~services.ha.group_transfer.GroupTransferService` waits on acks.
+
+With ``accepted_keys`` (a master with an auth file) a slave proves it holds a replication
+token before any byte of the CommitLog goes out (:mod:`services.ha.auth`); without them every
+slave that reaches the port streams. With ``tls`` the port speaks TLS and takes only slaves
+whose certificate its CA signed.
 """
 
 from __future__ import annotations
@@ -22,8 +27,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from services.ha.address import split_host_port
-from services.ha.protocol import TRANSFER_HEADER, read_hello, read_offset
+from services.ha.auth import check_proof, new_nonce
+from services.ha.protocol import (
+    PROOF_BYTES,
+    PROOF_TIMEOUT_S,
+    TRANSFER_HEADER,
+    challenge,
+    read_hello,
+    read_offset,
+    refusal,
+)
 from services.ha.status import SlaveStatus
+from services.tls import TlsConfig
 from storage import MessageStore
 from storage.commit_log import ReplicaAppendError
 
@@ -56,9 +71,15 @@ class HAService:
         max_gap_bytes: int = 256 * 1024 * 1024,
         catch_up_window_s: float = 15.0,
         heartbeat_s: float = 1.0,
+        accepted_keys: frozenset[bytes] | None = None,
+        tls: TlsConfig | None = None,
+        proof_timeout_s: float = PROOF_TIMEOUT_S,
     ) -> None:
         self.store = store
         self.listen = listen
+        self.accepted_keys = accepted_keys  # None: no auth file, every slave streams
+        self.tls = tls if tls is not None and tls.serves else None
+        self.proof_timeout_s = proof_timeout_s
         self.max_gap_bytes = max_gap_bytes
         self.catch_up_window_s = catch_up_window_s
         self.heartbeat_s = heartbeat_s
@@ -79,11 +100,17 @@ class HAService:
     async def start(self) -> str:
         """Listen on ``listen`` (port 0: any free port); the address actually bound."""
         host, port = split_host_port(self.listen)
-        self._server = await asyncio.start_server(self._serve, host, port)
+        context = self.tls.server_context(require_client_cert=True) if self.tls else None
+        self._server = await asyncio.start_server(self._serve, host, port, ssl=context)
         bound = self._server.sockets[0].getsockname()
         self.address = f"{host}:{bound[1]}"
         self._arm_expiry()
-        log.info("HA service listening on %s", self.address)
+        log.info(
+            "HA service listening on %s (%s, %s)",
+            self.address,
+            "TLS" if context else "plain TCP",
+            "slaves prove a replication token" if self.accepted_keys is not None else "open",
+        )
         return self.address
 
     async def stop(self) -> None:
@@ -158,9 +185,15 @@ class HAService:
         self._tasks.add(task)
         connection: _Connection | None = None
         try:
-            name = await read_hello(reader)
-            reported = await read_offset(reader)
-            start = self._start_offset(name, reported)
+            # A silent peer holds no connection open for long (a TimeoutError is an OSError).
+            name, reported = await asyncio.wait_for(_read_greeting(reader), self.proof_timeout_s)
+            if not await self._authenticate(name, reader, writer):
+                return
+            try:
+                start = self._start_offset(name, reported)
+            except ReplicaAppendError as exc:
+                await _refuse(writer, str(exc))
+                raise
             connection = _Connection(name, master_max_at_last_ack=self.store.max_physical_offset)
             self._connections.add(connection)
             self._on_report(connection, reported)
@@ -180,6 +213,31 @@ class HAService:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    async def _authenticate(
+        self, name: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
+        """Challenge the slave for its proof (when this master has an auth file); False,
+        the reason sent and logged, when it gives none that matches."""
+        if self.accepted_keys is None:
+            return True
+        nonce = new_nonce()
+        writer.write(challenge(nonce))
+        await writer.drain()
+        try:
+            answer = await asyncio.wait_for(reader.readexactly(PROOF_BYTES), self.proof_timeout_s)
+        except TimeoutError:
+            reason = f"no proof of a replication token within {self.proof_timeout_s:g} s"
+        except asyncio.IncompleteReadError:
+            reason = "the connection closed before a proof of a replication token"
+        else:
+            if check_proof(answer, nonce, name, self.accepted_keys):
+                return True
+            reason = "the proof matches no admin token of this master's auth file"
+        peer = writer.get_extra_info("peername")
+        log.warning("HA connection of slave %r from %s refused: %s", name, peer, reason)
+        await _refuse(writer, reason)
+        return False
 
     def _start_offset(self, name: str, reported: int) -> int:
         store = self.store
@@ -283,3 +341,15 @@ class HAService:
         keep_from = min(max(0, bisect.bisect_right(ends, floor) - 1), len(ends) - _TIMELINE_KEEP)
         del ends[:keep_from]
         del self._timeline_times[:keep_from]
+
+
+async def _read_greeting(reader: asyncio.StreamReader) -> tuple[str, int]:
+    """The slave's name and its first report."""
+    return await read_hello(reader), await read_offset(reader)
+
+
+async def _refuse(writer: asyncio.StreamWriter, reason: str) -> None:
+    """Tell the slave why it is refused, as the connection's last frame."""
+    writer.write(refusal(reason))
+    with contextlib.suppress(OSError):
+        await writer.drain()

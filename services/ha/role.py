@@ -44,6 +44,7 @@ from services.ha.replication import MasterReplication
 from services.ha.status import ReplicaStatus, Role
 from services.pop.handles import secret_text
 from services.pop.state_file import POP_STATE_FILE
+from services.tls import TlsConfig
 from storage import MessageStore
 from storage.epoch_file import EpochEntry, EpochFile
 from storage.json_file import load_json
@@ -69,14 +70,25 @@ class ReplicaConfig:
     ha_max_gap_bytes: int = 256 * 1024 * 1024  # farther behind: not in sync
     ha_catch_up_window_s: float = 15.0  # not caught up for longer: not in sync
     ha_heartbeat_s: float = 1.0
+    min_in_sync_replicas: int = 1  # fewer in sync (the master counts itself): writes refused
     config_sync_interval_s: float = 2.0
     truncate_on_divergence: bool = True  # a slave cuts an unconfirmed tail at start
     replication_token: str | None = field(default=None, repr=False)  # for a master's auth file
+    # A master's: the keys slaves prove on its HA port (services.ha.auth); None: no auth file.
+    ha_accepted_keys: frozenset[bytes] | None = field(default=None, repr=False)
+    tls: TlsConfig | None = None  # certificate files: the HA port, https masters
     cluster_managed: bool = False  # an election picks the role (prepare_role) before start
 
     def __post_init__(self) -> None:
         if self.role == "slave" and self.master is None and not self.cluster_managed:
             raise ValueError("a slave needs its master's address")
+        if self.min_in_sync_replicas < 1:
+            raise ValueError("min_in_sync_replicas counts the master: at least 1")
+        if self.min_in_sync_replicas > 1 and (self.replication != "sync" or not self.ha_listen):
+            raise ValueError(
+                "min_in_sync_replicas above 1 needs sync replication and an HA port (async "
+                "answers a put before any slave has it)"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +164,14 @@ class ReplicaRole:
         """The slaves in sync with this master (empty on a slave)."""
         return self._ha.sync_state_set if self._ha is not None else frozenset()
 
+    def in_sync_replicas(self) -> int:
+        """A master: itself and the slaves of its sync-state set (what ``min_in_sync_replicas``
+        is held against); 0 on a slave."""
+        if self._role != "master":
+            return 0
+        replication = self._replication
+        return replication.in_sync_replicas if replication is not None else 1
+
     def status(self) -> ReplicaStatus:
         store = self._require_host().store
         client = self._ha_client
@@ -167,6 +187,8 @@ class ReplicaRole:
             replication=self.config.replication,
             slaves=ha.slaves() if ha is not None else (),
             sync_state_set=self.sync_state_set(),
+            in_sync_replicas=self.in_sync_replicas(),
+            min_in_sync_replicas=self.config.min_in_sync_replicas,
             connected=client.connected if client is not None else False,
             error=client.error if client is not None else None,
         )
@@ -254,7 +276,9 @@ class ReplicaRole:
         if self._role != "slave" or master is None or not self.config.truncate_on_divergence:
             return None
         try:
-            return await fetch_master_epochs(master.http_url, self._replication_headers)
+            return await fetch_master_epochs(
+                master.http_url, self._replication_headers, self.config.tls
+            )
         except (httpx.HTTPError, ValueError, OSError) as exc:
             log.warning(
                 "cannot fetch the epochs of master %s (%s); replication checks them on connect",
@@ -374,6 +398,8 @@ class ReplicaRole:
             self.config.broker_name,
             self.config.ha_heartbeat_s,
             self._replication_headers,
+            self.config.replication_token,
+            self.config.tls,
         )
 
     @property
@@ -391,6 +417,7 @@ class ReplicaRole:
             self._store_dir / "config",
             self.config.config_sync_interval_s,
             self._replication_headers,
+            self.config.tls,
         )
         self._config_sync.start()
 
@@ -403,14 +430,17 @@ class ReplicaRole:
             max_gap_bytes=self.config.ha_max_gap_bytes,
             catch_up_window_s=self.config.ha_catch_up_window_s,
             heartbeat_s=self.config.ha_heartbeat_s,
+            accepted_keys=self.config.ha_accepted_keys,
+            tls=self.config.tls,
         )
         ha.sync_state_listeners.append(self._on_sync_state)
         await ha.start()
         transfer = None
+        min_in_sync = self.config.min_in_sync_replicas
         if self.config.replication == "sync":
-            transfer = GroupTransferService(ha, self._sync_timeout_s)
+            transfer = GroupTransferService(ha, self._sync_timeout_s, min_in_sync - 1)
         self._ha = ha
-        self._replication = MasterReplication(ha, transfer)
+        self._replication = MasterReplication(ha, transfer, min_in_sync)
         self._require_host().appender.replication = self._replication
 
     async def _stop_replication(self) -> None:

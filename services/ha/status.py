@@ -35,5 +35,7 @@ class ReplicaStatus:
     replication: Literal["async", "sync"]
     slaves: tuple[SlaveStatus, ...] = ()
     sync_state_set: frozenset[str] = frozenset()
+    in_sync_replicas: int = 0  # a master: itself and its in-sync slaves (0 on a slave)
+    min_in_sync_replicas: int = 1  # fewer in sync: the master refuses writes
     connected: bool = False  # a slave: streaming from its master now
     error: str | None = None  # a slave: why it does not stream

@@ -12,6 +12,10 @@ rebuilt by reading the revive queue again (:mod:`services.pop.inflight`).
 * ACK: these offsets of checkpoint ``ck_id`` are done. ``reason`` says why: an ``ack`` by the
   client, a ``revive`` (copied to ``%RETRY%<group>``), a ``dlq``, a ``nack`` (given back through
   send-back) or a ``change`` (replaced by a newer CK: change of invisibility).
+* RESET: the group's POP state restarts. After an offset reset, each named queue has nothing
+  in flight and its pop offset is the reset position; after the group was deleted
+  (``deleted``), the group has no POP state at all. It undoes every CK before it in the log,
+  none after it.
 
 Bodies are compact JSON: readable with any message browser, and small next to the messages.
 """
@@ -30,6 +34,7 @@ REVIVE_QUEUE_ID: Final = 0
 REVIVE_GROUP: Final = "rmq_sys_REVIVE_GROUP"
 TAG_CK: Final = "ck"
 TAG_ACK: Final = "ack"
+TAG_RESET: Final = "reset"
 
 
 def pop_ck_value(topic: str, queue_id: int, offset: int, ck_id: str) -> str:
@@ -82,6 +87,16 @@ class AckRecord:
     reason: str = "ack"
 
 
+@dataclass(frozen=True, slots=True)
+class ResetRecord:
+    """The group's POP state restarts: at ``positions`` (an offset reset), or everywhere with
+    nothing left (``deleted``: the group was deleted)."""
+
+    group: str
+    positions: tuple[tuple[str, int, int], ...] = ()  # (topic, queue id, pop offset)
+    deleted: bool = False
+
+
 def checkpoint_message(ck: CheckPoint) -> Message:
     body = {
         "id": ck.ck_id,
@@ -109,6 +124,15 @@ def ack_message(ack: AckRecord) -> Message:
     return _record(TAG_ACK, body)
 
 
+def reset_message(reset: ResetRecord) -> Message:
+    body = {
+        "g": reset.group,
+        "p": [list(position) for position in reset.positions],
+        "d": reset.deleted,
+    }
+    return _record(TAG_RESET, body)
+
+
 def _record(tag: str, body: dict[str, object]) -> Message:
     text = json.dumps(body, separators=(",", ":"))
     return Message(
@@ -119,7 +143,7 @@ def _record(tag: str, body: dict[str, object]) -> Message:
     )
 
 
-def decode_record(message: StoredMessage) -> CheckPoint | AckRecord | None:
+def decode_record(message: StoredMessage) -> CheckPoint | AckRecord | ResetRecord | None:
     """The record a revive-topic message holds; None for anything else (never raises)."""
     try:
         body = json.loads(message.body)
@@ -143,6 +167,12 @@ def decode_record(message: StoredMessage) -> CheckPoint | AckRecord | None:
                 queue_id=int(body["q"]),
                 offsets=tuple(int(o) for o in body["o"]),
                 reason=str(body.get("r", "ack")),
+            )
+        if message.tags == TAG_RESET:
+            return ResetRecord(
+                group=str(body["g"]),
+                positions=tuple((str(t), int(q), int(o)) for t, q, o in body["p"]),
+                deleted=bool(body["d"]),
             )
     except (ValueError, KeyError, TypeError):
         return None

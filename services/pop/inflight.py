@@ -1,7 +1,8 @@
 """In-memory POP state: per (group, topic, queue) the pop offset and the in-flight messages.
 
 Touched from the event loop thread only. Everything here can be rebuilt from the revive topic
-(:func:`services.pop.rebuild.rebuild`): the CKs give what was taken, the ACKs what is done.
+(:func:`services.pop.rebuild.rebuild`): the CKs give what was taken, the ACKs what is done,
+the RESETs what an offset reset or a group delete dropped.
 
 The group's committed offset of a queue (consumerOffset.json, what the lag report reads) is
 the lowest offset still in flight, or the pop offset when nothing is: lag counts from the
@@ -28,7 +29,6 @@ class InFlight:
     floor: int  # the revive queue's offset before its CK was appended (a lower bound)
     pop_time_ms: int
     holder: str = ""
-    tags_code: int = 0
     ready: bool = False  # FIFO: its invisibility ended; it is delivered again first
     busy: bool = False  # an ack, give-back or revive of it is being written
 
@@ -100,6 +100,19 @@ class InFlightTable:
         if state is None:
             state = self.queues[key] = QueueState(start)
         return state
+
+    def restart(self, key: QueueKey, pop_offset: int) -> QueueState:
+        """The queue starts again at ``pop_offset`` with nothing in flight (an offset reset);
+        the deadlines of what was in flight go stale in the heap."""
+        state = self.queues[key] = QueueState(pop_offset)
+        return state
+
+    def forget(self, group: str) -> list[QueueKey]:
+        """Drop every queue of ``group`` (the group was deleted); returns their keys."""
+        keys = [key for key in self.queues if key[0] == group]
+        for key in keys:
+            del self.queues[key]
+        return keys
 
     def entry(self, key: QueueKey, offset: int) -> InFlight | None:
         state = self.queues.get(key)

@@ -1,9 +1,11 @@
 """Rebuild the in-flight table on start: read the revive topic from the last snapshot.
 
 Every CK after the snapshot's revive offset puts its offsets in flight (with its CK id,
-deadline and attempt); every ACK after it takes them out again. What is left is exactly what
-was taken and not done when the broker stopped (or crashed): it comes back at its deadline,
-which may already have passed. Pop offsets resume after the highest offset any CK took.
+deadline and attempt); every ACK after it takes them out again; a RESET restarts the queues it
+names (an offset reset) or drops the group (a delete), undoing the CKs before it. What is left
+is exactly what was taken and not done when the broker stopped (or crashed): it comes back at
+its deadline, which may already have passed. Pop offsets resume after the highest offset any
+CK took since the queue's last reset.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from services.pop.checkpoint import (
     REVIVE_TOPIC,
     AckRecord,
     CheckPoint,
+    ResetRecord,
     decode_record,
     parse_pop_ck,
 )
@@ -40,6 +43,8 @@ def rebuild(store: MessageStore, snapshot: PopSnapshot, table: InFlightTable) ->
                 _apply_checkpoint(table, record, message.queue_offset)
             elif isinstance(record, AckRecord):
                 _apply_ack(table, record)
+            elif isinstance(record, ResetRecord):
+                _apply_reset(table, record)
         read += len(result.messages)
         if result.next_begin_offset <= offset:
             break
@@ -100,3 +105,11 @@ def _apply_ack(table: InFlightTable, ack: AckRecord) -> None:
             table.remember_ack(ack.ck_id, offset)
         elif ack.reason in ("change", "nack"):
             table.remember_replaced(ack.ck_id, offset)
+
+
+def _apply_reset(table: InFlightTable, reset: ResetRecord) -> None:
+    if reset.deleted:
+        table.forget(reset.group)
+        return
+    for topic, queue_id, offset in reset.positions:
+        table.restart((reset.group, topic, queue_id), offset)

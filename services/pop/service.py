@@ -13,19 +13,20 @@ import asyncio
 import dataclasses
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from services.consumer_filter import ConsumerFilter
 from services.errors import (
     ConsumeModeConflictError,
     InvalidReceiptHandleError,
     ReceiptHandleExpiredError,
     ServiceError,
 )
-from services.groups import GroupService
+from services.groups import GroupService, awaited_retry_queues
 from services.long_poll import WaiterRegistry, WakeReason
 from services.messages import as_shown
 from services.metrics import Metrics
@@ -35,8 +36,10 @@ from services.pop.checkpoint import (
     REVIVE_TOPIC,
     AckRecord,
     CheckPoint,
+    ResetRecord,
     ack_message,
     checkpoint_message,
+    reset_message,
 )
 from services.pop.handles import HandleCodec, ReceiptHandle
 from services.pop.inflight import InFlight, InFlightTable, QueueKey, QueueState
@@ -46,13 +49,12 @@ from services.pop.taker import QueueTaker, Take
 from services.send import PutMessages
 from services.send_back import SendBackRequest, SendBackService, original_topic
 from services.topics import TopicService
-from storage import MessageStore, StoredMessage, TagFilter
+from storage import MessageStore, StoredMessage
 from storage.config_managers import (
     CONSUME_MODE_OFFSETS,
     CONSUME_MODE_POP,
     SubscriptionGroupConfig,
 )
-from storage.record.java_hash import tags_code
 from storage.topic_names import RETRY_GROUP_TOPIC_PREFIX, retry_topic
 
 AbandonFactory = Callable[[], Awaitable[Any]]
@@ -74,6 +76,7 @@ class ReceiveOptions:
     invisible_ms: int = DEFAULT_INVISIBLE_MS
     tags: str | None = None
     max_bytes: int | None = None
+    sql: str | None = None  # a SQL92 filter on the messages' properties
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +160,7 @@ class PopService:
         self._taker = QueueTaker(store, self.table, self._offsets, self._sync_committed)
         self._claimed: set[str] = set()  # groups this process switched to POP
         self.on_schedule: Callable[[int], None] = lambda deadline: None
+        self._groups.add_state_keeper(self)  # told of group deletes and offset resets
 
     # ================================================================== state
 
@@ -194,24 +198,25 @@ class PopService:
         """Take up to ``max_messages`` for ``group``, long-polling up to ``wait_ms``."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(options.wait_ms, self._max_wait_ms) / 1000
+        wanted = ConsumerFilter.of(options.tags, options.sql)
         config = self._topics.for_read(topic)
         group_config = await self.claim_pop(await self._groups.for_consume(group), topic)
+        wanted = wanted.or_stored(group_config, topic)
         keys = [(topic, q) for q in range(config.read_queue_nums)]
         if not group_config.fifo:
             keys += self._retry_keys(group_config)
-        tag_filter = TagFilter(options.tags)
         watch: asyncio.Future[Any] | None = None
         try:
             while True:
                 takes = self._taker.take_round(
-                    group_config, keys, options.max_messages, options.max_bytes, tag_filter
+                    group_config, keys, options.max_messages, options.max_bytes, wanted
                 )
                 remaining = deadline - loop.time()
                 if takes or remaining <= 0:
                     break
                 if watch is None and abandon is not None:
                     watch = asyncio.ensure_future(abandon())
-                reason = await self._waiters.wait(keys, remaining, tag_filter, watch)
+                reason = await self._waiters.wait(keys, remaining, wanted.tags, watch)
                 if reason in (WakeReason.SHUTDOWN, WakeReason.ABANDONED):
                     break
         finally:
@@ -252,7 +257,7 @@ class PopService:
         try:
             count = self._topics.for_read(topic).read_queue_nums
         except ServiceError:
-            count = max(1, group.retry_queue_nums)
+            return awaited_retry_queues(group)
         return [(topic, q) for q in range(count)]
 
     async def _check_out(
@@ -291,7 +296,6 @@ class PopService:
                     floor=floor,
                     pop_time_ms=pop_time,
                     holder=holder,
-                    tags_code=tags_code(message.tags),
                 )
                 self.table.put(take.key, entry)
                 handle = ReceiptHandle(
@@ -403,13 +407,11 @@ class PopService:
         if state is None:
             return
         self._sync_committed(key, state)
-        self._wake_queue(key, state)
-
-    def _wake_queue(self, key: QueueKey, state: QueueState) -> None:
-        if not state.held():
-            self._waiters.notify(key[1], key[2], 0)
-            for entry in state.ready_entries():
-                self._waiters.notify(key[1], key[2], entry.tags_code)
+        group = self.group_config(key[0])
+        if group is not None and group.fifo and not state.held():
+            # No longer blocked: what waits there (later messages, or the ones due again)
+            # was dispatched long ago, so no arrival will wake its receives.
+            self._waiters.wake_queue(key[1], key[2])
 
     def _sync_committed(self, key: QueueKey, state: QueueState) -> None:
         committed = state.lowest_unresolved()
@@ -511,6 +513,37 @@ class PopService:
         levels = self._store.delay_levels
         level = min(3 + reconsume_times, len(levels))
         return int(levels[level - 1])
+
+    # ================================================================== group changes
+
+    async def forget_group(self, group: str) -> None:
+        """The group was deleted: drop its POP state — in-flight messages (their handles stop
+        working; none is revived) and pop offsets — so that a group created again under its
+        name starts afresh. A RESET record keeps a restart from rebuilding what was dropped."""
+        self._claimed.discard(group)
+        if self.table.forget(group):
+            await self._put([reset_message(ResetRecord(group, deleted=True))])
+
+    async def restart_queues(self, group: str, positions: Mapping[tuple[str, int], int]) -> None:
+        """The group's offsets were reset: POP consumption of each (topic, queue id) restarts
+        at its position. What was in flight there is dropped with the old position (its
+        handles stop working, none is revived to the retry topic): whatever is at or after
+        the new position is delivered again from there, as attempt 1, and a FIFO queue is no
+        longer blocked. A queue the group never received from starts at its committed offset
+        anyway. The restart is recorded (RESET) before a receive is woken to read there."""
+        restarted = []
+        for (topic, queue_id), offset in positions.items():
+            key = (group, topic, queue_id)
+            if self.table.queue(key) is not None:
+                self._sync_committed(key, self.table.restart(key, offset))
+                restarted.append((topic, queue_id, offset))
+        if not restarted:
+            return
+        try:
+            await self._put([reset_message(ResetRecord(group, tuple(restarted)))])
+        finally:
+            for topic, queue_id, _ in restarted:
+                self._waiters.wake_queue(topic, queue_id)
 
     # ================================================================== helpers
 

@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from services.consumer_filter import ConsumerFilter
 from services.offsets import OffsetService
 from services.pop.inflight import InFlightTable, QueueKey, QueueState
 from services.send_back import RETRY_GROUP_TOPIC_PREFIX
-from storage import GetMessageStatus, MessageStore, StoredMessage, TagFilter
+from storage import GetMessageStatus, MessageStore, StoredMessage
 from storage.config_managers import SubscriptionGroupConfig
 
 _MOVED = frozenset({GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY})
-_EVERYTHING = TagFilter(None)
 
 
 @dataclass(slots=True)
@@ -53,7 +53,7 @@ class QueueTaker:
         keys: list[tuple[str, int]],
         max_messages: int,
         max_bytes: int | None,
-        tag_filter: TagFilter,
+        wanted: ConsumerFilter,
     ) -> list[Take]:
         """Read each queue once, from a start that moves on every round, so none starves."""
         name = group.group_name
@@ -68,12 +68,11 @@ class QueueTaker:
             key = (name, topic, queue_id)
             state = self._queue_state(group, key)
             if group.fifo:
-                take = self._take_fifo(key, state, left, budget, tag_filter)
+                take = self._take_fifo(key, state, left, budget, wanted)
             else:
-                # Retries are delivered whatever their tag (RocketMQ: filterSupportRetry=false).
                 retry = topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
                 take = self._take_new(
-                    key, state, left, budget, _EVERYTHING if retry else tag_filter
+                    key, state, left, budget, wanted.for_retries() if retry else wanted
                 )
             if take is not None and take.messages:
                 takes.append(take)
@@ -103,13 +102,13 @@ class QueueTaker:
         state: QueueState,
         left: int,
         budget: int | None,
-        tag_filter: TagFilter,
+        wanted: ConsumerFilter,
     ) -> Take | None:
         if state.held():
             return None
         ready = state.ready_entries()
         if not ready:
-            return self._take_new(key, state, left, budget, tag_filter)
+            return self._take_new(key, state, left, budget, wanted)
         messages: list[StoredMessage] = []
         attempts: list[int] = []
         for entry in ready[:left]:
@@ -128,16 +127,24 @@ class QueueTaker:
         state: QueueState,
         left: int,
         budget: int | None,
-        tag_filter: TagFilter,
+        wanted: ConsumerFilter,
     ) -> Take | None:
         group, topic, queue_id = key
         offset = state.pop_offset
-        store_filter = None if tag_filter.matches_all else tag_filter
-        result = self._store.get_message(group, topic, queue_id, offset, left, budget, store_filter)
+        result = self._store.get_message(
+            group,
+            topic,
+            queue_id,
+            offset,
+            left,
+            budget,
+            wanted.store_tags,
+            property_filter=wanted.property_test,
+        )
         messages = result.messages
-        if messages and tag_filter.tags is not None:
+        if messages and wanted.tags.tags is not None:
             # The store filtered by hash code; drop hash collisions by the exact tag.
-            messages = [m for m in messages if tag_filter.matches_tags(m.tags)]
+            messages = [m for m in messages if wanted.keeps_tags(m.tags)]
         if result.status in _MOVED or result.next_begin_offset > offset:
             state.pop_offset = result.next_begin_offset
         if not messages:

@@ -6,7 +6,9 @@ record when they reach ``transactionOpMsgMaxSize`` (4096 bytes) or every
 Here an end is answered only once its op record is durable (a second end after a crash must
 find it), so the batch closes the way a group commit does: the ends that arrive while an op
 record is being written go into the next one, at most ``max_size`` bytes of offsets per
-record, one record per outcome.
+record, one record per outcome. Each end hears the status of its record's put (PUT_OK, or
+what replication could not confirm: :meth:`TransactionService.end` decides what it may
+answer).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Final
 
 from services.appender import PutMessages
 from services.transaction.records import OFFSET_SEPARATOR, op_message
+from storage import PutStatus
 
 DEFAULT_OP_MAX_SIZE: Final = 4096
 
@@ -25,7 +28,7 @@ DEFAULT_OP_MAX_SIZE: Final = 4096
 class _Batch:
     offsets: list[int] = field(default_factory=list)
     size: int = 0
-    waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    waiters: list[asyncio.Future[PutStatus]] = field(default_factory=list)
     """One future per end: a cancelled end cancels its own only, and the write wakes every
     end directly (no shield, one turn of the loop fewer)."""
 
@@ -39,8 +42,9 @@ class OpWriter:
         self._pending: dict[str, list[_Batch]] = {}
         self._writer: asyncio.Task[None] | None = None
 
-    async def end(self, half_offset: int, outcome: str) -> None:
-        """Return once an op record holding ``half_offset`` with ``outcome`` is durable."""
+    async def end(self, half_offset: int, outcome: str) -> PutStatus:
+        """Return once an op record holding ``half_offset`` with ``outcome`` is stored and
+        its put answered: that put's status."""
         batches = self._pending.setdefault(outcome, [])
         entry = len(f"{half_offset}{OFFSET_SEPARATOR}")
         if not batches or batches[-1].size + entry > self._max_size:
@@ -48,11 +52,11 @@ class OpWriter:
         batch = batches[-1]
         batch.offsets.append(half_offset)
         batch.size += entry
-        done = asyncio.get_running_loop().create_future()
+        done: asyncio.Future[PutStatus] = asyncio.get_running_loop().create_future()
         batch.waiters.append(done)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._drain(), name="transaction-op-writer")
-        await done
+        return await done
 
     async def _drain(self) -> None:
         while self._pending:
@@ -62,7 +66,7 @@ class OpWriter:
             if not batches:
                 del self._pending[outcome]
             try:
-                await self._put([op_message(batch.offsets, outcome)])
+                written = await self._put([op_message(batch.offsets, outcome)])
             except Exception as exc:  # every waiter hears of it
                 for done in batch.waiters:
                     if not done.done():
@@ -70,4 +74,4 @@ class OpWriter:
                 continue
             for done in batch.waiters:
                 if not done.done():
-                    done.set_result(None)
+                    done.set_result(written.status)

@@ -8,6 +8,17 @@ back from the CommitLog: the op record says how a half ended, and a commit whose
 crash lost is found by its copy in the real topic (the commit is put once per half, keyed by
 the half's CommitLog offset through :meth:`services.idempotency.IdempotencyService.reput`).
 
+Across a failover an end must be in the log of whichever broker is master next, or that
+broker may end the transaction the other way (its check-back, an operator). An end is
+therefore answered only once its op record survives a failover
+(:attr:`TransactionService.survives_failover`: the cluster member's rule — an in-sync slave
+acknowledged it, or the in-sync set this master published names no slave, so no other broker
+may be elected). Otherwise (a sync master cut off from its slave and etcd) the end stays
+recorded here — the same end retried writes its op record again and is answered once a
+replica has it, the other way is refused — and is answered
+:class:`~services.errors.TransactionEndUnreplicatedError`: nothing was decided, and a
+successor that never saw it may end it either way.
+
 Check-back (transport A of the reference): the :class:`~services.transaction.check.
 TransactionCheckService` offers a due half to its producer group; a producer long-polls its
 group's offers (:meth:`TransactionService.poll_checks`), each leased to one poller for a
@@ -17,6 +28,7 @@ while, and answers with a commit or a rollback (or nothing: it is asked again la
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable
@@ -28,6 +40,7 @@ from services.errors import (
     BrokerUnavailableError,
     ProducerGroupMismatchError,
     TransactionEndedError,
+    TransactionEndUnreplicatedError,
     TransactionIdInUseError,
     TransactionNotFoundError,
 )
@@ -51,7 +64,7 @@ from services.transaction.records import (
     real_message,
 )
 from services.transaction.table import Transaction, TransactionState, TransactionTable, rebuild
-from storage import Message, MessageStore, PutResult, StoredMessage
+from storage import Message, MessageStore, PutResult, PutStatus, StoredMessage
 from storage.config_managers import TopicConfig
 from storage.record.properties import (
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
@@ -146,6 +159,9 @@ class TransactionService:
         for an earlier commit."""
         self.loaded = False
         self.changed: Callable[[int], None] = _no_listener  # tells the check service a due time
+        self.survives_failover: Callable[[PutStatus], bool] = _outside_a_cluster
+        """Whether an op record put with this status is in the log of whichever broker is
+        master next (set by the cluster member)."""
 
     # ------------------------------------------------------------------ state
 
@@ -264,6 +280,8 @@ class TransactionService:
             committed = state is TransactionState.COMMITTED
             if committed != commit:
                 raise _already_ended(transaction, "it cannot be ended the other way")
+            if transaction.undecided:  # its op record again, answered once a replica has it
+                await self._finish(transaction, committed=commit)
             return Ended(transaction, await self._committed_copy(transaction), repeated=True)
         sent = self._sent.pop(transaction.half_offset, None)
         if sent is not None:  # the first end of a half sent here: nothing to look for
@@ -272,7 +290,8 @@ class TransactionService:
         if not commit:
             earlier = await self._committed_copy(transaction, half)
             if earlier is not None:  # committed before a crash took its op record
-                await self._finish(transaction, committed=True)
+                with contextlib.suppress(TransactionEndUnreplicatedError):
+                    await self._finish(transaction, committed=True)
                 raise _already_ended(transaction, "it cannot be ended the other way")
             await self._finish(transaction, committed=False)
             return Ended(transaction, None, repeated=False)
@@ -298,15 +317,30 @@ class TransactionService:
         return Ended(transaction, results[0], repeated=False)
 
     async def _finish(self, transaction: Transaction, *, committed: bool) -> None:
-        """Write the op record, then take the transaction out of the open ones."""
-        await self.ops.end(transaction.half_offset, END_COMMIT if committed else END_ROLLBACK)
-        if transaction.state.ended:
-            return
-        self.table.end(transaction.half_offset, committed)
-        self._metrics.transactions["committed" if committed else "rolled_back"] += 1
-        offers = self._offers.get(transaction.producer_group)
-        if offers is not None:
-            offers.pop(transaction.half_offset, None)
+        """Write the op record, take the transaction out of the open ones, then require that
+        the end survives a failover (else TransactionEndUnreplicatedError)."""
+        status = await self.ops.end(
+            transaction.half_offset, END_COMMIT if committed else END_ROLLBACK
+        )
+        if not transaction.state.ended:
+            self.table.end(transaction.half_offset, committed)
+            self._metrics.transactions["committed" if committed else "rolled_back"] += 1
+            offers = self._offers.get(transaction.producer_group)
+            if offers is not None:
+                offers.pop(transaction.half_offset, None)
+        self._require_decided(transaction, status)
+
+    def _require_decided(self, transaction: Transaction, status: PutStatus) -> None:
+        """Mark the end decided when its op record (put with ``status``) survives a
+        failover; else leave it undecided and say so."""
+        transaction.undecided = not self.survives_failover(status)
+        if transaction.undecided:
+            done = "commit" if transaction.state is TransactionState.COMMITTED else "rollback"
+            raise TransactionEndUnreplicatedError(
+                f"the {done} of transaction {transaction.transaction_id} is stored on this "
+                f"master only ({status.value}): no broker that could succeed it has it yet. "
+                f"Retry the {done}; it is answered once a replica has it"
+            )
 
     def _half(self, transaction: Transaction) -> StoredMessage | None:
         return self._store.look_message_by_offset(transaction.commit_log_offset)
@@ -334,7 +368,8 @@ class TransactionService:
             return  # ended, or being ended right now
         half = self._half(transaction)
         if half is not None and await self._committed_copy(transaction, half) is not None:
-            await self._finish(transaction, committed=True)
+            with contextlib.suppress(TransactionEndUnreplicatedError):  # recorded here
+                await self._finish(transaction, committed=True)
             return
         if transaction.checks >= self.config.check_max or half is None:
             await self._give_up(transaction, half)
@@ -469,3 +504,10 @@ def _already_ended(transaction: Transaction, consequence: str) -> TransactionEnd
 
 def _no_listener(due_ms: int) -> None:
     del due_ms
+
+
+def _outside_a_cluster(status: PutStatus) -> bool:
+    """A broker outside a cluster has no successor that could end a transaction the other
+    way: whatever its put answered, the end is decided."""
+    del status
+    return True

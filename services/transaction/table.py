@@ -79,6 +79,7 @@ class Transaction:
     checks: int = 0
     last_check_ms: int = 0  # store time of the latest check copy; 0 before the first check
     state: TransactionState = TransactionState.OPEN
+    undecided: bool = False  # ended here; no broker that could succeed this one has it yet
 
     @property
     def open(self) -> bool:

@@ -1,13 +1,16 @@
 """Reading one queue range over HTTP into Arrow record batches (runs on the executors).
 
 A range [start, end) was fixed by the driver and may be read again after a failure, so
-the loop reads exactly it: pulls never ask past ``end`` and drop what lies beyond. What a
-pull says about the offsets decides the rest:
+the loop reads exactly it: range reads (:meth:`~spark_jobs.http_client.SpoolmqClient.records`,
+up to ``fetchMaxBytes`` each, Kafka's ``fetch.max.bytes``) never ask past ``end``. Their
+records come as the CommitLog stores them and are decoded by the store-directory source's
+vectorised decoder (:func:`spark_jobs.records.build_batch`): one batch per read. What a read
+says about the offsets decides the rest:
 
-- FOUND / NO_MATCHED_MESSAGE (a tag filter skipped them): keep what came, go on at
-  ``next_offset``. Without a tag filter every offset up to ``next_offset`` must have come:
-  a pull skips units whose CommitLog file retention already deleted, so a gap is a loss
-  (with a tag filter a gap is what the filter skipped, and such a loss goes unseen).
+- FOUND / NO_MATCHED_MESSAGE (a filter skipped them): keep what came, go on at
+  ``next_offset``. Without a filter every offset up to ``next_offset`` must have come: a
+  read skips units whose CommitLog file retention already deleted, so a gap is a loss
+  (with a filter a gap is what the filter skipped, and such a loss goes unseen).
 - OFFSET_TOO_SMALL, MESSAGE_WAS_REMOVING, OFFSET_FOUND_NULL: retention removed
   [offset, next_offset); fail or skip (``failOnDataLoss``).
 - NO_MESSAGE_IN_QUEUE, OFFSET_OVERFLOW_*: the replica that answered has not reached
@@ -18,22 +21,25 @@ pull says about the offsets decides the rest:
 from __future__ import annotations
 
 import time
-from binascii import a2b_base64
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
+import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from spark_jobs.errors import LostOffsets
-from spark_jobs.http_client import SpoolmqClient
+from spark_jobs.http_client import DEFAULT_FETCH_BYTES, SpoolmqClient
 from spark_jobs.properties_column import KEYS_TYPE, PROPERTIES_TYPE
-from spark_jobs.records import TIMESTAMP_TYPE
+from spark_jobs.records import TIMESTAMP_TYPE, build_batch, properties_without, range_records
 from spark_jobs.streaming.discovery import LossCase, report_losses
 from spark_jobs.streaming.offsets import QueueRange
+from storage.record.properties import PROPERTY_KEYS, PROPERTY_TAGS
 
-ROWS_PER_BATCH: Final = 4096
 _READ: Final = frozenset({"FOUND", "NO_MATCHED_MESSAGE"})
 _REMOVED: Final = frozenset({"OFFSET_TOO_SMALL", "MESSAGE_WAS_REMOVING", "OFFSET_FOUND_NULL"})
+_OWN_COLUMNS: Final = (PROPERTY_TAGS, PROPERTY_KEYS)
+"""Properties the rows show in columns of their own, not in ``properties`` (as a pull)."""
 
 ARROW_SCHEMA: Final = pa.schema(
     [
@@ -60,21 +66,26 @@ def fetch_range(
     tags: str | None,
     fail_on_data_loss: bool,
     sleep: Callable[[float], None] = time.sleep,
+    sql: str | None = None,
+    max_bytes: int = DEFAULT_FETCH_BYTES,
 ) -> Iterator[pa.RecordBatch]:
-    """The messages of ``queue_range`` in offset order, ROWS_PER_BATCH rows per batch."""
+    """The messages of ``queue_range`` in offset order, one batch per range read of up to
+    ``max_bytes`` (those passing ``tags`` and the SQL92 filter ``sql``, which the broker
+    applies)."""
     topic, queue_id, end = queue_range.topic, queue_range.queue_id, queue_range.end
     offset = queue_range.start
-    pending: list[dict[str, Any]] = []
     waits = 0
     while offset < end:
-        answer = client.pull(topic, queue_id, offset, end - offset, tags)
-        status, next_offset = answer["status"], int(answer["next_offset"])
+        answer = client.records(topic, queue_id, offset, end, max_bytes, tags, sql)
+        status, next_offset = answer.status, answer.next_offset
         if status in _READ and next_offset > offset:
-            messages = [m for m in answer["messages"] if m["queue_offset"] < end]
-            if tags is None:
-                holes = gaps(offset, min(next_offset, end), messages)
+            batch = to_batch(answer.records, queue_range)
+            if tags is None and sql is None:  # a filtered read has gaps of its own
+                offsets = np.asarray(batch.column("queue_offset").to_numpy(), dtype=np.int64)
+                holes = gaps(offset, min(next_offset, end), offsets)
                 report_lost_runs(topic, queue_id, holes, fail_on_data_loss)
-            pending.extend(messages)
+            if batch.num_rows:
+                yield batch
             offset, waits = next_offset, 0
         elif status in _REMOVED and next_offset > offset:
             report_lost_runs(topic, queue_id, [(offset, min(next_offset, end))], fail_on_data_loss)
@@ -83,14 +94,34 @@ def fetch_range(
             sleep(client.retry.delay_s(waits))
             waits += 1
         else:
-            behind = int(answer.get("max_offset", offset))
+            behind = answer.max_offset
             report_lost_runs(topic, queue_id, [(max(offset, behind), end)], fail_on_data_loss)
             offset = end
-        if len(pending) >= ROWS_PER_BATCH:
-            yield to_batch(pending, queue_range)
-            pending = []
-    if pending:
-        yield to_batch(pending, queue_range)
+
+
+SAMPLE_BYTES: Final = 64 * 1024
+"""The records a driver reads of a queue range to learn their size."""
+
+
+def bytes_per_offset(
+    client: SpoolmqClient, queue_range: QueueRange, tags: str | None = None, sql: str | None = None
+) -> float | None:
+    """About how many bytes of records an offset of ``queue_range`` holds, from its first
+    records (one small range read; filtered-out offsets count as none); None when it cannot
+    tell (nothing there, or its first offsets are gone: the partition's read reports that)."""
+    sample = client.records(
+        queue_range.topic,
+        queue_range.queue_id,
+        queue_range.start,
+        queue_range.end,
+        SAMPLE_BYTES,
+        tags,
+        sql,
+    )
+    scanned = sample.next_offset - queue_range.start
+    if sample.status not in _READ or scanned <= 0:
+        return None
+    return len(sample.records) / scanned
 
 
 def report_lost_runs(
@@ -101,33 +132,43 @@ def report_lost_runs(
     report_losses(losses, LossCase.WHILE_READING, fail)
 
 
-def gaps(start: int, stop: int, messages: list[dict[str, Any]]) -> Iterator[tuple[int, int]]:
-    """The runs of offsets in [start, stop) that no message of ``messages`` holds."""
-    expected = start
-    for message in messages:
-        if message["queue_offset"] > expected:
-            yield expected, message["queue_offset"]
-        expected = message["queue_offset"] + 1
-    if expected < stop:
-        yield expected, stop
+def gaps(start: int, stop: int, offsets: Any) -> list[tuple[int, int]]:
+    """The runs of offsets in [start, stop) missing from ``offsets`` (ascending, inside
+    that range)."""
+    bounds = np.concatenate([[start - 1], np.asarray(offsets, dtype=np.int64), [stop]])
+    jumps = np.flatnonzero(np.diff(bounds) > 1)
+    return [(int(bounds[i]) + 1, int(bounds[i + 1])) for i in jumps.tolist()]
 
 
-def to_batch(messages: list[dict[str, Any]], queue_range: QueueRange) -> pa.RecordBatch:
-    """Pulled messages (bodies base64) as one record batch of ARROW_SCHEMA."""
-    n = len(messages)
-    keys = [list(m.get("keys") or ()) for m in messages]
+def to_batch(records: bytes, queue_range: QueueRange) -> pa.RecordBatch:
+    """The records of a range read (as the CommitLog stores them) as one record batch of
+    ARROW_SCHEMA: decoded by the store-directory source's decoder, those before the
+    range's end, under the range's queue (its cluster-wide id through a proxy)."""
+    data, positions = range_records(records)
+    decoded = build_batch(data, positions, 0, "")
+    if decoded.num_rows and decoded.column("queue_offset")[-1].as_py() >= queue_range.end:
+        decoded = decoded.filter(pc.less(decoded.column("queue_offset"), queue_range.end))
+    n = decoded.num_rows
+    keys = decoded.column("keys")
     columns = [
-        pa.array([k[0] if k else None for k in keys], pa.string()),
-        pa.array(keys, KEYS_TYPE),
-        pa.array([a2b_base64(m["body"]) for m in messages], pa.binary()),
-        pa.array([queue_range.topic] * n, pa.string()),
-        pa.array([queue_range.queue_id] * n, pa.int32()),
-        pa.array([m["queue_offset"] for m in messages], pa.int64()),
-        pa.array([m["msg_id"] for m in messages], pa.string()),
-        pa.array([m.get("tags") for m in messages], pa.string()),
-        pa.array([list((m.get("properties") or {}).items()) for m in messages], PROPERTIES_TYPE),
-        pa.array([m["born_timestamp"] * 1000 for m in messages], TIMESTAMP_TYPE),
-        pa.array([m["store_timestamp"] * 1000 for m in messages], TIMESTAMP_TYPE),
-        pa.array([queue_range.broker_group] * n, pa.string()),
+        _first_keys(keys),
+        keys,
+        decoded.column("body"),
+        pa.repeat(pa.scalar(queue_range.topic, pa.string()), n),
+        pa.repeat(pa.scalar(queue_range.queue_id, pa.int32()), n),
+        decoded.column("queue_offset"),
+        decoded.column("msg_id"),
+        decoded.column("tags"),
+        properties_without(decoded.column("properties"), _OWN_COLUMNS),
+        decoded.column("born_timestamp"),
+        decoded.column("store_timestamp"),
+        pa.repeat(pa.scalar(queue_range.broker_group, pa.string()), n),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+
+
+def _first_keys(keys: Any) -> Any:
+    """The first of each row's keys (null where it has none): the ``key`` column."""
+    lengths = np.asarray(pc.list_value_length(keys).to_numpy(zero_copy_only=False))
+    starts = np.asarray(keys.offsets.to_numpy()[:-1], dtype=np.int64)
+    return keys.values.take(pa.array(starts, mask=lengths == 0))

@@ -9,7 +9,7 @@ does I/O.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,16 +79,21 @@ def plan_ranges(
     groups: Mapping[tuple[str, int], str | None],
     max_per_partition: int,
     min_partitions: int = 1,
+    byte_limits: Mapping[tuple[str, int], int] | None = None,
 ) -> list[QueueRange]:
     """One range per queue that moved, cut into pieces of at most ``max_per_partition``
-    offsets, and further (largest first) until there are ``min_partitions``; in queue
-    order, so the same offsets always give the same partitions."""
+    offsets (and of a queue's ``byte_limits`` entry: the offsets its byte budget holds), and
+    further (largest first) until there are ``min_partitions``; in queue order, so the same
+    offsets always give the same partitions."""
     ranges: list[QueueRange] = []
     for key in sorted(end):
         start, stop = begin.get(key, end[key]), end[key]
         if stop <= start:
             continue
-        pieces = math.ceil((stop - start) / max_per_partition)
+        most = max_per_partition
+        if byte_limits is not None and key in byte_limits:
+            most = max(1, min(most, byte_limits[key]))
+        pieces = math.ceil((stop - start) / most)
         ranges.extend(_split(QueueRange(key[0], key[1], start, stop, groups.get(key)), pieces))
     while 0 < len(ranges) < min_partitions:
         largest = max(ranges, key=lambda r: (r.size, -ranges.index(r)))
@@ -97,6 +102,26 @@ def plan_ranges(
         at = ranges.index(largest)
         ranges[at : at + 1] = _split(largest, 2)
     return ranges
+
+
+def pack_ranges(
+    ranges: Sequence[QueueRange], sizes: Sequence[float], budget: int, min_partitions: int = 1
+) -> list[tuple[QueueRange, ...]]:
+    """The ranges, in order, gathered into partitions of about ``budget`` bytes (``sizes``:
+    each range's estimated bytes) and at least ``min_partitions`` of them where there are
+    that many ranges: a task costs Spark more than reading a small range does."""
+    total = sum(sizes)
+    count = min(len(ranges), max(min_partitions, math.ceil(total / max(1, budget))))
+    if count <= 1:
+        return [tuple(ranges)] if ranges else []
+    share = total / count
+    packed: list[list[QueueRange]] = [[] for _ in range(count)]
+    before = 0.0
+    for queue_range, size in zip(ranges, sizes, strict=True):
+        middle = before + size / 2  # a range goes where most of it falls
+        packed[min(count - 1, int(middle // share))].append(queue_range)
+        before += size
+    return [tuple(part) for part in packed if part]
 
 
 def _split(whole: QueueRange, pieces: int) -> list[QueueRange]:

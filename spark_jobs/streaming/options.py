@@ -16,13 +16,19 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final
 
-from spark_jobs.http_client import Connection, RetryPolicy
+from spark_jobs.http_client import (
+    DEFAULT_FETCH_BYTES,
+    MAX_FETCH_BYTES,
+    Connection,
+    RetryPolicy,
+)
 from spark_jobs.options import (
     OptionError,
     parse_bool,
     parse_endpoints,
     parse_list,
     parse_positive_int,
+    parse_sql_filter,
     parse_time_ms,
 )
 
@@ -33,6 +39,7 @@ LATEST: Final = -1
 """In an offsets JSON: the queue's max offset."""
 TOPIC_NAME: Final = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
 DEFAULT_MAX_OFFSETS_PER_PARTITION: Final = 50_000
+DEFAULT_MAX_BYTES_PER_PARTITION: Final = 16 * 1024 * 1024
 DEFAULT_SINK_BATCH: Final = 100
 MAX_SINK_BATCH: Final = 1000  # the broker's --max-batch-messages default
 DEFAULT_SINK_BATCH_BYTES: Final = 1024 * 1024
@@ -129,9 +136,12 @@ class SourceOptions:
     max_offsets_per_trigger: int | None = None
     fail_on_data_loss: bool = True
     tags: str | None = None
+    sql: str | None = None  # the ``filter`` option: SQL92, pushed down to the broker
     consumer_group: str | None = None
     max_offsets_per_partition: int = DEFAULT_MAX_OFFSETS_PER_PARTITION
     min_partitions: int = 1
+    fetch_max_bytes: int = DEFAULT_FETCH_BYTES  # one range read's byte budget
+    max_bytes_per_partition: int = DEFAULT_MAX_BYTES_PER_PARTITION
 
 
 def parse_source_options(raw: Mapping[str, str], streaming: bool) -> SourceOptions:
@@ -165,6 +175,7 @@ def parse_source_options(raw: Mapping[str, str], streaming: bool) -> SourceOptio
         else parse_positive_int(max_per_trigger, 1, "maxOffsetsPerTrigger"),
         fail_on_data_loss=parse_bool(options.get("failOnDataLoss"), default=True),
         tags=tags,
+        sql=parse_sql_filter(options.get("filter")),
         consumer_group=_group(options.get("consumerGroup")),
         max_offsets_per_partition=parse_positive_int(
             options.get("maxOffsetsPerPartition"),
@@ -172,7 +183,21 @@ def parse_source_options(raw: Mapping[str, str], streaming: bool) -> SourceOptio
             "maxOffsetsPerPartition",
         ),
         min_partitions=parse_positive_int(options.get("minPartitions"), 1, "minPartitions"),
+        fetch_max_bytes=_fetch_max_bytes(options.get("fetchMaxBytes")),
+        max_bytes_per_partition=parse_positive_int(
+            options.get("maxBytesPerPartition"),
+            DEFAULT_MAX_BYTES_PER_PARTITION,
+            "maxBytesPerPartition",
+        ),
     )
+
+
+def _fetch_max_bytes(value: str | None) -> int:
+    """``fetchMaxBytes``: one range read's byte budget, at most what a broker takes."""
+    budget = parse_positive_int(value, DEFAULT_FETCH_BYTES, "fetchMaxBytes")
+    if budget > MAX_FETCH_BYTES:
+        raise OptionError(f"fetchMaxBytes is at most {MAX_FETCH_BYTES} (a broker's cap)")
+    return budget
 
 
 def parse_subscription(options: Options) -> Subscription:

@@ -1,7 +1,11 @@
 """The ``spoolmq`` source's readers: a micro-batch stream and a bounded batch read.
 
 The driver (``latestOffset``, ``partitions``, ``commit``) asks a broker or the proxy for
-each subscribed queue's min and max offsets; the executors pull the planned ranges
+each subscribed queue's min and max offsets, cuts each queue's range into pieces of at most
+``maxOffsetsPerPartition`` offsets and about ``maxBytesPerPartition`` bytes (the size of a
+range's first records tells how many offsets that is), and gathers the pieces, in queue
+order, into partitions of about that many bytes (at least ``minPartitions``): a Spark task
+costs more than reading a small range. The executors read the planned ranges as raw records
 (:mod:`spark_jobs.streaming.fetch`). Nothing needs a shared disk.
 
 A queue whose max offset falls below the query's position (a replica behind its master
@@ -34,11 +38,21 @@ from spark_jobs.streaming.discovery import (
     skip_lost,
     with_new_queues,
 )
-from spark_jobs.streaming.fetch import fetch_range
-from spark_jobs.streaming.offsets import Positions, QueueRange, cap, from_json, plan_ranges, to_json
+from spark_jobs.streaming.fetch import bytes_per_offset, fetch_range
+from spark_jobs.streaming.offsets import (
+    Positions,
+    QueueRange,
+    cap,
+    from_json,
+    pack_ranges,
+    plan_ranges,
+    to_json,
+)
 from spark_jobs.streaming.options import SourceOptions
 
 LOG = logging.getLogger("spark_jobs.streaming")
+UNKNOWN_OFFSET_BYTES = 1024
+"""The bytes an offset is taken to hold where its queue's records could not be sampled."""
 
 
 class _Reads:
@@ -72,24 +86,61 @@ class _Reads:
             if key not in begin and key in states:
                 begin[key] = states[key].min_offset
         begin = skip_lost(begin, states, case, self.options.fail_on_data_loss)
+        groups = group_of(states)
+        options = self.options
+        per_offset = self.bytes_per_offset(begin, end, groups)
+        byte_limits = {
+            key: max(1, int(options.max_bytes_per_partition // size))
+            for key, size in per_offset.items()
+            if size > 0
+        }
         ranges = plan_ranges(
             begin,
             end,
-            group_of(states),
-            self.options.max_offsets_per_partition,
-            self.options.min_partitions,
+            groups,
+            options.max_offsets_per_partition,
+            options.min_partitions,
+            byte_limits,
         )
-        return [InputPartition(r) for r in ranges]
+        sizes = [
+            r.size * per_offset.get((r.topic, r.queue_id), UNKNOWN_OFFSET_BYTES) for r in ranges
+        ]
+        packed = pack_ranges(ranges, sizes, options.max_bytes_per_partition, options.min_partitions)
+        return [InputPartition(part) for part in packed]
+
+    def bytes_per_offset(
+        self, begin: Positions, end: Positions, groups: dict[tuple[str, int], str | None]
+    ) -> dict[tuple[str, int], float]:
+        """For each queue with more than one offset to read, about how many bytes of records
+        an offset holds (from its first records)."""
+        options = self.options
+        found: dict[tuple[str, int], float] = {}
+        for key, stop in end.items():
+            start = begin.get(key, stop)
+            if stop - start <= 1:
+                continue
+            queue_range = QueueRange(key[0], key[1], start, stop, groups.get(key))
+            size = bytes_per_offset(self.client, queue_range, options.tags, options.sql)
+            if size is not None:
+                found[key] = size
+        return found
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        """The messages of one queue range, as Arrow record batches (on an executor)."""
-        queue_range = partition.value
-        if not isinstance(queue_range, QueueRange):
+        """The messages of one partition's queue ranges, as Arrow record batches (on an
+        executor)."""
+        ranges = partition.value
+        if not isinstance(ranges, tuple):
             return
         with SpoolmqClient(self.options.connection) as client:
-            yield from fetch_range(
-                client, queue_range, self.options.tags, self.options.fail_on_data_loss
-            )
+            for queue_range in ranges:
+                yield from fetch_range(
+                    client,
+                    queue_range,
+                    self.options.tags,
+                    self.options.fail_on_data_loss,
+                    sql=self.options.sql,
+                    max_bytes=self.options.fetch_max_bytes,
+                )
 
     def close(self) -> None:
         if self._client is not None:

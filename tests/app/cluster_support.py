@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import ssl
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +14,7 @@ import httpx
 
 from tests.net import free_port
 from tests.serve_process import serve_command, wait_ready
+from tests.tls_support import Certificates
 
 FILE_SIZE = 256 * 1024
 
@@ -30,10 +32,25 @@ class ClusterBroker:
     port: int = field(default_factory=free_port)
     ha_port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    certificates: Certificates | None = None  # --tls-cert/--tls-key/--tls-ca: https, TLS HA
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "https" if self.certificates is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
+
+    @property
+    def verify(self) -> ssl.SSLContext | bool:
+        """How a test client checks this broker's certificate."""
+        return self.certificates.client_context() if self.certificates is not None else True
+
+    def _tls_flags(self) -> list[str]:
+        certificates = self.certificates
+        if certificates is None:
+            return []
+        return [
+            f"--{name.replace('_', '-')}={path}" for name, path in certificates.settings().items()
+        ]
 
     def start(self, role: str = "master") -> ClusterBroker:
         log = (self.store.parent / f"{self.store.name}.log").open("ab")
@@ -67,6 +84,7 @@ class ClusterBroker:
                 "0.2",
                 "--log-level",
                 os.environ.get("SPOOLMQ_TEST_LOG_LEVEL", "warning"),
+                *self._tls_flags(),
                 *self.extra,
             ),
             env=dict(os.environ),
@@ -75,7 +93,7 @@ class ClusterBroker:
         )
         log.close()
         process = self.process
-        if not wait_ready(self.url, lambda: process.poll() is None, 60):
+        if not wait_ready(self.url, lambda: process.poll() is None, 60, self.verify):
             self.kill()
             raise RuntimeError(f"broker {self.name} did not become ready")
         return self
@@ -96,7 +114,9 @@ class ClusterBroker:
                 self.process.wait()
 
     def replica(self) -> dict[str, Any]:
-        answer: dict[str, Any] = httpx.get(f"{self.url}/v1/replication", timeout=10).json()
+        answer: dict[str, Any] = httpx.get(
+            f"{self.url}/v1/replication", timeout=10, verify=self.verify
+        ).json()
         return answer
 
     def role(self) -> str | None:

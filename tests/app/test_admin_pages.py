@@ -224,6 +224,23 @@ def test_a_search_with_more_results_pages_on_by_its_next_page_link(admin: Admin)
     admin.shot("messages-paged")
 
 
+def test_a_search_with_a_filter_shows_only_the_matching_messages(admin: Admin) -> None:
+    page, api, topic = admin.page, admin.api, name("Filtered")
+    put_topic(api, topic, 1)
+    for i, region in enumerate(["eu", "us", "eu", "ap"]):
+        send(api, topic, 0, body=f"order {i}", properties={"region": region})
+    admin.goto(f"/admin/messages?mode=offset&topic={topic}&queue_id=0&offset=0")
+    form = page.locator("#search-form")
+    form.get_by_label("Filter").fill("region = 'eu'")
+    form.get_by_role("button", name="Search").click()
+    expect(page.locator("#result-table td.preview")).to_have_text(["order 0", "order 2"])
+    expect(page.get_by_text("2 of the 4 messages searched match the filter")).to_be_visible()
+    form.get_by_label("Filter").fill("region LIKE 'e%'")
+    form.get_by_role("button", name="Search").click()
+    expect(page.get_by_text("there is no LIKE", exact=False)).to_be_visible()
+    admin.shot("messages-filtered")
+
+
 def test_topic_edit_and_errors_show_the_api_text(admin: Admin) -> None:
     page, topic = admin.page, name("Edit")
     put_topic(admin.api, topic, 2)

@@ -305,6 +305,7 @@ def test_proxy_command_serves_the_cluster_route_table(tmp_path: Path) -> None:
     etcd = start_etcd(tmp_path)
     port = free_port()
     command = ["proxy", "--cluster", "c9", "--etcd", etcd.url, "--port", str(port)]
+    command += ["--workers", "1"]
     process = subprocess.Popen(
         [sys.executable, "-m", "app.cli", *command],
         stdout=subprocess.DEVNULL,
@@ -335,6 +336,16 @@ def test_proxy_command_refuses_to_listen_beyond_loopback_unless_asked(
     argv = ["proxy", "--cluster", "c", "--etcd", "http://127.0.0.1:1", "--host", "0.0.0.0"]
     assert main(argv) == 2
     assert "--allow-anonymous" in capsys.readouterr().err
+
+
+def test_proxy_command_refuses_tls_files_it_cannot_use(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["proxy", "--cluster", "c", "--etcd", "https://127.0.0.1:1"]
+    assert main([*argv, "--tls-cert", str(tmp_path / "cert.pem")]) == 2
+    assert "--tls-cert and --tls-key are given together" in capsys.readouterr().err
+    assert main([*argv, "--tls-ca", str(tmp_path / "missing.pem")]) == 2
+    assert "cannot load the TLS files" in capsys.readouterr().err
 
 
 def test_proxy_command_refuses_a_busy_port_in_one_line(

@@ -22,6 +22,7 @@ def proxy_log(tmp_path: Path, etcd_url: str, level: str) -> str:
     port = free_port()
     log = tmp_path / f"proxy-{level}.log"
     command = ["proxy", "--cluster", "c", "--etcd", etcd_url, "--port", str(port)]
+    command += ["--workers", "1"]
     with log.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "app.cli", *command, "--log-level", level],

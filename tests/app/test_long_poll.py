@@ -189,6 +189,38 @@ def test_group_long_poll_wakes_on_any_queue(
     assert [(m["body"], m["queue_id"]) for m in got["messages"]] == [("q3", 3)]
 
 
+def test_group_long_poll_hears_a_retry_topic_created_while_it_waits(
+    live_server: LiveServer, client: httpx.Client, topic: str, group: str
+) -> None:
+    """A group pull reads ``%RETRY%<group>`` too: a message sent back while it waits, before
+    the group had a retry topic, wakes it (the send-back creates the topic)."""
+    send(client, topic, body="again")
+    first = client.get(f"/v1/groups/{group}/topics/{topic}/messages", params={"auto_commit": True})
+    [message] = first.json()["messages"]
+    retry = f"%RETRY%{group}"
+    assert client.get(f"/v1/topics/{retry}").status_code == 404
+    before = parked(live_server)
+    thread, result = in_thread(
+        lambda: client.get(
+            f"/v1/groups/{group}/topics/{topic}/messages",
+            params={"wait_ms": 25_000, "auto_commit": True},
+        )
+    )
+    wait_until(lambda: parked(live_server) > before)
+    sent_back = client.post(
+        f"/v1/groups/{group}/retry",
+        json={"commit_log_offset": message["commit_log_offset"], "delay_level": 1},
+    )
+    assert sent_back.status_code == 200, sent_back.text
+    assert sent_back.json()["topic"] == retry
+    thread.join(30)
+    got = result[0].json()
+    assert [(m["body"], m["topic"], m["reconsume_times"]) for m in got["messages"]] == [
+        ("again", topic, 1)
+    ]
+    assert retry in {q["topic"] for q in got["queues"]}
+
+
 @pytest.fixture
 def capped(tmp_path: Path) -> Iterator[LiveServer]:
     live = start_server(tmp_path / "capped", max_parked_pulls=2)

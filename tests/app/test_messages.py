@@ -63,6 +63,21 @@ def test_text_message_round_trip(client: httpx.Client, topic: str) -> None:
     assert message["reconsume_times"] == 0
 
 
+def test_a_send_answers_the_epoch_of_the_master_that_stored_it(
+    client: httpx.Client, topic: str
+) -> None:
+    """The partition tests tell two masters' acknowledgements apart by it."""
+    epoch = client.get("/v1/replication").json()["epoch"]
+    batch = {"messages": [{"body": "one"}, {"body": "two"}]}
+    for answer in (
+        client.post(f"/v1/topics/{topic}/messages", json={"body": "e"}),
+        client.post(f"/v1/topics/{topic}/messages", json=batch),
+        client.post(f"/v1/topics/{topic}/messages", content=b"raw"),
+    ):
+        assert answer.status_code == 201, answer.text
+        assert answer.headers["spoolmq-epoch"] == str(epoch)
+
+
 def test_binary_message_round_trip(client: httpx.Client, topic: str) -> None:
     body = os.urandom(1000) + b"\xff\xfe"
     send(client, topic, body=base64.b64encode(body).decode(), body_encoding="base64", queue_id=1)

@@ -382,3 +382,33 @@ def test_fifo_group_completes_every_key_in_send_order_with_workers_giving_back(
     assert len(completed) == keys
     for name, order in completed.items():
         assert order == list(range(per_key)), name
+
+
+def test_fifo_receive_with_a_tag_filter_wakes_when_the_held_message_is_acked(
+    server: LiveServer, http: httpx.Client, names: tuple[str, str]
+) -> None:
+    """A FIFO receive parked behind a held message wakes when that message is acked and the
+    next one matches its filter, not at the end of its wait: the queue is readable again."""
+    topic, group = names
+    create_topic(http, topic, 1)
+    response = http.put(f"/v1/groups/{group}", json={"consume_mode": "pop", "fifo": True})
+    assert response.status_code == 201, response.text
+    messages = [{"body": body, "tags": "Paid"} for body in ("first", "second")]
+    sent = http.post(f"/v1/topics/{topic}/messages", json={"messages": messages})
+    assert sent.status_code == 201, sent.text
+    [held] = receive(http, group, topic, max_messages=1, tags="Paid")
+    assert held["body"] == "first"
+    waiters = server.broker.waiters
+    parked_before, woken_before = waiters.parked, waiters.woken
+    result: list[list[dict[str, Any]]] = []
+    thread = threading.Thread(
+        target=lambda: result.append(
+            receive(http, group, topic, max_messages=1, tags="Paid", wait_ms=30_000)
+        )
+    )
+    thread.start()
+    wait_until(lambda: waiters.parked > parked_before)
+    assert ack(http, group, [held["receipt_handle"]]) == ["acked"]
+    thread.join(60)
+    assert [m["body"] for m in result[0]] == ["second"]
+    assert waiters.woken > woken_before, "the ack woke it; it did not wait out its time"

@@ -1,14 +1,21 @@
-"""A master with an auth file: its slave presents a replication token to the replication routes."""
+"""A master with an auth file: its slave presents a replication token to the replication routes,
+and proves it on the HA port."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from services.ha import MasterAddress
+from services.ha.client import HAClient
+from storage import MessageStore
+from storage.epoch_file import EpochFile
 from tests.app.auth_support import write_auth_file
 from tests.conftest import LiveServer, start_server, wait_until
+from tests.services.conftest import wait_for
 
 
 def replica(server: LiveServer) -> dict[str, Any]:
@@ -76,4 +83,39 @@ def test_without_the_token_the_slave_says_why_it_does_not_stream(tmp_path: Path)
         assert tokens  # the master has a token, the slave was not given it
     finally:
         slave.stop()
+        master.stop()
+
+
+async def ha_refusal(master: LiveServer, store_dir: Path, headers: dict[str, str]) -> str:
+    """A slave's HA client whose HTTP calls carry a good token and whose HA proof is of a
+    wrong one: the error it reports, once refused; nothing was appended."""
+    address = MasterAddress("a", master.url, master.broker.replica.ha_address or "")
+    store = MessageStore.open(store_dir)
+    client = HAClient(store, EpochFile(store_dir).load(), address, "b", 0.2, headers, "smq_wrong")
+    client.start()
+    try:
+        await wait_for(lambda: "refused" in (client.error or ""), within=30)
+        assert store.max_physical_offset == 0
+        return client.error or ""
+    finally:
+        await client.stop()
+        store.close()
+
+
+def test_a_slave_proving_a_wrong_token_on_the_ha_port_says_why(tmp_path: Path) -> None:
+    auth_file = tmp_path / "auth.toml"
+    tokens = write_auth_file(auth_file, {"ops": {"admin": True}})
+    master = start_server(
+        tmp_path / "a", broker_name="a", ha_listen="127.0.0.1:0", auth_file=auth_file
+    )
+    try:
+        admin = {"Authorization": f"Bearer {tokens['ops']}"}
+        sent = master.client(headers=admin).post("/v1/topics/Locked/messages", json={"body": "x"})
+        assert sent.status_code == 201, sent.text
+        error = asyncio.run(ha_refusal(master, tmp_path / "b", admin))
+        assert error == (
+            "master a refused this slave: the proof matches no admin token of this master's "
+            "auth file"
+        )
+    finally:
         master.stop()

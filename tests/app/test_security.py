@@ -28,9 +28,11 @@ from app.security import (
     AuthFileError,
     UnsafeBindError,
     check_bind,
+    check_ha_bind,
     hash_token,
     is_loopback,
     load_auth_file,
+    replica_keys,
 )
 from app.security.middleware import _cap_max_bytes
 from app.security.policy import RULES, Access
@@ -38,7 +40,8 @@ from app.security.principals import ConsumeGrant, Pattern, Principal
 from app.security.quotas import TokenBucket
 from app.security.sessions import csrf_from_body, set_cookie, tokens_match
 from app.settings import Settings
-from tests.app.auth_support import AuthServer, start_auth_server
+from services.ha.auth import replica_key
+from tests.app.auth_support import AuthServer, start_auth_server, write_auth_file
 from tests.conftest import LiveServer, wait_until
 
 BIN = Path(sys.executable).parent
@@ -51,6 +54,7 @@ EXPECTED: dict[str, tuple[str, str | None]] = {
     # key: (a token that may call it, a valid token that may not — None: every token may)
     "sendMessages": ("producer", "stranger"),
     "pullMessages": ("consumer", "stranger"),
+    "readQueueRecords": ("consumer", "stranger"),
     "queryMessagesByKey": ("consumer", "stranger"),
     "getMessage": ("consumer", "stranger"),
     "getDelayLevels": ("nobody", None),
@@ -371,6 +375,22 @@ def test_loopback_addresses(host: str, loopback: bool) -> None:
             check_bind(host, auth_enabled=False, allow_anonymous=False)
     check_bind(host, auth_enabled=True, allow_anonymous=False)
     check_bind(host, auth_enabled=False, allow_anonymous=True)
+
+
+def test_the_ha_port_beyond_loopback_needs_an_auth_file_and_tls() -> None:
+    with pytest.raises(UnsafeBindError, match="without --auth-file and --tls-cert/--tls-key"):
+        check_ha_bind("0.0.0.0", auth_enabled=False, tls_enabled=False, allow_anonymous=False)
+    with pytest.raises(UnsafeBindError, match="without --tls-cert/--tls-key: anyone"):
+        check_ha_bind("10.0.0.5", auth_enabled=True, tls_enabled=False, allow_anonymous=False)
+    check_ha_bind("10.0.0.5", auth_enabled=True, tls_enabled=True, allow_anonymous=False)
+    check_ha_bind("10.0.0.5", auth_enabled=False, tls_enabled=False, allow_anonymous=True)
+    check_ha_bind("127.0.0.1", auth_enabled=False, tls_enabled=False, allow_anonymous=False)
+
+
+def test_slaves_prove_the_admin_tokens_of_the_auth_file(tmp_path: Path) -> None:
+    tokens = write_auth_file(tmp_path / "auth.toml", {"ops": {"admin": True}, "app": {}})
+    assert replica_keys(None) is None  # no auth file: the HA port is open
+    assert replica_keys(tmp_path / "auth.toml") == frozenset({replica_key(tokens["ops"])})
 
 
 def _serve(*args: str) -> subprocess.CompletedProcess[str]:

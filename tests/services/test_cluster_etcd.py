@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,9 +18,11 @@ from services.cluster import (
     RouteRegistry,
     spread_queues,
 )
-from services.cluster.etcd import Compare, put_op, range_op
-from tests.etcd_support import EtcdServer
+from services.cluster.etcd import Compare, EtcdLeaseClient, put_op, range_op
+from services.tls import TlsConfig
+from tests.etcd_support import EtcdServer, start_etcd
 from tests.net import free_port
+from tests.tls_support import make_certificates
 
 
 def test_put_get_prefix_and_delete(etcd: EtcdServer) -> None:
@@ -190,3 +193,34 @@ def test_the_watch_applies_each_change_without_reading_the_whole_table(etcd: Etc
             await client.aclose()
 
     asyncio.run(run())
+
+
+def test_https_endpoints_are_checked_against_the_ca_and_see_our_certificate(
+    tmp_path: Path,
+) -> None:
+    ours = make_certificates(tmp_path / "ours")
+    theirs = make_certificates(tmp_path / "theirs", "other")
+    etcd = start_etcd(tmp_path, ours)
+
+    async def run() -> None:
+        client = EtcdClient([etcd.url], tls=ours.tls())
+        refused = [
+            EtcdClient([etcd.url], timeout_s=1, tls=theirs.tls()),  # etcd of another CA
+            EtcdClient([etcd.url], timeout_s=1, tls=TlsConfig(ca_file=ours.ca)),  # no cert
+        ]
+        try:
+            await client.put("/tls/key", b"kept")
+            for stranger in refused:
+                with pytest.raises(EtcdUnavailableError):
+                    await stranger.get("/tls/key")
+            lease = EtcdLeaseClient([etcd.url], tls=ours.tls())
+            assert await asyncio.to_thread(lease.grant, 5)
+            lease.close()
+        finally:
+            for each in (client, *refused):
+                await each.aclose()
+
+    try:
+        asyncio.run(run())
+    finally:
+        etcd.stop()

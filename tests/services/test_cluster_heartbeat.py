@@ -1,5 +1,6 @@
 """The lease heartbeat against a real etcd: a broker whose event loop is busy keeps its master
-key; a broker whose loop is stuck loses it."""
+key; a broker whose loop is stuck loses it; with etcd out of reach an async master stops
+taking writes, a sync one keeps serving."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Coroutine
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -26,7 +29,16 @@ FATAL: list[BaseException] = []
 
 @pytest.fixture
 async def master(tmp_path: Path, etcd: EtcdServer) -> AsyncIterator[ClusterMember]:
-    """A broker elected master of group g1 (no slaves), its member running."""
+    """A broker elected master of group g1 (no slaves, async replication), its member
+    running."""
+    async with running_master(tmp_path, etcd, "async") as member:
+        yield member
+
+
+@asynccontextmanager
+async def running_master(
+    tmp_path: Path, etcd: EtcdServer, replication: Literal["async", "sync"]
+) -> AsyncIterator[ClusterMember]:
     broker = Broker(
         BrokerConfig(
             tmp_path / "store",
@@ -34,6 +46,7 @@ async def master(tmp_path: Path, etcd: EtcdServer) -> AsyncIterator[ClusterMembe
             broker_name="g1-a",
             ha_listen="127.0.0.1:0",
             cluster_managed=True,
+            replication=replication,
         )
     )
     config = ClusterConfig("c1", "g1", [etcd.url], "http://127.0.0.1:1", "127.0.0.1:2", TTL_S)
@@ -143,3 +156,30 @@ async def test_a_loop_stuck_past_the_ttl_takes_its_key_back_when_nobody_else_did
     # within its TTL); then taken again.
     await wait_for(lambda: key_held_again() and master.replica.accepts_writes)
     assert master.lease != before.lease and not FATAL
+
+
+async def test_with_etcd_away_an_async_master_stops_taking_writes_until_it_answers_again(
+    master: ClusterMember, etcd: EtcdServer
+) -> None:
+    """Cut off from etcd the master cannot tell whether a slave was elected in its place:
+    it refuses writes once its lease may have lapsed (the partition tests measure when)."""
+    assert master.replica.accepts_writes
+    etcd.stop()
+    await wait_for(lambda: not master.replica.accepts_writes, within=6 * TTL_S)
+    with pytest.raises(NoMasterError, match="has not confirmed its master lease"):
+        master.replica.check_writable()
+    etcd.start()  # the lease lapsed meanwhile; nobody else was elected: the key is taken back
+    await wait_for(lambda: master.replica.accepts_writes, within=10 * TTL_S)
+    holder = await master_key(etcd)
+    assert holder is not None and holder.lease == master.lease and not FATAL
+
+
+async def test_with_etcd_away_a_sync_master_keeps_serving(tmp_path: Path, etcd: EtcdServer) -> None:
+    """A sync master's PUT_OK needs a slave's ack, which a promoted slave no longer gives."""
+    async with running_master(tmp_path, etcd, "sync") as member:
+        etcd.stop()
+        until = time.monotonic() + 2 * TTL_S
+        while time.monotonic() < until:
+            assert member.replica.accepts_writes
+            await asyncio.sleep(0.1)
+        etcd.start()

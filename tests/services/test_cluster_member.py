@@ -4,16 +4,18 @@ processes of their own: tests/app/test_cluster.py, tests/app/test_cluster_failov
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from services import Broker, BrokerConfig
+from services import Broker, BrokerConfig, OutgoingMessage
 from services.cluster.etcd import Compare, EtcdClient, put_op
 from services.cluster.member import ClusterConfig, ClusterMember
 from services.cluster.route_table import BrokerMember, ClusterKeys
+from storage import PutStatus
 from tests.etcd_support import EtcdServer
 from tests.net import free_port
 from tests.services.conftest import SMALL, wait_for
@@ -84,3 +86,53 @@ async def test_a_campaign_won_without_an_answer_still_makes_the_slave_master(
         assert kv is not None and BrokerMember.from_json(kv.value).name == "g1-a"
     finally:
         await client.aclose()
+
+
+async def test_a_lone_sync_master_decides_what_it_stores_once_etcd_knows_it_is_alone(
+    tmp_path: Path, etcd: EtcdServer
+) -> None:
+    """Its in-sync set, written to etcd, names no slave: no other broker may campaign, so a
+    put it alone holds (SLAVE_NOT_AVAILABLE) survives a failover, and transactions end."""
+    config = BrokerConfig(
+        tmp_path / "store",
+        SMALL,
+        role="master",
+        broker_name="g1-a",
+        ha_listen="127.0.0.1:0",
+        replication="sync",
+        cluster_managed=True,
+    )
+    broker = Broker(config)
+    cluster = ClusterConfig("c1", "g1", [etcd.url], "http://127.0.0.1:1", "127.0.0.1:2", 2)
+    member = ClusterMember(broker, cluster)
+    await member.join()
+    await broker.start()
+    member.start()
+    client = EtcdClient([etcd.url])
+    try:
+        assert not member.survives_failover(PutStatus.SLAVE_NOT_AVAILABLE)  # nothing written
+        published: list[bytes] = []
+
+        async def read_sync_state() -> None:
+            kv = await client.get(KEYS.sync_state("g1"))
+            published[:] = [] if kv is None else [kv.value]
+
+        for _ in range(200):  # the publish loop writes it within a turn or two
+            await read_sync_state()
+            if published:
+                break
+            await asyncio.sleep(0.05)
+        assert published, "the in-sync set was never written"
+        assert json.loads(published[0])["members"] == []
+        assert member.survives_failover(PutStatus.SLAVE_NOT_AVAILABLE)
+        assert member.survives_failover(PutStatus.PUT_OK)
+        assert not member.survives_failover(PutStatus.FLUSH_SLAVE_TIMEOUT)
+
+        service = broker.transactions
+        prepared = await service.prepare("Orders", OutgoingMessage(b"x"), "pg")
+        ended = await service.end(prepared.transaction.transaction_id, "pg", commit=True)
+        assert not ended.repeated and not ended.transaction.undecided
+    finally:
+        await client.aclose()
+        await member.stop()
+        await broker.stop()

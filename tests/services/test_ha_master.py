@@ -1,10 +1,12 @@
 """The master's HA service against a hand-driven slave on a real TCP connection: streaming,
-heartbeats, acked offsets, the sync-state set (gap and catch-up window) and sync puts."""
+heartbeats, acked offsets, the sync-state set (gap and catch-up window) and sync puts; the
+challenge a master with an auth file puts to its slaves, and the port over TLS."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -13,8 +15,18 @@ import pytest
 from services import Broker, BrokerConfig, FlushDiskType, OutgoingMessage
 from services.errors import NotMasterError, ReplicaRoleError
 from services.ha import MasterAddress, split_host_port
-from services.ha.protocol import OFFSET_REPORT, TRANSFER_HEADER, hello
+from services.ha.auth import proof, replica_key
+from services.ha.protocol import (
+    CHALLENGE,
+    NONCE_BYTES,
+    OFFSET_REPORT,
+    REFUSED,
+    TRANSFER_HEADER,
+    hello,
+)
+from services.tls import TlsConfig
 from tests.services.conftest import SMALL, wait_for
+from tests.tls_support import make_certificates
 
 
 class FakeSlave:
@@ -27,10 +39,15 @@ class FakeSlave:
         self.start: int | None = None
 
     @classmethod
-    async def connect(cls, broker: Broker, name: str, offset: int = 0) -> FakeSlave:
+    async def connect(
+        cls, broker: Broker, name: str, offset: int = 0, tls: ssl.SSLContext | None = None
+    ) -> FakeSlave:
         address = broker.replica.ha_address
         assert address is not None
-        reader, writer = await asyncio.open_connection(*split_host_port(address))
+        host, port = split_host_port(address)
+        reader, writer = await asyncio.open_connection(
+            host, port, ssl=tls, server_hostname=host if tls else None
+        )
         writer.write(hello(name) + OFFSET_REPORT.pack(offset))
         await writer.drain()
         return cls(reader, writer)
@@ -210,7 +227,10 @@ async def test_sync_replication_with_sync_flush(tmp_path: Path) -> None:
 async def test_a_slave_past_the_masters_end_is_refused(broker: Broker) -> None:
     await send(broker, b"short")
     slave = await FakeSlave.connect(broker, "ahead", offset=10_000_000)
-    assert await asyncio.wait_for(slave.reader.read(), 10) == b""  # closed by the master
+    answer = await asyncio.wait_for(slave.reader.read(), 10)  # all, until the master closes
+    offset, size = TRANSFER_HEADER.unpack_from(answer)
+    assert (offset, len(answer)) == (REFUSED, TRANSFER_HEADER.size + size)
+    assert b"reports offset 10000000, past this master's end" in answer
     assert broker.replica.status().slaves == ()
     await slave.close()
 
@@ -241,3 +261,83 @@ async def test_roles(broker: Broker, tmp_path: Path) -> None:
             await slave.replica.promote(0)  # not a new epoch
     finally:
         await slave.stop()
+
+
+TOKEN = "smq_replication-token"
+
+
+async def challenged(broker: Broker, name: str) -> tuple[FakeSlave, bytes]:
+    """A slave connected to a master that asks for a proof; the nonce it was sent."""
+    slave = await FakeSlave.connect(broker, name)
+    header = await asyncio.wait_for(slave.reader.readexactly(TRANSFER_HEADER.size), 10)
+    assert TRANSFER_HEADER.unpack(header) == (CHALLENGE, NONCE_BYTES)
+    return slave, await slave.reader.readexactly(NONCE_BYTES)
+
+
+@pytest.mark.parametrize("answer", ["another token", "another name", "no proof"])
+async def test_a_slave_without_the_proof_gets_no_byte_of_the_commit_log(
+    tmp_path: Path, answer: str
+) -> None:
+    broker = await make_broker(tmp_path, ha_accepted_keys=frozenset({replica_key(TOKEN)}))
+    try:
+        await send(broker, b"secret", count=3)
+        slave, nonce = await challenged(broker, "intruder")
+        if answer == "no proof":
+            slave.writer.write_eof()
+        else:
+            key = replica_key(TOKEN if answer == "another name" else "smq_guessed")
+            slave.writer.write(proof(key, nonce, "b" if answer == "another name" else "intruder"))
+        rest = await asyncio.wait_for(slave.reader.read(), 10)  # all, until the master closes
+        offset, size = TRANSFER_HEADER.unpack_from(rest)
+        assert (offset, len(rest)) == (REFUSED, TRANSFER_HEADER.size + size)  # the last frame
+        assert b"proof" in rest and b"secret" not in rest
+        assert broker.replica.status().slaves == ()
+        await slave.close()
+    finally:
+        await broker.stop()
+
+
+async def test_a_slave_proving_an_accepted_token_streams(tmp_path: Path) -> None:
+    keys = frozenset({replica_key("smq_other-admin"), replica_key(TOKEN)})
+    broker = await make_broker(tmp_path, ha_accepted_keys=keys)
+    try:
+        await send(broker, b"kept", count=2)
+        slave, nonce = await challenged(broker, "b")
+        slave.writer.write(proof(replica_key(TOKEN), nonce, "b"))
+        end = broker.replica.status().max_physical_offset
+        await slave.read_until(end)
+        assert bytes(slave.received) == commit_log(broker, 0, end)
+        await wait_for(lambda: [s.name for s in broker.replica.status().slaves] == ["b"])
+        await slave.close()
+    finally:
+        await broker.stop()
+
+
+async def test_over_tls_the_port_takes_only_slaves_with_a_certificate_of_its_ca(
+    tmp_path: Path,
+) -> None:
+    ours = make_certificates(tmp_path / "ours")
+    theirs = make_certificates(tmp_path / "theirs", "other")
+    broker = await make_broker(tmp_path, tls=ours.tls())
+    try:
+        await send(broker, b"over tls")
+        refused = [
+            TlsConfig(theirs.cert, theirs.key, ours.ca).client_context(),  # another CA's
+            TlsConfig(ca_file=ours.ca).client_context(),  # none at all
+        ]
+        for context in refused:
+            slave = await FakeSlave.connect(broker, "stranger", tls=context)
+            try:
+                with pytest.raises((ssl.SSLError, ConnectionError, asyncio.IncompleteReadError)):
+                    await asyncio.wait_for(slave.read_batch(), 10)
+            finally:
+                await slave.close()
+        with pytest.raises(ssl.SSLCertVerificationError):  # a master of another CA
+            await FakeSlave.connect(broker, "b", tls=theirs.client_context())
+        slave = await FakeSlave.connect(broker, "b", tls=ours.client_context())
+        end = broker.replica.status().max_physical_offset
+        await slave.read_until(end)
+        assert bytes(slave.received) == commit_log(broker, 0, end)
+        await slave.close()
+    finally:
+        await broker.stop()

@@ -40,6 +40,22 @@ async def test_notify_wakes_the_waiter_of_its_key() -> None:
     assert registry.woken == 1
 
 
+async def test_wake_queue_wakes_every_waiter_of_its_queue_whatever_its_filter() -> None:
+    registry = WaiterRegistry(10)
+    filtered = asyncio.create_task(registry.wait([("T", 0)], 10, TagFilter("A")))
+    other = asyncio.create_task(registry.wait([("T", 1)], 10, TagFilter("A")))
+    await parked(registry, 2)
+    registry.notify("T", 0, tags_code("B"))
+    await asyncio.sleep(0)
+    assert not filtered.done()
+    registry.wake_queue("T", 0)
+    assert await filtered is WakeReason.ARRIVED
+    assert not other.done()
+    registry.wake_queue("T", 1)
+    assert await other is WakeReason.ARRIVED
+    assert registry.woken == 2 and registered(registry) == 0
+
+
 async def test_timeout_leaves_nothing_behind() -> None:
     registry = WaiterRegistry(10)
     assert await registry.wait([("T", 0)], 0.01) is WakeReason.TIMEOUT

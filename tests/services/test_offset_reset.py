@@ -33,7 +33,7 @@ async def test_reset_preview_matches_what_the_reset_then_does(world: World) -> N
     assert (by_queue[1].current_offset, by_queue[1].target_offset) == (-1, 2)
     assert by_queue[1].skipped == 2
     assert world.offsets.query_offset("g", "Orders", 0) == 3, "a preview changes nothing"
-    applied = service.apply(plan)
+    applied = await service.apply(plan)
     assert applied.applied
     assert world.offsets.offsets_of("g", "Orders") == {0: 2, 1: 2}
 

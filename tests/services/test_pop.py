@@ -11,7 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from services import Broker, BrokerConfig, OutgoingMessage, PullOptions, StoreConfig
+from services import (
+    Broker,
+    BrokerConfig,
+    OutgoingMessage,
+    PullOptions,
+    ResetRequest,
+    ResetTarget,
+    StoreConfig,
+)
 from services.errors import (
     ConsumeModeConflictError,
     InvalidReceiptHandleError,
@@ -22,13 +30,15 @@ from services.pop.checkpoint import (
     REVIVE_TOPIC,
     AckRecord,
     CheckPoint,
+    ResetRecord,
     ack_message,
     checkpoint_message,
     decode_record,
     pop_ck_value,
+    reset_message,
 )
 from services.pop.handles import HandleCodec, ReceiptHandle
-from services.pop.inflight import InFlight, InFlightTable
+from services.pop.inflight import Due, InFlight, InFlightTable
 from services.pop.service import AckOutcome, Received, ReceivedMessage, ReceiveOptions
 from services.pop.state_file import POP_STATE_FILE
 from storage import Message, MessageStore, StoredMessage
@@ -100,10 +110,17 @@ def body(message: StoredMessage) -> str:
 # ---------------------------------------------------------------- codecs
 
 
-def test_checkpoint_and_ack_records_round_trip_through_a_stored_message() -> None:
+def test_checkpoint_ack_and_reset_records_round_trip_through_a_stored_message() -> None:
     ck = CheckPoint("abc", "G", "T", 3, (5, 7), (1, 2), 1000, 30_000, "tok")
     ack = AckRecord("abc", "G", "T", 3, (5,), "ack")
-    for record, message in ((ck, checkpoint_message(ck)), (ack, ack_message(ack))):
+    reset = ResetRecord("G", (("T", 3, 4), ("%RETRY%G", 0, 0)))
+    deleted = ResetRecord("G", deleted=True)
+    for record, message in (
+        (ck, checkpoint_message(ck)),
+        (ack, ack_message(ack)),
+        (reset, reset_message(reset)),
+        (deleted, reset_message(deleted)),
+    ):
         assert message.topic == REVIVE_TOPIC
         stored = StoredMessage(
             message.topic, 0, 0, 0, 0, message.body, message.properties, 0, 0, 0, 0,
@@ -309,6 +326,61 @@ async def test_restart_keeps_answered_acks_and_returns_what_was_in_flight(
         assert (await receive(broker, "G", "T")).messages == []
     finally:
         await broker.stop()
+
+
+@pytest.mark.parametrize("lose_snapshot", [False, True])
+async def test_a_reset_and_a_delete_hold_across_a_restart(
+    tmp_path: Path, lose_snapshot: bool
+) -> None:
+    """The RESET records undo the CKs before them and none after: what a receive took after
+    the reset is still in flight after the restart, what was dropped is not."""
+    broker = Broker(config(tmp_path))
+    await broker.start()
+    await send(broker, "T", 6, queue_id=0)
+    await send(broker, "U", 2, queue_id=0)
+    assert len((await receive(broker, "G", "T", 4)).messages) == 4
+    assert len((await receive(broker, "D", "U")).messages) == 2
+    reset = ResetRequest(ResetTarget.OFFSETS, "T", offsets={0: 3})
+    plan = await broker.offset_reset.reset("G", reset)
+    assert [(q.current_offset, q.target_offset) for q in plan.queues if q.queue_id == 0] == [(0, 3)]
+    assert broker.pop.table.in_flight("G") == 0
+    again = await receive(broker, "G", "T", 1)
+    assert [body(m.message) for m in again.messages] == ["m3"]
+    await broker.groups.delete("D")
+    assert broker.pop.table.in_flight("D") == 0
+    await broker.stop()
+    if lose_snapshot:  # and its previous version: the whole revive topic is read again
+        for snapshot in (tmp_path / "store" / "config").glob(f"{POP_STATE_FILE}*"):
+            snapshot.unlink()
+    broker = Broker(config(tmp_path))
+    await broker.start()
+    try:
+        queues = broker.pop.table.queues
+        assert {k: len(s.entries) for k, s in queues.items() if s.entries} == {("G", "T", 0): 1}
+        assert not [k for k in queues if k[0] == "D"], "the deleted group left nothing"
+        assert [body(m.message) for m in (await receive(broker, "G", "T")).messages] == [
+            "m4",
+            "m5",
+        ]
+        assert [body(m.message) for m in (await receive(broker, "D", "U")).messages] == [
+            "m0",
+            "m1",
+        ]
+    finally:
+        await broker.stop()
+
+
+def test_a_restart_and_a_forget_leave_nothing_in_flight_on_their_queues() -> None:
+    table = InFlightTable()
+    for key in (("G", "T", 0), ("G", "T", 1), ("H", "T", 0)):
+        table.put(key, InFlight(7, "ck", 10**12, 1, 0, 0))
+    state = table.restart(("G", "T", 0), 2)
+    assert table.queue(("G", "T", 0)) is state
+    assert (state.pop_offset, state.entries, state.lowest_unresolved()) == (2, {}, 2)
+    assert table.next_deadline() == 10**12  # the other queues' deadline; the dropped one is stale
+    assert sorted(table.forget("G")) == [("G", "T", 0), ("G", "T", 1)]
+    assert list(table.queues) == [("H", "T", 0)]
+    assert table.pop_due(10**12) == [Due(("H", "T", 0), 7, "ck")]
 
 
 # ---------------------------------------------------------------- FIFO

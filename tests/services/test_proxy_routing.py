@@ -105,6 +105,7 @@ def test_an_idempotency_key_places_a_send_over_all_queues_whatever_group_is_down
 def test_a_batch_names_one_queue_and_is_localized() -> None:
     body = {"messages": [{"body": "a", "queue_id": 4}, {"body": "b"}], "sharding_key": None}
     assert batch_queue_id(body) == 4
+    assert batch_queue_id({"body": "x", "queue_id": 4.0}) == 4  # a whole number, as brokers read it
     assert batch_sharding_key({"body": "x", "sharding_key": "k"}) == "k"
     with pytest.raises(SplitBatchError):
         batch_queue_id({"messages": [{"queue_id": 0}, {"queue_id": 5}]})

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from services import Broker, BrokerConfig, OutgoingMessage, TransactionConfig
-from services.errors import TransactionEndedError
+from services.errors import TransactionEndedError, TransactionEndUnreplicatedError
 from services.transaction import TransactionState
 from services.transaction.records import half_message, op_offsets, real_message
-from storage import Message, MessageStore, PutResult, StoredMessage
+from storage import Message, MessageStore, PutResult, PutStatus, StoredMessage
 from storage.record.layout import TRANSACTION_COMMIT_TYPE, TRANSACTION_TYPE_MASK
 from storage.topic_names import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from tests.services.conftest import SMALL, wait_for
@@ -228,3 +228,39 @@ def test_a_delivery_time_rides_the_half_untimed_and_times_the_commit(
     assert not any(name.startswith("TRAN_") for name in real.properties)
     assert (real.topic, real.queue_id) == ("Orders", 3)
     assert real.store_timestamp == 0  # stored at the commit: the time counts from there
+
+
+async def test_an_end_no_successor_could_have_is_undecided_until_a_replica_has_it(
+    tmp_path: Path,
+) -> None:
+    """A sync master without its slave stores an end alone (SLAVE_NOT_AVAILABLE). Where a
+    successor that never saw it could be elected, the end is refused undecided: the same end
+    retried writes its op record again, the other way is refused, and once a put survives a
+    failover the retry is answered — one committed message."""
+    broker = Broker(
+        dataclasses.replace(config(tmp_path), ha_listen="127.0.0.1:0", replication="sync")
+    )
+    await broker.start()
+    try:
+        service = broker.transactions
+        decided = False
+        service.survives_failover = lambda status: decided or status is PutStatus.PUT_OK
+        prepared = await service.prepare("Orders", OutgoingMessage(b"x"), "pg")
+        transaction_id = prepared.transaction.transaction_id
+        for _ in range(2):
+            with pytest.raises(TransactionEndUnreplicatedError, match="SLAVE_NOT_AVAILABLE"):
+                await service.end(transaction_id, "pg", commit=True)
+        with pytest.raises(TransactionEndedError):
+            await service.end(transaction_id, "pg", commit=False)
+        store = store_of(broker)
+        assert len(records(store, TRANS_OP_HALF_TOPIC)) == 2
+
+        decided = True  # the in-sync set without the slave reached etcd, say
+        again = await service.end(transaction_id, "pg", commit=True)
+        assert again.repeated and again.message is not None
+        assert store.max_offset_in_queue("Orders", prepared.transaction.queue_id) == 1
+        assert not service.transaction(transaction_id).undecided
+        assert (await service.end(transaction_id, "pg", commit=True)).repeated
+        assert len(records(store, TRANS_OP_HALF_TOPIC)) == 3  # decided: nothing written
+    finally:
+        await broker.stop()

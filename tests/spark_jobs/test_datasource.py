@@ -78,6 +78,12 @@ def test_several_stores_and_options(spark: SparkSession, tmp_path: Path) -> None
         for w in second
         if w.message.topic in ("Orders", "Audit") and since <= w.result.store_timestamp < until
     ]
+    paid = commitlog(spark, str(tmp_path / "b"), filter="TAGS = 'Paid' AND KEYS IS NOT NULL")
+    assert rows_of(paid) == sorted_rows(
+        expected_row(w)
+        for w in second
+        if w.message.properties.get("TAGS") == "Paid" and w.message.properties.get("KEYS")
+    )
 
 
 def test_consumequeue_source_equals_the_store(spark: SparkSession, tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ from spark_jobs.http_client import (
 from tests.app.auth_support import start_auth_server
 from tests.conftest import LiveServer, start_server
 from tests.spark_jobs.stub_server import StubState, stub_server
+from tests.tls_support import make_certificates
 
 FAST = RetryPolicy(retries=2, backoff_ms=1, max_backoff_ms=1, timeout_s=5)
 ONE = {"messages": [{"body": "x"}]}
@@ -101,6 +102,10 @@ def test_reads_queues_offsets_and_pulls(live_server: LiveServer, topic: str) -> 
         pulled = client.pull(topic, 1, 3, 10, None)
         assert [m["queue_offset"] for m in pulled["messages"]] == [3, 4]
         assert pulled["messages"][0]["body_encoding"] == "base64"
+        ranged = client.records(topic, 1, 1, 4, max_bytes=1 << 20)
+        assert (ranged.status, ranged.next_offset, ranged.count) == ("FOUND", 4, 3)
+        assert (ranged.min_offset, ranged.max_offset) == (0, 5)
+        assert client.records(topic, 1, 5, 6).status == "OFFSET_OVERFLOW_ONE"
         with pytest.raises(UnknownTopicError, match="no such topic"):
             client.queues("NoSuchTopic")
 
@@ -295,3 +300,18 @@ def test_without_a_2xx_a_send_is_of_unknown_outcome_and_a_commit_unavailable() -
         assert not isinstance(err.value, OutcomeUnknownError)
         assert client.retried == 4
     assert len(state.attempts) == 6
+
+
+def test_an_https_broker_is_checked_against_the_ca_given(tmp_path: Path) -> None:
+    certificates = make_certificates(tmp_path / "pki")
+    live = start_server(tmp_path / "store", **certificates.settings())
+    try:
+        trusting = Connection((live.url,), retry=FAST, ca_file=str(certificates.ca))
+        with SpoolmqClient(trusting) as client:
+            client.call("PUT", "/v1/topics/Tls", json={"write_queue_nums": 1}, what="creating")
+            assert {q.topic for q in client.queues("Tls")} == {"Tls"}
+        untrusting = SpoolmqClient(Connection((live.url,), retry=FAST))  # the system's CAs
+        with untrusting, pytest.raises(BrokerUnavailableError, match="CERTIFICATE_VERIFY_FAILED"):
+            untrusting.queues("Tls")
+    finally:
+        live.stop()

@@ -7,6 +7,7 @@ import pytest
 from spark_jobs.options import (
     OptionError,
     parse_bool,
+    parse_commitlog_options,
     parse_endpoints,
     parse_list,
     parse_positive_int,
@@ -53,3 +54,10 @@ def test_values_that_cannot_be_used_are_option_errors(bad: object) -> None:
 def test_store_directories_come_from_path_paths_and_stores() -> None:
     found = store_dirs_from_options({"path": "/a", "paths": '["/b", "/c"]', "stores": "/d, /e"})
     assert found == ["/a", "/b", "/c", "/d", "/e"]
+
+
+def test_a_sql92_filter_option_is_checked_before_the_read() -> None:
+    options = parse_commitlog_options({"stores": "/a", "filter": "region = 'eu'"})
+    assert options.record_filter.sql == "region = 'eu'"
+    with pytest.raises(OptionError, match="filter does not parse: at position 2"):
+        parse_commitlog_options({"stores": "/a", "filter": "a LIKE 'x%'"})

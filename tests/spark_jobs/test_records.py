@@ -14,10 +14,13 @@ import pytest
 
 import spark_jobs.properties_column as properties_column
 from spark_jobs.arrays import as_bytes
+from spark_jobs.properties_column import PROPERTIES_TYPE
 from spark_jobs.records import (
     ARROW_SCHEMA,
     RecordFilter,
     build_batch,
+    properties_without,
+    range_records,
     record_row,
     rows_to_batch,
     walk_chain,
@@ -330,3 +333,40 @@ def test_vectorised_batches_equal_the_decoder_for_every_kind_of_record(
     # the keyed record and the batch member, without the key's bookkeeping
     assert keyed == [[("KEYS", KEYED_PROPERTIES["KEYS"]), ("UNIQ_KEY", "7F0000010001ABCD")]] * 2
     assert slow_path_calls == []
+
+
+def test_a_sql92_filter_keeps_the_records_whose_properties_match() -> None:
+    """The store-directory source filters as the broker does: on every property (TAGS and
+    KEYS included), after the topic and time filters."""
+    rng = random.Random(5)
+    messages = [varied_message(rng, i) for i in range(80)]
+    buffer = encode_all(messages)
+    everything = reference_rows(buffer)
+    sql = "TAGS IN ('Paid', 'Shipped') AND KEYS IS NOT NULL"
+    kept = vector_rows(buffer, sql=sql)
+    assert kept == [row for row in everything if row["tags"] in ("Paid", "Shipped") and row["keys"]]
+    assert 0 < len(kept) < len(everything)
+    both = vector_rows(buffer, topics=frozenset({"Orders"}), sql="TAGS = 'Paid'")
+    assert both == [r for r in everything if r["topic"] == "Orders" and r["tags"] == "Paid"]
+    assert vector_rows(buffer, sql="TAGS = 'Nope'") == []
+
+
+def test_a_range_of_records_is_walked_whole_or_refused() -> None:
+    buffer = encode_all([Message("T", b"one"), Message("T", b"two")])
+    data, positions = range_records(buffer)
+    assert len(data) == len(buffer) and positions.tolist()[0] == 0 and len(positions) == 2
+    assert build_batch(data, positions, 0, "").column("body").to_pylist() == [b"one", b"two"]
+    with pytest.raises(ValueError, match="breaks off"):
+        range_records(buffer[:-3])
+
+
+def test_properties_without_drops_the_named_entries_of_every_row_and_of_slices() -> None:
+    rows = [[("TAGS", "a"), ("n", "1")], [], [("KEYS", "k"), ("TAGS", "b")], [("m", "2")]]
+    column = pa.array(rows, type=PROPERTIES_TYPE)
+    assert properties_without(column, ["TAGS", "KEYS"]).to_pylist() == [
+        [("n", "1")], [], [], [("m", "2")],
+    ]  # fmt: skip
+    assert properties_without(column.slice(2), ["TAGS"]).to_pylist() == [
+        [("KEYS", "k")], [("m", "2")],
+    ]  # fmt: skip
+    assert properties_without(column, ["other"]) is column

@@ -1,4 +1,5 @@
-"""queue_reader: GetMessageStatus by offset, the batch caps, and reads decoded or as views."""
+"""queue_reader: GetMessageStatus by offset, the batch caps, reads decoded or as views, and
+range reads of records as stored."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import pytest
 
 from storage import GetMessageStatus, MessageStore, StoreConfig, TagFilter
 from storage.queue_reader import position_status
+from storage.record.decode import decode_record, walk_records
 from storage.record.fields import NamedView
 from storage.record.layout import CQ_UNIT_SIZE, CQ_UNIT_STRUCT, PRE_BLANK_SIZE
 from tests.storage.conftest import TINY_CONFIG, message
@@ -155,3 +157,108 @@ def test_units_that_are_blank_or_gone_do_not_cut_a_read_short(
     assert result.status is (
         GetMessageStatus.FOUND if expected else GetMessageStatus.NO_MATCHED_MESSAGE
     )
+
+
+# ------------------------------------------------------------------ range reads
+
+
+def range_bodies(records: bytes) -> list[bytes]:
+    """The bodies of a range read's records, walked with the store's own framing."""
+    positions, stop = walk_records(records, 0, len(records), len(records))
+    assert stop.position == len(records)
+    return [decode_record(records, at).body for at in positions]
+
+
+def test_a_range_read_answers_the_records_as_stored_across_files(store: MessageStore) -> None:
+    fill(store, 30)  # three ConsumeQueue files, several CommitLog files
+    read = store.read_records("TopicA", 0, 3, 1 << 20)
+    assert (read.status, read.next_begin_offset, read.count) == (GetMessageStatus.FOUND, 30, 27)
+    assert (read.min_offset, read.max_offset) == (0, 30)
+    assert range_bodies(read.records) == [f"body-{n}".encode() for n in range(3, 30)]
+    first = store.get_message("g", "TopicA", 0, 3, 1).messages[0]
+    assert read.records[: first.size] == bytes(
+        store.commit_log.read(first.physical_offset, first.size) or b""
+    )
+
+
+def test_a_range_read_keeps_its_byte_budget_but_always_gives_the_first_record(
+    store: MessageStore,
+) -> None:
+    fill(store, 12)
+    size = store.get_message("g", "TopicA", 0, 0, 1).messages[0].size
+    one = store.read_records("TopicA", 0, 0, 1)
+    assert (one.count, one.next_begin_offset, len(one.records)) == (1, 1, size)
+    three = store.read_records("TopicA", 0, 4, size * 3 + size // 2)
+    assert (three.count, three.next_begin_offset) == (3, 7)
+    assert range_bodies(three.records) == [b"body-4", b"body-5", b"body-6"]
+    ended = store.read_records("TopicA", 0, 4, 1 << 20, end_offset=6)
+    assert (ended.count, ended.next_begin_offset) == (2, 6)
+
+
+def test_a_range_read_filters_as_a_pull_and_counts_what_it_skipped(store: MessageStore) -> None:
+    fill(store, 25)
+    odd = store.read_records("TopicA", 0, 0, 1 << 20, TagFilter("odd"))
+    assert odd.next_begin_offset == 25
+    assert range_bodies(odd.records) == [f"body-{n}".encode() for n in range(1, 25, 2)]
+    tested = store.read_records(
+        "TopicA", 0, 0, 1 << 20, property_filter=lambda p: p.get("KEYS") in ("k3", "k21")
+    )
+    assert (tested.status, tested.count, tested.next_begin_offset) == (
+        GetMessageStatus.FOUND,
+        2,
+        25,
+    )
+    none = store.read_records("TopicA", 0, 0, 1 << 20, TagFilter("nothing"))
+    assert (none.status, none.count, none.records, none.next_begin_offset) == (
+        GetMessageStatus.NO_MATCHED_MESSAGE,
+        0,
+        b"",
+        25,
+    )
+
+
+@pytest.mark.parametrize(
+    ("offset", "expected"),
+    [
+        pytest.param(5, (GetMessageStatus.OFFSET_OVERFLOW_ONE, 5), id="at-the-end"),
+        pytest.param(9, (GetMessageStatus.OFFSET_OVERFLOW_BADLY, 0), id="past-the-end"),
+    ],
+)
+def test_a_range_read_past_the_end_answers_a_pulls_status(
+    store: MessageStore, offset: int, expected: tuple[GetMessageStatus, int]
+) -> None:
+    fill(store, 5)
+    read = store.read_records("TopicA", 0, offset, 1 << 20)
+    assert (read.status, read.next_begin_offset, read.records) == (*expected, b"")
+    unknown = store.read_records("TopicA", 3, 0, 1 << 20)
+    assert unknown.status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
+
+
+def test_a_range_read_skips_blank_units_and_says_when_records_are_gone(
+    store: MessageStore,
+) -> None:
+    fill(store, 30)
+    _overwrite_units(store, {1: GONE, 2: BLANK})
+    read = store.read_records("TopicA", 0, 0, 1 << 20, end_offset=5)
+    assert range_bodies(read.records) == [b"body-0", b"body-3", b"body-4"]
+    assert read.next_begin_offset == 5
+    _overwrite_units(store, {0: GONE})
+    gone = store.read_records("TopicA", 0, 0, 1 << 20, end_offset=2)
+    assert (gone.status, gone.count, gone.next_begin_offset) == (
+        GetMessageStatus.MESSAGE_WAS_REMOVING,
+        0,
+        2,
+    )
+
+
+def test_a_range_read_below_the_min_offset_answers_offset_too_small(
+    store: MessageStore,
+) -> None:
+    fill(store, 60)  # several 4 KiB CommitLog files
+    store.flush_all()
+    assert store.commit_log.queue.delete_expired_by_time(0, clean_immediately=True) >= 1
+    store.after_commit_log_deleted()
+    low = store.min_offset_in_queue("TopicA", 0)
+    assert low > 0
+    read = store.read_records("TopicA", 0, 0, 1 << 20)
+    assert (read.status, read.next_begin_offset) == (GetMessageStatus.OFFSET_TOO_SMALL, low)

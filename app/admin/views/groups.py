@@ -210,7 +210,7 @@ async def apply_reset(request: Request, group: str, broker: BrokerDep) -> Respon
             409,
         )
         return render(request, "_reset_preview.html", context, status=409)
-    applied = service.apply(plan)
+    applied = await service.apply(plan)
     return render(
         request,
         "_reset_applied.html",

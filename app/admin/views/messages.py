@@ -22,7 +22,9 @@ from services import (
     PROPERTY_REDRIVEN_FROM,
     PROPERTY_RETRY_TOPIC,
     Broker,
+    compiled_filter,
 )
+from services.errors import InvalidFilterError
 
 router = APIRouter(route_class=AdminRoute)
 
@@ -73,6 +75,8 @@ async def search_messages(request: Request, broker: BrokerDep) -> Response:
         message = broker.messages.by_id(query.text("msg_id"))
         return redirect(request, f"{PREFIX}/messages/{message.msg_id}")
     found = _search(broker, mode, query) if query.text("topic") else None
+    if found is not None and query.text("filter"):
+        _keep_matching(found, query.text("filter"))
     context = {
         "title": "Messages",
         "nav": "messages",
@@ -84,6 +88,18 @@ async def search_messages(request: Request, broker: BrokerDep) -> Response:
         "topics": sorted(c.topic_name for c in broker.topics.all()),
     }
     return render(request, "messages.html", context, fragment="_message_results.html")
+
+
+def _keep_matching(found: browse.Found, expression: str) -> None:
+    """Only the messages of the page that pass the SQL92 filter ``expression``; the page's
+    next link still follows every message, so no later match is skipped."""
+    try:
+        sql = compiled_filter(expression)
+    except InvalidFilterError as exc:
+        raise FormError("filter", str(exc)) from None
+    shown = len(found.messages)
+    found.messages = [m for m in found.messages if sql.matches(m.properties)]
+    found.notes.append(f"{len(found.messages)} of the {shown} messages searched match the filter")
 
 
 def _page_url(request: Request, changes: dict[str, str]) -> str:

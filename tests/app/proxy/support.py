@@ -62,14 +62,17 @@ def start_proxy(
     server = proxy_server(app, server_limits)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    tls = limits.tls if limits is not None else None
+    scheme = "https" if tls is not None and tls.serves else "http"
+    url = f"{scheme}://127.0.0.1:{sock.getsockname()[1]}"
+    verify = tls.client_context() if tls is not None else True
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     proxy = ProxyServer(url, app, server, thread)
     deadline = time.monotonic() + 30
     while True:
         try:
-            if httpx.get(url + "/healthz", timeout=5).status_code == 200:
+            if httpx.get(url + "/healthz", timeout=5, verify=verify).status_code == 200:
                 return proxy
         except httpx.TransportError:
             pass

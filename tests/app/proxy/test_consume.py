@@ -25,6 +25,7 @@ from app.proxy.context import DEFAULT_MAX_MESSAGES, Proxy, ProxyLimits, int_para
 from app.proxy.fanout import BudgetShares
 from app.proxy.forward import Forwarder
 from app.proxy.upstream import UpstreamAnswer
+from app.settings import MAX_PULL_MESSAGES, MAX_WAIT_MS
 from services.cluster import (
     BrokerMember,
     ClusterView,
@@ -490,7 +491,9 @@ async def test_a_broker_reads_the_query_the_proxy_read(query: bytes) -> None:
         return
     request = request_for(query, _Recorder())
     wait_ms = int_param(request, "wait_ms", 0)
-    if int_param(request, "max_messages", DEFAULT_MAX_MESSAGES) < 1:  # the broker says why
+    budget = int_param(request, "max_messages", DEFAULT_MAX_MESSAGES)
+    if not (1 <= budget <= MAX_PULL_MESSAGES and 0 <= wait_ms <= MAX_WAIT_MS):
+        # out of a pull's bounds: the broker says why
         assert sent == [sent[0]] and as_read(sent[0]) == as_read(rebuilt(request, wait_ms))
         return
     assert as_read(sent[0]) == as_read(rebuilt(request))

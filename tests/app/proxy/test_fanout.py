@@ -1,8 +1,8 @@
 """Requests to several broker groups at once (:mod:`app.proxy.fanout`): a consumer's budget
 shared out by what each group gave last time (:class:`BudgetShares`), the rounds of a shared-out
-request (:func:`share_out`), the long-poll race (:func:`first_non_empty`), and the rotation
-of the groups — over answers made by hand; tests/app/proxy/test_consume.py and test_pop.py
-run the same against real brokers."""
+request (:func:`share_out`), the long-poll race (:func:`first_non_empty`) and the long-poll in
+turn (:func:`long_poll_in_turn`), and the rotation of the groups — over answers made by hand;
+tests/app/proxy/test_consume.py and test_pop.py run the same against real brokers."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from app.proxy.fanout import (
     each_group,
     first_non_empty,
     group_answer,
+    long_poll_in_turn,
     rotated,
     share_out,
 )
@@ -292,3 +293,70 @@ def test_a_groups_messages_are_counted_by_its_header_else_its_body() -> None:
     assert group_answer("g1", pulled(3, header=False)).count == 3
     empty = BrokerAnswer(200, b"{}", "application/json", [])
     assert group_answer("g1", empty).count == 0
+
+
+# ================================================================ the long-poll in turn
+
+
+class Parked:
+    """Broker groups that long-poll: each ask waits its ``wait_ms`` (or answers at once with
+    the messages ``arrivals`` holds for it next), noting who was asked for how long and how
+    many were asked at the same time."""
+
+    def __init__(self, arrivals: dict[str, list[int]], down: frozenset[str] = frozenset()):
+        self.arrivals = arrivals
+        self.down = down
+        self.asked: list[tuple[str, int]] = []
+        self.at_once = 0
+        self.most_at_once = 0
+
+    async def ask(self, name: str, wait_ms: int) -> BrokerAnswer:
+        self.asked.append((name, wait_ms))
+        self.at_once += 1
+        self.most_at_once = max(self.most_at_once, self.at_once)
+        try:
+            if name in self.down:
+                raise unreachable(name)
+            script = self.arrivals.get(name, [])
+            count = script.pop(0) if script else 0
+            if count:
+                return pulled(count)
+            await asyncio.sleep(wait_ms / 1000)
+            return pulled(0)
+        finally:
+            self.at_once -= 1
+
+
+async def test_a_long_poll_asks_one_group_at_a_time_each_for_a_turn() -> None:
+    groups = Parked({"g2": [0, 3]})  # g2: nothing on its first turn, then three messages
+    found = await long_poll_in_turn(["g1", "g2"], 10_000, groups.ask, turn_ms=50)
+    assert found is not None and (found.broker_group, found.count) == ("g2", 3)
+    assert groups.asked == [("g1", 50), ("g2", 50), ("g1", 50), ("g2", 50)]
+    assert groups.most_at_once == 1  # never two at once: none is given up while it may pop
+
+
+async def test_a_long_poll_in_turn_ends_with_its_wait() -> None:
+    groups = Parked({})
+    assert await long_poll_in_turn(["g1", "g2"], 250, groups.ask, turn_ms=100) is None
+    names = [name for name, _ in groups.asked]
+    assert names[:3] == ["g1", "g2", "g1"]
+    assert all(0 < wait <= 100 for _, wait in groups.asked)
+    alone = Parked({})
+    assert await long_poll_in_turn(["g1"], 120, alone.ask, turn_ms=50) is None
+    assert alone.asked[0] == ("g1", 120)  # one group: asked for the whole wait at once
+    assert await long_poll_in_turn([], 100, alone.ask) is None
+
+
+async def test_a_long_poll_in_turn_passes_over_a_group_that_does_not_wait() -> None:
+    groups = Parked({"g2": [0, 0, 2]}, down=frozenset({"g1"}))
+    found = await long_poll_in_turn(["g1", "g2"], 10_000, groups.ask, turn_ms=30)
+    assert found is not None and (found.broker_group, found.count) == ("g2", 2)
+    assert [name for name, _ in groups.asked] == ["g1", "g2"] * 3
+    nobody = Parked({}, down=frozenset({"g1", "g2"}))  # a round where none waited ends it
+    assert await long_poll_in_turn(["g1", "g2"], 10_000, nobody.ask, turn_ms=30) is None
+    assert nobody.asked == [("g1", 30), ("g2", 30)]
+
+    async def refuses(name: str, wait_ms: int) -> BrokerAnswer:
+        return pulled(0, status=429)
+
+    assert await long_poll_in_turn(["g1", "g2"], 10_000, refuses, turn_ms=30) is None

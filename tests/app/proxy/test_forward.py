@@ -44,6 +44,7 @@ HEADERS: tuple[dict[str, str] | None, ...] = (
     {},
     {"Retry-After": "1"},
     {"retry-after": "2", "location": "/v1/topics/t", "idempotent-replayed": "true"},
+    {"Spoolmq-Epoch": "3", "Idempotent-Replayed": "true"},
     {"Content-Length": "3"},
     {"content-type": "text/x-given"},
     {"X-Other": "é", "Content-Type": "application/json", "CONTENT-LENGTH": "0"},

@@ -1,10 +1,13 @@
 """POP through the proxy (:mod:`app.proxy.pop`): receives shared out over the broker groups
-hosting a topic, with receipt handles that name their group, so acks and changes of
-invisibility go back to the group that issued each handle."""
+hosting a topic, long-polled one group at a time so that nothing a group hands out goes
+unanswered, with receipt handles that name their group, so acks and changes of invisibility
+go back to the group that issued each handle — and an ack that spans groups answers per
+handle when one group does not take it."""
 
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import httpx
@@ -18,7 +21,7 @@ from tests.app.proxy.support import (
     probe_drained_groups_once,
     send,
 )
-from tests.conftest import wait_until
+from tests.conftest import LiveServer, wait_until
 
 
 def receive(http: httpx.Client, group: str, topic: str, **body: Any) -> list[dict[str, Any]]:
@@ -80,6 +83,7 @@ def test_handles_the_proxy_did_not_issue_are_refused(cluster: Cluster) -> None:
         {"receipt_handles": []},
         {"receipt_handles": ["a", 1]},
         {"receipt_handles": "a"},
+        {"receipt_handles": ["g1~x"] * 257},
     ]
     for bad in mistakes:
         is_problem(http.post("/v1/groups/P/acks", json=bad), 422, "VALIDATION_FAILED")
@@ -192,3 +196,165 @@ def test_a_receive_not_answered_asks_only_the_groups_left(cluster: Cluster, hop:
 
     wait_until(redelivered, timeout=60)
     assert seen == {f"p{i}" for i in range(6)}
+
+
+# ================================================================ long-polls while both groups fill
+
+
+def handed_out(live: LiveServer) -> int:
+    """How many messages ``live``'s broker has handed out to POP receives."""
+    for line in httpx.get(f"{live.url}/metrics", timeout=10).text.splitlines():
+        if line.startswith("spoolmq_pop_received_total "):
+            return int(float(line.split()[1]))
+    raise AssertionError("no spoolmq_pop_received_total")
+
+
+class Receivers:
+    """Workers that long-poll through the proxy and ack what they get, until stopped; every
+    delivery noted as (body, delivery_attempt)."""
+
+    def __init__(self, url: str, group: str, topic: str, workers: int) -> None:
+        self.url, self.group, self.topic = url, group, topic
+        self.deliveries: list[tuple[str, int]] = []
+        self.errors: list[str] = []
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.threads = [threading.Thread(target=self._work, daemon=True) for _ in range(workers)]
+        for thread in self.threads:
+            thread.start()
+
+    def _work(self) -> None:
+        ask = {"max_messages": 4, "wait_ms": 2000, "invisible_ms": 30_000}
+        with httpx.Client(base_url=self.url, timeout=40) as http:
+            while not self.stopping.is_set():
+                answer = http.post(f"/v1/groups/{self.group}/topics/{self.topic}/receive", json=ask)
+                if answer.status_code != 200:
+                    self.errors.append(answer.text)
+                    return
+                messages = answer.json()["messages"]
+                with self.lock:
+                    self.deliveries += [(m["body"], m["delivery_attempt"]) for m in messages]
+                if messages:
+                    handles = [m["receipt_handle"] for m in messages]
+                    http.post(f"/v1/groups/{self.group}/acks", json={"receipt_handles": handles})
+
+    def bodies(self) -> set[str]:
+        with self.lock:
+            return {body for body, _ in self.deliveries}
+
+    def stop(self) -> None:
+        self.stopping.set()
+        for thread in self.threads:
+            thread.join(timeout=60)
+
+
+def send_to(url: str, topic: str, queue_id: int, bodies: list[str]) -> None:
+    with httpx.Client(base_url=url, timeout=40) as http:
+        for body in bodies:
+            send(http, topic, body, queue_id=queue_id)
+            time.sleep(0.005)  # arrivals spread out: receivers park between them
+
+
+def test_a_long_polled_receive_answers_every_message_it_takes(cluster: Cluster) -> None:
+    """Messages arrive in both groups while workers long-poll: every message a broker hands
+    out reaches a worker at its first attempt (a receive that left one unanswered would hide
+    it until its invisibility ended, then it would come back as attempt 2)."""
+    create_topic(cluster.http, "Arrivals", 4)  # 0, 1 on g1; 2, 3 on g2
+    url = cluster.proxy.url
+    receivers = Receivers(url, "Parked", "Arrivals", workers=4)
+    expected: set[str] = set()
+    try:
+        for burst in range(3):
+            time.sleep(0.5)  # every worker parked again
+            senders = []
+            for queue_id in (1, 3):  # both groups at once
+                bodies = [f"b{burst}-q{queue_id}-{i}" for i in range(20)]
+                expected.update(bodies)
+                senders.append(
+                    threading.Thread(target=send_to, args=(url, "Arrivals", queue_id, bodies))
+                )
+            for sender in senders:
+                sender.start()
+            for sender in senders:
+                sender.join(timeout=60)
+        wait_until(lambda: receivers.bodies() >= expected or bool(receivers.errors), timeout=60)
+    finally:
+        receivers.stop()
+    assert receivers.errors == []
+    assert receivers.bodies() == expected
+    first_attempts: dict[str, int] = {}
+    for body, attempt in receivers.deliveries:
+        first_attempts.setdefault(body, attempt)
+    assert set(first_attempts.values()) == {1}
+    # nothing handed out that no worker got
+    assert handed_out(cluster.a) + handed_out(cluster.b) == len(receivers.deliveries)
+
+
+# ================================================================ an ack that spans groups
+
+
+def received_all(http: httpx.Client, group: str, topic: str, count: int) -> list[dict[str, Any]]:
+    got: list[dict[str, Any]] = []
+    for _ in range(20):
+        got += receive(http, group, topic, max_messages=count, invisible_ms=60_000)
+        if len(got) >= count:
+            break
+    assert len(got) == count, got
+    return got
+
+
+def test_an_ack_spanning_a_group_whose_master_is_down_answers_per_handle(
+    cluster: Cluster,
+) -> None:
+    http = cluster.http
+    create_topic(http, "Spanned", 4)  # 0, 1 on g1; 2, 3 on g2
+    for queue_id in range(4):
+        send(http, "Spanned", f"s{queue_id}", queue_id=queue_id)
+    got = sorted(received_all(http, "Acks", "Spanned", 4), key=lambda m: m["queue_id"])
+    handles = [m["receipt_handle"] for m in got]  # g1, g1, g2, g2
+    cluster.b.stop()  # g2's master: down (no election here: etcd still names it)
+
+    acked = http.post("/v1/groups/Acks/acks", json={"receipt_handles": [*handles, "junk"]})
+    assert acked.status_code == 207, acked.text
+    assert acked.headers["retry-after"] == "1"
+    results = acked.json()["results"]
+    assert acked.json()["group"] == "Acks"
+    assert [r["receipt_handle"] for r in results] == [*handles, "junk"]
+    assert [r["outcome"] for r in results] == ["acked", "acked", "failed", "failed", "invalid"]
+    assert [r.get("code") for r in results] == [
+        None,
+        None,
+        "BROKER_UNAVAILABLE",
+        "BROKER_UNAVAILABLE",
+        None,
+    ]
+    assert all(r["detail"] for r in results[2:])
+    # g1's acks took effect: nothing of g1 is in flight (and acking them again is harmless)
+    in_flight = httpx.get(f"{cluster.a.url}/v1/groups/Acks/in-flight", timeout=10).json()
+    assert in_flight["total"] == 0
+    again = http.post("/v1/groups/Acks/acks", json={"receipt_handles": handles[:2]})
+    assert again.status_code == 200, again.text
+    assert [r["outcome"] for r in again.json()["results"]] == ["acked", "acked"]
+    # an ack that no group took is that group's problem, as a whole: nothing took effect
+    refused = http.post("/v1/groups/Acks/acks", json={"receipt_handles": handles[2:]})
+    is_problem(refused, 503, "BROKER_UNAVAILABLE")
+
+
+def test_handles_a_group_refused_may_be_acked_again(cluster: Cluster, hop: FaultyHop) -> None:
+    http = cluster.http
+    send(http, "Hopped", "on-g1", queue_id=0)
+    send(http, "Hopped", "on-g2", queue_id=2)
+    got = sorted(received_all(http, "Refused", "Hopped", 2), key=lambda m: m["queue_id"])
+    handles = [m["receipt_handle"] for m in got]
+    hop.plan.append("NO_MASTER")  # g2's ack is refused before it reaches the broker
+
+    acked = http.post("/v1/groups/Refused/acks", json={"receipt_handles": handles})
+    assert acked.status_code == 207, acked.text
+    results = acked.json()["results"]
+    assert [(r["outcome"], r.get("code")) for r in results] == [
+        ("acked", None),
+        ("failed", "NO_MASTER"),
+    ]
+    retried = http.post("/v1/groups/Refused/acks", json={"receipt_handles": handles[1:]})
+    assert retried.status_code == 200, retried.text
+    assert [r["outcome"] for r in retried.json()["results"]] == ["acked"]

@@ -358,3 +358,79 @@ def test_listen_socket_on_a_busy_port_is_a_clear_listen_error() -> None:
 def test_listen_socket_on_an_address_not_of_this_host_is_a_listen_error() -> None:
     with pytest.raises(ListenError, match=r"^cannot listen on 192\.0\.2\.1:\d+: "):
         listen_socket("192.0.2.1", 0)  # TEST-NET-1: never a local address
+
+
+def test_listen_socket_with_reuse_port_shares_the_port_with_another_so_bound() -> None:
+    first = listen_socket("127.0.0.1", 0, reuse_port=True)
+    first.listen()
+    port = first.getsockname()[1]
+    try:
+        second = listen_socket("127.0.0.1", port, reuse_port=True)
+        second.listen()
+        second.close()
+        with pytest.raises(ListenError, match="the port is in use"):
+            listen_socket("127.0.0.1", port)  # not bound to share it: refused
+    finally:
+        first.close()
+
+
+def test_two_servers_on_sockets_bound_with_reuse_port_both_take_connections() -> None:
+    first = listen_socket("127.0.0.1", 0, reuse_port=True)
+    port = first.getsockname()[1]
+    second = listen_socket("127.0.0.1", port, reuse_port=True)
+    servers = [Server(http_app(_saying(name)), FAST) for name in (b"first", b"second")]
+    threads = [
+        threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        for server, sock in zip(servers, (first, second), strict=True)
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        until_true = time.monotonic() + WAIT_S
+        while not all(server.started for server in servers):
+            assert time.monotonic() < until_true, "the servers did not start"
+            time.sleep(0.005)
+        answered = set()
+        for _ in range(200):  # connections spread by their address hash: both soon answer
+            answered.add(_get(port).rsplit(b"\r\n\r\n", 1)[1])
+            if len(answered) == 2:
+                break
+        assert answered == {b"first", b"second"}
+    finally:
+        for server in servers:
+            server.should_exit = True
+        for thread in threads:
+            thread.join(WAIT_S)
+        first.close()
+        second.close()
+
+
+def _saying(name: bytes) -> AsgiApp:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await read_body(receive)
+        await answer(send, 200, name)
+
+    return app
+
+
+def test_every_answer_carries_the_servers_own_headers_after_the_date() -> None:
+    async def ok(scope: Scope, receive: Receive, send: Send) -> None:
+        await read_body(receive)
+        await answer(send, 200, b"ok")
+
+    sock = listen_socket("127.0.0.1", 0)
+    server = Server(http_app(ok), FAST, headers=[(b"x-proxy-worker", b"2; pid=42")])
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        ok_answer = _get(sock.getsockname()[1])
+        with socket.create_connection(sock.getsockname(), timeout=WAIT_S) as raw:
+            raw.sendall(b"NOT HTTP\r\n\r\n")  # refused by the server itself: a 400
+            refusal = raw.recv(65536)
+    finally:
+        server.should_exit = True
+        thread.join(WAIT_S)
+        sock.close()
+    for got in (ok_answer, refusal):
+        head = got.split(b"\r\n\r\n", 1)[0].split(b"\r\n")
+        assert head[1].startswith(b"date: ") and head[2] == b"x-proxy-worker: 2; pid=42", got

@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spark_jobs.streaming.offsets import QueueRange, cap, from_json, plan_ranges, to_json
+from spark_jobs.streaming.offsets import (
+    QueueRange,
+    cap,
+    from_json,
+    pack_ranges,
+    plan_ranges,
+    to_json,
+)
 
 
 def test_offsets_json_is_the_same_string_for_the_same_positions() -> None:
@@ -62,3 +69,15 @@ def test_ranges_cover_each_queue_once_cut_to_size_and_to_min_partitions() -> Non
     more = plan_ranges({("T", 0): 0}, {("T", 0): 10}, {}, 100, min_partitions=4)
     assert [(r.start, r.end) for r in more] == [(0, 3), (3, 5), (5, 8), (8, 10)]
     assert plan_ranges({("T", 0): 5}, {("T", 0): 5}, {}, 10, min_partitions=3) == []
+
+
+def test_ranges_are_packed_in_order_into_partitions_of_about_the_byte_budget() -> None:
+    ranges = [QueueRange("T", q, 0, 10) for q in range(6)]
+    assert pack_ranges(ranges, [10.0] * 6, 1000) == [tuple(ranges)]
+    halves = pack_ranges(ranges, [10.0] * 6, 30)
+    assert halves == [tuple(ranges[:3]), tuple(ranges[3:])]
+    assert len(pack_ranges(ranges, [10.0] * 6, 1000, min_partitions=3)) == 3
+    assert len(pack_ranges(ranges, [10.0] * 6, 1, min_partitions=2)) == 6  # one range each
+    uneven = pack_ranges(ranges, [100.0, 1, 1, 1, 1, 100.0], 110)
+    assert [[r.queue_id for r in part] for part in uneven] == [[0, 1, 2], [3, 4, 5]]
+    assert pack_ranges([], [], 10) == []

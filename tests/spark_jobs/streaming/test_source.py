@@ -130,6 +130,16 @@ def test_a_batch_read_between_offsets_times_and_tags(
     assert sorted((r.queue_id, r.queue_offset) for r in recent) == [(1, o) for o in range(10, 15)]
     paid = batch_read(spark, live_server.url, subscribe=topic, tags="Paid")
     assert len(paid) == 15 + 5 + 2 and {r.tags for r in paid} == {"Paid"}
+    # a SQL92 filter is pushed down to the broker, which skips what does not match
+    small = batch_read(spark, live_server.url, subscribe=topic, filter="n < 3 AND TAGS = 'Open'")
+    assert sorted((r.queue_id, r.properties["n"]) for r in small) == [
+        (0, "0"),
+        (0, "2"),
+        (1, "0"),
+        (1, "0"),
+        (1, "2"),
+        (1, "2"),
+    ]
 
 
 def failure(action: Callable[[], object]) -> str:
