@@ -24,6 +24,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
+from app.grpc import GrpcExtraMissingError
 from app.main import build_server, create_app
 from app.proxy.context import ProxyLimits
 from app.proxy.main import create_proxy_app, proxy_server
@@ -144,7 +145,7 @@ def _serve(args: argparse.Namespace) -> int:
             )
         app = create_app(settings, on_start_failure=start_failed)
         server = build_server(app, settings)
-    except (UnsafeBindError, AuthFileError, TlsConfigError) as exc:
+    except (UnsafeBindError, AuthFileError, TlsConfigError, GrpcExtraMissingError) as exc:
         print(f"spoolmq: {exc}", file=sys.stderr)
         return 2
     try:

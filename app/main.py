@@ -20,6 +20,7 @@ from fastapi import FastAPI
 
 from app import admin
 from app.errors import install_error_handlers
+from app.grpc import grpc_server
 from app.middleware import HttpShellMiddleware
 from app.openapi import build_openapi
 from app.replica_guard import ReplicaGuardMiddleware
@@ -93,13 +94,25 @@ def create_app(
     broker = Broker(config)
     cluster_config = settings.cluster_config()
     member = ClusterMember(broker, cluster_config, on_start_failure) if cluster_config else None
+    rocketmq_face = None  # RocketMQ 5's gRPC face, on its own port when asked for
+    if settings.grpc_listen is not None:
+        rocketmq_face = grpc_server(
+            broker,
+            settings.grpc_listen,
+            broker_name=settings.broker_name,
+            max_body_bytes=settings.max_message_size,
+        )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         start = asyncio.create_task(_start(broker, member, on_start_failure), name="broker-start")
+        if rocketmq_face is not None:
+            await rocketmq_face.start()
         try:
             yield
         finally:
+            if rocketmq_face is not None:
+                await rocketmq_face.stop()
             await asyncio.wait({start})  # an open in progress cannot be interrupted
             if member is not None:
                 await member.stop()
@@ -120,6 +133,7 @@ def create_app(
     app.state.broker = broker
     app.state.cluster = member
     app.state.settings = settings
+    app.state.grpc = rocketmq_face
     install_error_handlers(app)
     # The API's routes first, the busiest at the head: a request tries routes in order.
     routes = RouteTable(app.router.routes)

@@ -69,6 +69,11 @@ class Settings(BaseSettings):
     port: int = Field(
         default=8080, ge=0, le=65535, description="port to listen on (0: any free port)"
     )
+    grpc_listen: str | None = Field(
+        default=None,
+        description="HOST:PORT of RocketMQ 5's gRPC face (the official clients; needs the "
+        "grpc extra; port 0: any; off when not given)",
+    )
     flush: Literal["async", "sync"] = Field(
         default="async",
         description="ASYNC_FLUSH acks after the page-cache write, SYNC_FLUSH after fsync",
@@ -389,6 +394,7 @@ class Settings(BaseSettings):
 
     @field_validator(
         "ha_listen",
+        "grpc_listen",
         "master_ha",
         "master_http",
         "master_name",
@@ -402,7 +408,7 @@ class Settings(BaseSettings):
     def _empty_address_is_none(cls, value: Any) -> Any:
         return None if value == "" else value
 
-    @field_validator("ha_listen", "master_ha")
+    @field_validator("ha_listen", "master_ha", "grpc_listen")
     @classmethod
     def _host_port(cls, value: str | None) -> str | None:
         if value is not None:

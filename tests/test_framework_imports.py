@@ -17,6 +17,7 @@ import sys
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Final
 
 import pytest
 
@@ -108,13 +109,19 @@ def third_party(folder: str) -> dict[str, set[str]]:
     return found
 
 
-@pytest.mark.parametrize("folder", PRODUCTION)
+EXTRA_CODE: Final = {"spark_jobs": "spark", "app/grpc": "grpc"}
+"""Code an optional extra's packages serve, by folder: only it may import them."""
+
+
+@pytest.mark.parametrize("folder", [*PRODUCTION, *EXTRA_CODE.keys() - set(PRODUCTION)])
 def test_every_package_the_code_imports_is_declared(folder: str) -> None:
-    allowed = declared("spark" if folder == "spark_jobs" else None)
+    allowed = declared(EXTRA_CODE.get(folder))
     distributions = importlib.metadata.packages_distributions()
+    inside = [f"{other}/" for other in EXTRA_CODE if other.startswith(f"{folder}/")]
     undeclared = {
-        module: sorted(files)
+        module: kept
         for module, files in third_party(folder).items()
         if not {normalized(d) for d in distributions.get(module, [module])} & allowed
+        if (kept := sorted(f for f in files if not any(f.startswith(i) for i in inside)))
     }
     assert undeclared == {}
