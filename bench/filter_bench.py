@@ -12,6 +12,10 @@
    with ``region = 'eu'``; one keep-alive client walks the whole topic with group pulls of 32
    (``auto_commit``), with that filter and without (a fresh group each time), alternating:
    the topic's messages walked per second, and the matching ones delivered per second.
+4. A parked long-poll: 2,000 single sends that do not match (``region = 'us'``) while four
+   group pulls with ``region = 'eu'`` and ``wait_ms`` wait on the topic, against the same
+   sends with no one waiting: the broker's CPU per send. A waiter wakes for an arrival its
+   tags allow, reads it, finds no match and parks again; this is what that costs.
 
 Run by hand (not part of the test suite)::
 
@@ -30,6 +34,7 @@ import random
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -212,6 +217,66 @@ def group_pull(count: int, root: Path) -> None:
         server.stop()
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` so far (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def parked_long_poll(root: Path, sends: int = 2000) -> None:
+    server = Server("filter-park", root / "park", []).start()
+    assert server.process is not None
+    pid = server.process.pid
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            client.put("/v1/topics/P", json={"write_queue_nums": 4, "read_queue_nums": 4})
+            us = {"body": "x" * 1024, "properties": {"region": "us"}}
+
+            def send_all() -> float:
+                before = cpu_seconds(pid)
+                for _ in range(sends):
+                    client.post("/v1/topics/P/messages", json=us).raise_for_status()
+                return (cpu_seconds(pid) - before) / sends * 1e6
+
+            def waiter(index: int, stop: threading.Event) -> None:
+                params: dict[str, str | int] = {
+                    "filter": "region = 'eu'",
+                    "wait_ms": 2000,
+                    "auto_commit": "true",
+                }
+                with httpx.Client(base_url=server.url, timeout=60) as own:
+                    while not stop.is_set():
+                        own.get(f"/v1/groups/w{index}/topics/P/messages", params=params)
+
+            rows = []
+            for round_ in range(3):
+                measured = {}
+                for waiting in [False, True] if round_ % 2 == 0 else [True, False]:
+                    stop = threading.Event()
+                    threads = [
+                        threading.Thread(target=waiter, args=(i, stop))
+                        for i in range(4 if waiting else 0)
+                    ]
+                    for thread in threads:
+                        thread.start()
+                    time.sleep(0.5)
+                    measured[waiting] = send_all()
+                    stop.set()
+                    for thread in threads:
+                        thread.join()
+                rows.append(measured)
+        alone = min(r[False] for r in rows)
+        parked = min(r[True] for r in rows)
+        print(f"4. {sends:,} sends that do not match, the broker's CPU per send (best of 3)")
+        print(f"   no one waiting           {alone:7.0f} µs")
+        print(
+            f"   4 filtered long-polls    {parked:7.0f} µs   {parked / alone:.2f}x "
+            "(each wake: a read, no match, parked again)"
+        )
+    finally:
+        server.stop()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=200_000)
@@ -226,6 +291,7 @@ def main() -> int:
     try:
         store_pull(args.count, root)
         group_pull(min(args.count, 50_000), root)
+        parked_long_poll(root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return 0

@@ -5,10 +5,10 @@ key across groups."""
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any, Final
+from typing import Any, Final
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.deps import read_body
@@ -34,7 +34,7 @@ from app.routes.idempotency import (
     idempotency_key,
 )
 from app.routes.messages import SEND_REQUEST_BODY
-from app.routes.params import BodyEncodingQuery, TopicPath
+from app.routes.params import BodyEncodingQuery, MessageIdPath, TopicPath
 from app.schemas import (
     KeyQuery,
     MessageListResponse,
@@ -274,13 +274,7 @@ async def query_by_key(topic: TopicPath, request: Request) -> Response:
     response_model=MessageOut,
 )
 async def get_message(
-    msg_id: Annotated[
-        str,
-        Path(
-            description="The offsetMsgId a send returned (32 hex characters; 56 for IPv6).",
-            json_schema_extra={"pattern": "^([0-9A-Fa-f]{32}|[0-9A-Fa-f]{56})$"},
-        ),
-    ],
+    msg_id: MessageIdPath,
     request: Request,
     body_encoding: BodyEncodingQuery = "auto",
 ) -> Response:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from app.deps import BrokerDep, SettingsDep, born_host, disconnect_watch, header, read_body
@@ -19,7 +19,7 @@ from app.routes.idempotency import (
     SEND_RESPONSES,
     idempotency_key,
 )
-from app.routes.params import BodyEncodingQuery, QueueIdPath, TopicPath
+from app.routes.params import BodyEncodingQuery, MessageIdPath, QueueIdPath, TopicPath
 from app.schemas import (
     KeyQuery,
     MessageListResponse,
@@ -248,13 +248,7 @@ async def query_messages_by_key(
     response_model=MessageOut,
 )
 async def get_message(
-    msg_id: Annotated[
-        str,
-        Path(
-            description="The offsetMsgId a send returned (32 hex characters; 56 for IPv6).",
-            json_schema_extra={"pattern": "^([0-9A-Fa-f]{32}|[0-9A-Fa-f]{56})$"},
-        ),
-    ],
+    msg_id: MessageIdPath,
     broker: BrokerDep,
     body_encoding: BodyEncodingQuery = "auto",
 ) -> Response:

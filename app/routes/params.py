@@ -34,6 +34,13 @@ TopicPath = Annotated[
         json_schema_extra={"pattern": TOPIC_PATTERN, "maxLength": TOPIC_MAX_LENGTH},
     ),
 ]
+MessageIdPath = Annotated[
+    str,
+    Path(
+        description="The offsetMsgId a send returned (32 hex characters; 56 for IPv6).",
+        json_schema_extra={"pattern": "^([0-9A-Fa-f]{32}|[0-9A-Fa-f]{56})$"},
+    ),
+]
 GroupPath = Annotated[
     str,
     Path(

@@ -35,7 +35,22 @@ MAX_BYTES_PARAMETER: Final = 64 * 1024 * 1024
 """The largest byte budget a pull may ask for."""
 
 
-class PullLimits(BaseModel):
+class MessageFilterQuery(BaseModel):
+    """What a read takes of a queue: the tag and SQL92 filters (RocketMQ's subscription)."""
+
+    tags: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1024,
+        description="Tag filter: `*` or `TagA||TagB`.",
+    )
+    filter: SqlFilter | None = Field(default=None, description=FILTER_RULES)
+    filter_type: FilterType = Field(
+        default="sql92", description="The language of `filter`: `sql92` (RocketMQ's)."
+    )
+
+
+class PullLimits(MessageFilterQuery):
     """Query parameters every pull shares."""
 
     max_messages: ParamInt = Field(
@@ -53,16 +68,6 @@ class PullLimits(BaseModel):
         le=MAX_BYTES_PARAMETER,
         description="Byte budget (the first message is returned even when larger); the "
         "store also caps a pull at 256 KiB of messages in memory.",
-    )
-    tags: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=1024,
-        description="Tag filter: `*` or `TagA||TagB`.",
-    )
-    filter: SqlFilter | None = Field(default=None, description=FILTER_RULES)
-    filter_type: FilterType = Field(
-        default="sql92", description="The language of `filter`: `sql92` (RocketMQ's)."
     )
     wait_ms: ParamInt = Field(
         default=0,
@@ -140,7 +145,7 @@ RECORDS_LAYOUT: Final = (
 )
 
 
-class RecordsQuery(BaseModel):
+class RecordsQuery(MessageFilterQuery):
     """Query parameters of a range read of one queue."""
 
     offset: ParamInt | None = Field(
@@ -162,16 +167,6 @@ class RecordsQuery(BaseModel):
         le=MAX_RECORDS_BYTES,
         description="Byte budget of the records (the first one is returned even when "
         f"larger); at most {MAX_RECORDS_BYTES}.",
-    )
-    tags: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=1024,
-        description="Tag filter: `*` or `TagA||TagB`.",
-    )
-    filter: SqlFilter | None = Field(default=None, description=FILTER_RULES)
-    filter_type: FilterType = Field(
-        default="sql92", description="The language of `filter`: `sql92` (RocketMQ's)."
     )
 
 

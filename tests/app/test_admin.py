@@ -65,6 +65,7 @@ def test_group_crud(client: httpx.Client, group: str) -> None:
         "retry_max_times": 3,
         "consume_mode": None,
         "fifo": False,
+        "filters": {},
     }
     updated = client.put(
         f"/v1/groups/{group}", json={"consume_from": "timestamp", "consume_from_timestamp": 1234}

@@ -467,6 +467,7 @@ def test_subscription_group_file_has_rocketmq_shape(config_dir: Path) -> None:
             "consumeFrom": "earliest",
             "consumeMode": "",
             "fifo": False,
+            "filters": {},
         }
     }
 
