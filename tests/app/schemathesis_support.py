@@ -10,11 +10,15 @@ autoCreateSubscriptionGroup), so a pull after DELETE /v1/groups/{group} succeeds
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 BIN = Path(sys.executable).parent
 
@@ -138,3 +142,23 @@ def run_schemathesis(
     return subprocess.run(
         command, capture_output=True, text=True, check=False, timeout=300, cwd=workdir
     )
+
+
+@contextmanager
+def generated_sdk(document: Path, package: str, root: Path) -> Iterator[Any]:
+    """A Python client generated from ``document`` by openapi-python-client into ``root``,
+    imported as ``package`` (and forgotten afterwards)."""
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    command = [str(BIN / "openapi-python-client"), "generate", "--path", str(document)]
+    command += ["--meta", "none", "--output-path", str(root / package)]
+    result = subprocess.run(
+        command, capture_output=True, text=True, check=False, env=env, timeout=300
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    sys.path.insert(0, str(root))
+    try:
+        yield importlib.import_module(package)
+    finally:
+        sys.path.remove(str(root))
+        for name in [m for m in sys.modules if m.split(".")[0] == package]:
+            del sys.modules[name]

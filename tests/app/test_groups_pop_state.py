@@ -11,30 +11,22 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.conftest import LiveServer, start_server, wait_until
+from tests.conftest import LiveServer, wait_until
 from tests.serve_process import ServeProcess
 
 LONG_INVISIBLE_MS = 60_000  # longer than any test: nothing comes back by its deadline
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    live = start_server(tmp_path_factory.mktemp("pop-state"))
-    yield live
-    live.stop()
-
-
 @pytest.fixture
-def http(server: LiveServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, timeout=60) as client:
-        yield client
+def http(client: httpx.Client) -> httpx.Client:
+    """The module's server (tests/conftest.py's live_server), by the name the tests use."""
+    return client
 
 
 @pytest.fixture
@@ -165,7 +157,7 @@ def test_a_reset_to_latest_skips_what_was_in_flight_and_not_yet_taken(
 
 
 def test_a_reset_unblocks_a_fifo_queue_and_wakes_its_parked_receive(
-    server: LiveServer, http: httpx.Client, names: tuple[str, str]
+    live_server: LiveServer, http: httpx.Client, names: tuple[str, str]
 ) -> None:
     topic, group = names
     create_topic(http, topic)
@@ -173,7 +165,7 @@ def test_a_reset_unblocks_a_fifo_queue_and_wakes_its_parked_receive(
     assert http.put(f"/v1/groups/{group}", json=fifo).status_code == 201
     send(http, topic, "first", "second")
     assert delivered(receive(http, group, topic, max_messages=1)) == [("first", 1)]
-    waiters = server.broker.waiters
+    waiters = live_server.broker.waiters
     parked_before, woken_before = waiters.parked, waiters.woken
     result: list[list[dict[str, Any]]] = []
     thread = threading.Thread(

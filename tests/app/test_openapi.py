@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.app.schemathesis_support import run_schemathesis
+from tests.app.schemathesis_support import generated_sdk, run_schemathesis
 from tests.conftest import LiveServer, start_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,33 +54,8 @@ def test_check_fails_on_a_stale_document(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def sdk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A Python client generated from openapi/openapi.json, importable as spoolmq_sdk."""
-    root = tmp_path_factory.mktemp("sdk")
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-    result = subprocess.run(
-        [
-            str(BIN / "openapi-python-client"),
-            "generate",
-            "--path",
-            str(SCHEMA),
-            "--meta",
-            "none",
-            "--output-path",
-            str(root / "spoolmq_sdk"),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=env,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    sys.path.insert(0, str(root))
-    try:
-        yield importlib.import_module("spoolmq_sdk")
-    finally:
-        sys.path.remove(str(root))
-        for name in [m for m in sys.modules if m == "spoolmq_sdk" or m.startswith("spoolmq_sdk.")]:
-            del sys.modules[name]
+    with generated_sdk(SCHEMA, "spoolmq_sdk", tmp_path_factory.mktemp("sdk")) as module:
+        yield module
 
 
 def test_generated_client_sends_pulls_and_commits(sdk: Any, live_server: LiveServer) -> None:

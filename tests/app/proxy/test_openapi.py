@@ -8,9 +8,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
-import os
 import re
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +21,7 @@ from app.problem_codes import PROBLEM_CODES_KEY, PROXY_CODES
 from app.proxy.main import create_proxy_app
 from app.proxy.schemas import BODY_MODELS
 from tests.app.proxy.support import Cluster, create_topic, is_problem, two_groups
-from tests.app.schemathesis_support import SCHEMA_CANNOT_SAY, run_schemathesis
+from tests.app.schemathesis_support import SCHEMA_CANNOT_SAY, generated_sdk, run_schemathesis
 
 ROOT = Path(__file__).resolve().parents[3]
 BROKER_DOCUMENT = ROOT / "openapi" / "openapi.json"
@@ -247,32 +245,8 @@ def test_the_committed_proxy_document_is_the_proxys() -> None:
 def sdk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A Python client generated from openapi/proxy.json, importable as spoolmq_proxy_sdk."""
     root = tmp_path_factory.mktemp("proxy-sdk")
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-    result = subprocess.run(
-        [
-            str(BIN / "openapi-python-client"),
-            "generate",
-            "--path",
-            str(PROXY_DOCUMENT),
-            "--meta",
-            "none",
-            "--output-path",
-            str(root / "spoolmq_proxy_sdk"),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=env,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    sys.path.insert(0, str(root))
-    try:
-        yield importlib.import_module("spoolmq_proxy_sdk")
-    finally:
-        sys.path.remove(str(root))
-        for name in [m for m in sys.modules if m.split(".")[0] == "spoolmq_proxy_sdk"]:
-            del sys.modules[name]
+    with generated_sdk(PROXY_DOCUMENT, "spoolmq_proxy_sdk", root) as module:
+        yield module
 
 
 def test_a_generated_client_sends_pulls_and_commits_through_the_proxy(
