@@ -146,7 +146,9 @@ def main() -> int:
             out = f"--callgrind-out-file={dumps}/callgrind.%p"
             wrapper = ["valgrind", "--tool=callgrind", "--dump-instr=no", out]
         for side, code in (("before", Path(args.before_root)), ("after", None)):
-            proxies[side] = ProxyProcess(etcd_url, code, wrapper=wrapper).launch()
+            # one process: the CPU and instructions measured are the serving process's
+            workers = 1 if code is None else None
+            proxies[side] = ProxyProcess(etcd_url, code, wrapper=wrapper, workers=workers).launch()
         for proxy in proxies.values():  # under valgrind a start takes minutes: both at once
             wait_for(proxy.ready, 900)
         if (os.cpu_count() or 1) > 1:
