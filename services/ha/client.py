@@ -5,6 +5,9 @@ tail the master never confirmed (truncation happens at startup, before the store
 Then it says its name and max offset, appends every batch through
 ``MessageStore.append_replicated`` (which dispatches and wakes long-polls), and reports its
 max offset after each batch and every heartbeat. A lost connection is retried with backoff.
+A master that sends nothing (no batch, no heartbeat) for five of its heartbeats is taken as
+gone, as RocketMQ's HA housekeeping does: a partition that swallows the master's frames (and its
+FIN) must not leave the slave waiting on a dead connection until TCP gives up.
 
 A master with an auth file challenges the slave first: it answers with the proof of its
 replication token (:mod:`services.ha.auth`). A refusal (no token, a wrong one, another
@@ -18,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 
 import httpx
 
@@ -45,6 +48,7 @@ log = logging.getLogger(__name__)
 
 _BACKOFF_FIRST_S = 0.1
 _BACKOFF_MAX_S = 2.0
+_SILENT_HEARTBEATS = 5
 
 
 class HARefusedError(Exception):
@@ -70,6 +74,7 @@ class HAClient:
         self.master = master
         self.name = name
         self.heartbeat_s = heartbeat_s
+        self.silence_s = _SILENT_HEARTBEATS * heartbeat_s
         self.http_headers = http_headers
         self._key = replica_key(replication_token) if replication_token else None
         self.tls = tls
@@ -147,7 +152,7 @@ class HAClient:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> tuple[int, int]:
         """Answer the master's challenge, if it sends one; the first transfer header."""
-        offset, size = await _read_frame_header(reader)
+        offset, size = await self._next_frame(reader)
         if offset != CHALLENGE:
             return offset, size
         if self._key is None:
@@ -160,7 +165,7 @@ class HAClient:
         nonce = await reader.readexactly(size)
         writer.write(proof(self._key, nonce, self.name))
         await writer.drain()
-        return await _read_frame_header(reader)
+        return await self._next_frame(reader)
 
     async def _receive(
         self,
@@ -172,7 +177,8 @@ class HAClient:
         offset, size = first
         while True:
             if size:  # not a heartbeat
-                data = await reader.readexactly(size)
+                async with self._unless_silent():
+                    data = await reader.readexactly(size)
                 try:
                     end = store.append_replicated(offset, data)
                 except ReplicaAppendError as exc:
@@ -180,7 +186,23 @@ class HAClient:
                 self._adopt_epochs()
                 writer.write(OFFSET_REPORT.pack(end))
                 await writer.drain()
-            offset, size = await _read_frame_header(reader)
+            offset, size = await self._next_frame(reader)
+
+    async def _next_frame(self, reader: asyncio.StreamReader) -> tuple[int, int]:
+        async with self._unless_silent():
+            return await _read_frame_header(reader)
+
+    @contextlib.asynccontextmanager
+    async def _unless_silent(self) -> AsyncIterator[None]:
+        """A read the master answers within ``silence_s``; else ConnectionError (the
+        connection is dropped and tried again)."""
+        try:
+            async with asyncio.timeout(self.silence_s):
+                yield
+        except TimeoutError:
+            raise ConnectionError(
+                f"the master sent nothing, not even a heartbeat, for {self.silence_s:g} s"
+            ) from None
 
     async def _report_every_heartbeat(self, writer: asyncio.StreamWriter) -> None:
         while True:

@@ -3,6 +3,7 @@ byte for byte; it serves reads, refuses writes with 421 naming the master, copie
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -264,3 +265,51 @@ def test_openapi_documents_not_master(pair: tuple[LiveServer, LiveServer]) -> No
     assert "421" not in document["paths"]["/v1/topics/{topic}"]["get"]["responses"]
     status = document["paths"]["/v1/replication"]["get"]
     assert status["operationId"] == "getReplicaStatus"
+
+
+class SilentMaster:
+    """A TCP port that takes the slave's connections and never answers: a master whose frames
+    (and FIN) a partition swallows."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.accepted: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            self.accepted.append(connection)
+
+    def close(self) -> None:
+        self.listener.close()
+        for connection in self.accepted:
+            connection.close()
+
+
+def test_a_slave_leaves_a_silent_master_and_connects_again(
+    pair: tuple[LiveServer, LiveServer], tmp_path: Path
+) -> None:
+    master, _ = pair
+    silent = SilentMaster()
+    slave = start_server(
+        tmp_path / "slave",
+        broker_name="slave-2",
+        role="slave",
+        master_http=master.url,
+        master_ha=silent.address,
+        master_name="master-1",
+        ha_heartbeat_s=0.2,  # silent for 1 s: gone
+    )
+    try:
+        wait_until(lambda: len(silent.accepted) >= 2)
+        view = status(slave)
+        assert view["connected"] is False
+        assert "sent nothing, not even a heartbeat, for 1 s" in view["error"]
+    finally:
+        slave.stop()
+        silent.close()
