@@ -135,6 +135,12 @@ def _serve(args: argparse.Namespace) -> int:
             auth_enabled=settings.auth_file is not None,
             allow_anonymous=settings.allow_anonymous,
         )
+        if settings.grpc_listen is not None:  # signed calls with an auth file, as over HTTP
+            check_bind(
+                split_host_port(settings.grpc_listen)[0],
+                auth_enabled=settings.auth_file is not None,
+                allow_anonymous=settings.allow_anonymous,
+            )
         if settings.ha_listen is not None:
             # Beyond loopback: slaves prove a token (auth file) over TLS, or asked for.
             check_ha_bind(
@@ -277,6 +283,9 @@ def _proxy(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
     try:
         check_bind(args.host, auth_enabled=False, allow_anonymous=args.allow_anonymous)
+        if args.grpc_listen is not None:
+            host = split_host_port(args.grpc_listen)[0]
+            check_bind(host, auth_enabled=False, allow_anonymous=args.allow_anonymous)
     except UnsafeBindError as exc:
         print(f"spoolmq: {exc}", file=sys.stderr)
         return 2
@@ -292,14 +301,21 @@ def _proxy(args: argparse.Namespace) -> int:
         tls=tls,
     )
     service = ProxyService(args.cluster, tuple(args.etcd), args.host, args.port, limits)
+    # the gRPC face's port is one process's: with it, the proxy is served by one
+    asked_workers = 1 if args.grpc_listen is not None else args.workers
     try:
-        sock, workers = bind_port(service, args.workers)
+        sock, workers = bind_port(service, asked_workers)
     except ListenError as exc:
         print(f"spoolmq: {exc}", file=sys.stderr)
         return 2
     if workers > 1:
         return serve_in_workers(service, sock, workers, partial(configure_logging, args.log_level))
-    app = create_proxy_app(args.cluster, args.etcd, limits)
+    try:
+        app = create_proxy_app(args.cluster, args.etcd, limits, grpc_listen=args.grpc_listen)
+    except GrpcExtraMissingError as exc:
+        sock.close()
+        print(f"spoolmq: {exc}", file=sys.stderr)
+        return 2
     with sock:
         proxy_server(app).run(sockets=[sock])
     return 0
@@ -376,6 +392,12 @@ def _add_proxy_command(commands: Any) -> None:
         type=int,
         default=defaults.max_request_bytes,
         help=f"largest request body (413 beyond; default {defaults.max_request_bytes})",
+    )
+    proxy.add_argument(
+        "--grpc-listen",
+        metavar="HOST:PORT",
+        help="serve RocketMQ 5's gRPC protocol there too, for the official clients (the grpc "
+        "extra; port 0: any; off when not given; the proxy is then served by one process)",
     )
     proxy.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="default info")
     _add_tls_flags(proxy)

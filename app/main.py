@@ -101,6 +101,7 @@ def create_app(
             settings.grpc_listen,
             broker_name=settings.broker_name,
             max_body_bytes=settings.max_message_size,
+            auth_file=settings.auth_file,
         )
 
     @asynccontextmanager

@@ -22,11 +22,13 @@ from services import (
     MAX_RECEIVE_MESSAGES,
     MIN_INVISIBLE_MS,
     RESERVED_PROPERTIES,
+    CheckOffer,
     OutgoingMessage,
     ReceiveOptions,
     SendReceipt,
     TopicConfig,
 )
+from storage.record.message import StoredMessage
 
 PROPERTY_MESSAGE_GROUP: Final = "__SHARDINGKEY"
 """RocketMQ's property of a FIFO message's group (``MessageConst.PROPERTY_SHARDING_KEY``)."""
@@ -64,7 +66,7 @@ def millis(timestamp: Any) -> int:
     return int(timestamp.seconds) * 1000 + int(timestamp.nanos) // 1_000_000
 
 
-def _set_millis(target: Any, ms: int) -> None:
+def set_millis(target: Any, ms: int) -> None:
     target.seconds, target.nanos = divmod(ms, 1000)[0], (ms % 1000) * 1_000_000
 
 
@@ -190,38 +192,81 @@ def filter_of(expression: Any) -> tuple[str | None, str | None]:
 
 def message_of(received: Any) -> Any:
     """A received message (:class:`~services.pop.service.ReceivedMessage`) as the protocol's."""
-    stored = received.message
+    message = stored_message_of(received.message)
+    system = message.system_properties
+    system.receipt_handle = received.receipt_handle
+    system.delivery_attempt = received.delivery_attempt
+    return message
+
+
+def stored_message_of(stored: StoredMessage, topic: str | None = None) -> Any:
+    """A stored message as the protocol's, under ``topic`` (default: its own)."""
     properties: Mapping[str, str] = stored.properties
-    message = definition.Message(
-        topic=definition.Resource(name=stored.topic),
-        user_properties={k: v for k, v in properties.items() if k not in _HIDDEN},
-        body=stored.body,
+    message = protocol_message(
+        topic or stored.topic,
+        stored.body,
+        {k: v for k, v in properties.items() if k not in _HIDDEN},
+        properties.get("TAGS"),
+        _keys(properties.get("KEYS", "")),
     )
     system = message.system_properties
-    tags = properties.get("TAGS")
+    system.message_id = properties.get(PROPERTY_UNIQ_KEY) or stored.msg_id
+    describe(system, properties)
+    set_millis(system.born_timestamp, stored.born_timestamp)
+    system.born_host = stored.born_host[0]
+    set_millis(system.store_timestamp, stored.store_timestamp)
+    system.store_host = "{}:{}".format(*stored.store_host)
+    system.queue_id = stored.queue_id
+    system.queue_offset = stored.queue_offset
+    return message
+
+
+def pulled_message_of(view: Any) -> Any:
+    """A pulled message (:class:`~storage.record.fields.NamedView`) as the protocol's."""
+    properties = view.properties
+    message = protocol_message(
+        view.topic,
+        view.body,
+        {k: v for k, v in properties.items() if k not in _HIDDEN},
+        view.tags,
+        view.keys,
+    )
+    system = message.system_properties
+    system.message_id = properties.get(PROPERTY_UNIQ_KEY) or view.msg_id
+    describe(system, properties)
+    set_millis(system.born_timestamp, view.born_timestamp)
+    set_millis(system.store_timestamp, view.store_timestamp)
+    system.queue_id = view.queue_id
+    system.queue_offset = view.queue_offset
+    system.delivery_attempt = view.reconsume_times + 1
+    return message
+
+
+def protocol_message(
+    topic: str, body: bytes, user_properties: Mapping[str, str], tags: str | None, keys: Any
+) -> Any:
+    message = definition.Message(
+        topic=definition.Resource(name=topic), user_properties=user_properties, body=body
+    )
+    system = message.system_properties
     if tags:
         system.tag = tags
-    system.keys.extend(_keys(properties.get("KEYS", "")))
-    system.message_id = properties.get(PROPERTY_UNIQ_KEY) or stored.msg_id
+    system.keys.extend(keys)
     system.body_digest.type = definition.DigestType.CRC32
-    system.body_digest.checksum = format(zlib.crc32(stored.body), "08X")
+    system.body_digest.checksum = format(zlib.crc32(body), "08X")
     system.body_encoding = definition.Encoding.IDENTITY
+    return message
+
+
+def describe(system: Any, properties: Mapping[str, str]) -> None:
+    """The system properties a message's own properties say: its type, group, due time."""
     group = properties.get(PROPERTY_MESSAGE_GROUP)
     system.message_type = _message_type(properties, group)
     if group:
         system.message_group = group
-    _set_millis(system.born_timestamp, stored.born_timestamp)
-    system.born_host = stored.born_host[0]
-    _set_millis(system.store_timestamp, stored.store_timestamp)
-    system.store_host = "{}:{}".format(*stored.store_host)
     deliver = properties.get("TIMER_DELIVER_MS")
     if deliver is not None and deliver.isdigit():
-        _set_millis(system.delivery_timestamp, int(deliver))
-    system.receipt_handle = received.receipt_handle
-    system.queue_id = stored.queue_id
-    system.queue_offset = stored.queue_offset
-    system.delivery_attempt = received.delivery_attempt
-    return message
+        set_millis(system.delivery_timestamp, int(deliver))
 
 
 def _keys(text: str) -> Iterable[str]:
@@ -234,3 +279,58 @@ def _message_type(properties: Mapping[str, str], group: str | None) -> int:
     if any(name in properties for name in _TIMER_PROPERTIES):
         return int(MessageType.DELAY)
     return int(MessageType.NORMAL)
+
+
+# ---------------------------------------------------------------------- settings
+
+PRODUCER_MAX_ATTEMPTS: Final = 3
+"""How often a producer tries a send (the first attempt included)."""
+
+
+def settings_answer(
+    settings: Any, *, max_body_bytes: int, fifo: bool, retry_max_times: int | None
+) -> Any:
+    """The settings a client is to use, answering the ones it sent over Telemetry: a producer
+    its body cap and send retries, a consumer its group's FIFO flag, batch, long poll and one
+    delivery more than the group's retries (``retry_max_times``; None: no such group), a
+    second apart."""
+    answer = definition.Settings()
+    answer.CopyFrom(settings)
+    if settings.HasField("publishing"):
+        answer.publishing.MergeFrom(definition.Publishing(max_body_size=max_body_bytes))
+        answer.backoff_policy.CopyFrom(
+            definition.RetryPolicy(
+                max_attempts=PRODUCER_MAX_ATTEMPTS,
+                exponential_backoff=definition.ExponentialBackoff(
+                    initial={"nanos": 10_000_000}, max={"seconds": 1}, multiplier=2.0
+                ),
+            )
+        )
+    if settings.HasField("subscription") and settings.subscription.group.name:
+        answer.subscription.fifo = fifo
+        answer.subscription.MergeFrom(definition.Subscription(receive_batch_size=32))
+        if not settings.subscription.HasField("long_polling_timeout"):
+            answer.subscription.long_polling_timeout.seconds = 20
+        answer.backoff_policy.CopyFrom(
+            definition.RetryPolicy(
+                max_attempts=(16 if retry_max_times is None else retry_max_times) + 1,
+                customized_backoff=definition.CustomizedBackoff(next=[{"seconds": 1}]),
+            )
+        )
+    return answer
+
+
+# ---------------------------------------------------------------------- transactions
+
+
+def recover_command_of(offer: CheckOffer) -> Any:
+    """A check-back offer as the Telemetry command that asks the producer's checker."""
+    transaction = offer.transaction
+    message = stored_message_of(offer.half, transaction.topic)
+    message.system_properties.message_id = transaction.transaction_id
+    message.system_properties.message_type = MessageType.TRANSACTION
+    return service.TelemetryCommand(
+        recover_orphaned_transaction_command=service.RecoverOrphanedTransactionCommand(
+            message=message, transaction_id=transaction.transaction_id
+        )
+    )

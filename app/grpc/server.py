@@ -1,20 +1,23 @@
 """The gRPC server of RocketMQ 5's face: grpcio's asyncio server on the app's event loop.
 
-It serves :class:`~app.grpc.service.MessagingFace` on its own port (``--grpc-listen``), in the
-process and over the broker of the HTTP API. Only the calls the face implements are
-registered; grpcio answers any other with ``UNIMPLEMENTED``.
+It serves a face — the broker's :class:`~app.grpc.service.MessagingFace` or the proxy's
+:class:`~app.grpc.proxy_face.ProxyMessagingFace` — on its own port (``--grpc-listen``), in the
+process of the HTTP API. Every method of ``MessagingService`` has a handler: the face's call of
+that name (:meth:`Face.calls`), its errors answered as a status in the call's response, or
+``UNIMPLEMENTED`` with a message saying the face does not serve it.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Final
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, Final, Protocol
 
 import grpc
 
+from app.grpc.clients import ClientTable, Context
 from app.grpc.protocol import SERVICE_NAME, service
-from app.grpc.service import MessagingFace, answering_failures
-from services import Broker
+from app.grpc.service import answering_failures, streaming_failures
 from services.ha import split_host_port
 
 log = logging.getLogger(__name__)
@@ -23,20 +26,28 @@ STOP_GRACE_S: Final = 5.0
 """How long a stop lets calls in flight finish."""
 
 
-class GrpcServer:
-    """The face's server: :meth:`start` binds and serves, :meth:`stop` ends it."""
+class Face(Protocol):
+    """What a server serves: the calls by method name, and where clients reach it."""
 
-    def __init__(
-        self, broker: Broker, listen: str, *, broker_name: str, max_body_bytes: int
-    ) -> None:
+    clients: ClientTable
+
+    def calls(self) -> Mapping[str, Callable[..., Any]]: ...
+
+    def serve_at(self, host: str, port: int) -> None: ...
+
+
+class GrpcServer:
+    """``face``'s server: :meth:`start` binds and serves, :meth:`stop` ends it."""
+
+    def __init__(self, face: Face, listen: str) -> None:
+        self.face = face
         self.host, self.requested_port = split_host_port(listen)
-        self.face = MessagingFace(broker, broker_name=broker_name, max_body_bytes=max_body_bytes)
         self.port = 0
         self._server: grpc.aio.Server | None = None
 
     async def start(self) -> None:
         server = grpc.aio.server()
-        server.add_generic_rpc_handlers((_handlers(self.face),))
+        server.add_generic_rpc_handlers((method_handlers(self.face.calls()),))
         self.port = server.add_insecure_port(f"{self.host}:{self.requested_port}")
         self.face.serve_at(self.host, self.port)
         await server.start()
@@ -49,41 +60,51 @@ class GrpcServer:
             await server.stop(STOP_GRACE_S)
 
 
-def _handlers(face: MessagingFace) -> grpc.GenericRpcHandler:
-    """The method handlers of the calls the face serves."""
-    unary = {
-        "QueryRoute": (face.query_route, "QueryRoute"),
-        "QueryAssignment": (face.query_assignment, "QueryAssignment"),
-        "Heartbeat": (face.heartbeat, "Heartbeat"),
-        "NotifyClientTermination": (face.notify_client_termination, "NotifyClientTermination"),
-        "SendMessage": (face.send_message, "SendMessage"),
-        "AckMessage": (face.ack_message, "AckMessage"),
-        "ChangeInvisibleDuration": (face.change_invisible_duration, "ChangeInvisibleDuration"),
-        "ForwardMessageToDeadLetterQueue": (
-            face.forward_message_to_dead_letter_queue,
-            "ForwardMessageToDeadLetterQueue",
-        ),
-    }
-    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
-        name: grpc.unary_unary_rpc_method_handler(
-            answering_failures(call, _message(f"{kind}Response")),
-            request_deserializer=_message(f"{kind}Request").FromString,
-            response_serializer=_message(f"{kind}Response").SerializeToString,
-        )
-        for name, (call, kind) in unary.items()
-    }
-    handlers["ReceiveMessage"] = grpc.unary_stream_rpc_method_handler(
-        face.receive_message,
-        request_deserializer=service.ReceiveMessageRequest.FromString,
-        response_serializer=service.ReceiveMessageResponse.SerializeToString,
-    )
-    handlers["Telemetry"] = grpc.stream_stream_rpc_method_handler(
-        face.telemetry,
-        request_deserializer=service.TelemetryCommand.FromString,
-        response_serializer=service.TelemetryCommand.SerializeToString,
-    )
+def method_handlers(calls: Mapping[str, Callable[..., Any]]) -> grpc.GenericRpcHandler:
+    """A handler for every method of the service: the call of its name in ``calls``, else
+    ``UNIMPLEMENTED`` with a message."""
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+    for method in service.DESCRIPTOR.services_by_name["MessagingService"].methods:
+        response = getattr(service, method.output_type.name)
+        shape = {
+            "request_deserializer": getattr(service, method.input_type.name).FromString,
+            "response_serializer": response.SerializeToString,
+        }
+        call = calls.get(method.name)
+        if call is None:
+            handlers[method.name] = _unimplemented(
+                method.name, method.client_streaming, method.server_streaming, shape
+            )
+        elif method.client_streaming:  # Telemetry: the face answers its stream itself
+            handlers[method.name] = grpc.stream_stream_rpc_method_handler(call, **shape)
+        elif method.server_streaming:
+            handlers[method.name] = grpc.unary_stream_rpc_method_handler(
+                streaming_failures(call, response), **shape
+            )
+        else:
+            handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+                answering_failures(call, response), **shape
+            )
     return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)
 
 
-def _message(name: str) -> Any:
-    return getattr(service, name)
+def _unimplemented(
+    name: str, client_streaming: bool, server_streaming: bool, shape: dict[str, Any]
+) -> grpc.RpcMethodHandler[Any, Any]:
+    """The handler of a call the face does not serve: ``UNIMPLEMENTED``, saying so."""
+    why = f"{name} is not served by this gRPC face"
+
+    async def refuse(request: Any, context: Context) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, why)
+
+    async def refuse_streaming(request: Any, context: Context) -> AsyncIterator[Any]:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, why)
+        yield None  # never reached: abort raises
+
+    if client_streaming and server_streaming:
+        return grpc.stream_stream_rpc_method_handler(refuse_streaming, **shape)
+    if client_streaming:
+        return grpc.stream_unary_rpc_method_handler(refuse, **shape)
+    if server_streaming:
+        return grpc.unary_stream_rpc_method_handler(refuse_streaming, **shape)
+    return grpc.unary_unary_rpc_method_handler(refuse, **shape)

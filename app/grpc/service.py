@@ -4,20 +4,24 @@ QueryRoute answers this broker's queues at this face's address; Heartbeat, Telem
 NotifyClientTermination keep the client table (:mod:`app.grpc.clients`); SendMessage is the
 send service's send; ReceiveMessage, AckMessage and ChangeInvisibleDuration are the POP
 service's receive, ack and change of invisibility; ForwardMessageToDeadLetterQueue is the
-send-back service's send to ``%DLQ%<group>`` and then the POP ack. Errors answer the ``Code``
-of their domain code (:mod:`app.grpc.codes`) in the response's status, as RocketMQ's proxy does.
+send-back service's send to ``%DLQ%<group>`` and then the POP ack. A TRANSACTION message,
+EndTransaction and the check-backs down the Telemetry stream are the transaction service's
+(:mod:`app.grpc.transactions`); RecallMessage is the timer service's cancel; the offset calls
+are in :mod:`app.grpc.offsets`. Every call is signed when the broker has an auth file
+(:mod:`app.grpc.auth`). Errors answer the ``Code`` of their domain code (:mod:`app.grpc.codes`)
+in the response's status, as RocketMQ's proxy does.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Final
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
 
-import grpc
-
-from app.grpc.clients import ClientTable
+from app.grpc.auth import Context, Guard
+from app.grpc.clients import CLIENT_ID, ClientTable, metadata, peer
 from app.grpc.codes import code_of
 from app.grpc.convert import (
     ProtocolError,
@@ -29,40 +33,69 @@ from app.grpc.convert import (
     queues_of,
     receive_options_of,
     send_entry_of,
+    settings_answer,
     status,
 )
-from app.grpc.protocol import Code, definition, service
+from app.grpc.offsets import OffsetCalls
+from app.grpc.protocol import Code, MessageType, definition, service
+from app.grpc.transactions import TransactionChecks, close_checks, end_transaction, send_half
+from app.security.principals import Principal
+from app.security.tokens import TokenRegistry
 from services import AckResult, Broker, SendBackRequest
 from services.errors import ServiceError, StorageError, TopicNotFoundError
 
 log = logging.getLogger(__name__)
 
-Context = grpc.aio.ServicerContext[Any, Any]
-
-CLIENT_ID: Final = "x-mq-client-id"
-LANGUAGE: Final = "x-mq-language"
-CLIENT_VERSION: Final = "x-mq-client-version"
-PRODUCER_MAX_ATTEMPTS: Final = 3
-
 
 class MessagingFace:
     """The calls of MessagingService over one broker; ``address`` is what QueryRoute answers."""
 
-    def __init__(self, broker: Broker, *, broker_name: str, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        *,
+        broker_name: str,
+        max_body_bytes: int,
+        tokens: TokenRegistry | None = None,
+    ) -> None:
         self.broker = broker
         self.broker_name = broker_name
         self.max_body_bytes = max_body_bytes
         self.clients = ClientTable()
+        self.guard = Guard(tokens)
+        self.offsets = OffsetCalls(broker, self.guard)
         self.endpoints = endpoints_of("127.0.0.1", 0)
 
     def serve_at(self, host: str, port: int) -> None:
         """The address clients reach this face at (known once the server is bound)."""
         self.endpoints = endpoints_of(host, port)
 
+    def calls(self) -> Mapping[str, Callable[..., Any]]:
+        """The calls this face serves, by the service's method names."""
+        return {
+            "QueryRoute": self.query_route,
+            "QueryAssignment": self.query_assignment,
+            "Heartbeat": self.heartbeat,
+            "NotifyClientTermination": self.notify_client_termination,
+            "Telemetry": self.telemetry,
+            "SendMessage": self.send_message,
+            "EndTransaction": self.end_transaction,
+            "RecallMessage": self.recall_message,
+            "ReceiveMessage": self.receive_message,
+            "AckMessage": self.ack_message,
+            "ChangeInvisibleDuration": self.change_invisible_duration,
+            "ForwardMessageToDeadLetterQueue": self.forward_message_to_dead_letter_queue,
+            "UpdateOffset": self.offsets.update_offset,
+            "GetOffset": self.offsets.get_offset,
+            "QueryOffset": self.offsets.query_offset,
+            "PullMessage": self.offsets.pull_message,
+        }
+
     # ------------------------------------------------------------------ route and clients
 
     async def query_route(self, request: Any, context: Context) -> Any:
         topic = request.topic.name
+        self.guard.require_see(self.guard.caller_of(context), topic)
         try:
             config = self.broker.topics.get(topic)
         except TopicNotFoundError:
@@ -72,75 +105,78 @@ class MessagingFace:
 
     async def query_assignment(self, request: Any, context: Context) -> Any:
         """One queue of this broker: a receive there takes from every queue of the topic."""
+        self.guard.require_consume(
+            self.guard.caller_of(context), request.group.name, request.topic.name
+        )
         config = self.broker.topics.for_read(request.topic.name)
         first = queues_of(config, self.broker_name, self.endpoints)[:1]
         assignments = [definition.Assignment(message_queue=queue) for queue in first]
         return service.QueryAssignmentResponse(status=status(), assignments=assignments)
 
     async def heartbeat(self, request: Any, context: Context) -> Any:
+        self.guard.caller_of(context)
         group = request.group.name if request.HasField("group") else ""
-        self._seen(context, definition.ClientType.Name(request.client_type), group)
+        self.clients.heard(context, definition.ClientType.Name(request.client_type), group)
         return service.HeartbeatResponse(status=status())
 
     async def notify_client_termination(self, request: Any, context: Context) -> Any:
-        self.clients.terminated(_metadata(context, CLIENT_ID))
+        self.guard.caller_of(context)
+        self.clients.terminated(metadata(context, CLIENT_ID))
         return service.NotifyClientTerminationResponse(status=status())
 
     async def telemetry(self, requests: AsyncIterator[Any], context: Context) -> AsyncIterator[Any]:
         """Each settings command the client sends is answered with the settings it is to
-        use; the other commands (answers to the server's own) need no reply."""
-        async for command in requests:
-            if command.HasField("settings"):
-                yield service.TelemetryCommand(
-                    status=status(), settings=await self._settings_for(command.settings, context)
-                )
+        use; the other commands (answers to the server's own) need no reply. A producer's
+        stream also carries the check-backs of its topics' transactions."""
+        try:
+            principal = self.guard.caller_of(context)
+        except ProtocolError as exc:
+            yield service.TelemetryCommand(status=failure_status(exc))
+            return
+        outbox: asyncio.Queue[Any] = asyncio.Queue()
+        checks = TransactionChecks(self.broker.transactions, principal, outbox.put_nowait)
+        reader = asyncio.create_task(self._read_commands(requests, context, outbox, checks))
+        try:
+            while (command := await outbox.get()) is not None:
+                yield command
+        finally:
+            await close_checks(checks, reader)
+
+    async def _read_commands(
+        self,
+        requests: AsyncIterator[Any],
+        context: Context,
+        outbox: asyncio.Queue[Any],
+        checks: TransactionChecks,
+    ) -> None:
+        """The client's side of a Telemetry stream; ``None`` in ``outbox`` once it ends."""
+        try:
+            async for command in requests:
+                if command.HasField("settings"):
+                    settings = command.settings
+                    outbox.put_nowait(
+                        service.TelemetryCommand(
+                            status=status(), settings=await self._settings_for(settings, context)
+                        )
+                    )
+                    if settings.client_type == definition.ClientType.PRODUCER:
+                        checks.watch(topic.name for topic in settings.publishing.topics)
+        except Exception as exc:  # the stream broke: the client is gone
+            log.debug("a Telemetry stream ended: %s", exc)
+        finally:
+            outbox.put_nowait(None)
 
     async def _settings_for(self, settings: Any, context: Context) -> Any:
-        group = settings.subscription.group.name if settings.HasField("subscription") else ""
-        self._seen(
-            context,
-            definition.ClientType.Name(settings.client_type),
-            group,
-            language=definition.Language.Name(settings.user_agent.language),
-            version=settings.user_agent.version,
+        group = self.clients.heard_settings(context, settings)
+        config = (
+            self.broker.groups.get(group) if group and self.broker.groups.exists(group) else None
         )
-        answer = definition.Settings()
-        answer.CopyFrom(settings)
-        if settings.HasField("publishing"):
-            answer.publishing.MergeFrom(definition.Publishing(max_body_size=self.max_body_bytes))
-            answer.backoff_policy.CopyFrom(
-                definition.RetryPolicy(
-                    max_attempts=PRODUCER_MAX_ATTEMPTS,
-                    exponential_backoff=definition.ExponentialBackoff(
-                        initial={"nanos": 10_000_000}, max={"seconds": 1}, multiplier=2.0
-                    ),
-                )
-            )
-        if group:
-            config = self.broker.groups.get(group) if self.broker.groups.exists(group) else None
-            answer.subscription.fifo = config is not None and config.fifo
-            answer.subscription.MergeFrom(definition.Subscription(receive_batch_size=32))
-            if not settings.subscription.HasField("long_polling_timeout"):
-                answer.subscription.long_polling_timeout.seconds = 20
-            # the client's own retries: one delivery more than the group's retries, a second apart
-            answer.backoff_policy.CopyFrom(
-                definition.RetryPolicy(
-                    max_attempts=(config.retry_max_times if config else 16) + 1,
-                    customized_backoff=definition.CustomizedBackoff(next=[{"seconds": 1}]),
-                )
-            )
-        return answer
-
-    def _seen(self, context: Context, client_type: str, group: str, **said: str) -> None:
-        client_id = _metadata(context, CLIENT_ID)
-        if client_id:
-            self.clients.seen(
-                client_id,
-                client_type=client_type,
-                group=group,
-                language=said.get("language") or _metadata(context, LANGUAGE),
-                version=said.get("version") or _metadata(context, CLIENT_VERSION),
-            )
+        return settings_answer(
+            settings,
+            max_body_bytes=self.max_body_bytes,
+            fifo=config is not None and config.fifo,
+            retry_max_times=config.retry_max_times if config is not None else None,
+        )
 
     # ------------------------------------------------------------------ send
 
@@ -150,25 +186,59 @@ class MessagingFace:
         topics = {message.topic.name for message in request.messages}
         if len(topics) != 1:
             raise ProtocolError(Code.BAD_REQUEST, "the messages of one send share one topic")
+        topic = topics.pop()
+        caller = self.guard.caller_of(context)
+        self.guard.require_produce(caller, topic)
+        if any(
+            m.system_properties.message_type == MessageType.TRANSACTION for m in request.messages
+        ):
+            return await self._send_half(request, caller, context)
         sent = await self.broker.send.send(
-            topics.pop(),
+            topic,
             [outgoing_of(message) for message in request.messages],
-            born_host=_peer(context),
+            born_host=peer(context),
         )
         return service.SendMessageResponse(
             status=status(), entries=[send_entry_of(receipt) for receipt in sent]
         )
 
+    async def _send_half(self, request: Any, caller: Principal, context: Context) -> Any:
+        """A TRANSACTION message: a half message of its topic's producer group."""
+        if len(request.messages) != 1:
+            raise ProtocolError(Code.BAD_REQUEST, "a transactional send has one message")
+        [message] = request.messages
+        self.guard.require_producer_group(caller, message.topic.name)
+        entry = await send_half(self.broker, message, peer(context))
+        return service.SendMessageResponse(status=status(), entries=[entry])
+
+    async def end_transaction(self, request: Any, context: Context) -> Any:
+        caller = self.guard.caller_of(context)
+        self.guard.require_produce(caller, request.topic.name)
+        self.guard.require_producer_group(caller, request.topic.name)
+        return await end_transaction(self.broker, request)
+
+    async def recall_message(self, request: Any, context: Context) -> Any:
+        """The timer service's cancel of the message the recall handle names."""
+        topic = request.topic.name
+        self.guard.require_produce(self.guard.caller_of(context), topic)
+        cancelled = await self.broker.timers.cancel(topic, request.recall_handle)
+        return service.RecallMessageResponse(status=status(), message_id=cancelled.uniq_key)
+
     # ------------------------------------------------------------------ POP
 
     async def receive_message(self, request: Any, context: Context) -> AsyncIterator[Any]:
         try:
+            self.guard.require_consume(
+                self.guard.caller_of(context),
+                request.group.name,
+                request.message_queue.topic.name,
+            )
             options = receive_options_of(request, None)
             received = await self.broker.pop.receive(
                 request.group.name,
                 request.message_queue.topic.name,
                 options,
-                holder=_metadata(context, CLIENT_ID),
+                holder=metadata(context, CLIENT_ID),
             )
         except Exception as exc:
             yield service.ReceiveMessageResponse(status=failure_status(exc))
@@ -189,6 +259,9 @@ class MessagingFace:
         )
 
     async def ack_message(self, request: Any, context: Context) -> Any:
+        self.guard.require_consume(
+            self.guard.caller_of(context), request.group.name, request.topic.name
+        )
         handles = [entry.receipt_handle for entry in request.entries]
         results = await self.broker.pop.ack(request.group.name, handles)
         entries = [
@@ -202,6 +275,9 @@ class MessagingFace:
         return service.AckMessageResponse(status=_batch_status(entries), entries=entries)
 
     async def change_invisible_duration(self, request: Any, context: Context) -> Any:
+        self.guard.require_consume(
+            self.guard.caller_of(context), request.group.name, request.topic.name
+        )
         ms = millis(request.invisible_duration)
         change = await self.broker.pop.change_invisibility(
             request.group.name,
@@ -216,6 +292,7 @@ class MessagingFace:
         """RocketMQ's forwardMessageToDeadLetterQueue: the message goes to ``%DLQ%<group>``
         (send-back, straight to the DLQ), then the delivery is acked."""
         group, text = request.group.name, request.receipt_handle
+        self.guard.require_consume(self.guard.caller_of(context), group, request.topic.name)
         pop = self.broker.pop
         handle = pop.codec.decode(text)
         message = pop.message_at((handle.group, handle.topic, handle.queue_id), handle.offset)
@@ -252,6 +329,26 @@ def answering_failures(
     return answer
 
 
+def streaming_failures(
+    call: Callable[[Any, Context], AsyncIterator[Any]], response: Any
+) -> Callable[[Any, Context], AsyncIterator[Any]]:
+    """A server-streaming ``call``, with an error before its first answer answered as one
+    ``response`` carrying its status."""
+
+    async def answer(request: Any, context: Context) -> AsyncIterator[Any]:
+        answered = False
+        try:
+            async for one in call(request, context):
+                answered = True
+                yield one
+        except Exception as exc:
+            if answered:
+                raise
+            yield response(status=failure_status(exc))
+
+    return answer
+
+
 def _ack_status(result: AckResult) -> Any:
     if result.outcome.value == "acked":
         return status()
@@ -263,19 +360,3 @@ def _batch_status(entries: list[Any]) -> Any:
     if len(codes) <= 1:
         return entries[0].status if entries else status()
     return status(Code.MULTIPLE_RESULTS, "the entries' outcomes differ")
-
-
-def _metadata(context: Context, name: str) -> str:
-    for key, value in context.invocation_metadata() or ():
-        if key == name:
-            return value if isinstance(value, str) else value.decode()
-    return ""
-
-
-def _peer(context: Context) -> tuple[str, int]:
-    """The client's address (``ipv4:127.0.0.1:5000``) as a born host."""
-    kind, _, address = context.peer().partition(":")
-    host, _, port = address.rpartition(":")
-    if kind not in ("ipv4", "ipv6") or not port.isdigit():
-        return ("127.0.0.1", 0)
-    return (host.strip("[]"), int(port))

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
 from app.errors import install_error_handlers, problem_response
+from app.grpc import GrpcExtraMissingError
 from app.main import spoolmq_version
 from app.middleware import HttpShellMiddleware
 from app.proxy import consume, messages, pop, timers, topics, transactions
@@ -30,6 +31,9 @@ from app.routes.wire import EndpointFace
 from app.server import Server, ServerLimits
 from services.cluster import EtcdClient, EtcdError, EtcdUnavailableError, RouteRegistry, SendPicker
 
+if TYPE_CHECKING:
+    from app.grpc.server import GrpcServer
+
 DIRECT_OPERATIONS: Final = frozenset(
     {"sendMessages", "pullMessages", "pullGroupMessages", "receiveMessages"}
 )
@@ -37,9 +41,14 @@ DIRECT_OPERATIONS: Final = frozenset(
 
 
 def create_proxy_app(
-    cluster: str, etcd_endpoints: Sequence[str], limits: ProxyLimits | None = None
+    cluster: str,
+    etcd_endpoints: Sequence[str],
+    limits: ProxyLimits | None = None,
+    *,
+    grpc_listen: str | None = None,
 ) -> FastAPI:
-    """A stateless proxy for ``cluster``: everything it knows comes from etcd."""
+    """A stateless proxy for ``cluster``: everything it knows comes from etcd. With
+    ``grpc_listen``, its RocketMQ 5 gRPC face serves there too (:mod:`app.grpc.proxy_face`)."""
     limits = limits or ProxyLimits()
 
     @asynccontextmanager
@@ -53,6 +62,9 @@ def create_proxy_app(
         except EtcdUnavailableError:
             pass  # the watch keeps trying; until then every route is unknown
         registry.start()
+        rocketmq_face: GrpcServer | None = app.state.grpc
+        if rocketmq_face is not None:
+            await rocketmq_face.start()
         try:
             yield
         finally:
@@ -81,7 +93,22 @@ def create_proxy_app(
     app.openapi = lambda: proxy_openapi(app)  # type: ignore[method-assign]
     app.add_middleware(HttpShellMiddleware, max_request_bytes=limits.max_request_bytes)
     app.state.limits = limits
+    app.state.grpc = None if grpc_listen is None else proxy_grpc_server(app, grpc_listen)
     return app
+
+
+def proxy_grpc_server(app: FastAPI, listen: str) -> GrpcServer:
+    """The proxy's gRPC face, imported only when asked for: the HTTP proxy needs none of it."""
+    try:
+        from app.grpc.proxy_face import ProxyMessagingFace
+        from app.grpc.server import GrpcServer
+    except ImportError as exc:
+        raise GrpcExtraMissingError(
+            f"--grpc-listen needs the grpc extra (pip install 'spoolmq[grpc]'): {exc}"
+        ) from exc
+    limits: ProxyLimits = app.state.limits
+    face = ProxyMessagingFace(app, max_body_bytes=limits.max_request_bytes)
+    return GrpcServer(face, listen)
 
 
 def proxy_server(

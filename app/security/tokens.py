@@ -117,6 +117,7 @@ class TokenRegistry:
 
     def __init__(self, entries: Mapping[str, Principal]) -> None:
         self._count = len(entries)
+        self._named = {principal.name: (digest, principal) for digest, principal in entries.items()}
         self._buckets: dict[str, list[tuple[str, Principal]]] = {}
         for digest, principal in entries.items():
             self._buckets.setdefault(digest[:_BUCKET], []).append((digest, principal))
@@ -133,6 +134,12 @@ class TokenRegistry:
             for digest, principal in bucket
             if principal.admin
         )
+
+    def named(self, name: str) -> tuple[str, Principal] | None:
+        """The digest and principal of the token called ``name``, or None: what a RocketMQ
+        client's signature is checked with (its access key is the name, its secret the
+        digest: :mod:`app.grpc.auth`)."""
+        return self._named.get(name)
 
     def authenticate(self, token: str) -> Principal | None:
         """The principal of ``token``, or None."""

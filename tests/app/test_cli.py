@@ -338,6 +338,17 @@ def test_proxy_command_refuses_to_listen_beyond_loopback_unless_asked(
     assert "--allow-anonymous" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", ["serve", "proxy"])
+def test_a_grpc_port_beyond_loopback_needs_authentication_or_asking(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--store-dir", str(tmp_path)] if command == "serve" else []
+    if command == "proxy":
+        argv = ["--cluster", "c", "--etcd", "http://127.0.0.1:1"]
+    assert main([command, *argv, "--grpc-listen", "0.0.0.0:0"]) == 2
+    assert "--allow-anonymous" in capsys.readouterr().err
+
+
 def test_proxy_command_refuses_tls_files_it_cannot_use(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -11,10 +11,15 @@ from app.grpc.convert import (
     filter_of,
     message_of,
     outgoing_of,
+    pulled_message_of,
     receive_options_of,
+    recover_command_of,
 )
 from app.grpc.protocol import Code, MessageType, definition, service
 from services.pop.service import ReceivedMessage
+from services.transaction.service import CheckOffer
+from services.transaction.table import Transaction
+from storage.record.fields import NamedView
 from storage.record.message import StoredMessage
 
 
@@ -59,3 +64,32 @@ def test_filters_and_receive_limits() -> None:
     with pytest.raises(ProtocolError) as raised:
         receive_options_of(request, None)
     assert raised.value.code == Code.ILLEGAL_INVISIBLE_TIME
+
+
+def test_a_pulled_message_carries_its_queue_offset_and_attempt() -> None:
+    view = NamedView(
+        "ID", "orders", 1, 4, 100, 50, b"b", "t", ["k"], {"UNIQ_KEY": "U", "x": "1"}, 10, 20, 2
+    )
+    out = pulled_message_of(view)
+    system = out.system_properties
+    assert (out.topic.name, out.body, dict(out.user_properties)) == ("orders", b"b", {"x": "1"})
+    assert (system.tag, list(system.keys), system.message_id) == ("t", ["k"], "U")
+    assert (system.queue_id, system.queue_offset, system.delivery_attempt) == (1, 4, 3)
+
+
+def test_a_check_offer_becomes_a_recover_command_for_the_real_topic() -> None:
+    half = StoredMessage(
+        "RMQ_SYS_TRANS_HALF_TOPIC", 0, 3, 100, 50, b"body", {"TAGS": "t", "UNIQ_KEY": "TX"},
+        0, 0, 0, 1000, ("10.0.0.1", 5), 2000, ("127.0.0.1", 8080), 0, 0,
+    )  # fmt: skip
+    transaction = Transaction("TX", "orders", "orders", 0, 3, 100, "MSG", 2000, 0)
+    command = recover_command_of(CheckOffer(transaction, half, 0))
+    recover = command.recover_orphaned_transaction_command
+    assert recover.transaction_id == "TX"
+    assert (recover.message.topic.name, recover.message.body) == ("orders", b"body")
+    system = recover.message.system_properties
+    assert (system.message_id, system.message_type, system.tag) == (
+        "TX",
+        MessageType.TRANSACTION,
+        "t",
+    )

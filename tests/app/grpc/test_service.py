@@ -12,12 +12,9 @@ import time
 from collections.abc import Iterator
 
 import grpc
-import httpx
 import pytest
 from rocketmq import (  # type: ignore[import-untyped]
-    ClientConfiguration,
     ConsumeResult,
-    Credentials,
     FilterExpression,
     Message,
     MessageListener,
@@ -31,40 +28,20 @@ from rocketmq.grpc_protocol import (  # type: ignore[import-untyped]
     service_pb2_grpc,
 )
 
-from tests.net import free_port
-from tests.serve_process import ServeProcess
-
-DEADLINE_S = 60.0
-"""How long a test waits for what it expects (generous: the machine may be busy)."""
-
-
-class Face:
-    """The server, its HTTP client and its gRPC address."""
-
-    def __init__(self, server: ServeProcess, http: httpx.Client, address: str) -> None:
-        self.server = server
-        self.http = http
-        self.address = address
-
-    def config(self) -> ClientConfiguration:
-        return ClientConfiguration(self.address, Credentials(), request_timeout=10)
-
-    def topic(self, name: str, queues: int = 4) -> str:
-        body = {"read_queue_nums": queues, "write_queue_nums": queues}
-        assert self.http.put(f"/v1/topics/{name}", json=body).status_code in (200, 201)
-        return name
+from tests.app.grpc.support import (
+    DEADLINE_S,
+    Face,
+    consumer_of,
+    message,
+    receive_all,
+    serving,
+)
 
 
 @pytest.fixture(scope="module")
 def face(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Face]:
-    port = free_port()
-    store = tmp_path_factory.mktemp("grpc") / "store"
-    server = ServeProcess(store, "--grpc-listen", f"127.0.0.1:{port}")
-    try:
-        with server.client() as http:
-            yield Face(server, http, f"127.0.0.1:{port}")
-    finally:
-        server.kill()
+    with serving(tmp_path_factory.mktemp("grpc") / "store") as face:
+        yield face
 
 
 @pytest.fixture
@@ -73,43 +50,6 @@ def producer(face: Face) -> Iterator[Producer]:
     producer.startup()
     yield producer
     producer.shutdown()
-
-
-def consumer_of(face: Face, group: str, topic: str, expression: str = "*") -> SimpleConsumer:
-    consumer = SimpleConsumer(
-        face.config(), group, {topic: FilterExpression(expression)}, await_duration=2
-    )
-    consumer.startup()
-    return consumer
-
-
-def message(topic: str, body: bytes, **fields: object) -> Message:
-    out = Message()
-    out.topic = topic
-    out.body = body
-    if "tag" in fields:
-        out.tag = fields["tag"]
-    if "keys" in fields:
-        out.keys = fields["keys"]
-    if "group" in fields:
-        out.message_group = fields["group"]
-    if "deliver_at_s" in fields:
-        out.delivery_timestamp = fields["deliver_at_s"]
-    for name, value in dict(fields.get("properties", {})).items():  # type: ignore[call-overload]
-        out.add_property(name, value)
-    return out
-
-
-def receive_all(consumer: SimpleConsumer, count: int, *, ack: bool = True) -> list[Message]:
-    """Receive (and ack) until ``count`` messages came, within the deadline."""
-    got: list[Message] = []
-    deadline = time.monotonic() + DEADLINE_S
-    while len(got) < count and time.monotonic() < deadline:
-        for received in consumer.receive(16, 30):
-            got.append(received)
-            if ack:
-                consumer.ack(received)
-    return got
 
 
 def test_a_producer_sends_and_a_simple_consumer_receives_and_acks(
@@ -261,7 +201,7 @@ def test_status_codes_answer_as_rocketmqs_proxy(face: Face) -> None:
         )
         assert ack.entries[0].status.code == definition_pb2.Code.INVALID_RECEIPT_HANDLE
         with pytest.raises(grpc.RpcError) as raised:
-            stub.PullMessage(service_pb2.PullMessageRequest()).next()
+            stub.SyncLiteSubscription(service_pb2.SyncLiteSubscriptionRequest())
         assert raised.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
 
@@ -332,3 +272,28 @@ def test_a_received_message_forwarded_to_the_dead_letter_queue_is_there_and_acke
     assert dead["body"] == "poison"
     in_flight = face.http.get(f"/v1/groups/{group}/in-flight").json()
     assert in_flight["total"] == 0  # acked: it does not come back
+
+
+def test_a_delayed_message_recalled_before_it_is_due_is_never_delivered(
+    face: Face, producer: Producer
+) -> None:
+    topic = face.topic("grpc-recall", queues=1)
+    due_s = int(time.time()) + 4
+    recalled = producer.send(message(topic, b"recalled", deliver_at_s=due_s))
+    kept = producer.send(message(topic, b"kept", deliver_at_s=due_s))
+    assert recalled.recall_handle and kept.recall_handle
+    assert producer.recall_message(topic, recalled.recall_handle) == recalled.message_id
+    consumer = consumer_of(face, "grpc-recall-workers", topic)
+    try:
+        [received] = receive_all(consumer, 1)
+        assert received.body == b"kept"
+        assert consumer.receive(16, 30) == []  # the recalled one never comes
+    finally:
+        consumer.shutdown()
+    with grpc.insecure_channel(face.address) as channel:  # too late: it was delivered
+        late = service_pb2_grpc.MessagingServiceStub(channel).RecallMessage(
+            service_pb2.RecallMessageRequest(
+                topic=definition_pb2.Resource(name=topic), recall_handle=kept.recall_handle
+            )
+        )
+    assert late.status.code == definition_pb2.Code.PRECONDITION_FAILED

@@ -56,9 +56,11 @@ def start_proxy(
     cluster: str = CLUSTER,
     limits: ProxyLimits | None = None,
     server_limits: ServerLimits | None = None,
+    grpc_listen: str | None = None,
 ) -> ProxyServer:
-    """A proxy served as ``spoolmq proxy`` serves it, on a free port of 127.0.0.1."""
-    app = create_proxy_app(cluster, [etcd_url], limits)
+    """A proxy served as ``spoolmq proxy`` serves it, on a free port of 127.0.0.1 (its gRPC
+    face too with ``grpc_listen``: ``app.state.grpc.port``)."""
+    app = create_proxy_app(cluster, [etcd_url], limits, grpc_listen=grpc_listen)
     server = proxy_server(app, server_limits)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
