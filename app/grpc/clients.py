@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import grpc
+if TYPE_CHECKING:  # the admin pages read the table on an installation without the grpc extra
+    import grpc
 
-from app.grpc.protocol import definition
-
-Context = grpc.aio.ServicerContext[Any, Any]
+    Context = grpc.aio.ServicerContext[Any, Any]
 
 CLIENT_EXPIRY_S: Final = 120.0
 """A client silent this long is gone (clients heartbeat every 10 s)."""
@@ -71,7 +70,12 @@ class ClientTable:
         return info
 
     def heard(
-        self, context: Context, client_type: str, group: str, language: str = "", version: str = ""
+        self,
+        context: Context,
+        client_type: str,
+        group: str,
+        language: str = "",
+        version: str = "",
     ) -> None:
         """Record the caller of ``context`` (by the client id its metadata names, if any);
         its language and version from the metadata unless given."""
@@ -89,6 +93,8 @@ class ClientTable:
     def heard_settings(self, context: Context, settings: Any) -> str:
         """Record the client of a Telemetry settings command; its consumer group ("" for a
         producer)."""
+        from app.grpc.protocol import definition  # only a face calls this: the extra is there
+
         group: str = settings.subscription.group.name if settings.HasField("subscription") else ""
         self.heard(
             context,

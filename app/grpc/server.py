@@ -15,7 +15,8 @@ from typing import Any, Final, Protocol
 
 import grpc
 
-from app.grpc.clients import ClientTable, Context
+from app.grpc.auth import Context
+from app.grpc.clients import ClientTable
 from app.grpc.protocol import SERVICE_NAME, service
 from app.grpc.service import answering_failures, streaming_failures
 from services.ha import split_host_port
