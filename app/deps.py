@@ -9,7 +9,7 @@ from fastapi import Depends, Request
 from starlette.requests import ClientDisconnect
 
 from app.settings import Settings
-from services import Broker
+from services import CURRENT_CONSUMER, Broker, Consumer
 from services.cluster import ClusterMember
 
 
@@ -83,3 +83,20 @@ def disconnect_watch(request: Request) -> Callable[[], Awaitable[None]]:
                 return
 
     return wait_for_disconnect
+
+
+def note_consumer(request: Request) -> None:
+    """Name the request's consumer for a message trace (its token's name, its address, its
+    ``X-Client-Id``): made only if a traced step asks for it."""
+
+    def consumer() -> Consumer:
+        client = request.client
+        state = request.scope.get("state") or {}
+        principal = state.get("principal")
+        return Consumer(
+            token=principal if isinstance(principal, str) else None,
+            address=f"{client.host}:{client.port}" if client else None,
+            client_id=header(request, b"x-client-id") or None,
+        )
+
+    CURRENT_CONSUMER.set(consumer)

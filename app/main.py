@@ -36,6 +36,7 @@ from app.routes import (
     replication,
     timers,
     topics,
+    trace,
     transactions,
 )
 from app.routes.direct import DirectDispatch
@@ -139,6 +140,7 @@ def create_app(
     # The API's routes first, the busiest at the head: a request tries routes in order.
     routes = RouteTable(app.router.routes)
     for module in (
+        trace,  # before messages: /v1/messages/trace is not a message id
         messages,
         timers,
         topics,

@@ -164,6 +164,21 @@ def render_metrics(broker: Broker, disk_used_bytes: int) -> str:
         ("gave_up", "Transactions copied to TRANS_CHECK_MAX_TIME_TOPIC after the last check."),
     ):
         page.one(f"spoolmq_transactions_{name}_total", "counter", help_text, m.transactions[name])
+    page.one(
+        "spoolmq_trace_events_written_total",
+        "counter",
+        "Message trace events stored in RMQ_SYS_TRACE_TOPIC.",
+        m.trace_events_written,
+    )
+    page.family(
+        "spoolmq_trace_events_dropped_total",
+        "counter",
+        "Message trace events dropped: the writer's queue was full, or the store refused them.",
+        [
+            (f'{{reason="{reason}"}}', m.trace_events_dropped[reason])
+            for reason in ("queue_full", "not_stored")
+        ],
+    )
     if broker.state is BrokerState.RUNNING:
         _timer_metrics(page, broker)
         _replication_metrics(page, broker)

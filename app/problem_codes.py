@@ -275,8 +275,10 @@ OPERATION_CODES: Final[Mapping[str, tuple[str, ...]]] = {
         "INVALID_OFFSET",
         "INVALID_FILTER",
     ),
-    "readQueueRecords": (*_TOPIC, "TOPIC_NOT_READABLE", "QUEUE_NOT_FOUND", "INVALID_FILTER"),
+    "readQueueRecords": (*_CONSUME, "QUEUE_NOT_FOUND", "INVALID_FILTER"),
     "getMessage": ("INVALID_MESSAGE_ID", "MESSAGE_NOT_FOUND"),
+    "getMessageTrace": ("INVALID_MESSAGE_ID", "MESSAGE_NOT_FOUND"),
+    "getMessageTraceByKey": ("MESSAGE_NOT_FOUND",),
     "getOffsetByTime": (*_TOPIC, "TOPIC_NOT_READABLE", "QUEUE_NOT_FOUND"),
     "getDelayLevels": (),
     # timers

@@ -239,6 +239,18 @@ class Settings(BaseSettings):
         le=1024 * 1024,
         description="bytes of half offsets one op record holds at most (transactionOpMsgMaxSize)",
     )
+    trace: bool = Field(
+        default=False,
+        description="message trace for topics whose config does not say (a topic's trace "
+        "true/false wins): each step of a message written to RMQ_SYS_TRACE_TOPIC",
+    )
+    trace_sample_rate: float = Field(
+        default=1.0,
+        gt=0,
+        le=1,
+        description="share of the messages of traced topics that are traced (by a hash of "
+        "the message id: a message is traced whole or not at all)",
+    )
 
     # ---------------------------------------------------------------- replication
     role: Literal["master", "slave"] = Field(
@@ -540,6 +552,8 @@ class Settings(BaseSettings):
             max_wait_ms=self.long_poll_max_ms,
             offset_persist_interval_s=self.offset_persist_interval_s,
             dedup_window_s=self.dedup_window_s,
+            trace=self.trace,
+            trace_sample_rate=self.trace_sample_rate,
             transactions=TransactionConfig(
                 timeout_ms=self.transaction_timeout_ms,
                 check_interval_ms=self.transaction_check_interval_ms,

@@ -10,25 +10,34 @@ run.
 3. Baseline B, the store-directory data source: ``spoolmq_commitlog`` over the server's own
    store directory (read-only, next to the live server), the same topic.
 4. The ``spoolmq`` source on ``--master`` (default local[2]): a batch read (earliest to
-   latest) and a stream (``Trigger.AvailableNow``, ``maxOffsetsPerTrigger`` 50,000), both
-   into the ``noop`` sink, so every column of every row reaches the JVM. Both read raw
-   record ranges (``GET .../records``) and decode them as the store-directory source does.
+   latest) and two streams (``Trigger.AvailableNow``: every row in one micro-batch, as the
+   batch readers read them in one job, and ``maxOffsetsPerTrigger`` 50,000), all into the
+   ``noop`` sink, so every column of every row reaches the JVM. They read raw record
+   ranges (``GET .../records``) and decode them as the store-directory source does. A
+   stream is timed as the other readers are, over the work of reading the rows: from its
+   first micro-batch's start to its last one's end, as the query reports them (a running
+   stream starts once; its start and stop are Spark's, a second or more for the Python
+   process that hosts the source). The whole query, start and stop included, is reported
+   too, from the same runs.
 5. The ``spoolmq`` sink (a batch write of ``--sink-messages`` rows, 200-byte bodies, a tag
    and a key, 2 partitions, its default 100 rows a keyed request) against a plain HTTP
    batch-send loop: one Python thread sending the same rows as keyed JSON batches of 100.
 
-After one warm-up of each, the six take turns ``--runs`` times (so a busy neighbour
+After one warm-up of each, the seven take turns ``--runs`` times (so a busy neighbour
 slows them alike); each figure is the median [min-max] of its runs, each ratio the median
-of the per-round ratios. Run by hand::
+of the per-round ratios. ``--no-sink`` leaves the sink and its loop out (the readers
+again, on a noisy machine). Run by hand::
 
     uv run python bench/streaming_bench.py
     uv run python bench/streaming_bench.py --messages 500000 --master local[2]
+    uv run python bench/streaming_bench.py --no-sink
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import datetime
 import os
 import platform
 import shutil
@@ -37,7 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,6 +55,7 @@ import orjson
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -57,6 +67,7 @@ BODY = bytes(range(200))
 SEND_BATCH = 500
 SINK_TOPIC = "BenchSink"
 SINK_BATCH = 100  # the sink's default batchSize
+STREAM_TRIGGER = 50_000  # maxOffsetsPerTrigger of the stream of several micro-batches
 
 
 def start_server(store: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
@@ -149,21 +160,41 @@ def http_batch(spark: SparkSession, url: str) -> None:
     frame.option("subscribe", TOPIC).load().write.format("noop").mode("overwrite").save()
 
 
-def http_stream(spark: SparkSession, url: str, checkpoint: Path) -> None:
+def http_stream(spark: SparkSession, url: str, checkpoint: Path, per_trigger: int | None) -> float:
+    """One AvailableNow query over the topic, ``per_trigger`` rows a micro-batch (None: all
+    in one); the seconds from its first micro-batch's start to its last one's end."""
     shutil.rmtree(checkpoint, ignore_errors=True)
-    query = (
+    reader = (
         spark.readStream.format("spoolmq")
         .option("spoolmq.endpoints", url)
         .option("subscribe", TOPIC)
         .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", 50_000)
-        .load()
+    )
+    if per_trigger is not None:
+        reader = reader.option("maxOffsetsPerTrigger", per_trigger)
+    query = (
+        reader.load()
         .writeStream.format("noop")
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
         .start()
     )
     query.awaitTermination()
+    return micro_batches_span(query.recentProgress)
+
+
+def micro_batches_span(progress: Sequence[StreamingQueryProgress]) -> float:
+    """Seconds from the first micro-batch's start to the last one's end, from the progress a
+    query reports of each (its trigger's start time and how long the trigger took)."""
+    if not progress:
+        raise RuntimeError("the query reported no micro-batch")
+
+    def started(batch: StreamingQueryProgress) -> float:
+        return datetime.datetime.fromisoformat(batch.timestamp.replace("Z", "+00:00")).timestamp()
+
+    last = progress[-1]
+    ended = started(last) + last.durationMs["triggerExecution"] / 1000
+    return ended - started(progress[0])
 
 
 def store_files(spark: SparkSession, store: Path) -> None:
@@ -171,10 +202,13 @@ def store_files(spark: SparkSession, store: Path) -> None:
     frame.write.format("noop").mode("overwrite").save()
 
 
-def timed(action: Callable[[], object]) -> float:
+def timed(action: Callable[[], object]) -> tuple[float, float]:
+    """The seconds ``action`` took, as it reports them (a float) or else by the clock, and by
+    the clock."""
     started = time.perf_counter()
-    action()
-    return time.perf_counter() - started
+    reported = action()
+    wall = time.perf_counter() - started
+    return (reported if isinstance(reported, float) else wall), wall
 
 
 def spread(values: list[float]) -> str:
@@ -188,6 +222,7 @@ def main() -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--sink-messages", type=int, default=100_000)
+    parser.add_argument("--no-sink", action="store_true", help="measure the readers only")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="spoolmq-streaming-bench-"))
@@ -234,31 +269,45 @@ def main() -> int:
                 spark, work / "store"
             ),
             f"spoolmq batch read (HTTP), {args.master}": lambda: http_batch(spark, url),
-            f"spoolmq stream, AvailableNow, {args.master}": lambda: http_stream(
-                spark, url, work / "checkpoint"
+            f"spoolmq stream, AvailableNow, one trigger, {args.master}": lambda: http_stream(
+                spark, url, work / "checkpoint", None
+            ),
+            f"spoolmq stream, AvailableNow, {STREAM_TRIGGER:,} a trigger, {args.master}": (
+                lambda: http_stream(spark, url, work / "checkpoint", STREAM_TRIGGER)
             ),
             "plain HTTP batch-send loop (1 thread)": lambda: send_loop(puller, args.sink_messages),
             f"spoolmq sink (batch write), {args.master}": lambda: sink_write(
                 spark, url, args.sink_messages
             ),
         }
+        readers = 5  # the pull loop, the store files, the batch read, the two streams
         rows = dict.fromkeys(sides, args.messages)
-        for name in list(sides)[4:]:
+        for name in list(sides)[readers:]:
             rows[name] = args.sink_messages
+        if args.no_sink:
+            sides = dict(list(sides.items())[:readers])
         for action in sides.values():  # warm: Python workers started, code compiled
             action()
-        rates: dict[str, list[float]] = {name: [] for name in sides}
+        names = list(sides)
+        wholes = {name: f"{name}, whole query (start and stop too)" for name in names[3:readers]}
+        rates: dict[str, list[float]] = {name: [] for name in [*names, *wholes.values()]}
         for _ in range(args.runs):  # the sides alternate, so load hits them alike
             for name, action in sides.items():
-                rates[name].append(rows[name] / timed(action))
+                seconds, wall = timed(action)
+                rates[name].append(rows[name] / seconds)
+                if name in wholes:
+                    rates[wholes[name]].append(rows[name] / wall)
         spark.stop()
         puller.close()
-        names = list(sides)
-        for name in names:
+        shown = [*names[:readers], *wholes.values(), *names[readers:]]
+        for name in shown:
             thousands = [rate / 1000 for rate in rates[name]]
             print(f"{name:<45} {spread(thousands):>24} k rows/s")
-        pairs = [(reader, base) for reader in names[2:4] for base in names[:2]]
-        for name, base in [*pairs, (names[5], names[4])]:
+        compared = [*names[2:readers], *wholes.values()]
+        pairs = [(reader, base) for reader in compared for base in names[:2]]
+        if not args.no_sink:
+            pairs.append((names[readers + 1], names[readers]))
+        for name, base in pairs:
             ratios = [a / b for a, b in zip(rates[name], rates[base], strict=True)]
             print(f"{name} / {base}: {spread(ratios)}x")
         print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

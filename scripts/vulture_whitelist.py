@@ -9,6 +9,7 @@ oldest_in_flight_ms  # services/pop/views.py: _pop_groups.html
 next_redelivery_ms  # services/pop/views.py: _pop_groups.html
 _.next_query  # app/admin/paging.py: _pager.html
 _.first_query  # app/admin/paging.py: _pager.html
+tone  # app/admin/views/trace.py: message_trace.html
 media_type  # app/responses.py: an OpenAPI response entry
 parked_pulls  # app/schemas/common.py: a response field
 msg  # app/schemas/common.py: FieldError, a response field

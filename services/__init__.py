@@ -79,6 +79,9 @@ from services.timer.service import TimerProgress
 from services.timer.upcoming import TIMER_BUCKETS, UpcomingTimer, UpcomingTimers
 from services.tls import TlsConfig, TlsConfigError
 from services.topics import SYSTEM_TOPICS, QueueSeek, QueueStats, TopicPolicy
+from services.trace.events import Consumer, TraceEvent
+from services.trace.lookup import GroupState, Timeline
+from services.trace.tracer import CURRENT_CONSUMER
 from services.transaction import (
     CheckOffer,
     Ended,
@@ -97,7 +100,7 @@ from storage.config_managers import (
     SubscriptionGroupConfig,
     TopicConfig,
 )
-from storage.durations import format_duration
+from storage.durations import format_duration, format_millis
 from storage.lag_model import DlqDepth
 from storage.record.properties import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC
 from storage.retention import RetentionConfig
@@ -119,6 +122,7 @@ __all__ = [
     "BROKER_NAME_PATTERN",
     "CONSUME_FROM_EARLIEST",
     "CONSUME_FROM_LATEST",
+    "CURRENT_CONSUMER",
     "DEFAULT_INVISIBLE_MS",
     "DLQ_GROUP_TOPIC_PREFIX",
     "KEY_PATTERN",
@@ -154,6 +158,7 @@ __all__ = [
     "CancelOutcome",
     "CancelResult",
     "CheckOffer",
+    "Consumer",
     "DlqDepth",
     "DlqFilter",
     "DlqPage",
@@ -162,6 +167,7 @@ __all__ = [
     "FlushDiskType",
     "GroupPolicy",
     "GroupPull",
+    "GroupState",
     "Histogram",
     "InFlightKey",
     "InFlightPage",
@@ -200,6 +206,7 @@ __all__ = [
     "StoreConfig",
     "StoreGauges",
     "SubscriptionGroupConfig",
+    "Timeline",
     "TimerConfig",
     "TimerProgress",
     "TlsConfig",
@@ -207,6 +214,7 @@ __all__ = [
     "TopicConfig",
     "TopicLag",
     "TopicPolicy",
+    "TraceEvent",
     "Transaction",
     "TransactionConfig",
     "TransactionService",
@@ -221,6 +229,7 @@ __all__ = [
     "compiled_filter",
     "dlq_topic",
     "format_duration",
+    "format_millis",
     "in_flight_by_queue",
     "in_flight_page",
     "is_dlq_topic",

@@ -47,6 +47,7 @@ from services.pop.persister import PopStatePersister
 from services.pop.revive import ReviveService
 from services.pop.service import PopService
 from services.pull import PullService
+from services.record_reads import RecordReadService
 from services.redrive_jobs import RedriveJobs
 from services.schedule import DelayScheduler
 from services.send import SendService
@@ -54,6 +55,7 @@ from services.send_back import SendBackService
 from services.store_status import StoreGauges, StoreStatusService
 from services.timer.service import TimerService
 from services.topics import TopicService
+from services.trace.timers import TracedTimerPuts
 from services.transaction.check import TransactionCheckService
 from services.transaction.service import TransactionService
 from services.wiring import BrokerServices
@@ -159,10 +161,11 @@ class Broker:
         store.arrival_listeners.append(self._on_arrival)
         # Built on a slave too (its delay progress is readable), started only on a master.
         self._scheduler = DelayScheduler(store, self.delay_offsets, services.idempotency.reput)
+        traced = TracedTimerPuts(services.tracer, appender.put, services.idempotency)
         self._timers = TimerService(
             store,
-            appender.put,
-            services.idempotency,
+            traced.put,
+            traced,
             self.config.group,
             broker_name=self.config.broker_name,
             fired_horizon_ms=int(self.config.dedup_window_s * 1000),
@@ -186,6 +189,8 @@ class Broker:
             raise
         self._index_catch_up = BackgroundTask("index-catch-up", services.idempotency.catch_up_index)
         self._index_catch_up.start()
+        if services.tracer.writer is not None:
+            services.tracer.writer.start()
         self.state = BrokerState.RUNNING
         log.info(
             "broker %s running as %s on %s",
@@ -243,6 +248,9 @@ class Broker:
                 log.warning("stopping a broker that never finished starting")
             return
         self.state = BrokerState.STOPPING
+        writer = self._services.tracer.writer if self._services is not None else None
+        if writer is not None:  # what waits is stored while the store still takes it
+            await _logged("the trace writer", writer.stop())
         self.replica.freeze()
         self.begin_shutdown()
         await asyncio.sleep(0)  # let woken pulls write their answers
@@ -330,6 +338,10 @@ class Broker:
     @property
     def pull(self) -> PullService:
         return self.services.pull
+
+    @property
+    def records(self) -> RecordReadService:
+        return self.services.records
 
     @property
     def topics(self) -> TopicService:

@@ -34,6 +34,8 @@ class BrokerConfig(ReplicaConfig):
     offset_persist_interval_s: float = 5.0
     dedup_window_s: float = DEFAULT_WINDOW_S  # how long an idempotency key is remembered
     transactions: TransactionConfig = field(default_factory=TransactionConfig)
+    trace: bool = False  # message trace for topics whose config does not say
+    trace_sample_rate: float = 1.0  # share of the messages of traced topics that are traced
     broker_group: str | None = None  # its group in a cluster (default: the broker name)
 
     @property

@@ -37,6 +37,7 @@ from services.errors import (
 from services.idempotency import IdempotencyService
 from services.messages import as_shown
 from services.send_back import DLQ_NUMS_PER_GROUP, dlq_topic, original_topic
+from services.trace.tracer import Tracer
 from storage import GetMessageStatus, Message, MessageStore, StorageError, StoredMessage
 from storage.config_managers import TopicConfig
 from storage.lag_model import DlqDepth
@@ -203,7 +204,10 @@ class DlqService:
         topic_for_send: TopicForSend,
         idempotency: IdempotencyService,
         watermark: DlqWatermark,
+        *,
+        tracer: Tracer | None = None,
     ) -> None:
+        self._tracer = tracer or Tracer.off()
         self._store = store
         self._topic_for_send = topic_for_send
         self._idempotency = idempotency
@@ -405,6 +409,9 @@ class DlqService:
                 dead.msg_id, uniq_key, target, RedriveStatus.FAILED, error=f"{exc.code}: {exc}"
             )
         status = RedriveStatus.ALREADY_MOVED if written.replayed else RedriveStatus.MOVED
+        copy = written.results[0]
+        if not written.replayed and self._tracer.topic_on(dead.topic):
+            self._tracer.redriven(dead, copy, copy.msg_id)
         return RedriveOutcome(
             dead.msg_id, uniq_key, target, status, new_msg_id=written.results[0].msg_id
         )

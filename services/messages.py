@@ -21,6 +21,7 @@ from services.topics import TopicService
 from storage import MessageStore, StoredMessage
 from storage.record.msg_id import decode_msg_id
 from storage.record.properties import shown_properties
+from storage.topic_names import TRACE_TOPIC
 
 MAX_KEY_RESULTS = 64
 """The store's cap on one key query (RocketMQ's ``maxNum`` default)."""
@@ -141,6 +142,13 @@ class MessageQueryService:
             raise MessageNotFoundError(f"message {msg_id} does not exist (or has expired)")
         return as_shown(message)
 
+    def find(self, msg_id: str) -> StoredMessage | None:
+        """:meth:`by_id` without its errors: None when the id names no stored message."""
+        try:
+            return self.by_id(msg_id)
+        except (InvalidMessageIdError, MessageNotFoundError):
+            return None
+
     def _by_offset_id(self, msg_id: str) -> StoredMessage | None:
         decoded = decode_msg_id(msg_id)
         store = self._store
@@ -158,6 +166,7 @@ class MessageQueryService:
         found = [
             message
             for topic in store.topics()
+            if topic != TRACE_TOPIC  # its records name the messages they trace
             for message in store.query_message(topic, uniq_key, 4)
             if message.uniq_key == uniq_key
         ]

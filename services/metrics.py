@@ -77,6 +77,10 @@ class Metrics:
     pop_dead_lettered: int = 0  # of those, sent to %DLQ%<group>
     # Transactions (services.transaction): prepared, committed, rolled_back, checked, gave_up
     transactions: Counter[str] = field(default_factory=Counter)
+    # Message trace (services.trace): events stored, and dropped by reason ("queue_full": the
+    # writer's queue was full; "not_stored": the store refused or failed the put)
+    trace_events_written: int = 0
+    trace_events_dropped: Counter[str] = field(default_factory=Counter)
 
     def sent(self, topic: str, count: int, size: int) -> None:
         self.messages_in[topic] += count

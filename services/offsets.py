@@ -17,6 +17,7 @@ from services.background import BackgroundLoop
 from services.errors import InvalidOffsetError, ServiceError
 from services.groups import GroupService, check_group_name, check_offsets_mode
 from services.topics import TopicService
+from services.trace.tracer import Tracer
 from storage import MessageStore
 from storage.config_managers import (
     CONSUME_FROM_LATEST,
@@ -73,7 +74,10 @@ class OffsetService:
         manager: ConsumerOffsetManager,
         topics: TopicService,
         groups: GroupService,
+        *,
+        tracer: Tracer | None = None,
     ) -> None:
+        self._tracer = tracer or Tracer.off()
         self._store = store
         self._manager = manager
         self._topics = topics
@@ -125,9 +129,15 @@ class OffsetService:
         check_group_name(group)
         for commit in commits:
             self._check(commit)
-        check_offsets_mode(await self._groups.for_use(group))
+        config = await self._groups.for_use(group)
+        check_offsets_mode(config)
+        tracer = self._tracer
         for commit in commits:
-            self._manager.commit_offset(group, commit.topic, commit.queue_id, commit.offset)
+            topic, queue_id = commit.topic, commit.queue_id
+            if tracer.topic_on(topic):  # from where the group stood: its start, at first
+                old = self.position(config, topic, queue_id)
+                tracer.committed(group, topic, queue_id, old, commit.offset)
+            self._manager.commit_offset(group, topic, queue_id, commit.offset)
 
     def _check(self, commit: OffsetCommit) -> None:
         config = self._topics.get(commit.topic)

@@ -11,10 +11,6 @@ arrival there wakes it — also before the retry topic exists: it parks on the q
 will have, and reads them once a send-back has created it. On a slave an offset wrong for its
 queue is answered with that offset as the next one: a slave behind its master moves no
 consumer (nor a group's position) back.
-
-A range read (:meth:`PullService.read_records`) answers one queue's records as the CommitLog
-stores them, up to a byte budget: a scan's read (a Spark source's), by the pull's rules —
-the topic's read permission, the tag and SQL92 filters, the statuses — without a long poll.
 """
 
 from __future__ import annotations
@@ -32,9 +28,9 @@ from services.long_poll import Key, WaiterRegistry, WakeReason
 from services.metrics import Metrics
 from services.offsets import OffsetCommit, OffsetService
 from services.topics import TopicService
+from services.trace.tracer import Tracer
 from storage import GetMessageResult, GetMessageStatus, MessageStore
 from storage.config_managers import SubscriptionGroupConfig
-from storage.queue_reader import RecordRange
 from storage.record.fields import (
     VIEW_BODY,
     VIEW_PROPERTIES,
@@ -50,7 +46,7 @@ from storage.topic_names import is_retry_topic, retry_topic
 AbandonFactory = Callable[[], Awaitable[Any]]
 """Returns an awaitable that completes when the caller gives up (its client disconnected)."""
 
-_MOVED = frozenset({GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY})
+MOVED = frozenset({GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY})
 _READ_ON = frozenset(
     {
         GetMessageStatus.FOUND,
@@ -94,22 +90,6 @@ class QueuePull:
     @property
     def messages(self) -> list[NamedView]:
         return [NamedView._make(v) for v in self.views]
-
-
-@dataclass(frozen=True, slots=True)
-class QueueRecords:
-    """The answer to a range read of one queue: its records as the CommitLog stores them,
-    one after another (RocketMQ's record layout), ``count`` of them."""
-
-    topic: str
-    queue_id: int
-    status: GetMessageStatus
-    offset: int  # where the read started
-    next_offset: int  # where the next read should start
-    min_offset: int
-    max_offset: int
-    records: bytes
-    count: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +145,7 @@ class _GroupQueues:
         return awaited_retry_queues(group)
 
 
-class _Abandon:
+class AbandonWatch:
     """Starts the caller's disconnect watch on the first park only, and stops it at the end."""
 
     __slots__ = ("_factory", "_task")
@@ -198,7 +178,9 @@ class PullService:
         *,
         max_wait_ms: int = 30_000,
         on_slave: Callable[[], bool] = lambda: False,
+        tracer: Tracer | None = None,
     ) -> None:
+        self._tracer = tracer or Tracer.off()
         self._max_wait_ms = max_wait_ms
         self._on_slave = on_slave  # whether this broker serves as a slave now
         self._store = store
@@ -241,7 +223,7 @@ class PullService:
         if offset is None:
             offset = self._store.min_offset_in_queue(topic, queue_id)
         options = self._clamp(options)
-        watch = _Abandon(abandon)
+        watch = AbandonWatch(abandon)
         try:
             pulled = await self._pull_queue(
                 topic, queue_id, offset, options, wanted, started, watch
@@ -250,6 +232,7 @@ class PullService:
             watch.close()
             self._metrics.pull_duration.observe(loop.time() - started)
         self._count_out(topic, pulled.views)
+        self._tracer.queue_pulled(group, topic, pulled.views)
         return pulled
 
     async def _pull_queue(
@@ -260,7 +243,7 @@ class PullService:
         options: PullOptions,
         wanted: ConsumerFilter,
         started: float,
-        watch: _Abandon,
+        watch: AbandonWatch,
     ) -> QueuePull:
         loop = asyncio.get_running_loop()
         deadline = started + options.wait_ms / 1000
@@ -283,7 +266,7 @@ class PullService:
                     await asyncio.sleep(0)  # a long filtered backlog must not hog the loop
                     continue
             remaining = deadline - loop.time()
-            if not _waitable(status, current, woken) or remaining <= 0:
+            if not waitable(status, current, woken) or remaining <= 0:
                 break
             reason = await self._waiters.wait(
                 ((topic, queue_id),), remaining, wanted.tags, watch.future()
@@ -303,52 +286,6 @@ class PullService:
                 [],
             )
         return _queue_pull(topic, queue_id, offset, result, [])
-
-    # ------------------------------------------------------------------ a range of records
-
-    def read_records(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int | None,
-        max_bytes: int,
-        *,
-        tags: str | None = None,
-        sql: str | None = None,
-        end_offset: int | None = None,
-    ) -> QueueRecords:
-        """The records of one queue from ``offset`` (None: its min offset) as stored, up to
-        ``max_bytes`` (the first always) and before ``end_offset``; filtered as a pull is,
-        the tag exactly (no hash collision gets through)."""
-        wanted = ConsumerFilter.of(tags, sql)
-        config = self._topics.for_read(topic)
-        self._topics.check_read_queue(config, queue_id)
-        if offset is None:
-            offset = self._store.min_offset_in_queue(topic, queue_id)
-        read = self._store.read_records(
-            topic,
-            queue_id,
-            offset,
-            max_bytes,
-            wanted.store_tags,
-            wanted.record_test,
-            end_offset=end_offset,
-            on_slave=self._on_slave(),
-        )
-        if read.status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE:  # as a pull says it
-            read = RecordRange(GetMessageStatus.NO_MESSAGE_IN_QUEUE, read.next_begin_offset, 0, 0)
-        self._metrics.delivered(topic, read.count, len(read.records))
-        return QueueRecords(
-            topic,
-            queue_id,
-            read.status,
-            offset,
-            read.next_begin_offset,
-            read.min_offset,
-            read.max_offset,
-            read.records,
-            read.count,
-        )
 
     # ------------------------------------------------------------------ a group
 
@@ -375,13 +312,14 @@ class PullService:
         )
         self._join_retry_topic(group_config, queues)
         options = self._clamp(options)
-        watch = _Abandon(abandon)
+        watch = AbandonWatch(abandon)
         try:
             found, position = await self._pull_group(group_config, queues, options, started, watch)
         finally:
             watch.close()
             self._metrics.pull_duration.observe(loop.time() - started)
         start = queues.start  # with the retry topic's queues, if it appeared meanwhile
+        self._tracer.group_pulled(group, topic, found, start, position if auto_commit else None)
         if auto_commit:
             for key in queues.keys:
                 if position[key] != start[key]:
@@ -414,7 +352,7 @@ class PullService:
         queues: _GroupQueues,
         options: PullOptions,
         started: float,
-        watch: _Abandon,
+        watch: AbandonWatch,
     ) -> tuple[list[MessageView], dict[Key, int]]:
         loop = asyncio.get_running_loop()
         group = group_config.group_name
@@ -472,7 +410,7 @@ class PullService:
             limited = PullOptions(left, byte_budget)
             result, found = self._read(topic, queue_id, offset, limited, queue_filter, group)
             status = result.status
-            moved = status in _MOVED or (
+            moved = status in MOVED or (
                 status is GetMessageStatus.NO_MESSAGE_IN_QUEUE and offset != 0
             )
             if moved and result.next_begin_offset != offset:
@@ -546,7 +484,7 @@ class PullService:
             self._metrics.delivered(topic, len(messages), body_bytes)
 
 
-def _waitable(status: GetMessageStatus, offset: int, woken: bool) -> bool:
+def waitable(status: GetMessageStatus, offset: int, woken: bool) -> bool:
     """Whether a pull that found nothing parks (RocketMQ's PULL_NOT_FOUND cases).
 
     A missing ConsumeQueue file (``OFFSET_FOUND_NULL``) does not come back: after one wake-up

@@ -35,6 +35,7 @@ from services.send_receipts import SendReceipt as SendReceipt  # re-exported
 from services.send_receipts import Sent as Sent  # re-exported
 from services.timer.handles import TimerHandle
 from services.topics import TopicService
+from services.trace.tracer import Tracer
 from services.uniq_keys import UniqKeyGenerator
 from storage import Appended, Message, PutResult, StoredMessage, UniformMessages
 from storage.config_managers import TopicConfig
@@ -97,7 +98,9 @@ class SendService:
         idempotency: IdempotencyService | None = None,
         timer_group: str = "broker-a",
         timer_precision_ms: int = 1000,
+        tracer: Tracer | None = None,
     ) -> None:
+        self._tracer = tracer or Tracer.off()
         self._delay_levels = delay_levels
         self._timer_group = timer_group
         self._timer_precision_ms = timer_precision_ms
@@ -165,6 +168,9 @@ class SendService:
             assert isinstance(written.results, Appended)
             appended = written.results
         self._metrics.sent(topic, len(bodies), sum(map(len, bodies)))
+        if self._tracer.config_on(config):
+            producer = f"{host[0]}:{host[1]}"
+            self._tracer.stored(topic, stored, appended, producer, uniq_keys if alone else None)
         if appended.topic == topic:  # stored where sent (no delay, no timer): as columns
             if not alone:  # a message may bring its own UNIQ_KEY
                 uniq_keys = [m.properties[PROPERTY_UNIQ_KEY] for m in stored]

@@ -30,7 +30,8 @@ from typing import Final
 
 from services.errors import InvalidRequestError, MessageNotFoundError
 from services.idempotency import RePut
-from storage import Message, MessageStore, StoredMessage
+from services.trace.tracer import Tracer
+from storage import Message, MessageStore, PutResult, StoredMessage
 from storage.config_managers import SubscriptionGroupConfig, TopicConfig
 from storage.delay_levels import SCHEDULE_TOPIC
 from storage.record.layout import TRANSACTION_TYPE_MASK
@@ -101,7 +102,10 @@ class SendBackService:
         ensure_topic: EnsureTopic,
         reput: RePut,
         rng: random.Random | None = None,
+        *,
+        tracer: Tracer | None = None,
     ) -> None:
+        self._tracer = tracer or Tracer.off()
         self._store = store
         self._group_config = group_config
         self._ensure_topic = ensure_topic
@@ -143,6 +147,8 @@ class SendBackService:
         deliver_at = result.store_timestamp
         if delay_level:
             deliver_at += self._store.delay_levels[delay_level - 1]
+        if written.earlier is None and self._tracer.topic_on(original.topic):
+            self._trace(group.group_name, original, result, to_dlq, deliver_at)
         return SendBackResult(
             Destination.DLQ if to_dlq else Destination.RETRY,
             topic,
@@ -153,6 +159,23 @@ class SendBackService:
             delay_level,
             deliver_at,
         )
+
+    def _trace(
+        self,
+        group: str,
+        original: StoredMessage,
+        result: PutResult,
+        to_dlq: bool,
+        deliver_at: int,
+    ) -> None:
+        attempt = original.reconsume_times + 1
+        if to_dlq:
+            detail: dict[str, object] = {"dlq_topic": result.topic}
+        else:
+            delay_ms = deliver_at - result.store_timestamp
+            detail = {"retry_topic": result.topic, "delay_ms": delay_ms}
+        kind = "dead_lettered" if to_dlq else "sent_back"
+        self._tracer.moved(kind, group, original, result, detail, attempt)
 
     def find(
         self, msg_id: str | None = None, commit_log_offset: int | None = None

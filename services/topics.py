@@ -29,9 +29,17 @@ from storage.config_managers import (
     TopicConfigManager,
 )
 from storage.timer import TIMER_TOPIC
-from storage.topic_names import REVIVE_TOPIC, TRANSACTION_TOPICS, check_topic, is_group_topic
+from storage.topic_names import (
+    REVIVE_TOPIC,
+    TRACE_TOPIC,
+    TRANSACTION_TOPICS,
+    check_topic,
+    is_group_topic,
+)
 
-SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, REVIVE_TOPIC, TIMER_TOPIC, *TRANSACTION_TOPICS})
+SYSTEM_TOPICS = frozenset(
+    {SCHEDULE_TOPIC, REVIVE_TOPIC, TIMER_TOPIC, TRACE_TOPIC, *TRANSACTION_TOPICS}
+)
 """Topics the broker writes itself; clients may read them but not send to or change them."""
 
 PERM_ALL = PERM_READ | PERM_WRITE | PERM_INHERIT
@@ -172,6 +180,7 @@ class TopicService:
         write_queue_nums: int,
         perm: int,
         order: bool = False,
+        trace: bool | None = None,
     ) -> tuple[TopicConfig, bool]:
         """Create or replace a topic's config; returns (config, created)."""
         check_topic_name(topic)
@@ -191,6 +200,7 @@ class TopicService:
             write_queue_nums=write_queue_nums,
             perm=perm,
             order=order,
+            trace=trace,
         )
         await asyncio.to_thread(self._manager.put, config)
         return config, created

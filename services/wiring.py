@@ -18,11 +18,16 @@ from services.offset_reset import OffsetResetService
 from services.offsets import OffsetService
 from services.pop.service import ConsumerServices, PopService
 from services.pull import PullService
+from services.record_reads import RecordReadService
 from services.redrive_jobs import RedriveJobs
 from services.send import SendService
 from services.send_back import SendBackService
 from services.store_status import StoreStatusService
 from services.topics import TopicService
+from services.trace.lookup import TraceLookup
+from services.trace.switch import TraceSwitch, any_topic_traced
+from services.trace.tracer import Tracer, store_reader
+from services.trace.writer import TraceWriter
 from services.transaction.service import TransactionService
 from storage import MessageStore
 from storage.config_managers import (
@@ -41,6 +46,7 @@ class BrokerServices:
     offsets: OffsetService
     send: SendService
     pull: PullService
+    records: RecordReadService
     messages: MessageQueryService
     send_back: SendBackService
     offset_reset: OffsetResetService
@@ -50,6 +56,8 @@ class BrokerServices:
     pop: PopService
     idempotency: IdempotencyService
     transactions: TransactionService
+    tracer: Tracer
+    trace: TraceLookup
 
     @classmethod
     def build(
@@ -69,10 +77,21 @@ class BrokerServices:
         idempotency = IdempotencyService(store, appender, config.dedup_window_s)
         topics = TopicService(store, topic_configs, consumer_offsets, config.topics)
         groups = GroupService(group_configs, consumer_offsets, config.groups)
-        offsets = OffsetService(store, consumer_offsets, topics, groups)
-        send_back = SendBackService(store, groups.for_use, topics.ensure, idempotency.reput)
+        switch = TraceSwitch(
+            topic_configs.get,
+            any_topic_traced(lambda: topic_configs.data_version.counter, topic_configs.all),
+            default=config.trace,
+            sample_rate=config.trace_sample_rate,
+        )
+        tracer = Tracer(
+            switch, TraceWriter(put, metrics, topics.ensure), store_reader(store.get_message)
+        )
+        offsets = OffsetService(store, consumer_offsets, topics, groups, tracer=tracer)
+        send_back = SendBackService(
+            store, groups.for_use, topics.ensure, idempotency.reput, tracer=tracer
+        )
         watermark = DlqWatermark(store, consumer_offsets)
-        dlq = DlqService(store, topics.for_send, idempotency, watermark)
+        dlq = DlqService(store, topics.for_send, idempotency, watermark, tracer=tracer)
         consumers = ConsumerServices(topics, groups, offsets, waiters, metrics)
         send = SendService(
             topics,
@@ -83,7 +102,18 @@ class BrokerServices:
             idempotency=idempotency,
             timer_group=config.group,
             timer_precision_ms=store.config.timer.precision_ms,
+            tracer=tracer,
         )
+        pop = PopService(
+            store,
+            config.store_dir / "config",
+            consumers,
+            send_back,
+            put,
+            max_wait_ms=config.max_wait_ms,
+            tracer=tracer,
+        )
+        messages = MessageQueryService(store, topics)
         return cls(
             topics=topics,
             groups=groups,
@@ -98,23 +128,43 @@ class BrokerServices:
                 metrics,
                 max_wait_ms=config.max_wait_ms,
                 on_slave=on_slave,
+                tracer=tracer,
             ),
-            messages=MessageQueryService(store, topics),
+            records=RecordReadService(
+                store,
+                topics,
+                groups,
+                waiters,
+                metrics,
+                max_wait_ms=config.max_wait_ms,
+                on_slave=on_slave,
+            ),
+            messages=messages,
             send_back=send_back,
             offset_reset=OffsetResetService(store, consumer_offsets, topics, groups),
             dlq=dlq,
             redrive_jobs=RedriveJobs(dlq),
             store_status=StoreStatusService(store, config.store_dir),
-            pop=PopService(
-                store,
-                config.store_dir / "config",
-                consumers,
-                send_back,
-                put,
-                max_wait_ms=config.max_wait_ms,
-            ),
+            pop=pop,
             idempotency=idempotency,
             transactions=TransactionService(
-                store, put, send, idempotency, waiters, metrics, config.transactions, topics
+                store,
+                put,
+                send,
+                idempotency,
+                waiters,
+                metrics,
+                config.transactions,
+                topics,
+                tracer=tracer,
+            ),
+            tracer=tracer,
+            trace=TraceLookup(
+                store.query_message,
+                store.topics,
+                messages.find,
+                consumer_offsets,
+                lambda: pop.table,
+                switch,
             ),
         )

@@ -1,7 +1,8 @@
-"""The ``spoolmq-spark`` command: ``replay`` and ``lag-report``.
+"""The ``spoolmq-spark`` command: ``replay``, ``lag-report`` and ``latency``.
 
-The same jobs run under ``spark-submit spark_jobs/replay/__main__.py …`` and
-``spark-submit spark_jobs/lag/__main__.py …`` with the same options.
+The same jobs run under ``spark-submit spark_jobs/replay/__main__.py …``,
+``spark-submit spark_jobs/lag/__main__.py …`` and ``spark-submit spark_jobs/latency/__main__.py …``
+with the same options.
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ import sys
 from collections.abc import Sequence
 
 from spark_jobs.lag import job as lag_report
+from spark_jobs.latency import job as latency
 from spark_jobs.options import OptionError
 from spark_jobs.replay import job as replay
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with both subcommands."""
+    """The argument parser with every subcommand."""
     parser = argparse.ArgumentParser(
         prog="spoolmq-spark", description="Spark jobs over spoolmq store directories."
     )
@@ -33,6 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     lag_report.add_arguments(lag_parser)
     lag_parser.set_defaults(run=lag_report.run)
+    latency_parser = commands.add_parser(
+        "latency", help="delivery latency per topic and group from message trace",
+        description=latency.DESCRIPTION,
+    )  # fmt: skip
+    latency.add_arguments(latency_parser)
+    latency_parser.set_defaults(run=latency.run)
     return parser
 
 

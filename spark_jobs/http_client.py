@@ -290,10 +290,12 @@ class SpoolmqClient:
         max_bytes: int = DEFAULT_FETCH_BYTES,
         tags: str | None = None,
         sql: str | None = None,
+        wait_ms: int = 0,
     ) -> RecordRange:
         """One range read of ``[offset, end_offset)`` up to ``max_bytes`` of records as
         stored (decoded by :mod:`spark_jobs.records`); ``tags`` and the SQL92 filter ``sql``
-        are the broker's to apply."""
+        are the broker's to apply. ``wait_ms``: the broker's long poll where nothing is
+        there yet (a replica behind)."""
         params: dict[str, Any] = {
             "offset": offset,
             "end_offset": end_offset,
@@ -303,6 +305,8 @@ class SpoolmqClient:
             params["tags"] = tags
         if sql is not None:
             params["filter"] = sql
+        if wait_ms > 0:
+            params["wait_ms"] = wait_ms
         response = self.request(
             "GET",
             f"/v1/topics/{_path(topic)}/queues/{queue_id}/records",

@@ -10,6 +10,7 @@ broker's bookkeeping, as every reader of the broker is shown a message
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 from typing import Any, Final
@@ -41,7 +42,6 @@ _PROPERTY_SEPARATOR: Final = ord(PROPERTY_SEPARATOR)
 _TAGS: Final = PROPERTY_TAGS.encode()
 _KEYS: Final = PROPERTY_KEYS.encode()
 _UNIQ_KEY: Final = PROPERTY_UNIQ_KEY.encode()
-_BOOKKEEPING: Final = pa.array(sorted(BOOKKEEPING_PROPERTIES), pa.string())
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,10 +106,18 @@ def _has_repeated_names(names: Any, owners: Int64Array) -> bool:
     return bool(np.any(keys[1:] == keys[:-1]))
 
 
+@functools.cache
+def _bookkeeping() -> Any:
+    """The bookkeeping property names as an Arrow array, made on first use: building an array
+    imports pandas, which a Spark driver planning reads has no other use for (a streaming
+    query's source process would pay for it at every query start)."""
+    return pa.array(sorted(BOOKKEEPING_PROPERTIES), pa.string())
+
+
 def _without_bookkeeping(names: Any, items: Any, owners: Int64Array) -> tuple[Any, Any, Int64Array]:
     """The (name, value, record) entries but those of the broker's bookkeeping."""
     hidden = np.asarray(
-        pc.is_in(names, value_set=_BOOKKEEPING).to_numpy(zero_copy_only=False), dtype=bool
+        pc.is_in(names, value_set=_bookkeeping()).to_numpy(zero_copy_only=False), dtype=bool
     )
     if not hidden.any():
         return names, items, owners

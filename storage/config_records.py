@@ -60,6 +60,7 @@ class TopicConfig:
     topic_filter_type: str = "SINGLE_TAG"  # or "MULTI_TAG"
     topic_sys_flag: int = 0
     order: bool = False
+    trace: bool | None = None  # our extension: message trace on/off; None: the broker default
 
     @property
     def is_readable(self) -> bool:
@@ -134,8 +135,13 @@ class TopicGroup(NamedTuple):
 
 
 def record_to_json(record: DataclassInstance) -> dict[str, object]:
-    """A record's fields under RocketMQ's camelCase names."""
-    return {camel(field.name): getattr(record, field.name) for field in dataclasses.fields(record)}
+    """A record's fields under RocketMQ's camelCase names; an optional one left unset (None)
+    is left out."""
+    return {
+        camel(field.name): value
+        for field in dataclasses.fields(record)
+        if (value := getattr(record, field.name)) is not None
+    }
 
 
 def decode_record(default: _R, entry: Mapping[str, object], what: str, *, skip: str = "") -> _R:
@@ -155,7 +161,9 @@ def camel(name: str) -> str:
 
 
 def _coerce(value: object, default: object, what: str) -> object:
-    """Check ``value`` against the type of the field's default."""
+    """Check ``value`` against the type of the field's default (None: an optional bool)."""
+    if default is None:
+        return None if value is None else _as_bool(value, what)
     if isinstance(default, bool):
         return _as_bool(value, what)
     if isinstance(default, int):

@@ -38,6 +38,9 @@ TRANSACTION_TOPICS: Final = frozenset(
 REVIVE_TOPIC: Final = "rmq_sys_REVIVE_LOG"
 """POP's bookkeeping (RocketMQ 5): the CK and ACK records of receives and acks."""
 
+TRACE_TOPIC: Final = "RMQ_SYS_TRACE_TOPIC"
+"""Message trace (RocketMQ's name): the broker's record of each step in a message's life."""
+
 
 def is_valid_name(name: str, max_length: int = MAX_TOPIC_LENGTH) -> bool:
     """Whether ``name`` is 1 to ``max_length`` allowed characters (topics and groups)."""

@@ -14,6 +14,7 @@ from starlette.staticfiles import StaticFiles
 from app.admin.rendering import PREFIX, STATIC_DIR
 from app.admin.traffic import sampling_lifespan
 from app.admin.views import (
+    clients,
     cluster,
     dlq,
     groups,
@@ -22,11 +23,24 @@ from app.admin.views import (
     pop,
     timers,
     topics,
+    trace,
     transactions,
 )
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False, lifespan=sampling_lifespan)
-for _module in (overview, topics, pop, groups, messages, dlq, transactions, timers, cluster):
+for _module in (
+    overview,
+    topics,
+    pop,
+    groups,
+    trace,
+    messages,
+    dlq,
+    transactions,
+    timers,
+    cluster,
+    clients,
+):
     router.include_router(_module.router)
 
 

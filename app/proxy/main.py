@@ -18,7 +18,7 @@ from app.errors import install_error_handlers, problem_response
 from app.grpc import GrpcExtraMissingError
 from app.main import spoolmq_version
 from app.middleware import HttpShellMiddleware
-from app.proxy import consume, messages, pop, timers, topics, transactions
+from app.proxy import consume, messages, pop, timers, topics, trace, transactions
 from app.proxy.context import Proxy, ProxyLimits
 from app.proxy.fanout import BudgetShares
 from app.proxy.forward import Forwarder
@@ -68,6 +68,8 @@ def create_proxy_app(
         try:
             yield
         finally:
+            if rocketmq_face is not None:
+                await rocketmq_face.stop()
             await registry.stop()
             await upstream.aclose()
             await etcd.aclose()
@@ -86,7 +88,8 @@ def create_proxy_app(
     install_error_handlers(app)
     app.add_exception_handler(EtcdError, _etcd_error)
     app.add_exception_handler(EtcdUnavailableError, _etcd_error)
-    for module in (messages, consume, pop, topics, transactions, timers):
+    # trace first: its /v1/messages/trace is not the message id "trace" of messages'
+    for module in (trace, messages, consume, pop, topics, transactions, timers):
         add_routes(app, module.router)
     add_routes(app, docs.router)
     app.mount("/static", docs.static_files(), name="static")

@@ -193,16 +193,19 @@ async def pull_queue(topic: TopicPath, queue_id: ClusterQueueIdPath, request: Re
 async def read_queue_records(
     topic: TopicPath, queue_id: ClusterQueueIdPath, request: Request
 ) -> Response:
-    """Forward a range read to the queue's group, as a pull of one queue is forwarded; the
-    answer is not decoded."""
+    """Forward a range read to the queue's group, as a pull of one queue is forwarded (its
+    long poll given the time it asks for); the answer is not decoded."""
     view = cluster_view(request)
     queue = queue_route(topic_route(view, topic), queue_id)
+    raw: bytes = request.scope["query_string"]
+    wait_ms = int_param(request, "wait_ms", 0) if may_name(raw, b"wait_ms") else 0
     _, answer = await forwarder(request).call_any(
         readers(view, queue.group),
         "GET",
         _records_path(topic, queue.local_queue_id),
-        query=request.scope["query_string"],
+        query=raw,
         request=request,
+        timeout_s=long_poll_timeout(wait_ms),
     )
     return answer.response()
 

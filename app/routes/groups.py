@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
-from app.deps import BrokerDep
+from app.deps import BrokerDep, note_consumer
 from app.labels import on_group_pull, requested
 from app.responses import OrjsonResponse
 from app.routes.messages import long_poll
@@ -140,6 +140,7 @@ async def pull_group_messages(
 ) -> Response:
     options, abandon = long_poll(query, request)
     labels = requested(request, topic)
+    note_consumer(request)
     pulled = await broker.pull.pull_group(
         group, topic, options, auto_commit=query.auto_commit, abandon=abandon
     )
@@ -164,6 +165,7 @@ async def commit_offset(
     request: Request,
 ) -> OffsetCommitResponse:
     labels = requested(request, topic)
+    note_consumer(request)
     await broker.offsets.commit(group, [OffsetCommit(topic, queue_id, body.offset)])
     answered = queue_id if labels is None else labels.queue_id(queue_id)
     return OffsetCommitResponse(
@@ -179,8 +181,9 @@ async def commit_offset(
     response_model=OffsetCommitResponse,
 )
 async def commit_offsets(
-    group: GroupPath, body: OffsetBatchIn, broker: BrokerDep
+    group: GroupPath, body: OffsetBatchIn, broker: BrokerDep, request: Request
 ) -> OffsetCommitResponse:
+    note_consumer(request)
     commits = [OffsetCommit(o.topic, o.queue_id, o.offset) for o in body.offsets]
     await broker.offsets.commit(group, commits)
     return OffsetCommitResponse(

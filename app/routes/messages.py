@@ -9,7 +9,15 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
-from app.deps import BrokerDep, SettingsDep, born_host, disconnect_watch, header, read_body
+from app.deps import (
+    BrokerDep,
+    SettingsDep,
+    born_host,
+    disconnect_watch,
+    header,
+    note_consumer,
+    read_body,
+)
 from app.errors import ApiError, is_json_media_type
 from app.labels import on_pull, on_send, requested
 from app.responses import BytesResponse, OrjsonResponse
@@ -152,6 +160,7 @@ async def pull_messages(
 ) -> Response:
     options, abandon = long_poll(query, request)
     labels = requested(request, topic)
+    note_consumer(request)
     pulled = await broker.pull.pull_queue(
         topic,
         queue_id,
@@ -176,8 +185,9 @@ async def pull_messages(
     "next offset and the queue's min and max offsets in headers. The rules are a pull's: the "
     "topic must be readable, the tag and SQL92 filters apply (what fails them is skipped and "
     "counted in the next offset), timer and transaction system copies are never in a topic's "
-    "queue, and an offset retention removed answers `OFFSET_TOO_SMALL` (an empty body). No "
-    "long poll: `OFFSET_OVERFLOW_ONE` says there is nothing yet.",
+    "queue, and an offset retention removed answers `OFFSET_TOO_SMALL` (an empty body). With "
+    "`wait_ms` it long-polls as a pull does; without, `OFFSET_OVERFLOW_ONE` says there is "
+    "nothing yet.",
     response_class=Response,
     responses=RECORDS_RESPONSES,
 )
@@ -186,8 +196,9 @@ async def read_queue_records(
     queue_id: QueueIdPath,
     query: Annotated[RecordsQuery, Query()],
     broker: BrokerDep,
+    request: Request,
 ) -> Response:
-    read = broker.pull.read_records(
+    read = await broker.records.read_records(
         topic,
         queue_id,
         query.offset,
@@ -195,6 +206,9 @@ async def read_queue_records(
         tags=query.tags,
         sql=query.filter,
         end_offset=query.end_offset,
+        group=query.group,
+        wait_ms=query.wait_ms,
+        abandon=disconnect_watch(request) if query.wait_ms else None,
     )
     headers = records_headers(
         read.status.value, read.next_offset, read.min_offset, read.max_offset, read.count

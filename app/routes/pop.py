@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.deps import BrokerDep, SettingsDep, disconnect_watch
+from app.deps import BrokerDep, SettingsDep, disconnect_watch, note_consumer
 from app.labels import on_receive, requested
 from app.responses import OrjsonResponse
 from app.routes.params import AfterInFlightQuery, GroupPath, PageLimitQuery, TopicPath
@@ -60,6 +60,7 @@ async def receive_messages(
         sql=body.filter,
     )
     labels = requested(request, topic)
+    note_consumer(request)
     received = await broker.pop.receive(
         group,
         topic,
@@ -85,7 +86,10 @@ async def receive_messages(
     ),
     response_model=AckResponse,
 )
-async def ack_messages(group: GroupPath, body: AckIn, broker: BrokerDep) -> Response:
+async def ack_messages(
+    group: GroupPath, body: AckIn, broker: BrokerDep, request: Request
+) -> Response:
+    note_consumer(request)
     check_group_name(group)
     return OrjsonResponse(ack_out(group, await broker.pop.ack(group, body.receipt_handles)))
 
@@ -108,6 +112,7 @@ async def change_invisibility(
 ) -> InvisibilityOut:
     check_group_name(group)
     labels = requested(request, "")
+    note_consumer(request)
     change = await broker.pop.change_invisibility(group, body.receipt_handle, body.invisible_ms)
     out = invisibility_out(change)
     if labels is not None and out.receipt_handle is not None:

@@ -77,6 +77,7 @@ async def put_topic(
         write_queue_nums=body.write_queue_nums,
         perm=body.perm,
         order=body.order,
+        trace=body.trace,
     )
     if member is not None:  # the route is readable anywhere once the PUT is answered
         await member.ensure_topic_route(config.topic_name, config.read_queue_nums)

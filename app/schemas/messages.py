@@ -168,6 +168,20 @@ class RecordsQuery(MessageFilterQuery):
         description="Byte budget of the records (the first one is returned even when "
         f"larger); at most {MAX_RECORDS_BYTES}.",
     )
+    group: GroupName | None = Field(
+        default=None,
+        description="Consumer group whose stored SQL92 filter for the topic applies when "
+        "`filter` is not given, as in a pull by the group; its position is neither read nor "
+        "moved.",
+    )
+    wait_ms: ParamInt = Field(
+        default=0,
+        ge=0,
+        le=MAX_WAIT_MS,
+        description=f"Long-poll: wait up to this many ms (at most {MAX_WAIT_MS}) where a pull "
+        "would (nothing at `offset` yet, or only what the filters skip), never past "
+        "`end_offset`. An empty long-poll is a 200 with no records.",
+    )
 
 
 def _records_header(description: str, schema: dict[str, object]) -> dict[str, object]:

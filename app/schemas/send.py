@@ -175,6 +175,9 @@ class SendMessage(RequestBody):
     properties: dict[PropertyName, PropertyValue] = Field(
         default_factory=dict,
         max_length=MAX_PROPERTIES,
+        # the names' pattern makes the values' schema a patternProperties: a name outside
+        # it is refused too, not left free
+        json_schema_extra={"additionalProperties": False},
         description=(
             "User properties. Names the broker uses (TAGS, KEYS, DELAY, REAL_TOPIC, ...) are "
             "refused; UNIQ_KEY may be given, else the broker sets one."

@@ -19,6 +19,11 @@ class TopicIn(RequestBody):
         default=6, ge=0, le=7, description="PermName bits: 4 read, 2 write, 1 inherit."
     )
     order: bool = False
+    trace: bool | None = Field(
+        default=None,
+        description="Message trace for this topic: true or false; null (or absent) follows "
+        "the broker's default (`--trace`).",
+    )
 
 
 class QueueStatsOut(ResponseBody):
@@ -36,6 +41,7 @@ class TopicOut(ResponseBody):
     readable: bool
     writeable: bool
     order: bool
+    trace: bool | None = Field(description="Message trace on or off; null: the broker default.")
     system: bool = Field(description="Written by the broker only.")
 
 
@@ -56,6 +62,7 @@ def topic_out(config: TopicConfig) -> TopicOut:
         readable=config.is_readable,
         writeable=config.is_writeable,
         order=config.order,
+        trace=config.trace,
         system=config.topic_name in SYSTEM_TOPICS,
     )
 

@@ -82,7 +82,7 @@ RULES: Final[dict[str, Rule]] = {
     # ---------------------------------------------------------------- messages
     "sendMessages": Rule(Access.PRODUCE, topic=TOPIC),
     "pullMessages": Rule(Access.CONSUME, topic=TOPIC, group=Param("query", "group"), pull=True),
-    "readQueueRecords": Rule(Access.CONSUME, topic=TOPIC),
+    "readQueueRecords": Rule(Access.CONSUME, topic=TOPIC, group=Param("query", "group")),
     "queryMessagesByKey": Rule(Access.CONSUME, topic=TOPIC),
     "getMessage": Rule(Access.CONSUME, body=BodyCheck.MESSAGE_BY_ID),
     "getDelayLevels": Rule(Access.AUTHENTICATED),

@@ -27,6 +27,7 @@ from services.idempotency import RePut
 from services.pop.checkpoint import PROPERTY_POP_CK, AckRecord, ack_message, pop_ck_value
 from services.pop.inflight import Due, InFlight
 from services.pop.service import PopService, now_ms
+from services.pop.tracing import trace_outcome
 from services.send_back import PERM_READ_WRITE, SendBackRequest, retry_message
 from services.topics import TopicService
 from storage import Message, StoredMessage
@@ -103,7 +104,9 @@ class ReviveService:
             pop.after_change(due.key)
             return
         entry.busy = True
+        revived_at = now_ms()
         ack = ack_message(AckRecord(entry.ck_id, *due.key, (due.offset,), "revive"))
+        trace_outcome(pop.tracer, "revived", due.key, [(entry.ck_id, entry)], revived_at)
         if message is not None:
             if message.reconsume_times >= group.retry_max_times or (
                 group.fifo and entry.attempt - 1 >= group.retry_max_times

@@ -46,9 +46,11 @@ from services.pop.inflight import InFlight, InFlightTable, QueueKey, QueueState
 from services.pop.rebuild import rebuild
 from services.pop.state_file import PopSnapshot, load_snapshot, save_snapshot
 from services.pop.taker import QueueTaker, Take
+from services.pop.tracing import in_flight_of, trace_outcome
 from services.send import PutMessages
 from services.send_back import SendBackRequest, SendBackService, original_topic
 from services.topics import TopicService
+from services.trace.tracer import Tracer
 from storage import MessageStore, StoredMessage
 from storage.config_managers import (
     CONSUME_MODE_OFFSETS,
@@ -144,7 +146,9 @@ class PopService:
         put: PutMessages,
         *,
         max_wait_ms: int = 30_000,
+        tracer: Tracer | None = None,
     ) -> None:
+        self.tracer = tracer or Tracer.off()
         self._store = store
         self._config_dir = config_dir
         self._topics = consumers.topics
@@ -268,9 +272,11 @@ class PopService:
         deadline = pop_time + options.invisible_ms
         floor = self._store.max_offset_in_queue(REVIVE_TOPIC, REVIVE_QUEUE_ID)
         records = []
+        ck_ids: list[str] = []
         out: list[ReceivedMessage] = []
         for take in takes:
             ck_id = secrets.token_hex(8)
+            ck_ids.append(ck_id)
             offsets = tuple(m.queue_offset for m in take.messages)
             records.append(
                 checkpoint_message(
@@ -313,6 +319,9 @@ class PopService:
             self._sync_committed(take.key, self.table.ensure(take.key, 0))
         self.on_schedule(deadline)
         await self._put(records)
+        if self.tracer.topic_on(takes[0].key[1]):
+            for ck_id in ck_ids:
+                self.tracer.received(ck_id)
         self.metrics.pop_received += len(out)
         for take in takes:
             topic = _as_original(take.messages[0]).topic
@@ -345,7 +354,10 @@ class PopService:
                 pending.setdefault((key, handle.ck_id), []).append(handle.offset)
                 results.append(None)
         if pending:
+            acked = in_flight_of(self.tracer, self.table, pending)
             await self._write_acks(pending, "ack")
+            for key, deliveries in acked.items():
+                trace_outcome(self.tracer, "acked", key, deliveries, now)
         done = [
             r if r is not None else AckResult(t, AckOutcome.ACKED)
             for t, r in zip(handles, results, strict=True)
@@ -480,6 +492,9 @@ class PopService:
         self.table.put(key, replaced)
         self.table.remember_replaced(entry.ck_id, entry.offset)
         self.on_schedule(deadline)
+        detail = {"invisible_ms": invisible_ms, "deadline": deadline}
+        changed = [(entry.ck_id, entry)]
+        trace_outcome(self.tracer, "invisibility_changed", key, changed, now, detail, ck_id)
         handle = ReceiptHandle(group, topic, queue_id, entry.offset, ck_id, deadline)
         return InvisibilityChange(self.codec.encode(handle), deadline)
 
@@ -489,7 +504,7 @@ class PopService:
         """Non-FIFO: back through send-back (the retry delay of its attempt, or the DLQ)."""
         message = self.message_at(key, entry.offset)
         entry.busy = True
-        returns_at = now_ms()
+        returns_at = nacked_at = now_ms()
         try:
             if message is not None:
                 result = await self.send_back.send_back(
@@ -507,6 +522,7 @@ class PopService:
         self.table.resolve(key, entry.offset, entry.ck_id)
         self.table.remember_replaced(entry.ck_id, entry.offset)
         self.after_change(key)
+        trace_outcome(self.tracer, "nacked", key, [(entry.ck_id, entry)], nacked_at)
         return InvisibilityChange(None, returns_at)
 
     def _retry_delay_ms(self, reconsume_times: int) -> int:

@@ -52,6 +52,7 @@ from services.outgoing import OutgoingMessage, deliver_time_of
 from services.pull import AbandonFactory
 from services.send import SendService
 from services.topics import TopicService
+from services.trace.tracer import Tracer
 from services.transaction.halves import HalfAppender
 from services.transaction.ops import DEFAULT_OP_MAX_SIZE, OpWriter
 from services.transaction.records import (
@@ -139,7 +140,10 @@ class TransactionService:
         metrics: Metrics,
         config: TransactionConfig,
         topics: TopicService,
+        *,
+        tracer: Tracer | None = None,
     ) -> None:
+        self._tracer = tracer or Tracer.off()
         self._topics = topics
         self._store = store
         self._put = put
@@ -247,6 +251,7 @@ class TransactionService:
         transaction = self.table.add_prepared(half, result)
         self._sent[transaction.half_offset] = half
         self._metrics.transactions["prepared"] += 1
+        self._trace("transaction_half", transaction, result.store_timestamp)
         self.changed(transaction.next_check_ms(self.config.check_interval_ms))
         return Prepared(transaction, result)
 
@@ -325,10 +330,27 @@ class TransactionService:
         if not transaction.state.ended:
             self.table.end(transaction.half_offset, committed)
             self._metrics.transactions["committed" if committed else "rolled_back"] += 1
+            kind = "transaction_commit" if committed else "transaction_rollback"
+            self._trace(kind, transaction)
             offers = self._offers.get(transaction.producer_group)
             if offers is not None:
                 offers.pop(transaction.half_offset, None)
         self._require_decided(transaction, status)
+
+    def _trace(
+        self, kind: str, transaction: Transaction, at: int | None = None, **more: object
+    ) -> None:
+        """One step of ``transaction`` for its message's trace (nothing when not traced)."""
+        if self._tracer.topic_on(transaction.topic):
+            detail = {
+                "transaction_id": transaction.transaction_id,
+                "producer_group": transaction.producer_group,
+                **more,
+            }
+            self._tracer.step(
+                kind, transaction.topic, transaction.transaction_id, detail,
+                queue_id=transaction.queue_id, at=at,
+            )  # fmt: skip
 
     def _require_decided(self, transaction: Transaction, status: PutStatus) -> None:
         """Mark the end decided when its op record (put with ``status``) survives a
@@ -382,6 +404,7 @@ class TransactionService:
         transaction.checks = checks
         transaction.last_check_ms = result.store_timestamp
         self._metrics.transactions["checked"] += 1
+        self._trace("transaction_checked", transaction, result.store_timestamp, checks=checks)
         offers = self._offers.setdefault(transaction.producer_group, {})
         offers[transaction.half_offset] = _Offer(transaction)
         self._waiters.notify(transaction.producer_group, CHECK_QUEUE, 0)
@@ -398,6 +421,7 @@ class TransactionService:
         if transaction.open:
             self.table.give_up(transaction.half_offset)
             self._metrics.transactions["gave_up"] += 1
+            self._trace("transaction_gave_up", transaction)
         offers = self._offers.get(transaction.producer_group)
         if offers is not None:
             offers.pop(transaction.half_offset, None)

@@ -55,7 +55,7 @@ STATUS_HELP: Final = {
     Status.NOTFOUND: "the group is configured but has no committed offsets",
 }
 
-_CSS: Final = """
+REPORT_CSS: Final = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1f2328;
 margin:0;background:#f6f8fa}
 main{max-width:1280px;margin:0 auto;padding:24px}
@@ -440,7 +440,7 @@ def render_report(
     return (
         "<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
         '<meta name=viewport content="width=device-width,initial-scale=1">'
-        f"<title>spoolmq consumer lag — {generated}</title><style>{_CSS}</style></head>"
+        f"<title>spoolmq consumer lag — {generated}</title><style>{REPORT_CSS}</style></head>"
         "<body><main>"
         "<h1>spoolmq consumer lag report</h1>"
         f'<p class="meta">Generated {generated} · stores {stores} · status window '

@@ -28,6 +28,7 @@ from storage.store_reader import (
 )
 from storage.topic_names import DLQ_GROUP_TOPIC_PREFIX as DLQ_PREFIX
 from storage.topic_names import RETRY_GROUP_TOPIC_PREFIX as RETRY_PREFIX
+from storage.topic_names import TRACE_TOPIC
 
 KIND_NORMAL: Final = "normal"
 KIND_RETRY: Final = "retry"
@@ -151,7 +152,11 @@ def snapshot_store(store_dir: str, now_ms: int) -> Snapshot:
     committed = read_consumer_offsets(Path(store_dir))
     in_flight = read_pop_in_flight(Path(store_dir))
     groups = _groups_of_store(store_dir, queues, committed.groups())
-    pairs = {(t, g) for t, g in committed.offsets if not t.startswith(DLQ_PREFIX)}
+    pairs = {
+        (t, g)
+        for t, g in committed.offsets
+        if not t.startswith(DLQ_PREFIX) and t != TRACE_TOPIC  # the broker's trace: not a backlog
+    }
     pairs |= {(RETRY_PREFIX + g, g) for g in groups if RETRY_PREFIX + g in queues}
     rows = []
     for topic, group in sorted(pairs):

@@ -9,9 +9,9 @@
 Selection: topics, queues, a store-time window ``[from, to)``, a queue-offset window
 ``[from, to)``, tags (``A||B``, exact; read by :func:`storage.tag_filter.subscribed_tags`)
 and keys (any of). Prepared and rolled-back transaction records (never delivered) are left out,
-and so are the broker's own copies (retry, dead-letter, delay, ``rmq_sys_`` and transaction
-topics) unless a topic is named or ``--include-system`` is given. Messages come in CommitLog
-order per store.
+and so are the broker's own copies (retry, dead-letter, delay, ``rmq_sys_``, message trace and
+transaction topics) unless a topic is named or ``--include-system`` is given. Messages come
+in CommitLog order per store.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ from storage.timer import TIMER_TOPIC
 from storage.topic_names import (
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
+    TRACE_TOPIC,
     TRANSACTION_TOPICS,
 )
 
@@ -183,12 +184,12 @@ def select_messages(spark: SparkSession, selection: Selection) -> DataFrame:
 def _system_copy(topic: Column) -> Column:
     """The broker's own copies of messages: retry and dead-letter topics, the delay and timer
     topics holding delayed and timer ones until their time (a delivered one is replayed from
-    its own topic), its other ``rmq_sys_`` topics (POP checkpoints) and its transaction
-    topics (half messages, op records, halves checked too often)."""
+    its own topic), its other ``rmq_sys_`` topics (POP checkpoints), its message trace and its
+    transaction topics (half messages, op records, halves checked too often)."""
     return (
         topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
         | topic.startswith(DLQ_GROUP_TOPIC_PREFIX)
-        | topic.isin(SCHEDULE_TOPIC, TIMER_TOPIC)
+        | topic.isin(SCHEDULE_TOPIC, TIMER_TOPIC, TRACE_TOPIC)
         | topic.startswith(SYSTEM_TOPIC_PREFIX)
         | topic.isin(sorted(TRANSACTION_TOPICS))
     )

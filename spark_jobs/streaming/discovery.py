@@ -3,13 +3,19 @@ retention took from under a query.
 
 Queues are discovered on every trigger: a topic that gains queues, or a new topic matching
 ``subscribePattern``, is read from its earliest offset (as Kafka's new partitions are).
+
+A trigger that finds every queue at the query's position waits for an arrival with the
+broker's long poll (:func:`wait_for_arrival`) rather than ask again at once: Spark's trigger
+loop asks for the latest offsets every few milliseconds while there is nothing new.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from enum import Enum
+from typing import Final
 
 from spark_jobs.errors import DataLossError, LostOffsets, UnknownTopicError
 from spark_jobs.http_client import QueueState, SpoolmqClient
@@ -26,6 +32,13 @@ from spark_jobs.streaming.options import (
 LOG = logging.getLogger("spark_jobs.streaming")
 
 QueueStates = dict[tuple[str, int], QueueState]
+HEAD_POLLS: Final = 16
+"""The most queues a trigger at the head long-polls at once; Spark's trigger loop alone asks
+again for a subscription of more."""
+HEAD_POLL_GRACE_S: Final = 1.0
+"""How long past its ``wait_ms`` a trigger waits for its long polls' answers."""
+_PAST_POSITION: Final = frozenset({"FOUND", "NO_MATCHED_MESSAGE"})
+"""A range read's statuses where something was stored at or after the offset it read."""
 
 
 def discover(client: SpoolmqClient, subscription: Subscription) -> QueueStates:
@@ -75,6 +88,55 @@ def resolve(client: SpoolmqClient, position: Position, states: QueueStates) -> P
             f"missing {_names(missing)}"
         )
     return {key: _named_offset(given[key], states[key]) for key in states}
+
+
+def at_head(positions: Positions, states: QueueStates) -> bool:
+    """Whether no queue of ``states`` holds anything past its position in ``positions``."""
+    return all(
+        state.max_offset <= positions.get(key, state.max_offset) for key, state in states.items()
+    )
+
+
+def wait_for_arrival(
+    client: SpoolmqClient,
+    positions: Positions,
+    tags: str | None,
+    sql: str | None,
+    wait_ms: int,
+) -> None:
+    """Long-poll the queues at ``positions`` (their heads) at once, for up to ``wait_ms``:
+    return as soon as one of them holds something past its position (what the filters skip
+    too), or once none did in that time. A poll that fails ends the wait as well: the next
+    look at the queues tells what is wrong. Polls still parked when it returns end on their
+    own within ``wait_ms``."""
+    if wait_ms <= 0 or not 0 < len(positions) <= HEAD_POLLS:
+        return
+    pool = ThreadPoolExecutor(max_workers=len(positions), thread_name_prefix="spoolmq-head")
+    try:
+        polls = [
+            pool.submit(_arrived, client, key, offset, tags, sql, wait_ms)
+            for key, offset in positions.items()
+        ]
+        for poll in as_completed(polls, timeout=wait_ms / 1000 + HEAD_POLL_GRACE_S):
+            if poll.exception() is not None or poll.result():
+                return
+    except TimeoutError:  # a poll being retried (a group without a master): ask again
+        return
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _arrived(
+    client: SpoolmqClient,
+    key: tuple[str, int],
+    offset: int,
+    tags: str | None,
+    sql: str | None,
+    wait_ms: int,
+) -> bool:
+    """One queue's long poll at ``offset``: whether something came (one record at most)."""
+    answer = client.records(key[0], key[1], offset, offset + 1, 1, tags, sql, wait_ms)
+    return answer.status in _PAST_POSITION
 
 
 def with_new_queues(start: Positions, states: QueueStates) -> Positions:

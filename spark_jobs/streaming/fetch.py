@@ -15,7 +15,9 @@ says about the offsets decides the rest:
   [offset, next_offset); fail or skip (``failOnDataLoss``).
 - NO_MESSAGE_IN_QUEUE, OFFSET_OVERFLOW_*: the replica that answered has not reached
   ``end`` yet (a slave behind its master, a group mid-failover): wait with backoff, then
-  fail or skip as for lost offsets.
+  fail or skip as for lost offsets. Where it holds the queue just up to the read's offset
+  (OFFSET_OVERFLOW_ONE) the wait is the broker's long poll (``wait_ms``), which answers as
+  soon as the records arrive rather than after the backoff.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ from storage.record.properties import PROPERTY_KEYS, PROPERTY_TAGS
 
 _READ: Final = frozenset({"FOUND", "NO_MATCHED_MESSAGE"})
 _REMOVED: Final = frozenset({"OFFSET_TOO_SMALL", "MESSAGE_WAS_REMOVING", "OFFSET_FOUND_NULL"})
+_AT_HEAD: Final = frozenset({"OFFSET_OVERFLOW_ONE"})
+"""The replica that answered holds the queue up to the read's offset: a long poll there
+returns as soon as the records arrive (a slave catching up, a group after a failover)."""
 _OWN_COLUMNS: Final = (PROPERTY_TAGS, PROPERTY_KEYS)
 """Properties the rows show in columns of their own, not in ``properties`` (as a pull)."""
 
@@ -74,10 +79,11 @@ def fetch_range(
     applies)."""
     topic, queue_id, end = queue_range.topic, queue_range.queue_id, queue_range.end
     offset = queue_range.start
-    waits = 0
+    waits = wait_ms = 0
     while offset < end:
-        answer = client.records(topic, queue_id, offset, end, max_bytes, tags, sql)
+        answer = client.records(topic, queue_id, offset, end, max_bytes, tags, sql, wait_ms)
         status, next_offset = answer.status, answer.next_offset
+        wait_ms = 0
         if status in _READ and next_offset > offset:
             batch = to_batch(answer.records, queue_range)
             if tags is None and sql is None:  # a filtered read has gaps of its own
@@ -91,7 +97,10 @@ def fetch_range(
             report_lost_runs(topic, queue_id, [(offset, min(next_offset, end))], fail_on_data_loss)
             offset, waits = min(next_offset, end), 0
         elif waits < client.retry.retries:
-            sleep(client.retry.delay_s(waits))
+            if status in _AT_HEAD:  # the broker parks the next read until records come
+                wait_ms = int(client.retry.backoff_s(waits) * 1000)
+            else:
+                sleep(client.retry.backoff_s(waits))
             waits += 1
         else:
             behind = answer.max_offset

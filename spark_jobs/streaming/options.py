@@ -40,6 +40,9 @@ LATEST: Final = -1
 TOPIC_NAME: Final = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
 DEFAULT_MAX_OFFSETS_PER_PARTITION: Final = 50_000
 DEFAULT_MAX_BYTES_PER_PARTITION: Final = 16 * 1024 * 1024
+DEFAULT_HEAD_WAIT_MS: Final = 1000
+MAX_HEAD_WAIT_MS: Final = 10_000
+"""A long poll at the head well inside a request's timeout."""
 DEFAULT_SINK_BATCH: Final = 100
 MAX_SINK_BATCH: Final = 1000  # the broker's --max-batch-messages default
 DEFAULT_SINK_BATCH_BYTES: Final = 1024 * 1024
@@ -142,6 +145,7 @@ class SourceOptions:
     min_partitions: int = 1
     fetch_max_bytes: int = DEFAULT_FETCH_BYTES  # one range read's byte budget
     max_bytes_per_partition: int = DEFAULT_MAX_BYTES_PER_PARTITION
+    head_wait_ms: int = DEFAULT_HEAD_WAIT_MS  # a stream's long poll when nothing is new
 
 
 def parse_source_options(raw: Mapping[str, str], streaming: bool) -> SourceOptions:
@@ -189,7 +193,22 @@ def parse_source_options(raw: Mapping[str, str], streaming: bool) -> SourceOptio
             DEFAULT_MAX_BYTES_PER_PARTITION,
             "maxBytesPerPartition",
         ),
+        head_wait_ms=_head_wait_ms(options.get("headWaitMs")),
     )
+
+
+def _head_wait_ms(value: str | None) -> int:
+    """``headWaitMs``: how long a stream's trigger waits for an arrival when nothing is new
+    (0: not at all), at most MAX_HEAD_WAIT_MS."""
+    if value is None:
+        return DEFAULT_HEAD_WAIT_MS
+    try:
+        wait_ms = int(value)
+    except ValueError:
+        raise OptionError(f"headWaitMs must be an integer, not {value!r}") from None
+    if not 0 <= wait_ms <= MAX_HEAD_WAIT_MS:
+        raise OptionError(f"headWaitMs is 0 to {MAX_HEAD_WAIT_MS}, not {wait_ms}")
+    return wait_ms
 
 
 def _fetch_max_bytes(value: str | None) -> int:

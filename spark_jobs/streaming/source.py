@@ -32,10 +32,12 @@ from spark_jobs.http_client import SpoolmqClient
 from spark_jobs.streaming.discovery import (
     LossCase,
     QueueStates,
+    at_head,
     discover,
     group_of,
     resolve,
     skip_lost,
+    wait_for_arrival,
     with_new_queues,
 )
 from spark_jobs.streaming.fetch import bytes_per_offset, fetch_range
@@ -185,7 +187,9 @@ class SpoolmqStreamReader(_Reads, DataSourceStreamReader, SupportsTriggerAvailab
         self._target = {key: s.max_offset for key, s in self.discover().items()}
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        """The next micro-batch's end: every queue's max offset, within ``limit``.
+        """The next micro-batch's end: every queue's max offset, within ``limit``. Where
+        no queue holds anything past ``start`` it first waits up to ``headWaitMs`` for an
+        arrival (the broker's long poll), as Spark asks again at once otherwise.
 
         ``start`` is processed by now (the previous micro-batch finished before this one is
         planned), so it is the consumer group's position too: committed here, the lag stays
@@ -193,6 +197,11 @@ class SpoolmqStreamReader(_Reads, DataSourceStreamReader, SupportsTriggerAvailab
         self._commit_group(from_json(start))
         states = self.discover()
         begin = with_new_queues(from_json(start), states)
+        if self._target is None and at_head(begin, states):  # nothing new: wait for it
+            options = self.options
+            wait_for_arrival(self.client, begin, options.tags, options.sql, options.head_wait_ms)
+            states = self.discover()
+            begin = with_new_queues(from_json(start), states)
         latest = {key: self._reachable(key, offset, states) for key, offset in begin.items()}
         self._latest = {key: s.max_offset for key, s in states.items()}
         if isinstance(limit, ReadMaxRows):

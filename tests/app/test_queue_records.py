@@ -1,9 +1,11 @@
 """Range reads of a queue's records over HTTP (``GET .../queues/{q}/records``): the records as
 the CommitLog stores them, the same messages a pull shows, within a byte budget, filtered by
-tag and SQL92 as a pull is, without timer copies, and refused as a pull is refused."""
+tag and SQL92 as a pull is (a group's stored filter too), long-polling as a pull does, without
+timer copies, and refused as a pull is refused."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ import pytest
 from storage.record.decode import walk_records
 from storage.record.fields import NamedView, message_view
 from tests.app.auth_support import start_auth_server
+from tests.conftest import LiveServer, wait_until
 
 MEDIA_TYPE = "application/vnd.spoolmq.commitlog-records"
 REGIONS = ["eu", "us", "eu", "ap", "us", "eu", "ap", "eu"]
@@ -183,7 +186,10 @@ def test_a_range_read_needs_the_right_to_consume_the_topic(tmp_path: Path) -> No
         send = admin.post("/v1/topics/SecRecords/messages", json={"body": "b", "queue_id": 0})
         assert send.status_code == 201, send.text
         path = "/v1/topics/SecRecords/queues/0/records"
-        assert server.client("consumer").get(path).status_code == 200
+        consumer = server.client("consumer")
+        assert consumer.get(path).status_code == 200
+        assert consumer.get(path, params={"group": "SecGroup"}).status_code == 200
+        assert consumer.get(path, params={"group": "Other"}).status_code == 403
         assert server.client("stranger").get(path).status_code == 403
         assert server.client().get(path).status_code == 401
     finally:
@@ -198,3 +204,44 @@ def test_a_tag_whose_hash_code_collides_is_left_out(client: httpx.Client, topic:
     answer = read(client, topic, offset=0, tags="Aa")
     assert offsets(answer) == ("FOUND", 3, 0, 3, 2)
     assert [v.body for v in views(answer.content)] == [b"b0", b"b2"]
+
+
+def test_a_range_read_by_a_group_applies_the_groups_stored_filter(
+    client: httpx.Client, topic: str
+) -> None:
+    create_topic(client, topic)
+    send_orders(client, topic)
+    group = f"G{topic}"
+    stored = client.put(f"/v1/groups/{group}", json={"filters": {topic: "region = 'eu'"}})
+    assert stored.status_code in (200, 201), stored.text
+    answer = read(client, topic, offset=0, group=group)
+    assert offsets(answer) == ("FOUND", 8, 0, 8, 4)
+    assert [v.body.decode() for v in views(answer.content)] == [
+        f"order-{i}" for i, region in enumerate(REGIONS) if region == "eu"
+    ]
+    own = read(client, topic, offset=0, group=group, filter="region = 'ap'")
+    assert offsets(own)[4] == 2  # a read's own filter comes first, as a pull's
+
+
+def test_a_range_read_long_polls_until_a_record_arrives(
+    live_server: LiveServer, client: httpx.Client, topic: str
+) -> None:
+    create_topic(client, topic)
+    send_orders(client, topic)
+    parked = live_server.broker.waiters.parked
+    answers: list[httpx.Response] = []
+    with live_server.client() as other:
+        waiting = threading.Thread(
+            target=lambda: answers.append(read(other, topic, offset=8, wait_ms=25_000))
+        )
+        waiting.start()
+        wait_until(lambda: live_server.broker.waiters.parked > parked)
+        sent = client.post(f"/v1/topics/{topic}/messages", json={"body": "late", "queue_id": 0})
+        assert sent.status_code == 201, sent.text
+        waiting.join(30)
+    assert offsets(answers[0]) == ("FOUND", 9, 0, 9, 1)
+    assert [v.body for v in views(answers[0].content)] == [b"late"]
+    done = read(client, topic, offset=0, end_offset=9, wait_ms=25_000)  # there: at once
+    assert offsets(done)[4] == 9
+    empty = read(client, topic, offset=9, wait_ms=20)
+    assert (offsets(empty), empty.content) == (("OFFSET_OVERFLOW_ONE", 9, 0, 9, 0), b"")

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from services import Broker, BrokerConfig, OutgoingMessage, PullOptions
-from services.errors import QueueNotFoundError, TopicNotReadableError
 from services.send_back import SendBackRequest
 from storage import MessageStore
 from storage.record.message import GetMessageStatus
@@ -109,25 +108,3 @@ async def test_group_long_poll_wakes_on_a_retry_whatever_its_tag(quick_retries: 
     got = await pull  # the retry comes back through the schedule topic after a second
     assert [(m.body, m.topic, m.tags) for m in got.messages] == [(b"B1", "Tagged", "B")]
     assert broker.waiters.woken == 1, "woken by the retry's arrival, not by the timeout"
-
-
-async def test_a_range_read_follows_the_pulls_rules(broker: Broker) -> None:
-    await broker.topics.put("Ranged", read_queue_nums=2, write_queue_nums=2, perm=6)
-    sent = [
-        OutgoingMessage(f"m{i}".encode(), queue_id=0, tags="Aa" if i % 2 else "BB")
-        for i in range(6)
-    ]
-    await broker.send.send("Ranged", sent)
-    every = broker.pull.read_records("Ranged", 0, None, 1 << 20)
-    assert (every.status, every.offset, every.next_offset, every.count) == (
-        GetMessageStatus.FOUND, 0, 6, 6,
-    )  # fmt: skip
-    tagged = broker.pull.read_records("Ranged", 0, 0, 1 << 20, tags="Aa")  # "BB" collides
-    assert (tagged.count, tagged.next_offset) == (3, 6)
-    empty = broker.pull.read_records("Ranged", 1, 0, 1 << 20)
-    assert (empty.status, empty.records) == (GetMessageStatus.NO_MESSAGE_IN_QUEUE, b"")
-    with pytest.raises(QueueNotFoundError):
-        broker.pull.read_records("Ranged", 2, 0, 1 << 20)
-    await broker.topics.put("Ranged", read_queue_nums=2, write_queue_nums=2, perm=2)
-    with pytest.raises(TopicNotReadableError):
-        broker.pull.read_records("Ranged", 0, 0, 1 << 20)

@@ -27,6 +27,8 @@ from spark_jobs.http_client import (
     SpoolmqClient,
     retry_after_s,
 )
+from spark_jobs.streaming.discovery import discover
+from spark_jobs.streaming.options import parse_source_options
 from tests.app.auth_support import start_auth_server
 from tests.conftest import LiveServer, start_server
 from tests.spark_jobs.stub_server import StubState, stub_server
@@ -78,6 +80,22 @@ def master_and_slave(
     yield master, slave
     slave.stop()
     master.stop()
+
+
+def test_a_pattern_subscription_never_takes_the_brokers_trace(tmp_path: Path) -> None:
+    """Message trace records are the broker's, not messages: a topic listing (and so a
+    ``subscribePattern`` of the streaming source) leaves the trace topic out."""
+    live = start_server(tmp_path / "store", trace=True)
+    try:
+        http = live.client()
+        assert http.post("/v1/topics/TracedOrders/messages", json={"body": "m"}).is_success
+        options = {"spoolmq.endpoints": live.url, "subscribePattern": ".*"}
+        subscription = parse_source_options(options, streaming=False).subscription
+        with connect(live.url) as client:
+            assert "RMQ_SYS_TRACE_TOPIC" not in client.topic_names()
+            assert {topic for topic, _ in discover(client, subscription)} == {"TracedOrders"}
+    finally:
+        live.stop()
 
 
 def test_reads_queues_offsets_and_pulls(live_server: LiveServer, topic: str) -> None:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from storage.durations import format_duration
+from storage.durations import format_duration, format_millis
 
 
 @pytest.mark.parametrize(
@@ -32,3 +32,23 @@ from storage.durations import format_duration
 )
 def test_format_duration(seconds: float | None, text: str) -> None:
     assert format_duration(seconds) == text
+
+
+@pytest.mark.parametrize(
+    ("milliseconds", "text"),
+    [
+        (0, "0 ms"),
+        (2.54, "2.5 ms"),
+        (7, "7 ms"),
+        (849.6, "850 ms"),
+        (1000, "1.00 s"),
+        (12_345, "12.35 s"),
+        (60_000, "1 min"),
+        (185_400, "3 min 5 s"),
+        (-5, "0 ms"),
+        (None, "—"),
+        (math.inf, "—"),
+    ],
+)
+def test_format_millis(milliseconds: float | None, text: str) -> None:
+    assert format_millis(milliseconds) == text

@@ -9,6 +9,8 @@ from spark_jobs.lag.output import queue_record
 from spark_jobs.lag.report import evaluate
 from spark_jobs.lag.snapshot import take_snapshot
 from storage import Message, MessageStore
+from storage.config_managers import ConsumerOffsetManager
+from storage.topic_names import TRACE_TOPIC
 from tests.spark_jobs.lag.conftest import T0, KnownStore, rows_by_key
 from tests.spark_jobs.stores import CONFIG
 
@@ -75,3 +77,18 @@ def test_timer_messages_are_no_lag_until_they_are_delivered(known_store: KnownSt
     assert rows[("billing", "Orders", 0)].lag == 6, "as before the timer messages"
     assert rows[("audit", "Orders", 0)].lag == 0
     assert not any(r.topic == "rmq_sys_wheel_timer" for r in snapshot.queues)
+
+
+def test_a_group_reading_the_trace_topic_gets_no_lag_rows_for_it(known_store: KnownStore) -> None:
+    """The broker's message trace is nobody's backlog, even when an admin reads it."""
+    store_dir = Path(known_store.store_dir)
+    with MessageStore.open(store_dir, CONFIG) as store:
+        for _ in range(4):
+            store.put([Message(TRACE_TOPIC, b'{"v": 1, "events": []}')])
+    offsets = ConsumerOffsetManager(store_dir / "config", now_ms=lambda: T0 + 40_000)
+    offsets.load()
+    offsets.commit_offset("billing", TRACE_TOPIC, 0, 1)
+    offsets.persist()
+    snapshot = take_snapshot([known_store.store_dir], known_store.now)
+    assert not any(row.topic == TRACE_TOPIC for row in snapshot.queues)
+    assert rows_by_key(snapshot.queues)[("billing", "Orders", 0)].lag == 6, "as before"

@@ -217,11 +217,11 @@ def test_a_key_selects_what_producers_sent_not_the_brokers_copies(
     spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A message and its retry, dead-letter, delay, timer, POP-checkpoint and transaction
-    (half, op, check-max) copies all carry the key: by default only the original (and any
-    user topic) is replayed."""
+    (half, op, check-max) copies and its trace records all carry the key: by default only the
+    original (and any user topic) is replayed."""
     topics = ["Orders", "OrdersReplay", "%RETRY%billing", "%DLQ%billing", "SCHEDULE_TOPIC_XXXX"]
     topics += ["rmq_sys_REVIVE_LOG", "rmq_sys_wheel_timer", "RMQ_SYS_TRANS_HALF_TOPIC"]
-    topics += ["RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC"]
+    topics += ["RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "RMQ_SYS_TRACE_TOPIC"]
     messages = [Message(t, b"order 42 paid", properties={"KEYS": "order-42"}) for t in topics]
     store = write_store(tmp_path / "store", messages)[0].store_dir
 
@@ -233,8 +233,8 @@ def test_a_key_selects_what_producers_sent_not_the_brokers_copies(
     assert "selected 2 messages" in default
     assert "  Orders: 1" in default and "  OrdersReplay: 1" in default
     assert "%" not in default and "SCHEDULE" not in default and "rmq_sys" not in default
-    assert "TRANS" not in default
-    assert "selected 10 messages" in dry_run("--include-system")
+    assert "TRANS" not in default and "TRACE" not in default
+    assert "selected 11 messages" in dry_run("--include-system")
     named = dry_run("--topic", "%DLQ%billing")
     assert "selected 1 messages" in named and "  %DLQ%billing: 1" in named
 

@@ -1,18 +1,22 @@
 """A range read's records as the source's rows, without Spark: the store-directory source's
 decoder gives every column a pull shows, for every kind of record; a range's end and the
-offsets a read skipped are kept exactly."""
+offsets a read skipped are kept exactly; a range the broker has not reached yet is waited
+for with its long poll."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from spark_jobs.streaming.fetch import ARROW_SCHEMA, gaps, to_batch
+from spark_jobs.http_client import Connection, SpoolmqClient
+from spark_jobs.streaming.fetch import ARROW_SCHEMA, fetch_range, gaps, to_batch
 from spark_jobs.streaming.offsets import QueueRange
 from storage import MessageStore
 from storage.record.fields import NamedView, message_view
+from tests.conftest import LiveServer, wait_until
 from tests.storage.conftest import TINY_CONFIG, message
 from tests.storage.record.golden import every_kind_of_message_record
 
@@ -87,3 +91,38 @@ def test_gaps_are_the_offsets_a_read_skipped(
     offsets: list[int], expected: list[tuple[int, int]]
 ) -> None:
     assert gaps(3, 7, offsets) == expected
+
+
+def test_a_range_past_the_head_is_read_once_its_records_arrive(
+    live_server: LiveServer, topic: str
+) -> None:
+    http = live_server.client()
+    assert http.put(f"/v1/topics/{topic}", json={"write_queue_nums": 1}).status_code == 201
+
+    def send(body: str) -> None:
+        answer = http.post(f"/v1/topics/{topic}/messages", json={"body": body, "queue_id": 0})
+        assert answer.status_code == 201, answer.text
+
+    send("m0")
+    slept: list[float] = []
+    parked = live_server.broker.waiters.parked
+    rows: list[Any] = []
+    with SpoolmqClient(Connection((live_server.url,))) as client:
+        # planned up to offset 3 while the broker holds 1 (a replica behind its master)
+        reader = threading.Thread(
+            target=lambda: rows.extend(
+                batch
+                for batch in fetch_range(
+                    client, QueueRange(topic, 0, 0, 3), None, True, slept.append
+                )
+            )
+        )
+        reader.start()
+        wait_until(lambda: live_server.broker.waiters.parked > parked)
+        send("m1")
+        wait_until(lambda: live_server.broker.waiters.parked > parked)
+        send("m2")
+        reader.join(60)
+    read = [r for batch in rows for r in batch.to_pylist()]
+    assert [(r["queue_offset"], r["value"]) for r in read] == [(0, b"m0"), (1, b"m1"), (2, b"m2")]
+    assert slept == [], "the broker's long poll waited, not the reader"

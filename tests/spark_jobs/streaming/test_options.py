@@ -84,6 +84,8 @@ def test_offsets_json_earliest_latest_and_timestamps() -> None:
         pytest.param({"subscribe": "A", "maxOffsetsPerTrigger": "0"}, "positive", id="limit"),
         pytest.param({"subscribe": "A", "failOnDataLoss": "maybe"}, "true or false", id="bool"),
         pytest.param({"subscribe": "A", "spoolmq.retries": "-1"}, "0 or more", id="retries"),
+        pytest.param({"subscribe": "A", "headWaitMs": "10001"}, "0 to 10000", id="head-wait"),
+        pytest.param({"subscribe": "A", "headWaitMs": "soon"}, "an integer", id="head-wait-int"),
     ],
 )
 def test_bad_source_options_are_refused_with_the_reason(

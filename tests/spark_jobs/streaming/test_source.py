@@ -1,21 +1,27 @@
 """The ``spoolmq`` source in a real local Spark against a real server: micro-batches bounded
 by ``maxOffsetsPerTrigger`` that read every message once, new queues and topics picked up
-after a restart from the checkpoint, bounded batch reads, and clear errors."""
+after a restart from the checkpoint, a position held where a queue fell below it (a
+failover), bounded batch reads, and clear errors."""
 
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
 from pyspark.errors import PySparkException
 from pyspark.sql import Row, SparkSession
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 
+from spark_jobs.streaming.options import parse_source_options
+from spark_jobs.streaming.source import SpoolmqStreamReader
 from tests.app.auth_support import start_auth_server
 from tests.conftest import LiveServer, wait_until
 from tests.spark_jobs.streaming.available_now import run_available_now
@@ -94,6 +100,62 @@ def test_micro_batches_are_bounded_and_read_every_message_once(
     lag = http.get(f"/v1/groups/{group}/offsets", params={"topic": topic}).json()
     committed = {q["queue_id"]: q["committed_offset"] for q in lag["topics"][0]["queues"]}
     assert committed[3] == counts[3]  # the group follows the query's progress
+
+
+def test_a_queue_below_the_querys_position_holds_it_until_it_passes_it_again(
+    live_server: LiveServer,
+) -> None:
+    """After a failover dropped messages nobody acknowledged, the promoted slave's queue ends
+    below where the query got to: the query waits there rather than read anything twice."""
+    http = live_server.client()
+    topic = f"Held{uuid.uuid4().hex[:8]}"
+    http.put(f"/v1/topics/{topic}", json={"write_queue_nums": 1, "read_queue_nums": 1})
+    send_to_queues(http, topic, {0: 5})
+    options = {"spoolmq.endpoints": live_server.url, "subscribe": topic}
+    reader = SpoolmqStreamReader(parse_source_options(options, streaming=True))
+    try:
+        beyond = {topic: {"0": 8}}  # the query had read 8 on the master that died
+        assert reader.latestOffset(beyond, ReadAllAvailable()) == beyond
+        assert reader.partitions(beyond, beyond) == []
+        send_to_queues(http, topic, {0: 5})  # the queue passes the position again
+        assert reader.latestOffset(beyond, ReadAllAvailable()) == {topic: {"0": 10}}
+        [partition] = reader.partitions(beyond, {topic: {"0": 10}})
+        offsets = [r["queue_offset"] for b in reader.read(partition) for r in b.to_pylist()]
+        assert offsets == [8, 9]
+    finally:
+        reader.stop()
+
+
+def test_a_trigger_with_nothing_new_waits_for_an_arrival_with_the_brokers_long_poll(
+    live_server: LiveServer,
+) -> None:
+    http = live_server.client()
+    topic = f"Idle{uuid.uuid4().hex[:8]}"
+    http.put(f"/v1/topics/{topic}", json={"write_queue_nums": 2, "read_queue_nums": 2})
+    send_to_queues(http, topic, {0: 3})
+    options = {"spoolmq.endpoints": live_server.url, "subscribe": topic, "headWaitMs": "10000"}
+    reader = SpoolmqStreamReader(parse_source_options(options, streaming=True))
+    head = {topic: {"0": 3, "1": 0}}
+    try:
+        parked = live_server.broker.waiters.parked
+        latest: list[dict[str, Any]] = []
+        trigger = threading.Thread(
+            target=lambda: latest.append(reader.latestOffset(head, ReadAllAvailable()))
+        )
+        trigger.start()
+        wait_until(lambda: live_server.broker.waiters.parked == parked + 2)  # both queues
+        send_to_queues(http, topic, {1: 2})
+        trigger.join(60)
+        assert latest == [{topic: {"0": 3, "1": 2}}]
+    finally:
+        reader.stop()
+    options["headWaitMs"] = "0"  # no wait: Spark's trigger loop alone asks again
+    unwaited = SpoolmqStreamReader(parse_source_options(options, streaming=True))
+    try:
+        now = {topic: {"0": 3, "1": 2}}
+        assert unwaited.latestOffset(now, ReadAllAvailable()) == now
+    finally:
+        unwaited.stop()
 
 
 def batch_read(spark: SparkSession, url: str, **options: str) -> list[Row]:

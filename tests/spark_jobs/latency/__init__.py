@@ -1,0 +1,1 @@
+"""The delivery latency report from message trace."""
