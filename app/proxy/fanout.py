@@ -22,8 +22,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from app.proxy.forward import BrokerAnswer, ProxyError
-from services.cluster import NoMasterError, TopicRoute
+from app.proxy.forward import BrokerAnswer, Forwarder, ProxyError
+from services.cluster import ClusterLabels, ClusterView, NoMasterError, TopicRoute, readers
 
 ROTATION = [0]
 """Where the next shared-out request starts its groups: one on for every request."""
@@ -84,6 +84,38 @@ async def each_group(
 def all_unreachable(answers: Sequence[tuple[str, Any]]) -> Unreachable | None:
     errors = [a for _, a in answers if isinstance(a, ProxyError | NoMasterError)]
     return errors[0] if errors and len(errors) == len(answers) else None
+
+
+async def read_every_group(
+    forwarder: Forwarder,
+    view: ClusterView,
+    groups: Sequence[str],
+    path: str,
+    *,
+    request: Any,
+    query: bytes,
+    labels: Callable[[str], ClusterLabels] | None = None,
+) -> list[tuple[str, BrokerAnswer | Unreachable]]:
+    """The same GET of ``path`` to a reader of each group (master first, then its slaves),
+    concurrently; an unreachable group is kept as its error, and raised when every group is
+    unreachable."""
+
+    async def ask(group: str) -> BrokerAnswer:
+        _, answer = await forwarder.call_any(
+            readers(view, group),
+            "GET",
+            path,
+            query=query,
+            request=request,
+            labels=None if labels is None else labels(group),
+        )
+        return answer
+
+    answers = await each_group(groups, ask)
+    down = all_unreachable(answers)
+    if down is not None:
+        raise down
+    return answers
 
 
 async def first_non_empty(

@@ -23,7 +23,7 @@ from app.proxy.context import (
     query_items,
     query_param,
 )
-from app.proxy.fanout import all_unreachable, each_group
+from app.proxy.fanout import read_every_group
 from app.proxy.forward import BrokerAnswer, ProxyError, broker_path, long_poll_timeout
 from app.proxy.schemas import ClusterQueueIdPath, ClusterSendResponse, forwarded_query
 from app.proxy.sending import SendTarget, forward_send
@@ -244,21 +244,15 @@ async def query_by_key(topic: TopicPath, request: Request) -> Response:
     route = topic_route(view, topic)
     limit = int_param(request, "max_messages", DEFAULT_MAX_MESSAGES)
 
-    async def ask(group: str) -> BrokerAnswer:
-        _, answer = await forwarder(request).call_any(
-            readers(view, group),
-            "GET",
-            broker_path("v1", "topics", topic, "messages"),
-            query=request.scope["query_string"],
-            request=request,
-            labels=ClusterLabels.of(route, group),
-        )
-        return answer
-
-    answers = await each_group(route.groups(), ask)
-    down = all_unreachable(answers)
-    if down is not None:
-        raise down
+    answers = await read_every_group(
+        forwarder(request),
+        view,
+        route.groups(),
+        broker_path("v1", "topics", topic, "messages"),
+        request=request,
+        query=request.scope["query_string"],
+        labels=functools.partial(ClusterLabels.of, route),
+    )
     found: list[dict[str, Any]] = []
     for _, answer in answers:
         if isinstance(answer, ProxyError | NoMasterError):
@@ -285,20 +279,14 @@ async def get_message(
     checked here, goes to the brokers with the query string as it came)."""
     view = cluster_view(request)
 
-    async def ask(group: str) -> BrokerAnswer:
-        _, answer = await forwarder(request).call_any(
-            readers(view, group),
-            "GET",
-            broker_path("v1", "messages", msg_id),
-            query=request.scope["query_string"],
-            request=request,
-        )
-        return answer
-
-    answers = await each_group(sorted(view.groups), ask)
-    down = all_unreachable(answers)
-    if down is not None:
-        raise down
+    answers = await read_every_group(
+        forwarder(request),
+        view,
+        sorted(view.groups),
+        broker_path("v1", "messages", msg_id),
+        request=request,
+        query=request.scope["query_string"],
+    )
     missing: BrokerAnswer | None = None
     for group, answer in answers:
         if isinstance(answer, ProxyError | NoMasterError):

@@ -19,13 +19,13 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.proxy.context import cluster_view, forwarder
-from app.proxy.fanout import all_unreachable, each_group
+from app.proxy.fanout import read_every_group
 from app.proxy.forward import BrokerAnswer, ProxyError, broker_path
 from app.responses import OrjsonResponse
 from app.routes.params import MessageIdPath
 from app.routes.trace import TRACE_DESCRIPTION, MessageIdOrKey
 from app.schemas.trace import TimelineOut
-from services.cluster import NoMasterError, readers
+from services.cluster import NoMasterError
 
 router = APIRouter(tags=["messages"])
 
@@ -139,20 +139,9 @@ async def timelines_of(
     MESSAGE_NOT_FOUND when no group has one."""
     view = cluster_view(request)
 
-    async def ask(group: str) -> BrokerAnswer:
-        _, answer = await forwarder(request).call_any(
-            readers(view, group),
-            "GET",
-            path,
-            query=query,
-            request=request,
-        )
-        return answer
-
-    answers = await each_group(sorted(view.groups), ask)
-    down = all_unreachable(answers)
-    if down is not None:
-        raise down
+    answers = await read_every_group(
+        forwarder(request), view, sorted(view.groups), path, request=request, query=query
+    )
     found: list[dict[str, Any]] = []
     missing: BrokerAnswer | None = None
     for _, answer in answers:
