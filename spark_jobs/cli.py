@@ -10,11 +10,20 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any, Final
 
 from spark_jobs.lag import job as lag_report
 from spark_jobs.latency import job as latency
 from spark_jobs.options import OptionError
 from spark_jobs.replay import job as replay
+
+_JOBS: Final[tuple[tuple[str, Any, str], ...]] = (
+    ("replay", replay, "select stored messages; write Parquet or re-send over HTTP"),
+    ("lag-report", lag_report, "consumer lag, Burrow statuses, CSV/Parquet/HTML report"),
+    ("latency", latency, "delivery latency per topic and group from message trace"),
+)
+"""Each subcommand: its name, its job module (``DESCRIPTION``, ``add_arguments``, ``run``)
+and its one-line help."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,24 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="spoolmq-spark", description="Spark jobs over spoolmq store directories."
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    replay_parser = commands.add_parser(
-        "replay", help="select stored messages; write Parquet or re-send over HTTP",
-        description=replay.DESCRIPTION,
-    )  # fmt: skip
-    replay.add_arguments(replay_parser)
-    replay_parser.set_defaults(run=replay.run)
-    lag_parser = commands.add_parser(
-        "lag-report", help="consumer lag, Burrow statuses, CSV/Parquet/HTML report",
-        description=lag_report.DESCRIPTION,
-    )  # fmt: skip
-    lag_report.add_arguments(lag_parser)
-    lag_parser.set_defaults(run=lag_report.run)
-    latency_parser = commands.add_parser(
-        "latency", help="delivery latency per topic and group from message trace",
-        description=latency.DESCRIPTION,
-    )  # fmt: skip
-    latency.add_arguments(latency_parser)
-    latency_parser.set_defaults(run=latency.run)
+    for name, job, summary in _JOBS:
+        job_parser = commands.add_parser(name, help=summary, description=job.DESCRIPTION)
+        job.add_arguments(job_parser)
+        job_parser.set_defaults(run=job.run)
     return parser
 
 
