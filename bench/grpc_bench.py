@@ -28,9 +28,6 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,7 +37,12 @@ from typing import Any
 
 import grpc
 import httpx
-from http_bench import Connection  # bench/ is on sys.path when this file runs
+from http_bench import (  # bench/ is on sys.path when this file runs
+    Connection,
+    free_port,
+    pinned,
+    server,
+)
 from rocketmq.grpc_protocol import (  # type: ignore[import-untyped]
     definition_pb2,
     service_pb2,
@@ -52,22 +54,11 @@ BODY_1K = b"x" * 1024
 QUEUES = 8
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def pinned(cpu: int) -> list[str]:
-    if shutil.which("taskset") and (os.cpu_count() or 1) > 1:
-        return ["taskset", "-c", str(cpu)]
-    return []
-
-
 @contextlib.contextmanager
-def server(store: Path, port: int, grpc_port: int) -> Iterator[str]:
+def grpc_server(store: Path, port: int, grpc_port: int) -> Iterator[str]:
+    """``spoolmq serve`` with its gRPC face, on CPU 0 (``http_bench.server``); its HTTP URL."""
+    url = f"http://127.0.0.1:{port}"
     command = [
-        *pinned(0),
         str(BIN / "spoolmq"),
         "serve",
         "--store-dir",
@@ -79,23 +70,8 @@ def server(store: Path, port: int, grpc_port: int) -> Iterator[str]:
         "--log-level",
         "warning",
     ]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline or process.poll() is not None:
-                raise RuntimeError("the server did not start")
-            time.sleep(0.1)
+    with server(command, url, "/readyz", store.parent):
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 async def run_calls(count: int, concurrency: int, call: Callable[[int], Awaitable[int]]) -> float:
@@ -249,7 +225,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="grpc-bench-") as scratch:
         grpc_port = free_port()
         http_port = free_port()
-        with server(Path(scratch) / "store", http_port, grpc_port) as url:
+        with grpc_server(Path(scratch) / "store", http_port, grpc_port) as url:
             create_topics(url, "ViaGrpc", "ViaGrpcBatch", "ViaHttp", "ViaHttpBatch")
             via_grpc = asyncio.run(grpc_figures(f"127.0.0.1:{grpc_port}", "ViaGrpc", args))
             via_http = asyncio.run(http_figures(http_port, "ViaHttp", args))
