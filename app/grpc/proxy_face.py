@@ -34,10 +34,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+import httpx
 import orjson
 from fastapi import FastAPI
 
-from app.grpc.clients import CLIENT_ID, ClientTable, metadata, peer
+from app.grpc.clients import CLIENT_ID, ClientTable, metadata
 from app.grpc.convert import (
     ProtocolError,
     endpoints_of,
@@ -85,11 +86,13 @@ class AppAnswer:
 
 
 class AppCaller:
-    """Requests to the proxy's app over ASGI, in the process: what a client of the HTTP API
-    would be answered, without a socket or the HTTP wire."""
+    """Requests to the proxy's app over ASGI, in the process (httpx's ASGI transport): what a
+    client of the HTTP API would be answered, without a socket or the HTTP wire."""
 
     def __init__(self, app: FastAPI) -> None:
-        self.app = app
+        self.http = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://proxy", timeout=None
+        )
 
     async def call(
         self,
@@ -98,47 +101,13 @@ class AppCaller:
         *,
         json: Any = None,
         headers: Sequence[tuple[bytes, bytes]] = (),
-        client: tuple[str, int] = ("127.0.0.1", 0),
     ) -> AppAnswer:
-        body = b"" if json is None else orjson.dumps(json)
-        sent_headers = [*headers, (b"content-length", str(len(body)).encode())]
-        if json is not None:
-            sent_headers.append((b"content-type", b"application/json"))
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0", "spec_version": "2.4"},
-            "http_version": "1.1",
-            "method": method,
-            "scheme": "http",
-            "path": path,
-            "raw_path": path.encode(),
-            "root_path": "",
-            "query_string": b"",
-            "headers": sent_headers,
-            "client": client,
-            "server": ("127.0.0.1", 0),
-            "state": {},
-        }
-        given = False
-
-        async def receive() -> dict[str, Any]:
-            nonlocal given
-            if given:
-                return {"type": "http.disconnect"}
-            given = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        answer: dict[str, Any] = {"status": 500, "headers": [], "body": bytearray()}
-
-        async def send(message: Mapping[str, Any]) -> None:
-            if message["type"] == "http.response.start":
-                answer["status"] = message["status"]
-                answer["headers"] = list(message.get("headers") or ())
-            elif message["type"] == "http.response.body":
-                answer["body"] += message.get("body", b"")
-
-        await self.app(scope, receive, send)
-        return AppAnswer(answer["status"], answer["headers"], bytes(answer["body"]))
+        content = None if json is None else orjson.dumps(json)
+        sent = list(headers)
+        if content is not None:
+            sent.append((b"content-type", b"application/json"))
+        response = await self.http.request(method, path, content=content, headers=sent)
+        return AppAnswer(response.status_code, list(response.headers.raw), response.content)
 
 
 def checked(answer: AppAnswer) -> Any:
@@ -261,7 +230,6 @@ class ProxyMessagingFace:
                 "POST",
                 broker_path("v1", "topics", topics.pop(), "messages"),
                 json=send_json(messages),
-                client=peer(context),
             )
         )
         return service.SendMessageResponse(status=status(), entries=send_entries(sent))
@@ -283,7 +251,6 @@ class ProxyMessagingFace:
                         "receive",
                     ),
                     json=body,
-                    client=peer(context),
                 )
             )
         except ProtocolError as exc:
