@@ -88,10 +88,6 @@ class HttpConnection(asyncio.Protocol):
         self.timer: asyncio.TimerHandle | None = None
         self.last_data = 0.0
 
-    @property
-    def default_headers(self) -> list[tuple[bytes, bytes]]:
-        return self.state.default_headers
-
     # ---------------------------------------------------------------- asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -254,7 +250,8 @@ class HttpConnection(asyncio.Protocol):
         if exchange is not self.current:
             return
         self.current = None
-        if self.closing():
+        transport = self.transport
+        if transport is None or transport.is_closing():
             return
         if self.pending_refusal is not None:
             self.write((self.pending_refusal,))
@@ -263,7 +260,8 @@ class HttpConnection(asyncio.Protocol):
         if not exchange.keep_alive:
             self.close()
             return
-        self.resume_reading()
+        if self.read_paused:
+            self.resume_reading()
         if self.waiting:
             self._start(self.waiting.popleft())
         elif self.phase is Phase.ANSWERING:
@@ -320,7 +318,7 @@ class HttpConnection(asyncio.Protocol):
         self.deadline = None
         self.waiting.clear()
         current = self.current
-        date = b"".join(b"%s: %s\r\n" % header for header in self.default_headers)
+        date = self.state.default_head
         refusal = b"HTTP/1.1 %d %s\r\n%scontent-type: text/plain; charset=utf-8\r\n" % (
             status,
             reason,

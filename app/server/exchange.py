@@ -71,12 +71,6 @@ def _status_lines() -> dict[int, bytes]:
 STATUS_LINES: Final = _status_lines()
 
 
-def status_line(status: int) -> bytes:
-    """``HTTP/1.1 <status> <reason>`` and its CRLF (an unknown status without a reason)."""
-    line = STATUS_LINES.get(status)
-    return line if line is not None else b"HTTP/1.1 %d \r\n" % status
-
-
 class Exchange:
     """One request on a connection, from its headers to the end of its answer."""
 
@@ -138,13 +132,14 @@ class Exchange:
         """A piece of the request body arrived; how many bytes are now held for the app."""
         self.body.append(piece)
         self.held += len(piece)
-        if self.held > self.wake_above:
+        if self.held > self.wake_above and self.waiter is not None:
             self.wake()
         return self.held
 
     def end_body(self) -> None:
         self.more_body = False
-        self.wake()
+        if self.waiter is not None:
+            self.wake()
 
     def lost(self) -> None:
         """The client went away."""
@@ -312,7 +307,8 @@ class Exchange:
             if self.remaining:
                 raise RuntimeError("the answer is shorter than its Content-Length")
             self.complete = True
-            self.wake()  # a pending receive now answers http.disconnect
+            if self.waiter is not None:
+                self.wake()  # a pending receive now answers http.disconnect
             connection.answered(self)
 
     # ---------------------------------------------------------------- the answer
@@ -321,10 +317,9 @@ class Exchange:
         self.started = True
         self.expect_continue = False
         self.status = status
-        head = [status_line(status)]
         connection = self.connection
-        for name, value in connection.default_headers:
-            head += (name, b": ", value, b"\r\n")
+        line = STATUS_LINES.get(status) or b"HTTP/1.1 %d \r\n" % status
+        head = [line, connection.state.default_head]
         length: int | None = None
         chunked = closes = False
         for name, value in headers:
@@ -336,7 +331,10 @@ class Exchange:
             elif name == b"connection" and b"close" in value.lower():
                 closes = True
                 self.keep_alive = False
-            _check_header(name, value)
+            if name not in _CHECKED_NAMES:
+                _check_name(name)
+            if _CONTROL.search(value):
+                raise RuntimeError(f"an invalid HTTP header value: {name!r}")
             head += (name, b": ", value, b"\r\n")
         scope = self.scope
         self.bodiless = scope["method"] == "HEAD" or status in _NO_BODY_STATUSES or status < 200
@@ -408,8 +406,15 @@ _CONTROL: Final = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 """What a header value may not hold: a control character other than a tab."""
 
 
-def _check_header(name: bytes, value: bytes) -> None:
-    """A header the client could not parse — one that may even break the answer's framing —
-    is the app's bug, not sent."""
-    if not name or name.translate(None, _TOKEN) or _CONTROL.search(value):
+_CHECKED_NAMES: Final[set[bytes]] = set()
+"""Header names found valid: an app answers with a handful, checked once each."""
+_MAX_CHECKED_NAMES: Final = 1024
+
+
+def _check_name(name: bytes) -> None:
+    """A header name the client could not parse — one that may even break the answer's
+    framing — is the app's bug, not sent (nor is a value with a control character)."""
+    if not name or name.translate(None, _TOKEN):
         raise RuntimeError(f"an invalid HTTP header: {name!r}")
+    if len(_CHECKED_NAMES) < _MAX_CHECKED_NAMES:
+        _CHECKED_NAMES.add(name)

@@ -41,6 +41,8 @@ class ServerState:
     connections: set[HttpConnection] = field(default_factory=set)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     default_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    default_head: bytes = b""
+    """:attr:`default_headers` as the lines of an answer's head."""
     fixed_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     """Headers every answer carries after the ``date`` (the server's :attr:`Server` headers)."""
     face: WireFace | None = None
@@ -52,7 +54,8 @@ class ServerState:
     def update_date(self) -> None:
         """The ``date`` header every answer carries, made once a second."""
         date = (b"date", formatdate(time.time(), usegmt=True).encode())
-        self.default_headers = [date, *self.fixed_headers]
+        self.default_headers = headers = [date, *self.fixed_headers]
+        self.default_head = b"".join(b"%s: %s\r\n" % header for header in headers)
 
 
 class Server:
