@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated
+from typing import Annotated, Final
 
 from fastapi import Depends, Request
 from starlette.requests import ClientDisconnect
@@ -55,10 +55,19 @@ def header(request: Request, name: bytes) -> str:
     return ""
 
 
+BODY_READ: Final = "spoolmq.body"
+"""The scope's key for a request body a server's wire face read before the endpoint ran
+(:mod:`app.routes.wire`): the endpoint's :func:`read_body` takes it from there."""
+
+
 async def read_body(request: Request) -> bytes:
     """The request's body, read once straight from its ASGI ``receive`` (``request.body()``
-    goes through an async generator, a noticeable part of a small send): for a route that
-    reads its body exactly once. ClientDisconnect when the client went away first."""
+    goes through an async generator, a noticeable part of a small send), or taken from the
+    scope where a wire face put it: for a route that reads its body exactly once.
+    ClientDisconnect when the client went away first."""
+    read: bytes | None = request.scope.pop(BODY_READ, None)
+    if read is not None:
+        return read
     chunks: list[bytes] = []
     receive = request.receive
     while True:

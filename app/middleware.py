@@ -57,12 +57,11 @@ class HttpShellMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = request_id_of(scope)
+        request_id, declared = request_id_and_length(scope)
         scope.setdefault("state", {})["request_id"] = request_id
         id_header = (b"x-request-id", request_id.encode())
         keep_encoded_slashes(scope)
         limit = self.max_request_bytes
-        declared = declared_length(scope)
         if declared is not None and declared > limit:
             await _send_too_large(scope, send, id_header, limit, declared)
             return
@@ -146,15 +145,27 @@ class _Exchange:
         await self._send(message)
 
 
-def request_id_of(scope: Scope) -> str:
-    """The client's ``X-Request-Id`` when it is a valid one, else a new id."""
+def request_id_and_length(scope: Scope) -> tuple[str, int | None]:
+    """The client's ``X-Request-Id`` when it is a valid one, else a new id; and the request's
+    Content-Length, None when it has none (or not a number)."""
+    request_id: str | None = None
+    length: int | None = None
+    seen_id = seen_length = False
     for name, value in scope["headers"]:
-        if name == b"x-request-id":
+        if name == b"x-request-id" and not seen_id:
+            seen_id = True
             if _REQUEST_ID.match(value):
-                return bytes(value).decode()
-            break
-    # A random per-process prefix and a counter: unique, and cheaper than os.urandom per request.
-    return f"{_ID_PREFIX}{next(_ID_COUNTER) & 0xFFFFFFFFFFFFFFFF:016x}"
+                request_id = bytes(value).decode()
+        elif name == b"content-length" and not seen_length:
+            seen_length = True
+            try:
+                length = int(value)
+            except ValueError:
+                length = None
+    if request_id is None:
+        # A random per-process prefix and a counter: unique, cheaper than os.urandom per request.
+        request_id = f"{_ID_PREFIX}{next(_ID_COUNTER) & 0xFFFFFFFFFFFFFFFF:016x}"
+    return request_id, length
 
 
 def internal_error_problem(scope: Scope, request_id: str) -> bytes:
@@ -162,17 +173,6 @@ def internal_error_problem(scope: Scope, request_id: str) -> bytes:
     return problem_body(
         500, "INTERNAL_ERROR", "the server failed; see its log", scope["path"], request_id
     )
-
-
-def declared_length(scope: Scope) -> int | None:
-    """The request's Content-Length, None when it has none (or not a number)."""
-    for name, value in scope["headers"]:
-        if name == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
 
 
 def keep_encoded_slashes(scope: Scope) -> None:

@@ -76,7 +76,9 @@ class DirectOperations:
     async def answer(self, arguments: EndpointArguments, request: Request) -> Response:
         """The endpoint's answer to ``request``, or the app's answer to what it raised."""
         try:
-            values = await arguments.read(request, self.fastapi)
+            values = arguments.read(request)
+            if arguments.dependencies:
+                await arguments.depend(values, request, self.fastapi)
             return await arguments.endpoint(**values)
         except Exception as exc:
             return await self.handled(request, exc)
@@ -125,7 +127,7 @@ class EndpointArguments:
         self.endpoint = endpoint
         self.path_names = frozenset(path_names)
         self.request_name: str | None = None
-        self.path: list[tuple[str, TypeAdapter[Any]]] = []
+        self.path: list[tuple[str, Callable[[str], Any] | None]] = []
         self.query: QueryModel | None = None
         self.query_name = ""
         self.dependencies: list[tuple[str, Callable[[Request], Any], bool]] = []
@@ -149,51 +151,52 @@ class EndpointArguments:
                 raise self._refused(name, "is not the one query model")
             self.query, self.query_name = QueryModel(model), name
         elif name in self.path_names and (marker is None or isinstance(marker, Path)):
-            self.path.append((name, _AS_GIVEN if hint is str else TypeAdapter(hint)))
+            # a plain str is the text the route matched, as it is; anything else is validated
+            # by its adapter's core validator (TypeAdapter.validator, skipping its wrapper)
+            check = None if hint is str else TypeAdapter(hint).validator.validate_python
+            self.path.append((name, check))
         else:
             raise self._refused(name, "is not read by direct dispatch")
 
     def _refused(self, name: str, why: str) -> TypeError:
         return TypeError(f"{self.endpoint.__name__}: parameter {name} {why}")
 
-    async def read(self, request: Request, app: FastAPI) -> dict[str, Any]:
-        """The endpoint's keyword arguments; RequestValidationError (FastAPI's, with the same
-        error locations) for parameters that do not validate."""
+    def read(self, request: Request) -> dict[str, Any]:
+        """The endpoint's keyword arguments but its dependencies' (:meth:`depend`);
+        RequestValidationError (FastAPI's, with the same error locations) for parameters that
+        do not validate."""
         values: dict[str, Any] = {}
         errors: list[Any] = []
-        path_params = request.path_params
-        for name, adapter in self.path:
+        scope = request.scope
+        path_params = scope["path_params"]
+        for name, check in self.path:
+            if check is None:
+                values[name] = path_params[name]
+                continue
             try:
-                values[name] = adapter.validate_python(path_params[name])
+                values[name] = check(path_params[name])
             except ValidationError as exc:
                 errors += _located(exc, ("path", name))
         if self.query is not None:
             try:
-                values[self.query_name] = self.query.read(request.scope["query_string"])
+                values[self.query_name] = self.query.read(scope["query_string"])
             except ValidationError as exc:
                 errors += _located(exc, ("query",))
         if errors:
             raise RequestValidationError(errors)
         if self.request_name is not None:
             values[self.request_name] = request
+        return values
+
+    async def depend(self, values: dict[str, Any], request: Request, app: FastAPI) -> None:
+        """The values of the endpoint's dependencies, into ``values`` (the app's overrides
+        of them called instead, as FastAPI calls them)."""
         overrides: dict[Any, Callable[[Request], Any]] = app.dependency_overrides
         for name, call, awaited in self.dependencies:
             if overrides:
                 call = overrides.get(call, call)
                 awaited = inspect.iscoroutinefunction(call)
             values[name] = await call(request) if awaited else call(request)
-        return values
-
-
-class _AsGiven:
-    """A plain ``str`` path parameter's reading: the text the route matched, as it is."""
-
-    @staticmethod
-    def validate_python(value: str) -> str:
-        return value
-
-
-_AS_GIVEN: Final[Any] = _AsGiven()
 
 
 class QueryModel:

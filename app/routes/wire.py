@@ -23,14 +23,13 @@ import logging
 from typing import Any, Final
 
 from starlette.requests import Request
-from starlette.responses import Response
 
+from app.deps import BODY_READ
 from app.middleware import (
-    declared_length,
     internal_error_problem,
     keep_encoded_slashes,
     problem_headers,
-    request_id_of,
+    request_id_and_length,
     stalled_body_problem,
     too_large_problem,
 )
@@ -60,7 +59,8 @@ class EndpointFace:
         self._handlers: dict[int, Handler] = {}  # by the id of an operation's arguments
 
     def handler(self, scope: dict[str, Any]) -> Handler | None:
-        keep_encoded_slashes(scope)
+        if b"%" in scope["raw_path"]:
+            keep_encoded_slashes(scope)
         arguments = self.direct.take(scope)
         if arguments is None:
             return None
@@ -82,16 +82,14 @@ class _Operation:
 
     async def serve(self, exchange: Exchange) -> None:
         scope = exchange.scope
-        request_id = request_id_of(scope)
+        request_id, declared = request_id_and_length(scope)
         scope["state"]["request_id"] = request_id
         id_header = (_REQUEST_ID, request_id.encode())
-        declared = declared_length(scope)
-        receive = exchange.receive  # a request without a body to read (a GET's)
         try:
             if declared is not None and declared > self.limit:
                 raise BodyTooLargeError
             if scope["method"] in _BODY_METHODS:
-                receive = _ReadBody(await exchange.read_body(self.limit), exchange).receive
+                scope[BODY_READ] = await exchange.read_body(self.limit)
         except BodyTooLargeError:
             problem = too_large_problem(self.limit, declared, scope["path"], request_id)
             exchange.respond(413, problem_headers(problem, id_header, close=True), problem)
@@ -102,6 +100,16 @@ class _Operation:
             return
         except ClientGoneError:
             return
+
+        async def receive() -> dict[str, Any]:
+            """The body read above — unless the endpoint took it from the scope
+            (:func:`app.deps.read_body`, which saves this call) — then the exchange's own
+            ``receive`` (which tells when the client goes away)."""
+            body = scope.pop(BODY_READ, None)
+            if body is not None:
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await exchange.receive()
+
         request = Request(scope, receive)
         try:
             response = await self.direct.answer(self.arguments, request)
@@ -112,29 +120,7 @@ class _Operation:
             problem = internal_error_problem(scope, request_id)
             exchange.respond(500, problem_headers(problem, id_header), problem)
             return
-        _answer(exchange, response, id_header)
+        # a whole body: a direct operation answers with no stream
+        exchange.respond(response.status_code, [*response.raw_headers, id_header], response.body)
         if response.background is not None:
             await response.background()
-
-
-def _answer(exchange: Exchange, response: Response, id_header: tuple[bytes, bytes]) -> None:
-    """Write ``response`` (a whole body: a direct operation answers with no stream)."""
-    exchange.respond(response.status_code, [*response.raw_headers, id_header], response.body)
-
-
-class _ReadBody:
-    """The ASGI ``receive`` an endpoint gets: the body the face read, then the exchange's own
-    (which tells when the client goes away)."""
-
-    __slots__ = ("body", "exchange")
-
-    def __init__(self, body: bytes, exchange: Exchange) -> None:
-        self.body: bytes | None = body
-        self.exchange = exchange
-
-    async def receive(self) -> dict[str, Any]:
-        body = self.body
-        if body is None:
-            return await self.exchange.receive()
-        self.body = None
-        return {"type": "http.request", "body": body, "more_body": False}
