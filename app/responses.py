@@ -42,8 +42,9 @@ class BytesResponse(Response):
                     kind = False
         if length and status_code >= 200 and status_code != 204 and status_code != 304:
             raw.append((b"content-length", b"%d" % len(content)))
-        if kind and self.media_type is not None:
-            raw.append((b"content-type", _content_type(self.media_type)))
+        kind_of = self.media_type
+        if kind and kind_of is not None:
+            raw.append((b"content-type", _CONTENT_TYPES.get(kind_of) or _content_type(kind_of)))
         self.raw_headers = raw
 
 

@@ -18,6 +18,8 @@ from services.cluster import ClusterView, RouteRegistry, SendPicker
 
 DEFAULT_MAX_MESSAGES = 32
 _QUERY: Final = "spoolmq.query"
+PROXY_STATE: Final = "proxy"
+"""The proxy's key in its lifespan's state."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +51,12 @@ class Proxy:
 
 
 def proxy_of(request: Request) -> Proxy:
-    proxy: Proxy = request.app.state.proxy
+    """The request's proxy: from the lifespan's state in its scope (ASGI lifespan state), else
+    from the app's (a request of an ASGI client that runs no lifespan)."""
+    state = request.scope.get("state")
+    proxy: Proxy | None = state.get(PROXY_STATE) if state else None
+    if proxy is None:
+        proxy = request.app.state.proxy
     return proxy
 
 

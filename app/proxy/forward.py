@@ -97,7 +97,10 @@ class BrokerAnswer:
     def response(self, content: bytes | None = None) -> Response:
         """Pass the answer on, unchanged or with ``content`` (rewritten) as its body."""
         body = self.content if content is None else content
-        return with_kept(BytesResponse(body, self.status, None, self.content_type), self.kept)
+        response = BytesResponse(body, self.status, None, self.content_type)
+        if self.kept:
+            response.raw_headers[:0] = self.kept
+        return response
 
     def with_body(self, body: Any) -> Response:
         """Pass the answer on with a rewritten JSON body."""

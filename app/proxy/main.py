@@ -19,7 +19,7 @@ from app.grpc import GrpcExtraMissingError
 from app.main import spoolmq_version
 from app.middleware import HttpShellMiddleware
 from app.proxy import consume, messages, pop, timers, topics, trace, transactions
-from app.proxy.context import Proxy, ProxyLimits
+from app.proxy.context import PROXY_STATE, Proxy, ProxyLimits
 from app.proxy.fanout import BudgetShares
 from app.proxy.forward import Forwarder
 from app.proxy.openapi import DESCRIPTION, TAGS, proxy_openapi
@@ -52,11 +52,12 @@ def create_proxy_app(
     limits = limits or ProxyLimits()
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Proxy]]:
         etcd = EtcdClient(list(etcd_endpoints), tls=limits.tls)
         registry = RouteRegistry(etcd, cluster)
         upstream = Upstream(connect_timeout_s=limits.connect_timeout_s, tls=limits.tls)
-        app.state.proxy = Proxy(limits, registry, Forwarder(upstream), SendPicker(), BudgetShares())
+        proxy = Proxy(limits, registry, Forwarder(upstream), SendPicker(), BudgetShares())
+        app.state.proxy = proxy
         try:
             await registry.refresh()
         except EtcdUnavailableError:
@@ -66,7 +67,7 @@ def create_proxy_app(
         if rocketmq_face is not None:
             await rocketmq_face.start()
         try:
-            yield
+            yield {PROXY_STATE: proxy}
         finally:
             if rocketmq_face is not None:
                 await rocketmq_face.stop()

@@ -20,11 +20,18 @@ from app.proxy.context import (
     forwarder,
     int_param,
     params_without,
+    proxy_of,
     query_items,
     query_param,
 )
 from app.proxy.fanout import read_every_group
-from app.proxy.forward import BrokerAnswer, ProxyError, broker_path, long_poll_timeout
+from app.proxy.forward import (
+    READ_TIMEOUT_S,
+    BrokerAnswer,
+    ProxyError,
+    broker_path,
+    long_poll_timeout,
+)
 from app.proxy.schemas import ClusterQueueIdPath, ClusterSendResponse, forwarded_query
 from app.proxy.sending import SendTarget, forward_send
 from app.responses import OrjsonResponse
@@ -119,13 +126,7 @@ RAW_PARAMETERS_WITH_JSON: Final = (
 def json_target(topic: str, raw: bytes, client_key: str | None) -> SendTarget:
     """What a JSON send asks for (MALFORMED_JSON or VALIDATION_FAILED if it is not one)."""
     plan = JsonSend(raw)
-    return SendTarget(
-        topic, plan.queue_id, plan.sharding_key, client_key, plan.parts_for, _no_query
-    )
-
-
-def _no_query(local_queue_id: int) -> bytes:
-    return b""
+    return SendTarget(topic, plan.queue_id, plan.sharding_key, client_key, plan.parts_for, None)
 
 
 def send_headers(headers: list[tuple[bytes, bytes]]) -> tuple[str, bool]:
@@ -157,7 +158,8 @@ def send_headers(headers: list[tuple[bytes, bytes]]) -> tuple[str, bool]:
 async def pull_queue(topic: TopicPath, queue_id: ClusterQueueIdPath, request: Request) -> Response:
     """Pull one cluster-wide queue from its group: the master, or a slave if it is down (the
     master alone when the pull commits an offset)."""
-    view = cluster_view(request)
+    proxy = proxy_of(request)
+    view = proxy.registry.view
     route = topic_route(view, topic)
     queue = queue_route(route, queue_id)
     group = queue.group
@@ -166,7 +168,7 @@ async def pull_queue(topic: TopicPath, queue_id: ClusterQueueIdPath, request: Re
     members = [master_of(view, group)] if commits else readers(view, group)
     wait_ms = int_param(request, "wait_ms", 0) if may_name(raw, b"wait_ms") else 0
     labels = ClusterLabels.of(route, group)
-    _, answer = await forwarder(request).call_any(
+    _, answer = await proxy.forwarder.call_any(
         members,
         "GET",
         _pull_path(topic, queue.local_queue_id),
@@ -174,7 +176,7 @@ async def pull_queue(topic: TopicPath, queue_id: ClusterQueueIdPath, request: Re
         request=request,
         # a pull of one queue is labelled only where its queue ids differ
         labels=labels if labels.queue_ids else None,
-        timeout_s=long_poll_timeout(wait_ms),
+        timeout_s=long_poll_timeout(wait_ms) if wait_ms else READ_TIMEOUT_S,
     )
     return answer.response()
 

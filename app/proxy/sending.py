@@ -50,7 +50,6 @@ from app.proxy.forward import (
     BrokerUnreachableError,
     ProxyError,
     broker_path,
-    with_kept,
 )
 from app.proxy.upstream import Body
 from app.responses import BytesResponse
@@ -98,8 +97,8 @@ class SendTarget:
     client_key: str | None
     body_for: Callable[[int], Body]
     """The request body for the chosen group's local queue id."""
-    query_for: Callable[[int], bytes]
-    """The query string for the chosen group's local queue id."""
+    query_for: Callable[[int], bytes] | None
+    """The query string for the chosen group's local queue id (None: no query string)."""
 
     @property
     def placed(self) -> bool:
@@ -128,9 +127,6 @@ class _Attempts:
 
     def remaining(self) -> float:
         return self.deadline - time.monotonic()
-
-    def attempt_timeout(self) -> float:
-        return max(min(self.remaining(), self.limits.send_attempt_timeout_s), 0.001)
 
     def queue(self) -> QueueRoute:
         """The queue of the next attempt (the topic's route read again for each)."""
@@ -162,12 +158,12 @@ async def forward_send(request: Request, target: SendTarget) -> Response:
     ``broker_group``), a broker's refusal, 503 when nothing was sent, or 504
     OUTCOME_UNKNOWN — the rules of the module, in one place."""
     attempts = _Attempts(request, target)
-    while attempts.remaining() > 0:
+    while time.monotonic() < attempts.deadline:
         queue = attempts.queue()
         answer = await _attempt(attempts, queue)
         if answer is None:
             continue
-        if answer.ok:
+        if 200 <= answer.status < 300:
             return receipts(answer, target.client_key)
         if not await _retry_after_refusal(attempts, queue, answer):
             return answer.response()
@@ -186,17 +182,19 @@ async def _attempt(attempts: _Attempts, queue: QueueRoute) -> BrokerAnswer | Non
     headers = [(b"idempotency-key", attempts.key.encode())] if attempts.key else []
     route = attempts.route
     assert route is not None  # picked with the queue
+    local = queue.local_queue_id
+    remaining = attempts.deadline - time.monotonic()
     try:
         return await proxy.forwarder.call(
             master,
             "POST",
             send_path(target.topic),
             request=attempts.request,
-            query=target.query_for(queue.local_queue_id),
-            content=target.body_for(queue.local_queue_id),
+            query=b"" if target.query_for is None else target.query_for(local),
+            content=target.body_for(local),
             headers=headers,
             labels=ClusterLabels.of(route, queue.group),
-            timeout_s=attempts.attempt_timeout(),
+            timeout_s=max(min(remaining, attempts.limits.send_attempt_timeout_s), 0.001),
         )
     except BrokerNoAnswerError as exc:
         _maybe_written(attempts, queue, exc.detail)
@@ -275,11 +273,13 @@ async def _retry_after_refusal(
 def receipts(answer: BrokerAnswer, client_key: str | None) -> Response:
     """A broker's receipts (labelled by the broker) as the client gets them: a replay of a
     retry with the proxy's own key is no replay to the client."""
-    kept = answer.kept
-    if not client_key and kept:
-        kept = [(k, v) for k, v in kept if k != b"idempotent-replayed"]
     response = BytesResponse(answer.content, answer.status, None, answer.content_type)
-    return with_kept(response, kept)
+    kept = answer.kept
+    if kept:
+        if not client_key and any(name == b"idempotent-replayed" for name, _ in kept):
+            kept = [(name, value) for name, value in kept if name != b"idempotent-replayed"]
+        response.raw_headers[:0] = kept
+    return response
 
 
 def _outcome_unknown(attempts: _Attempts) -> Response:
