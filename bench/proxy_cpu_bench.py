@@ -58,6 +58,12 @@ def cpu_ns(pid: int) -> int:
     return total
 
 
+def knows_workers(root: Path) -> bool:
+    """Whether the checkout at ``root`` has ``spoolmq proxy --workers`` (older ones serve in
+    one process without it)."""
+    return "--workers" in (root / "app" / "cli.py").read_text()
+
+
 def workloads(args: argparse.Namespace) -> dict[str, tuple[str, object, bytes]]:
     """name -> (method, path or a path maker, body)."""
     rng = random.Random(7)
@@ -147,7 +153,7 @@ def main() -> int:
             wrapper = ["valgrind", "--tool=callgrind", "--dump-instr=no", out]
         for side, code in (("before", Path(args.before_root)), ("after", None)):
             # one process: the CPU and instructions measured are the serving process's
-            workers = 1 if code is None else None
+            workers = 1 if code is None or knows_workers(code) else None
             proxies[side] = ProxyProcess(etcd_url, code, wrapper=wrapper, workers=workers).launch()
         for proxy in proxies.values():  # under valgrind a start takes minutes: both at once
             wait_for(proxy.ready, 900)
