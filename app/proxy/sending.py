@@ -276,8 +276,11 @@ def receipts(answer: BrokerAnswer, client_key: str | None) -> Response:
     response = BytesResponse(answer.content, answer.status, None, answer.content_type)
     kept = answer.kept
     if kept:
-        if not client_key and any(name == b"idempotent-replayed" for name, _ in kept):
-            kept = [(name, value) for name, value in kept if name != b"idempotent-replayed"]
+        if not client_key:
+            for name, _ in kept:
+                if name == b"idempotent-replayed":
+                    kept = [(k, v) for k, v in kept if k != b"idempotent-replayed"]
+                    break
         response.raw_headers[:0] = kept
     return response
 
