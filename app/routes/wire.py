@@ -5,9 +5,10 @@ headers are parsed, whether the request is one of the app's direct operations
 (:class:`~app.routes.direct.DirectOperations`); if so the face reads the whole body from the
 server's exchange (a POST's, PUT's or PATCH's), calls the operation's endpoint — the same
 endpoint, arguments and error handlers as FastAPI's route — and writes the endpoint's answer in
-one piece. No ASGI messages, no middleware: for a proxy, whose requests are small and whose
-work is passing them on, those cost a request as much as its routing
-(``bench/proxy_cpu_bench.py``).
+one piece. The body read goes to the endpoint in the request's scope (:func:`app.deps.read_body`
+takes it there), or through its ``receive`` for an endpoint that reads it otherwise. No ASGI
+messages, no middleware: for a proxy, whose requests are small and whose work is passing them
+on, those cost a request as much as its routing (``bench/proxy_cpu_bench.py``).
 
 The face keeps the rules of the HTTP shell (:mod:`app.middleware`) for the requests it takes:
 the request id (the client's or a new one, on every answer), encoded slashes kept in path
