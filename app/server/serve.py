@@ -40,9 +40,8 @@ class ServerState:
     limits: ServerLimits
     connections: set[HttpConnection] = field(default_factory=set)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
-    default_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     default_head: bytes = b""
-    """:attr:`default_headers` as the lines of an answer's head."""
+    """The lines every answer's head holds: the ``date`` and :attr:`fixed_headers`."""
     fixed_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     """Headers every answer carries after the ``date`` (the server's :attr:`Server` headers)."""
     face: WireFace | None = None
@@ -54,7 +53,7 @@ class ServerState:
     def update_date(self) -> None:
         """The ``date`` header every answer carries, made once a second."""
         date = (b"date", formatdate(time.time(), usegmt=True).encode())
-        self.default_headers = headers = [date, *self.fixed_headers]
+        headers = [date, *self.fixed_headers]
         self.default_head = b"".join(b"%s: %s\r\n" % header for header in headers)
 
 
