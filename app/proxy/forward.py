@@ -94,24 +94,21 @@ class BrokerAnswer:
             return None
         return code if isinstance(code, str) else None
 
-    def response(self, content: bytes | None = None) -> Response:
-        """Pass the answer on, unchanged or with ``content`` (rewritten) as its body."""
+    def response(
+        self, content: bytes | None = None, kept: list[tuple[bytes, bytes]] | None = None
+    ) -> Response:
+        """Pass the answer on, unchanged or with ``content`` (rewritten) as its body; the
+        broker's :attr:`kept` headers first (or ``kept``: those of them the client gets)."""
         body = self.content if content is None else content
         response = BytesResponse(body, self.status, None, self.content_type)
-        if self.kept:
-            response.raw_headers[:0] = self.kept
+        kept = self.kept if kept is None else kept
+        if kept:
+            response.raw_headers[:0] = kept
         return response
 
     def with_body(self, body: Any) -> Response:
         """Pass the answer on with a rewritten JSON body."""
         return self.response(orjson.dumps(body))
-
-
-def with_kept(response: Response, kept: list[tuple[bytes, bytes]]) -> Response:
-    """``response`` with a broker's ``kept`` headers first, as a client gets them."""
-    if kept:
-        response.raw_headers[:0] = kept
-    return response
 
 
 def is_problem(answer: BrokerAnswer) -> bool:

@@ -52,7 +52,6 @@ from app.proxy.forward import (
     broker_path,
 )
 from app.proxy.upstream import Body
-from app.responses import BytesResponse
 from services.cluster import (
     ClusterLabels,
     EtcdUnavailableError,
@@ -273,16 +272,13 @@ async def _retry_after_refusal(
 def receipts(answer: BrokerAnswer, client_key: str | None) -> Response:
     """A broker's receipts (labelled by the broker) as the client gets them: a replay of a
     retry with the proxy's own key is no replay to the client."""
-    response = BytesResponse(answer.content, answer.status, None, answer.content_type)
     kept = answer.kept
-    if kept:
-        if not client_key:
-            for name, _ in kept:
-                if name == b"idempotent-replayed":
-                    kept = [(k, v) for k, v in kept if k != b"idempotent-replayed"]
-                    break
-        response.raw_headers[:0] = kept
-    return response
+    if not client_key:
+        for name, _ in kept:
+            if name == b"idempotent-replayed":
+                kept = [(k, v) for k, v in kept if k != b"idempotent-replayed"]
+                break
+    return answer.response(kept=kept)
 
 
 def _outcome_unknown(attempts: _Attempts) -> Response:
