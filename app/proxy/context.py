@@ -1,5 +1,5 @@
 """What every proxy endpoint shares: the proxy's limits and parts (one :class:`Proxy` per app,
-on ``app.state.proxy``), and small readers of a request's query."""
+on ``app.state.proxy`` and in its lifespan's state), and small readers of a request's query."""
 
 from __future__ import annotations
 
