@@ -14,6 +14,7 @@ from starlette.requests import Request
 
 from app.errors import ApiError
 from app.proxy.context import (
+    PROXY_STATE,
     Proxy,
     ProxyLimits,
     budget_shares,
@@ -22,6 +23,7 @@ from app.proxy.context import (
     int_param,
     params_without,
     proxy_limits,
+    proxy_of,
     query_items,
     query_param,
     route_registry,
@@ -99,3 +101,21 @@ def test_the_proxys_parts_are_read_from_its_app() -> None:
     assert forwarder(request) is sender
     assert send_picker(request) is parts.picker
     assert budget_shares(request) is parts.shares
+
+
+def _parts() -> Proxy:
+    registry: Any = SimpleNamespace()
+    return Proxy(ProxyLimits(), registry, registry, SendPicker(), BudgetShares())
+
+
+def test_the_proxy_comes_from_the_lifespan_state_before_the_app() -> None:
+    """A server that ran the lifespan puts its state in every request's scope; a client that
+    runs no lifespan (an ASGI transport in process) leaves the app's state to read."""
+    in_state, on_app = _parts(), _parts()
+    with_state = request_with("", on_app)
+    with_state.scope["state"] = {PROXY_STATE: in_state}
+    assert proxy_of(with_state) is in_state
+    empty_state = request_with("", on_app)
+    empty_state.scope["state"] = {}
+    assert proxy_of(empty_state) is on_app
+    assert proxy_of(request_with("", on_app)) is on_app  # no state in the scope at all
