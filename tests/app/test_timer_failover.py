@@ -81,6 +81,8 @@ def test_timers_of_a_killed_master_are_delivered_once_by_the_new_one(tmp_path: P
 
         a.kill()
         wait_until(partial(is_master, b), timeout=30)
+        # the proxy's route table follows etcd's election a moment later
+        wait_until(lambda: http.get("/healthz").json()["masters"] == {"g1": "b"}, timeout=30)
         cancelled = http.delete(f"/v1/topics/{TOPIC}/timers/{receipts['doomed']['timer_handle']}")
         assert cancelled.status_code == 200, cancelled.text
         assert (cancelled.json()["outcome"], cancelled.json()["broker_group"]) == (
