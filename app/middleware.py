@@ -161,7 +161,7 @@ def request_id_and_length(scope: Scope) -> tuple[str, int | None]:
             try:
                 length = int(value)
             except ValueError:
-                length = None
+                pass  # not a number: as if there were none
     if request_id is None:
         # A random per-process prefix and a counter: unique, cheaper than os.urandom per request.
         request_id = f"{_ID_PREFIX}{next(_ID_COUNTER) & 0xFFFFFFFFFFFFFFFF:016x}"

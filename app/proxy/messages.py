@@ -25,13 +25,7 @@ from app.proxy.context import (
     query_param,
 )
 from app.proxy.fanout import read_every_group
-from app.proxy.forward import (
-    READ_TIMEOUT_S,
-    BrokerAnswer,
-    ProxyError,
-    broker_path,
-    long_poll_timeout,
-)
+from app.proxy.forward import BrokerAnswer, ProxyError, broker_path, long_poll_timeout
 from app.proxy.schemas import ClusterQueueIdPath, ClusterSendResponse, forwarded_query
 from app.proxy.sending import SendTarget, forward_send
 from app.responses import OrjsonResponse
@@ -176,7 +170,7 @@ async def pull_queue(topic: TopicPath, queue_id: ClusterQueueIdPath, request: Re
         request=request,
         # a pull of one queue is labelled only where its queue ids differ
         labels=labels if labels.queue_ids else None,
-        timeout_s=long_poll_timeout(wait_ms) if wait_ms else READ_TIMEOUT_S,
+        timeout_s=long_poll_timeout(wait_ms),
     )
     return answer.response()
 

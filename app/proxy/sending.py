@@ -162,7 +162,7 @@ async def forward_send(request: Request, target: SendTarget) -> Response:
         answer = await _attempt(attempts, queue)
         if answer is None:
             continue
-        if 200 <= answer.status < 300:
+        if answer.ok:
             return receipts(answer, target.client_key)
         if not await _retry_after_refusal(attempts, queue, answer):
             return answer.response()
@@ -182,7 +182,7 @@ async def _attempt(attempts: _Attempts, queue: QueueRoute) -> BrokerAnswer | Non
     route = attempts.route
     assert route is not None  # picked with the queue
     local = queue.local_queue_id
-    remaining = attempts.deadline - time.monotonic()
+    remaining = attempts.remaining()
     try:
         return await proxy.forwarder.call(
             master,

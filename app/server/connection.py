@@ -250,8 +250,7 @@ class HttpConnection(asyncio.Protocol):
         if exchange is not self.current:
             return
         self.current = None
-        transport = self.transport
-        if transport is None or transport.is_closing():
+        if self.closing():
             return
         if self.pending_refusal is not None:
             self.write((self.pending_refusal,))

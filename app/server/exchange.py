@@ -413,7 +413,7 @@ _MAX_CHECKED_NAMES: Final = 1024
 
 def _check_name(name: bytes) -> None:
     """A header name the client could not parse — one that may even break the answer's
-    framing — is the app's bug, not sent (nor is a value with a control character)."""
+    framing — is the app's bug, not sent (as a value with a control character is not)."""
     if not name or name.translate(None, _TOKEN):
         raise RuntimeError(f"an invalid HTTP header: {name!r}")
     if len(_CHECKED_NAMES) < _MAX_CHECKED_NAMES:
